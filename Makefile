@@ -1,0 +1,45 @@
+# Keystream: `make test` and `make run` are the whole set-up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: test run build lint typecheck unit asan bench load docker-test clean
+
+$(STAMP): pyproject.toml setup.py scripts/bootstrap-venv.sh
+	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+# Build the Cython/C extension in place (the editable install imports it from the source tree).
+build: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: build
+	$(BIN)/mypy
+
+unit: build
+	$(BIN)/pytest
+
+test: lint typecheck unit
+
+run: build
+	$(PY) -m bench.bench_aescore --quick
+
+# The aescore suite under AddressSanitizer: a separate build, then back to the normal one.
+asan: $(STAMP)
+	KEYSTREAM_ASAN=1 $(PY) setup.py -q build_ext --inplace --force
+	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" \
+	    $(BIN)/pytest -p no:cacheprovider tests/aescore -q
+	$(PY) setup.py -q build_ext --inplace --force
+
+bench: build
+	$(PY) -m bench.bench_aescore
+
+clean:
+	rm -rf build $(VENV) aescore/_aesni.c aescore/_aesni*.so .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,106 @@
+"""The interface every AES-CTR backend implements.
+
+Keystream block ``i`` is ``AES_K(C0 + i)`` where ``C0`` is the 16-byte ``initial_counter`` read as a big-endian
+integer and the addition wraps modulo 2**128 (the construction of pyaes's ``Counter``). ``offset`` is the byte
+position of ``data[0]`` in that keystream, so any slice of a stream can be processed without the bytes before it.
+
+Fixed-width counters (NIST nonce || counter) are the job of :class:`aescore.CtrStream`, which checks the range
+before calling a backend.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+from ._validate import BLOCK_SIZE, KEY_SIZES, BytesLike
+
+__all__ = ["Backend", "BytesLike", "ExpandedKey"]
+
+
+class ExpandedKey(abc.ABC):
+    """An opaque, immutable, thread-safe expanded AES key produced by one backend.
+
+    It can be reused for any number of ``ctr_xor`` calls of the backend that made it. Its ``repr`` shows the
+    backend and key size only, never key material.
+    """
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def backend_name(self) -> str:
+        """Name of the backend that expanded this key."""
+
+    @property
+    @abc.abstractmethod
+    def key_size(self) -> int:
+        """Key size in bytes: 16, 24 or 32."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} backend={self.backend_name!r} key_size={self.key_size * 8} bits>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("expanded keys cannot be pickled")
+
+
+class Backend(abc.ABC):
+    """An AES-CTR implementation. Obtain instances with :func:`aescore.get_backend`.
+
+    Implementations must be safe to call from several threads at once.
+    """
+
+    name: ClassVar[str]
+    block_size: ClassVar[int] = BLOCK_SIZE
+    key_sizes: ClassVar[tuple[int, ...]] = KEY_SIZES
+    #: True only where the implementation's timing does not depend on key or data.
+    constant_time: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def expand_key(self, key: BytesLike) -> ExpandedKey:
+        """Expand an AES key.
+
+        Args:
+            key: 16, 24 or 32 bytes.
+
+        Raises:
+            TypeError: ``key`` is not bytes-like (:class:`aescore.AesCoreTypeError`).
+            ValueError: ``key`` has another length (:class:`aescore.AesCoreValueError`).
+        """
+
+    @abc.abstractmethod
+    def ctr_xor(
+        self,
+        expanded_key: ExpandedKey,
+        initial_counter: BytesLike,
+        data: BytesLike,
+        offset: int = 0,
+        out: bytearray | memoryview | None = None,
+    ) -> bytes | None:
+        """XOR ``data`` with the AES-CTR keystream starting at byte ``offset``.
+
+        Encryption and decryption are the same operation. Never reuse a key with an overlapping
+        (initial_counter, offset) range for different data.
+
+        Args:
+            expanded_key: from this backend's :meth:`expand_key`.
+            initial_counter: 16 bytes, the counter block of keystream block 0 (big-endian, wraps mod 2**128).
+            data: the bytes to transform; ``data[0]`` sits at keystream byte ``offset``.
+            offset: non-negative byte position in the keystream, ``offset + len(data) <= 2**64``.
+            out: optional writable buffer of at least ``len(data)`` bytes; the result is written to its
+                first ``len(data)`` bytes and ``None`` is returned. ``out`` may be ``data`` itself.
+
+        Returns:
+            The transformed bytes, or ``None`` when ``out`` is given.
+
+        Raises:
+            TypeError: wrong argument types, a read-only ``out``, or a key from another backend.
+            ValueError: a counter that is not 16 bytes, a negative or too large offset, or a too-small ``out``.
+        """
+
+    def info(self) -> dict[str, str | int | bool | None]:
+        """Describe this backend (ISA path, threads, preset...) for ``/v1/backends`` and benchmarks."""
+        return {"name": self.name, "constant_time": self.constant_time}
+
+    def __repr__(self) -> str:
+        return f"<aescore backend {self.name!r}>"

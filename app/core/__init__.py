@@ -1,0 +1,1 @@
+"""Cross-cutting service code: settings, errors, security, metrics."""

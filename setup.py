@@ -1,0 +1,24 @@
+"""Build the AES-NI/VAES extension; everything else is declared in pyproject.toml."""
+
+import os
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+extra_compile_args = ["-O3", "-fno-strict-aliasing", "-fopenmp"]
+extra_link_args = ["-fopenmp"]
+if os.environ.get("KEYSTREAM_ASAN") == "1":
+    extra_compile_args += ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1", "-g"]
+    extra_link_args += ["-fsanitize=address"]
+
+extensions = [
+    Extension(
+        "aescore._aesni",
+        sources=["aescore/_aesni.pyx", "aescore/aesni_ctr.c"],
+        include_dirs=["aescore"],
+        extra_compile_args=extra_compile_args,
+        extra_link_args=extra_link_args,
+    )
+]
+
+setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={"binding": False}))
