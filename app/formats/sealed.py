@@ -1,0 +1,614 @@
+"""The sealed format: Google Tink's ``AesCtrHmacStreaming`` streaming AEAD, byte for byte.
+
+Wire format (all integers big-endian)::
+
+    ciphertext = header | segment_0 | segment_1 | ... | segment_n
+    header     = header_length (1 byte, = 1 + D + 7) | salt (D bytes, random) | nonce_prefix (7 bytes, random)
+    segment_i  = AES-CTR(aes_key, nonce_i, plaintext_i) | HMAC-SHA256(mac_key, nonce_i | ciphertext_i)
+    nonce_i    = nonce_prefix (7) | i (u32) | last (1 byte: 1 for segment_n, else 0) | 0x00000000 (4)
+
+``D`` is the derived key size: 16 for aes128 keys, 32 for aes256 keys (Tink's ``AES128_CTR_HMAC_SHA256_*`` and
+``AES256_CTR_HMAC_SHA256_*`` templates) and 24 for aes192 keys (the same construction, but Tink has no such
+template, so aes192 ciphertexts do not decrypt with Tink). Per message, ``HKDF-SHA256(ikm = key material,
+salt, info = associated data)`` yields ``D + 32`` bytes: the AES key, then the HMAC key. ``nonce_i`` is the
+initial counter block of segment ``i``; the counter counts AES blocks in its low 32 bits, which a segment of
+at most 2**31 bytes never carries out of.
+
+Every ciphertext segment is ``segment_size`` bytes (a property of the key, tag included) except the first,
+which is ``header_length`` bytes shorter so that header and first segment together fill one segment, and
+the last, which may be shorter (at least the 32-byte tag: an empty plaintext is one empty last segment).
+Since the last-segment flag is authenticated, truncation at a segment boundary, appended data and reordered
+segments all fail the tag check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Callable, Sequence
+
+import aescore
+from app.core.errors import DecryptionFailedError, PayloadTooLargeError
+
+__all__ = [
+    "DERIVED_KEY_SIZE",
+    "HMAC_KEY_SIZE",
+    "MAX_SEGMENTS",
+    "MAX_SEGMENT_SIZE",
+    "NONCE_PREFIX_SIZE",
+    "TAG_SIZE",
+    "AlreadyFinalizedError",
+    "SealedDecryptionError",
+    "SealedDecryptor",
+    "SealedEncryptor",
+    "ciphertext_length",
+    "derive_keys",
+    "header_length",
+    "min_segment_size",
+    "segment_nonce",
+    "validate_segment_size",
+]
+
+#: Bytes of AES key derived per message, by key type.
+DERIVED_KEY_SIZE: dict[str, int] = {"aes128": 16, "aes192": 24, "aes256": 32}
+#: HMAC-SHA256 tag after every segment (Tink's templates use the full 32 bytes).
+TAG_SIZE = 32
+#: HMAC key derived per message, after the AES key.
+HMAC_KEY_SIZE = 32
+#: Random nonce prefix in the header.
+NONCE_PREFIX_SIZE = 7
+#: The segment number is a u32 in the nonce: segments 0 .. 2**32 - 1.
+MAX_SEGMENTS = 2**32
+#: Tink stores the ciphertext segment size as a signed 32-bit int.
+MAX_SEGMENT_SIZE = 2**31 - 1
+#: Tink refuses input key material shorter than this (or than the derived key).
+MIN_IKM_SIZE = 16
+
+_SHA256 = hashlib.sha256
+_NONCE_SUFFIX = bytes(4)
+
+#: Source of salts and nonce prefixes; tests replace it to get reproducible ciphertexts.
+_random_bytes: Callable[[int], bytes] = os.urandom
+
+
+class AlreadyFinalizedError(RuntimeError):
+    """``update`` or ``finalize`` was called after ``finalize`` (or after a failure)."""
+
+
+class SealedDecryptionError(DecryptionFailedError):
+    """A sealed ciphertext failed to decrypt.
+
+    Attributes:
+        segment_index: the segment that failed (``None`` when the header itself is bad or missing).
+        plaintext_released: ``True`` when earlier segments were verified and their plaintext returned, i.e.
+            the caller may already have sent output: an HTTP response must then be aborted, not completed
+            (before any output a clean 400 is possible).
+    """
+
+    def __init__(self, message: str, *, segment_index: int | None, plaintext_released: bool) -> None:
+        super().__init__(message)
+        self.segment_index = segment_index
+        self.plaintext_released = plaintext_released
+
+
+def _derived_key_size(key_type: str) -> int:
+    size = DERIVED_KEY_SIZE.get(key_type) if isinstance(key_type, str) else None
+    if size is None:
+        raise ValueError(f"key_type must be one of {', '.join(DERIVED_KEY_SIZE)}, got {key_type!r}")
+    return size
+
+
+def header_length(key_type: str) -> int:
+    """Header bytes for ``key_type``: 1 length byte + salt (derived key size) + 7-byte nonce prefix.
+
+    Raises:
+        ValueError: unknown ``key_type``.
+    """
+    return 1 + _derived_key_size(key_type) + NONCE_PREFIX_SIZE
+
+
+def min_segment_size(key_type: str) -> int:
+    """Smallest ciphertext segment size for ``key_type`` (Tink's rule: header + tag + at least 1 byte).
+
+    Raises:
+        ValueError: unknown ``key_type``.
+    """
+    return header_length(key_type) + TAG_SIZE + 1
+
+
+def validate_segment_size(key_type: str, segment_size: int) -> None:
+    """Check that ``segment_size`` works for ``key_type``.
+
+    Raises:
+        TypeError: ``segment_size`` is not an int.
+        ValueError: unknown ``key_type``, or ``segment_size`` outside
+            ``min_segment_size(key_type) .. MAX_SEGMENT_SIZE``.
+    """
+    minimum = min_segment_size(key_type)
+    if isinstance(segment_size, bool) or not isinstance(segment_size, int):
+        raise TypeError(f"segment_size must be an int, got {type(segment_size).__name__}")
+    if not minimum <= segment_size <= MAX_SEGMENT_SIZE:
+        raise ValueError(
+            f"segment_size must be between {minimum} (header + {TAG_SIZE}-byte tag + 1 byte) and "
+            f"{MAX_SEGMENT_SIZE} for {key_type} keys, got {segment_size}"
+        )
+
+
+def ciphertext_length(plaintext_length: int, key_type: str, segment_size: int) -> int:
+    """Exact sealed ciphertext length for a plaintext of ``plaintext_length`` bytes (header included).
+
+    Raises:
+        TypeError: ``plaintext_length`` or ``segment_size`` is not an int.
+        ValueError: a negative length, an unknown ``key_type`` or an unusable ``segment_size``.
+        PayloadTooLargeError: the plaintext needs more than 2**32 segments.
+    """
+    validate_segment_size(key_type, segment_size)
+    if isinstance(plaintext_length, bool) or not isinstance(plaintext_length, int):
+        raise TypeError(f"plaintext_length must be an int, got {type(plaintext_length).__name__}")
+    if plaintext_length < 0:
+        raise ValueError(f"plaintext_length must be >= 0, got {plaintext_length}")
+    plaintext_segment = segment_size - TAG_SIZE
+    # As Tink: the header occupies the front of segment 0, so count it with the plaintext.
+    full_segments, rest = divmod(plaintext_length + header_length(key_type), plaintext_segment)
+    segments = full_segments + (1 if rest else 0)
+    if segments > MAX_SEGMENTS:
+        raise PayloadTooLargeError(_too_many_segments_message(segment_size))
+    return full_segments * segment_size + (rest + TAG_SIZE if rest else 0)
+
+
+def _too_many_segments_message(segment_size: int) -> str:
+    return (
+        f"the sealed format numbers segments with 32 bits: at most {MAX_SEGMENTS} segments of "
+        f"{segment_size} bytes per message"
+    )
+
+
+def segment_nonce(nonce_prefix: bytes, index: int, last: bool) -> bytes:
+    """The 16-byte nonce (= AES-CTR initial counter block) of segment ``index``.
+
+    Raises:
+        ValueError: ``nonce_prefix`` is not 7 bytes or ``index`` is outside ``0 .. 2**32 - 1``.
+    """
+    if len(nonce_prefix) != NONCE_PREFIX_SIZE:
+        raise ValueError(f"nonce_prefix must be {NONCE_PREFIX_SIZE} bytes, got {len(nonce_prefix)}")
+    if not 0 <= index < MAX_SEGMENTS:
+        raise ValueError(f"segment index must be between 0 and {MAX_SEGMENTS - 1}, got {index}")
+    return bytes(nonce_prefix) + index.to_bytes(4, "big") + (b"\x01" if last else b"\x00") + _NONCE_SUFFIX
+
+
+def derive_keys(
+    ikm: bytes, salt: bytes, associated_data: bytes, derived_key_size: int
+) -> tuple[bytes, bytes]:
+    """HKDF-SHA256 (RFC 5869) as Tink uses it: one output of ``derived_key_size + 32`` bytes, split in two.
+
+    Args:
+        ikm: the key's material.
+        salt: the header's salt.
+        associated_data: the HKDF ``info``.
+        derived_key_size: AES key bytes (16, 24 or 32).
+
+    Returns:
+        ``(aes_key, hmac_key)``.
+    """
+    length = derived_key_size + HMAC_KEY_SIZE
+    prk = hmac.digest(salt, ikm, _SHA256)
+    output = bytearray()
+    block = b""
+    counter = 1
+    while len(output) < length:
+        block = hmac.digest(prk, block + associated_data + bytes([counter]), _SHA256)
+        output += block
+        counter += 1
+    return bytes(output[:derived_key_size]), bytes(output[derived_key_size:length])
+
+
+def _as_bytes(name: str, value: object) -> bytes:
+    if isinstance(value, str) or not isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError(f"{name} must be bytes-like, got {type(value).__name__}")
+    return bytes(value)
+
+
+def _as_view(data: object) -> memoryview:
+    if isinstance(data, str) or not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(
+            f"data must be bytes-like (bytes, bytearray or memoryview), got {type(data).__name__}"
+        )
+    view = memoryview(data)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def _check_ikm(ikm: bytes, derived_key_size: int) -> None:
+    needed = max(MIN_IKM_SIZE, derived_key_size)
+    if len(ikm) < needed:
+        raise ValueError(f"key material must be at least {needed} bytes, got {len(ikm)}")
+
+
+class _SegmentKeys:
+    """The per-message AES and HMAC keys; tags and transforms one segment at a time."""
+
+    __slots__ = ("_backend", "_expanded", "_mac", "_nonce_prefix")
+
+    def __init__(self, aes_key: bytes, mac_key: bytes, nonce_prefix: bytes, backend: aescore.Backend) -> None:
+        self._backend = backend
+        self._expanded = backend.expand_key(aes_key)
+        self._mac = hmac.new(mac_key, digestmod=_SHA256)
+        self._nonce_prefix = nonce_prefix
+
+    def nonce(self, index: int, last: bool) -> bytes:
+        return segment_nonce(self._nonce_prefix, index, last)
+
+    def tag(self, nonce: bytes, ciphertext: bytes | bytearray | memoryview) -> bytes:
+        mac = self._mac.copy()
+        mac.update(nonce)
+        mac.update(ciphertext)
+        return mac.digest()
+
+    def transform(self, nonce: bytes, data: bytes | bytearray | memoryview) -> bytes:
+        result = self._backend.ctr_xor(self._expanded, nonce, data)
+        assert result is not None
+        return result
+
+    def __repr__(self) -> str:
+        return "<_SegmentKeys>"
+
+
+class SealedEncryptor:
+    """Encrypt a stream into the sealed format, holding at most one segment of plaintext.
+
+    A full segment is sealed (as not-last) only once a byte beyond it has arrived, so ``finalize`` can mark
+    the true last segment; the output is the same for any split of the input into ``update`` calls.
+
+    Args:
+        ikm: the key version's material (HKDF input key material).
+        key_type: ``aes128``, ``aes192`` or ``aes256`` (derived AES key of 16, 24 or 32 bytes).
+        segment_size: the key's ciphertext segment size, tag included.
+        associated_data: authenticated but not encrypted; the decryptor needs the same bytes.
+        backend: the aescore backend doing the CTR work; the derived key is expanded once per message.
+
+    Raises:
+        TypeError: wrong argument types.
+        ValueError: unknown ``key_type``, too short ``ikm`` or unusable ``segment_size``.
+    """
+
+    __slots__ = (
+        "_done",
+        "_first_size",
+        "_header",
+        "_header_sent",
+        "_index",
+        "_key_type",
+        "_keys",
+        "_later_size",
+        "_pending",
+        "_segment_size",
+    )
+
+    def __init__(
+        self,
+        ikm: bytes,
+        key_type: str,
+        segment_size: int,
+        associated_data: bytes,
+        backend: aescore.Backend,
+    ) -> None:
+        derived_size = _derived_key_size(key_type)
+        validate_segment_size(key_type, segment_size)
+        material = _as_bytes("ikm", ikm)
+        _check_ikm(material, derived_size)
+        info = _as_bytes("associated_data", associated_data)
+        salt = _random_bytes(derived_size)
+        nonce_prefix = _random_bytes(NONCE_PREFIX_SIZE)
+        aes_key, mac_key = derive_keys(material, salt, info, derived_size)
+        self._keys = _SegmentKeys(aes_key, mac_key, nonce_prefix, backend)
+        header_size = header_length(key_type)
+        self._header = bytes([header_size]) + salt + nonce_prefix
+        self._header_sent = False
+        self._key_type = key_type
+        self._segment_size = segment_size
+        self._first_size = segment_size - header_size - TAG_SIZE
+        self._later_size = segment_size - TAG_SIZE
+        self._pending = bytearray()
+        self._index = 0
+        self._done = False
+
+    @property
+    def header(self) -> bytes:
+        """The message header (length byte, salt, nonce prefix); public, not secret."""
+        return self._header
+
+    @property
+    def segments_sealed(self) -> int:
+        """Segments written so far."""
+        return self._index
+
+    def _seal(self, plaintext: bytes | bytearray | memoryview, last: bool, parts: list[bytes]) -> None:
+        if self._index >= MAX_SEGMENTS:
+            raise PayloadTooLargeError(_too_many_segments_message(self._segment_size))
+        nonce = self._keys.nonce(self._index, last)
+        ciphertext = self._keys.transform(nonce, plaintext)
+        parts.append(ciphertext)
+        parts.append(self._keys.tag(nonce, ciphertext))
+        self._index += 1
+
+    def _start(self) -> list[bytes]:
+        if self._done:
+            raise AlreadyFinalizedError("this SealedEncryptor is finalized (or failed); start a new one")
+        if self._header_sent:
+            return []
+        self._header_sent = True
+        return [self._header]
+
+    def update(self, data: bytes | bytearray | memoryview) -> bytes:
+        """Encrypt ``data``; returns the header (first call) and every segment completed so far.
+
+        Raises:
+            TypeError: ``data`` is not bytes-like.
+            AlreadyFinalizedError: called after :meth:`finalize` or after a failure.
+            PayloadTooLargeError: the message would need more than 2**32 segments (raised before the segment
+                counter could wrap; the encryptor is then unusable).
+        """
+        view = _as_view(data)
+        parts = self._start()
+        try:
+            self._consume(view, parts)
+        except BaseException:
+            self._done = True
+            raise
+        return b"".join(parts)
+
+    def _consume(self, view: memoryview, parts: list[bytes]) -> None:
+        position, end = 0, len(view)
+        pending = self._pending
+        while True:
+            size = self._first_size if self._index == 0 else self._later_size
+            if pending:
+                take = min(size - len(pending), end - position)
+                pending += view[position : position + take]
+                position += take
+                if len(pending) < size or position == end:
+                    return  # a full segment waits until a byte beyond it shows it is not the last
+                self._seal(pending, False, parts)
+                pending.clear()
+            elif end - position > size:
+                self._seal(view[position : position + size], False, parts)
+                position += size
+            else:
+                pending += view[position:]
+                return
+
+    def finalize(self) -> bytes:
+        """Seal the last segment (possibly with empty plaintext); returns it (after the header if unsent).
+
+        Raises:
+            AlreadyFinalizedError: called twice, or after a failure.
+            PayloadTooLargeError: the last segment would be number 2**32.
+        """
+        parts = self._start()
+        self._done = True
+        self._seal(self._pending, True, parts)
+        self._pending.clear()
+        return b"".join(parts)
+
+    def __repr__(self) -> str:
+        return (
+            f"<SealedEncryptor key_type={self._key_type} segment_size={self._segment_size} "
+            f"segments_sealed={self._index} finalized={self._done}>"
+        )
+
+
+class SealedDecryptor:
+    """Decrypt and verify a sealed stream; plaintext leaves only after its segment's tag verifies.
+
+    A full-length segment is opened only once a byte beyond it has arrived (then it is not the last) or at
+    :meth:`finalize` (then it is the last), so the last-segment flag is checked exactly as written. The first
+    segment's tag is tried against each candidate key version, newest first; the version that verifies is
+    kept for the rest of the message.
+
+    Args:
+        candidates: ``(version, ikm)`` pairs, newest first; at least one.
+        key_type: ``aes128``, ``aes192`` or ``aes256``.
+        segment_size: the key's ciphertext segment size (all versions of a key share it).
+        associated_data: must equal the encryptor's.
+        backend: the aescore backend doing the CTR work.
+
+    Raises:
+        TypeError: wrong argument types.
+        ValueError: no candidates, unknown ``key_type``, too short key material or unusable ``segment_size``.
+    """
+
+    __slots__ = (
+        "_associated_data",
+        "_backend",
+        "_candidates",
+        "_derived_size",
+        "_done",
+        "_first_size",
+        "_header_size",
+        "_index",
+        "_key_type",
+        "_keys",
+        "_nonce_prefix",
+        "_pending",
+        "_salt",
+        "_segment_size",
+        "_version",
+    )
+
+    def __init__(
+        self,
+        candidates: Sequence[tuple[int, bytes]],
+        key_type: str,
+        segment_size: int,
+        associated_data: bytes,
+        backend: aescore.Backend,
+    ) -> None:
+        self._derived_size = _derived_key_size(key_type)
+        validate_segment_size(key_type, segment_size)
+        if not candidates:
+            raise ValueError("candidates must hold at least one (version, key material) pair")
+        checked: list[tuple[int, bytes]] = []
+        for version, ikm in candidates:
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise TypeError(f"key version must be an int, got {type(version).__name__}")
+            material = _as_bytes("ikm", ikm)
+            _check_ikm(material, self._derived_size)
+            checked.append((version, material))
+        self._candidates = tuple(checked)
+        self._associated_data = _as_bytes("associated_data", associated_data)
+        self._backend = backend
+        self._key_type = key_type
+        self._segment_size = segment_size
+        self._header_size = header_length(key_type)
+        self._first_size = segment_size - self._header_size
+        self._pending = bytearray()
+        self._salt: bytes | None = None
+        self._nonce_prefix = b""
+        self._keys: _SegmentKeys | None = None
+        self._version: int | None = None
+        self._index = 0
+        self._done = False
+
+    @property
+    def version(self) -> int | None:
+        """The key version whose key verified the first segment (``None`` until then)."""
+        return self._version
+
+    @property
+    def segments_verified(self) -> int:
+        """Segments verified (and released) so far."""
+        return self._index
+
+    def _fail(self, message: str, segment_index: int | None) -> SealedDecryptionError:
+        self._done = True
+        return SealedDecryptionError(message, segment_index=segment_index, plaintext_released=self._index > 0)
+
+    def update(self, data: bytes | bytearray | memoryview) -> bytes:
+        """Feed ciphertext; returns the plaintext of every segment verified by this call (maybe empty).
+
+        Raises:
+            TypeError: ``data`` is not bytes-like.
+            AlreadyFinalizedError: called after :meth:`finalize` or after a failure.
+            SealedDecryptionError: (a :class:`DecryptionFailedError`) bad header, a segment that does not
+                verify (wrong key or associated data, tampering, reordering) or too many segments; the message
+                names the segment, ``plaintext_released`` says whether earlier plaintext was returned.
+        """
+        view = _as_view(data)
+        if self._done:
+            raise AlreadyFinalizedError("this SealedDecryptor is finalized (or failed); start a new one")
+        parts: list[bytes] = []
+        try:
+            self._consume(view, parts)
+        except BaseException:
+            self._done = True
+            raise
+        return b"".join(parts)
+
+    def _consume(self, view: memoryview, parts: list[bytes]) -> None:
+        position, end = 0, len(view)
+        pending = self._pending
+        if self._salt is None:
+            position = min(self._header_size - len(pending), end)
+            pending += view[:position]
+            if len(pending) < self._header_size:
+                return
+            self._parse_header(bytes(pending))
+            pending.clear()
+        while True:
+            size = self._first_size if self._index == 0 else self._segment_size
+            if pending:
+                take = min(size - len(pending), end - position)
+                pending += view[position : position + take]
+                position += take
+                if len(pending) < size or position == end:
+                    return  # wait for a byte beyond this segment, or for finalize()
+                with memoryview(pending) as segment:
+                    parts.append(self._open(segment, False))
+                pending.clear()
+            elif end - position > size:
+                parts.append(self._open(view[position : position + size], False))
+                position += size
+            else:
+                pending += view[position:]
+                return
+
+    def _parse_header(self, header: bytes) -> None:
+        if header[0] != self._header_size:
+            raise self._fail(
+                f"sealed ciphertext header is invalid: its length byte says {header[0]}, a {self._key_type} "
+                f"key needs {self._header_size} (wrong key type, or not a sealed ciphertext)",
+                None,
+            )
+        self._salt = header[1 : 1 + self._derived_size]
+        self._nonce_prefix = header[1 + self._derived_size :]
+
+    def _select_keys(self, index: int, nonce: bytes, body: memoryview, tag: memoryview) -> _SegmentKeys:
+        assert self._salt is not None
+        for version, ikm in self._candidates:
+            aes_key, mac_key = derive_keys(ikm, self._salt, self._associated_data, self._derived_size)
+            expected = hmac.new(mac_key, nonce, _SHA256)
+            expected.update(body)
+            if hmac.compare_digest(expected.digest(), tag):
+                self._keys = _SegmentKeys(aes_key, mac_key, self._nonce_prefix, self._backend)
+                self._version = version
+                return self._keys
+        versions = ", ".join(str(version) for version, _ in self._candidates)
+        raise self._fail(
+            f"segment {index} does not authenticate under any allowed key version (tried {versions}): wrong "
+            "key, wrong associated data, or a tampered or truncated ciphertext",
+            index,
+        )
+
+    def _open(self, segment: memoryview, last: bool) -> bytes:
+        index = self._index
+        if index >= MAX_SEGMENTS:
+            raise self._fail(f"segment {index} is past the 2**32-segment limit of the sealed format", index)
+        if len(segment) < TAG_SIZE:
+            raise self._fail(
+                f"segment {index} is truncated: {len(segment)} bytes, shorter than its {TAG_SIZE}-byte tag",
+                index,
+            )
+        nonce = segment_nonce(self._nonce_prefix, index, last)
+        body, tag = segment[:-TAG_SIZE], segment[-TAG_SIZE:]
+        keys = self._keys
+        if keys is None:
+            keys = self._select_keys(index, nonce, body, tag)
+        elif not hmac.compare_digest(keys.tag(nonce, body), tag):
+            raise self._fail(
+                f"segment {index} failed authentication: the ciphertext was tampered with, reordered or "
+                "truncated",
+                index,
+            )
+        plaintext = keys.transform(nonce, body)
+        self._index = index + 1
+        return plaintext
+
+    def finalize(self) -> bytes:
+        """Verify the last segment and return its plaintext; the ciphertext must end here.
+
+        Raises:
+            AlreadyFinalizedError: called twice, or after a failure.
+            SealedDecryptionError: the ciphertext is truncated (short header, header only, a last segment
+                missing or shorter than its tag) or its last segment does not verify.
+        """
+        if self._done:
+            raise AlreadyFinalizedError("this SealedDecryptor is finalized (or failed); start a new one")
+        self._done = True
+        if self._salt is None:
+            raise self._fail(
+                f"sealed ciphertext is truncated: {len(self._pending)} bytes, shorter than the "
+                f"{self._header_size}-byte header",
+                None,
+            )
+        if not self._pending:
+            raise self._fail(f"sealed ciphertext is truncated: segment {self._index} is missing", self._index)
+        with memoryview(self._pending) as segment:
+            plaintext = self._open(segment, True)
+        self._pending.clear()
+        return plaintext
+
+    def __repr__(self) -> str:
+        return (
+            f"<SealedDecryptor key_type={self._key_type} segment_size={self._segment_size} "
+            f"version={self._version} segments_verified={self._index} finalized={self._done}>"
+        )
