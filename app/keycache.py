@@ -1,0 +1,269 @@
+"""The expanded-key cache: resolved key versions, ready for a backend, without touching the keystore.
+
+Two layers, one lock:
+
+* **Metadata** (:class:`~app.keystore.KeyInfo`) per key name, kept for ``metadata_ttl`` seconds. Every
+  lookup checks it, so a key deleted, rotated or re-policied by *another* worker process is seen at the latest
+  ``metadata_ttl`` seconds later. In this process, :meth:`KeyCache.invalidate` makes it immediate.
+* **Resolved keys** (:class:`ResolvedKey`: material plus the backend's expanded key) per
+  ``(name, version, backend name)`` in a bounded LRU. A hit costs a dict lookup: no SQLite, no key expansion.
+
+Misses load outside the lock (SQLite read, unwrap, ``expand_key``) so one slow load never blocks hits. A
+generation number per key name keeps a load that raced with :meth:`KeyCache.invalidate` from putting stale
+material back. If a refresh of the metadata shows the key was re-created (another ``created_at``), its
+cached versions are dropped: same name and version no longer mean same material.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from app.core import metrics
+from app.core.errors import BadRequestError, KeyVersionNotFoundError
+from app.keystore import KeyInfo, KeyStore
+
+if TYPE_CHECKING:
+    import aescore
+
+__all__ = ["CacheKey", "KeyCache", "ResolvedKey"]
+
+#: ``(key name, version, backend name)``.
+CacheKey = tuple[str, int, str]
+
+
+@dataclass(frozen=True)
+class ResolvedKey:
+    """One key version, ready to use: its metadata, material (IKM of the sealed format) and expanded key.
+
+    ``material`` is left out of ``repr``/``str``; the expanded key's own ``repr`` shows no bytes either.
+    """
+
+    name: str
+    version: int
+    key_type: str
+    segment_size: int
+    material: bytes = field(repr=False)
+    expanded: aescore.ExpandedKey
+
+
+@dataclass
+class _Metadata:
+    info: KeyInfo
+    expires_at: float
+
+
+class KeyCache:
+    """A bounded LRU of :class:`ResolvedKey` per ``(name, version, backend)`` in front of a keystore.
+
+    Thread-safe. Counts hits, misses and evictions both in Prometheus (``keystream_key_cache_*``) and in the
+    plain attributes :attr:`hits`, :attr:`misses` and :attr:`evictions`.
+
+    Args:
+        keystore: where metadata and material come from.
+        max_entries: the LRU bound (at least 1).
+        metadata_ttl: seconds a key's metadata is trusted before it is read again (0: every lookup reads it).
+        clock: monotonic seconds; tests inject a fake one.
+
+    Raises:
+        ValueError: ``max_entries`` < 1 or ``metadata_ttl`` < 0.
+    """
+
+    def __init__(
+        self,
+        keystore: KeyStore,
+        max_entries: int = 1024,
+        metadata_ttl: float = 1.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"max_entries must be an integer >= 1, got {max_entries!r}")
+        if metadata_ttl < 0:
+            raise ValueError(f"metadata_ttl must be >= 0 seconds, got {metadata_ttl!r}")
+        self._keystore = keystore
+        self.max_entries = max_entries
+        self.metadata_ttl = float(metadata_ttl)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[CacheKey, ResolvedKey] = OrderedDict()
+        self._metadata: dict[str, _Metadata] = {}
+        self._generations: dict[str, int] = {}
+        self._epoch = 0  # bumped by clear(): outdates every load in flight, whatever its key
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        size = f"{len(self._entries)}/{self.max_entries}"
+        return f"<KeyCache entries={size} hits={self.hits} misses={self.misses} evictions={self.evictions}>"
+
+    # -- metadata -----------------------------------------------------------------------------------------
+
+    def key_info(self, name: str) -> KeyInfo:
+        """Return key ``name``'s metadata, from the cache while it is younger than ``metadata_ttl``.
+
+        Raises:
+            BadRequestError: invalid key name.
+            KeyNotFoundError: no such key (deleted keys are noticed at the next refresh).
+        """
+        now = self._clock()
+        with self._lock:
+            cached = self._metadata.get(name)
+            if cached is not None and now < cached.expires_at:
+                return cached.info
+        return self._refresh(name)
+
+    def _refresh(self, name: str) -> KeyInfo:
+        """Read key ``name``'s metadata from the keystore and cache it."""
+        with self._lock:
+            generation = self._generation(name)
+        try:
+            info = self._keystore.get_key(name)
+        except Exception:
+            with self._lock:
+                if self._metadata.pop(name, None) is not None:
+                    self._drop_entries(name)
+            raise
+        expires_at = self._clock() + self.metadata_ttl
+        with self._lock:
+            if self._generation(name) != generation:
+                return info  # invalidated while we read: use the fresh value, cache nothing older than it
+            previous = self._metadata.get(name)
+            if previous is not None and previous.info.created_at != info.created_at:
+                self._drop_entries(name)  # the key was deleted and re-created by another worker
+            self._metadata[name] = _Metadata(info, expires_at)
+        return info
+
+    # -- resolved keys ------------------------------------------------------------------------------------
+
+    def resolve(self, name: str, version: int | None, backend: aescore.Backend) -> ResolvedKey:
+        """Return key ``name`` at ``version`` (``None``: the latest) expanded for ``backend``.
+
+        Does not check ``min_decryption_version``: decryption goes through :meth:`decryption_candidates`.
+
+        Raises:
+            BadRequestError: invalid name or version type.
+            KeyNotFoundError: no such key.
+            KeyVersionNotFoundError: the key has no such version.
+            KeyUnwrapError: the stored material does not unwrap under the master key.
+        """
+        info = self.key_info(name)
+        if version is None:
+            version = info.latest_version
+        else:
+            info = self._check_version(info, version)
+        return self._resolve(info, version, backend)
+
+    def decryption_candidates(
+        self, name: str, backend: aescore.Backend, version: int | None = None
+    ) -> list[ResolvedKey]:
+        """Return the key versions a ciphertext of key ``name`` may be decrypted with, newest first.
+
+        With ``version``: just that version. Without: ``latest_version`` down to ``min_decryption_version``.
+
+        Raises:
+            BadRequestError: invalid name or version type, or ``version`` below ``min_decryption_version``.
+            KeyNotFoundError: no such key.
+            KeyVersionNotFoundError: ``version`` does not exist.
+            KeyUnwrapError: stored material does not unwrap under the master key.
+        """
+        info = self.key_info(name)
+        if version is None:
+            versions = range(info.latest_version, info.min_decryption_version - 1, -1)
+            return [self._resolve(info, number, backend) for number in versions]
+        info = self._check_version(info, version)
+        if version < info.min_decryption_version:
+            raise BadRequestError(
+                f"version {version} of key {name!r} is below its min_decryption_version "
+                f"({info.min_decryption_version}) and may not decrypt"
+            )
+        return [self._resolve(info, version, backend)]
+
+    def _check_version(self, info: KeyInfo, version: int) -> KeyInfo:
+        """Validate ``version`` against ``info``, re-reading metadata once if it may be stale."""
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise BadRequestError(f"key version must be an integer, got {type(version).__name__}")
+        if version > info.latest_version:
+            info = self._refresh(info.name)  # another worker may have rotated since we cached the metadata
+        if not 1 <= version <= info.latest_version:
+            raise KeyVersionNotFoundError(
+                f"key {info.name!r} has no version {version} (versions 1 to {info.latest_version})"
+            )
+        return info
+
+    def _resolve(self, info: KeyInfo, version: int, backend: aescore.Backend) -> ResolvedKey:
+        cache_key: CacheKey = (info.name, version, backend.name)
+        with self._lock:
+            entry = self._entries.get(cache_key)
+            if entry is not None:
+                self._entries.move_to_end(cache_key)
+                self.hits += 1
+                metrics.KEY_CACHE_REQUESTS.labels(result="hit").inc()
+                return entry
+            self.misses += 1
+            generation = self._generation(info.name)
+        metrics.KEY_CACHE_REQUESTS.labels(result="miss").inc()
+        material = self._keystore.key_material(info.name, version)
+        resolved = ResolvedKey(
+            name=info.name,
+            version=version,
+            key_type=info.key_type,
+            segment_size=info.segment_size,
+            material=material,
+            expanded=backend.expand_key(material),
+        )
+        with self._lock:
+            if self._generation(info.name) != generation:
+                return resolved  # invalidated during the load: serve this request, cache nothing
+            if cache_key not in self._entries:
+                metrics.KEY_CACHE_ENTRIES.inc()
+            self._entries[cache_key] = resolved
+            self._entries.move_to_end(cache_key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+                self.evictions += 1
+                metrics.KEY_CACHE_EVICTIONS.inc()
+                metrics.KEY_CACHE_ENTRIES.dec()
+        return resolved
+
+    # -- invalidation -------------------------------------------------------------------------------------
+
+    def _generation(self, name: str) -> tuple[int, int]:
+        """What a load must still see when it stores its result (lock held)."""
+        return self._epoch, self._generations.get(name, 0)
+
+    def _drop_entries(self, name: str) -> None:
+        """Drop every resolved version of ``name`` (lock held)."""
+        stale = [cache_key for cache_key in self._entries if cache_key[0] == name]
+        for cache_key in stale:
+            del self._entries[cache_key]
+        if stale:
+            metrics.KEY_CACHE_ENTRIES.dec(len(stale))
+
+    def invalidate(self, name: str) -> None:
+        """Forget everything about key ``name``: its metadata and every resolved version, for every backend.
+
+        Call it after rotate, import, update (PATCH) and delete, in the process that made the change; other
+        processes see the change within ``metadata_ttl``.
+        """
+        with self._lock:
+            self._generations[name] = self._generations.get(name, 0) + 1
+            self._metadata.pop(name, None)
+            self._drop_entries(name)
+
+    def clear(self) -> None:
+        """Forget every key. Counters are kept."""
+        with self._lock:
+            self._epoch += 1
+            if self._entries:
+                metrics.KEY_CACHE_ENTRIES.dec(len(self._entries))
+            self._entries.clear()
+            self._metadata.clear()
