@@ -2,11 +2,25 @@
 
 **Not constant-time.** Every round indexes lookup tables with bytes that depend on the key and on the
 counter, so cache timing can leak key material to an attacker who shares the machine or can time requests
-precisely. Use the ``aesni`` backend wherever that matters; this one exists as a portable fallback and as an
-independent reference for the tests.
+precisely. Use the ``aesni`` backend wherever that matters; this one is a portable fallback and an independent
+reference for the tests.
+
+How it is fast (for pure Python):
+
+* T-tables fold SubBytes, ShiftRows and MixColumns: a round is 16 table lookups XORed with the round key. The
+  16 tables are indexed by input byte position and hold each column's word already shifted to its place in a
+  128-bit integer, so the state is one int, split into 16 byte locals by one ``int.to_bytes`` unpacking.
+* Rounds are unrolled, round keys are 128-bit ints in locals.
+* Counter-mode caching: within a run of up to 256 blocks only the counter's last byte changes, so round 1
+  varies in one lookup and round 2 in four; the rest of both rounds is computed once per run.
+* The last full round's tables also apply the final ShiftRows, so the final round (SubBytes, AddRoundKey) is
+  done on the whole keystream at once with ``bytes.translate`` and one big-integer XOR, as is the XOR with the
+  data.
 """
 
 from __future__ import annotations
+
+from itertools import repeat
 
 from ._interface import Backend, BytesLike, ExpandedKey
 from ._validate import (
@@ -20,9 +34,10 @@ from ._validate import (
 )
 from .errors import AesCoreTypeError
 
-__all__ = ["PythonBackend"]
+__all__ = ["PythonBackend", "PythonExpandedKey"]
 
 _MASK128 = (1 << 128) - 1
+_LOW96 = (1 << 96) - 1
 
 
 def _xtime(value: int) -> int:
@@ -32,11 +47,11 @@ def _xtime(value: int) -> int:
 
 def _make_sbox() -> list[int]:
     # S(x) = affine(x^-1) over GF(2^8) with the AES polynomial x^8 + x^4 + x^3 + x + 1 (FIPS-197 5.1.1).
-    sbox = [0] * 256
+    sbox = [0x63] * 256
     p = q = 1
     while True:
-        p = p ^ _xtime(p)  # p *= 3 walks the multiplicative group
-        q ^= q << 1  # q /= 3
+        p ^= _xtime(p)  # p *= 3 walks the multiplicative group...
+        q ^= q << 1  # ...and q /= 3 walks it backwards, so q == p^-1
         q ^= q << 2
         q ^= q << 4
         q &= 0xFF
@@ -45,29 +60,59 @@ def _make_sbox() -> list[int]:
         x = q ^ ((q << 1) | (q >> 7)) ^ ((q << 2) | (q >> 6)) ^ ((q << 3) | (q >> 5)) ^ ((q << 4) | (q >> 4))
         sbox[p] = (x ^ 0x63) & 0xFF
         if p == 1:
-            break
-    sbox[0] = 0x63
-    return sbox
+            return sbox
 
 
 _SBOX = _make_sbox()
-#: T-tables: Te0[x] = (2s, s, s, 3s) for s = S(x), Te1..Te3 its byte rotations (SubBytes+MixColumns folded).
+_SBOX_BYTES = bytes(_SBOX)
+# Te_r[x]: the MixColumns column of S(x) entering at row r, as a big-endian word (rows 0..3 = bytes 3..0).
 _TE0 = [(_xtime(s) << 24) | (s << 16) | (s << 8) | (_xtime(s) ^ s) for s in _SBOX]
-_TE1 = [((w >> 8) | (w << 24)) & 0xFFFFFFFF for w in _TE0]
-_TE2 = [((w >> 16) | (w << 16)) & 0xFFFFFFFF for w in _TE0]
-_TE3 = [((w >> 24) | (w << 8)) & 0xFFFFFFFF for w in _TE0]
+_TE = [[((w >> (8 * r)) | (w << (32 - 8 * r))) & 0xFFFFFFFF for w in _TE0] for r in range(4)]
+
+
+def _column_of(position: int) -> int:
+    """Output column fed by the state byte at ``position`` (= 4 * column + row) after ShiftRows."""
+    return (position // 4 - position % 4) % 4
+
+
+# _T[p][x]: round contribution of byte value x at state position p, placed in the 128-bit state int.
+_T = [[w << (96 - 32 * _column_of(p)) for w in _TE[p % 4]] for p in range(16)]
+
+
+def _shift_rows_placed(word: int, column: int) -> int:
+    """Place a column word in the 128-bit state with ShiftRows already applied (row r moves left by r)."""
+    placed = 0
+    for row in range(4):
+        byte = (word >> (24 - 8 * row)) & 0xFF
+        placed |= byte << (8 * (15 - (4 * ((column - row) % 4) + row)))
+    return placed
+
+
+def _shift_rows(state: int) -> int:
+    return sum(_shift_rows_placed((state >> (96 - 32 * c)) & 0xFFFFFFFF, c) for c in range(4))
+
+
+# _Z: like _T, but its output is already ShiftRows-permuted for the final round.
+_Z = [[_shift_rows_placed(w, _column_of(p)) for w in _TE[p % 4]] for p in range(16)]
+
+
+def _round(state: int, round_key: int) -> int:
+    """One full round (SubBytes, ShiftRows, MixColumns, AddRoundKey); used once per run of blocks."""
+    result = round_key
+    for table, value in zip(_T, state.to_bytes(16, "big"), strict=True):
+        result ^= table[value]
+    return result
 
 
 def _expand(key: bytes) -> list[int]:
     """FIPS-197 5.2 key expansion into 4 * (rounds + 1) big-endian 32-bit words."""
     nk = len(key) // 4
-    rounds = nk + 6
     words = [int.from_bytes(key[4 * i : 4 * i + 4], "big") for i in range(nk)]
     rcon = 1
     sbox = _SBOX
-    for i in range(nk, 4 * (rounds + 1)):
+    for i in range(nk, 4 * (nk + 7)):
         temp = words[i - 1]
-        if i % nk == 0:
+        if i % nk == 0:  # RotWord, SubWord, Rcon
             temp = (
                 (sbox[(temp >> 16) & 0xFF] << 24)
                 | (sbox[(temp >> 8) & 0xFF] << 16)
@@ -75,7 +120,7 @@ def _expand(key: bytes) -> list[int]:
                 | sbox[temp >> 24]
             ) ^ (rcon << 24)
             rcon = _xtime(rcon)
-        elif nk > 6 and i % nk == 4:
+        elif nk > 6 and i % nk == 4:  # SubWord only, AES-256
             temp = (
                 (sbox[temp >> 24] << 24)
                 | (sbox[(temp >> 16) & 0xFF] << 16)
@@ -87,13 +132,26 @@ def _expand(key: bytes) -> list[int]:
 
 
 class PythonExpandedKey(ExpandedKey):
-    """Round keys of the ``python`` backend (a tuple of 32-bit ints). Its repr shows no key material."""
+    """Round keys of the ``python`` backend as 128-bit ints. Its repr shows no key material."""
 
-    __slots__ = ("_key_size", "_round_keys")
+    __slots__ = ("_column0", "_key_size", "_keys", "_last", "_last_full", "_rounds")
 
     def __init__(self, key: bytes) -> None:
+        words = _expand(key)
         self._key_size = len(key)
-        self._round_keys = tuple(_expand(key))
+        self._rounds = len(words) // 4 - 1
+        keys = [
+            (words[i] << 96) | (words[i + 1] << 64) | (words[i + 2] << 32) | words[i + 3]
+            for i in range(0, len(words), 4)
+        ]
+        #: k0 .. k12 (zero-padded for short keys) for the unrolled rounds.
+        self._keys = tuple(keys[:-2]) + (0,) * (15 - len(keys))
+        self._last_full = _shift_rows(keys[-2])
+        self._last = keys[-1].to_bytes(16, "big")
+        # Round 1, column 0 as a function of the counter's last byte (the AddRoundKey of round 0 folded in).
+        first = _TE[3]
+        low = keys[0] & 0xFF
+        self._column0 = [first[value ^ low] for value in range(256)]
 
     @property
     def backend_name(self) -> str:
@@ -104,76 +162,271 @@ class PythonExpandedKey(ExpandedKey):
         return self._key_size
 
 
-def _keystream(round_keys: tuple[int, ...], counter: int, blocks: int) -> bytes:
-    """Return ``blocks`` keystream blocks AES(counter), AES(counter + 1)... (counter wraps mod 2**128)."""
-    te0, te1, te2, te3, sbox = _TE0, _TE1, _TE2, _TE3, _SBOX
-    rounds = len(round_keys) // 4 - 1
-    out = bytearray()
-    for _ in range(blocks):
-        s0 = (counter >> 96) ^ round_keys[0]
-        s1 = ((counter >> 64) & 0xFFFFFFFF) ^ round_keys[1]
-        s2 = ((counter >> 32) & 0xFFFFFFFF) ^ round_keys[2]
-        s3 = (counter & 0xFFFFFFFF) ^ round_keys[3]
-        for r in range(1, rounds):
-            k = 4 * r
-            t0 = te0[s0 >> 24] ^ te1[(s1 >> 16) & 255] ^ te2[(s2 >> 8) & 255] ^ te3[s3 & 255] ^ round_keys[k]
-            t1 = (
-                te0[s1 >> 24]
-                ^ te1[(s2 >> 16) & 255]
-                ^ te2[(s3 >> 8) & 255]
-                ^ te3[s0 & 255]
-                ^ round_keys[k + 1]
+def _states(key: PythonExpandedKey, counter: int, blocks: int) -> list[int]:
+    """The state before the final round of AES(counter + i) for i < blocks, ShiftRows applied."""
+    t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15 = _T
+    z0, z1, z2, z3, z4, z5, z6, z7, z8, z9, z10, z11, z12, z13, z14, z15 = _Z
+    k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12 = key._keys
+    k_last_full = key._last_full
+    rounds = key._rounds
+    column0 = key._column0
+    to_bytes = int.to_bytes
+    unused_round2 = t0[0] ^ t1[0] ^ t2[0] ^ t3[0]
+    states: list[int] = []
+    append = states.append
+    while blocks:
+        # A run: counters that differ only in their last byte.
+        low = counter & 0xFF
+        run = min(256 - low, blocks)
+        base1 = _round((counter ^ k0) & ~0xFF, k1) ^ t15[0]
+        high1 = base1 >> 96
+        base2 = _round(base1 & _LOW96, k2) ^ unused_round2
+        for last_byte in range(low, low + run):
+            w = high1 ^ column0[last_byte]
+            state = base2 ^ t0[w >> 24] ^ t1[(w >> 16) & 0xFF] ^ t2[(w >> 8) & 0xFF] ^ t3[w & 0xFF]
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(state, 16)
+            state = (
+                t0[a0]
+                ^ t1[a1]
+                ^ t2[a2]
+                ^ t3[a3]
+                ^ t4[a4]
+                ^ t5[a5]
+                ^ t6[a6]
+                ^ t7[a7]
+                ^ t8[a8]
+                ^ t9[a9]
+                ^ t10[a10]
+                ^ t11[a11]
+                ^ t12[a12]
+                ^ t13[a13]
+                ^ t14[a14]
+                ^ t15[a15]
+                ^ k3
             )
-            t2 = (
-                te0[s2 >> 24]
-                ^ te1[(s3 >> 16) & 255]
-                ^ te2[(s0 >> 8) & 255]
-                ^ te3[s1 & 255]
-                ^ round_keys[k + 2]
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(state, 16)
+            state = (
+                t0[a0]
+                ^ t1[a1]
+                ^ t2[a2]
+                ^ t3[a3]
+                ^ t4[a4]
+                ^ t5[a5]
+                ^ t6[a6]
+                ^ t7[a7]
+                ^ t8[a8]
+                ^ t9[a9]
+                ^ t10[a10]
+                ^ t11[a11]
+                ^ t12[a12]
+                ^ t13[a13]
+                ^ t14[a14]
+                ^ t15[a15]
+                ^ k4
             )
-            t3 = (
-                te0[s3 >> 24]
-                ^ te1[(s0 >> 16) & 255]
-                ^ te2[(s1 >> 8) & 255]
-                ^ te3[s2 & 255]
-                ^ round_keys[k + 3]
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(state, 16)
+            state = (
+                t0[a0]
+                ^ t1[a1]
+                ^ t2[a2]
+                ^ t3[a3]
+                ^ t4[a4]
+                ^ t5[a5]
+                ^ t6[a6]
+                ^ t7[a7]
+                ^ t8[a8]
+                ^ t9[a9]
+                ^ t10[a10]
+                ^ t11[a11]
+                ^ t12[a12]
+                ^ t13[a13]
+                ^ t14[a14]
+                ^ t15[a15]
+                ^ k5
             )
-            s0, s1, s2, s3 = t0, t1, t2, t3
-        k = 4 * rounds
-        block = (
-            (
-                (sbox[s0 >> 24] << 24)
-                | (sbox[(s1 >> 16) & 255] << 16)
-                | (sbox[(s2 >> 8) & 255] << 8)
-                | sbox[s3 & 255]
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(state, 16)
+            state = (
+                t0[a0]
+                ^ t1[a1]
+                ^ t2[a2]
+                ^ t3[a3]
+                ^ t4[a4]
+                ^ t5[a5]
+                ^ t6[a6]
+                ^ t7[a7]
+                ^ t8[a8]
+                ^ t9[a9]
+                ^ t10[a10]
+                ^ t11[a11]
+                ^ t12[a12]
+                ^ t13[a13]
+                ^ t14[a14]
+                ^ t15[a15]
+                ^ k6
             )
-            ^ round_keys[k],
-            (
-                (sbox[s1 >> 24] << 24)
-                | (sbox[(s2 >> 16) & 255] << 16)
-                | (sbox[(s3 >> 8) & 255] << 8)
-                | sbox[s0 & 255]
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(state, 16)
+            state = (
+                t0[a0]
+                ^ t1[a1]
+                ^ t2[a2]
+                ^ t3[a3]
+                ^ t4[a4]
+                ^ t5[a5]
+                ^ t6[a6]
+                ^ t7[a7]
+                ^ t8[a8]
+                ^ t9[a9]
+                ^ t10[a10]
+                ^ t11[a11]
+                ^ t12[a12]
+                ^ t13[a13]
+                ^ t14[a14]
+                ^ t15[a15]
+                ^ k7
             )
-            ^ round_keys[k + 1],
-            (
-                (sbox[s2 >> 24] << 24)
-                | (sbox[(s3 >> 16) & 255] << 16)
-                | (sbox[(s0 >> 8) & 255] << 8)
-                | sbox[s1 & 255]
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(state, 16)
+            state = (
+                t0[a0]
+                ^ t1[a1]
+                ^ t2[a2]
+                ^ t3[a3]
+                ^ t4[a4]
+                ^ t5[a5]
+                ^ t6[a6]
+                ^ t7[a7]
+                ^ t8[a8]
+                ^ t9[a9]
+                ^ t10[a10]
+                ^ t11[a11]
+                ^ t12[a12]
+                ^ t13[a13]
+                ^ t14[a14]
+                ^ t15[a15]
+                ^ k8
             )
-            ^ round_keys[k + 2],
-            (
-                (sbox[s3 >> 24] << 24)
-                | (sbox[(s0 >> 16) & 255] << 16)
-                | (sbox[(s1 >> 8) & 255] << 8)
-                | sbox[s2 & 255]
+            if rounds > 10:
+                a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(
+                    state, 16, "big"
+                )
+                state = (
+                    t0[a0]
+                    ^ t1[a1]
+                    ^ t2[a2]
+                    ^ t3[a3]
+                    ^ t4[a4]
+                    ^ t5[a5]
+                    ^ t6[a6]
+                    ^ t7[a7]
+                    ^ t8[a8]
+                    ^ t9[a9]
+                    ^ t10[a10]
+                    ^ t11[a11]
+                    ^ t12[a12]
+                    ^ t13[a13]
+                    ^ t14[a14]
+                    ^ t15[a15]
+                    ^ k9
+                )
+                a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(
+                    state, 16, "big"
+                )
+                state = (
+                    t0[a0]
+                    ^ t1[a1]
+                    ^ t2[a2]
+                    ^ t3[a3]
+                    ^ t4[a4]
+                    ^ t5[a5]
+                    ^ t6[a6]
+                    ^ t7[a7]
+                    ^ t8[a8]
+                    ^ t9[a9]
+                    ^ t10[a10]
+                    ^ t11[a11]
+                    ^ t12[a12]
+                    ^ t13[a13]
+                    ^ t14[a14]
+                    ^ t15[a15]
+                    ^ k10
+                )
+                if rounds > 12:
+                    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(
+                        state, 16, "big"
+                    )
+                    state = (
+                        t0[a0]
+                        ^ t1[a1]
+                        ^ t2[a2]
+                        ^ t3[a3]
+                        ^ t4[a4]
+                        ^ t5[a5]
+                        ^ t6[a6]
+                        ^ t7[a7]
+                        ^ t8[a8]
+                        ^ t9[a9]
+                        ^ t10[a10]
+                        ^ t11[a11]
+                        ^ t12[a12]
+                        ^ t13[a13]
+                        ^ t14[a14]
+                        ^ t15[a15]
+                        ^ k11
+                    )
+                    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(
+                        state, 16, "big"
+                    )
+                    state = (
+                        t0[a0]
+                        ^ t1[a1]
+                        ^ t2[a2]
+                        ^ t3[a3]
+                        ^ t4[a4]
+                        ^ t5[a5]
+                        ^ t6[a6]
+                        ^ t7[a7]
+                        ^ t8[a8]
+                        ^ t9[a9]
+                        ^ t10[a10]
+                        ^ t11[a11]
+                        ^ t12[a12]
+                        ^ t13[a13]
+                        ^ t14[a14]
+                        ^ t15[a15]
+                        ^ k12
+                    )
+            a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15 = to_bytes(state, 16)
+            state = (
+                z0[a0]
+                ^ z1[a1]
+                ^ z2[a2]
+                ^ z3[a3]
+                ^ z4[a4]
+                ^ z5[a5]
+                ^ z6[a6]
+                ^ z7[a7]
+                ^ z8[a8]
+                ^ z9[a9]
+                ^ z10[a10]
+                ^ z11[a11]
+                ^ z12[a12]
+                ^ z13[a13]
+                ^ z14[a14]
+                ^ z15[a15]
+                ^ k_last_full
             )
-            ^ round_keys[k + 3],
-        )
-        for word in block:
-            out += word.to_bytes(4, "big")
-        counter = (counter + 1) & _MASK128
-    return bytes(out)
+            append(state)
+        blocks -= run
+        counter = (counter + run) & _MASK128
+    return states
+
+
+def _keystream(key: PythonExpandedKey, counter: int, blocks: int) -> bytes:
+    """Keystream blocks AES(counter), AES(counter + 1)... (the counter wraps mod 2**128)."""
+    states = _states(key, counter, blocks)
+    before_final = b"".join(map(int.to_bytes, states, repeat(16), repeat("big")))
+    return (
+        int.from_bytes(before_final.translate(_SBOX_BYTES), "big") ^ int.from_bytes(key._last * blocks, "big")
+    ).to_bytes(16 * blocks, "big")
 
 
 class PythonBackend(Backend):
@@ -227,7 +480,7 @@ class PythonBackend(Backend):
             return None if target is not None else b""
         first_block, skip = divmod(offset, BLOCK_SIZE)
         blocks = (skip + length + BLOCK_SIZE - 1) // BLOCK_SIZE
-        stream = _keystream(expanded_key._round_keys, (counter + first_block) & _MASK128, blocks)
+        stream = _keystream(expanded_key, (counter + first_block) & _MASK128, blocks)
         result = (int.from_bytes(view, "big") ^ int.from_bytes(stream[skip : skip + length], "big")).to_bytes(
             length, "big"
         )
