@@ -1,0 +1,88 @@
+"""FastAPI dependencies as ``Annotated`` aliases so handlers stay short.
+
+Every dependency is ``async def`` on purpose: FastAPI runs plain ``def`` dependencies in the thread pool,
+which would cost a thread hop on every request of the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.core.config import Settings
+from app.core.errors import UnsupportedMediaTypeError
+from app.core.security import Principal
+from app.core.state import ServiceState
+
+
+async def get_state(request: Request) -> ServiceState:
+    """The running app's :class:`ServiceState` (set by the lifespan)."""
+    state: ServiceState = request.app.state.keystream
+    return state
+
+
+StateDep = Annotated[ServiceState, Depends(get_state)]
+
+
+async def get_app_settings(state: StateDep) -> Settings:
+    """The settings the app was created with."""
+    return state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+
+
+async def get_principal(request: Request, state: StateDep) -> Principal:
+    """The caller behind the ``Authorization: Bearer ks_...`` header.
+
+    Raises:
+        UnauthorizedError: no token, a malformed or unknown one, or a wrong secret (401).
+    """
+    return state.tokens.verify(request.headers.get("authorization"))
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+async def get_admin(principal: PrincipalDep) -> Principal:
+    """A caller with the ``admin`` scope.
+
+    Raises:
+        ForbiddenError: the token lacks ``admin`` (403).
+    """
+    principal.require("admin")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(get_admin)]
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+async def require_json(request: Request) -> None:
+    """Reject bodies that are not ``application/json`` (a missing type is accepted).
+
+    Raises:
+        UnsupportedMediaTypeError: any other content type (415).
+    """
+    media_type = _media_type(request)
+    if media_type and media_type != "application/json":
+        raise UnsupportedMediaTypeError(f"expected application/json, got {media_type}")
+
+
+async def require_octet_stream(request: Request) -> None:
+    """Reject bodies that are not ``application/octet-stream`` (a missing type is accepted).
+
+    Raises:
+        UnsupportedMediaTypeError: any other content type (415).
+    """
+    media_type = _media_type(request)
+    if media_type and media_type != "application/octet-stream":
+        raise UnsupportedMediaTypeError(f"expected application/octet-stream, got {media_type}")
+
+
+JsonBody = Depends(require_json)
+OctetStreamBody = Depends(require_octet_stream)

@@ -1,0 +1,124 @@
+"""``/v1/keys``: create, import, list, read, rotate, update and delete keys (metadata only, never material).
+
+Key management needs the ``admin`` scope and a key pattern matching the name; reading metadata needs any
+scope and a matching pattern. Every change invalidates the key cache entry of that key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any, Literal
+
+from anyio import to_thread
+from fastapi import APIRouter, Response, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
+from app.core.errors import BadRequestError, ForbiddenError
+from app.keystore.base import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
+
+router = APIRouter(prefix="/v1/keys", tags=["keys"])
+
+
+class CreateKeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    type: Literal["aes128", "aes192", "aes256"] = "aes256"
+    segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
+    deletion_allowed: bool = False
+
+
+class ImportKeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    key: str = Field(min_length=1, max_length=64, repr=False)
+    segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
+    deletion_allowed: bool = False
+
+
+class UpdateKeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_decryption_version: int | None = Field(default=None, ge=1)
+    deletion_allowed: bool | None = None
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody])
+async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
+    """Create a key with a random version 1."""
+    principal.require("admin", body.name)
+    info = await to_thread.run_sync(
+        lambda: state.keystore.create_key(body.name, body.type, body.segment_size, body.deletion_allowed)
+    )
+    state.keycache.invalidate(body.name)
+    return info.to_json()
+
+
+@router.post("/{name}/import", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody])
+async def import_key(
+    name: str, body: ImportKeyRequest, principal: AdminDep, state: StateDep
+) -> dict[str, Any]:
+    """Import existing key material (base64 of 16, 24 or 32 bytes) as a new key."""
+    principal.require("admin", name)
+    if not state.settings.allow_key_import:
+        raise ForbiddenError("key import is disabled (set KEYSTREAM_ALLOW_KEY_IMPORT=true)")
+    try:
+        material = base64.b64decode(body.key, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequestError("key must be base64 of 16, 24 or 32 bytes") from None
+    info = await to_thread.run_sync(
+        lambda: state.keystore.import_key(name, material, body.segment_size, body.deletion_allowed)
+    )
+    state.keycache.invalidate(name)
+    return info.to_json()
+
+
+@router.get("")
+async def list_keys(principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
+    """Metadata of every key the token's patterns match."""
+    keys = await to_thread.run_sync(state.keystore.list_keys)
+    return {"keys": [info.to_json() for info in keys if principal.matches_key(info.name)]}
+
+
+@router.get("/{name}")
+async def get_key(name: str, principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
+    """Metadata of one key (any scope, matching key pattern)."""
+    if not principal.matches_key(name):
+        raise ForbiddenError("this token may not use that key (no key pattern matches)")
+    info = await to_thread.run_sync(state.keystore.get_key, name)
+    return info.to_json()
+
+
+@router.post("/{name}/rotate")
+async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> dict[str, Any]:
+    """Add a new version; it encrypts from now on, older versions keep decrypting."""
+    principal.require("admin", name)
+    info = await to_thread.run_sync(state.keystore.rotate_key, name)
+    state.keycache.invalidate(name)
+    return info.to_json()
+
+
+@router.patch("/{name}", dependencies=[JsonBody])
+async def update_key(
+    name: str, body: UpdateKeyRequest, principal: AdminDep, state: StateDep
+) -> dict[str, Any]:
+    """Change ``min_decryption_version`` and/or ``deletion_allowed``."""
+    principal.require("admin", name)
+    info = await to_thread.run_sync(
+        lambda: state.keystore.update_key(
+            name, min_decryption_version=body.min_decryption_version, deletion_allowed=body.deletion_allowed
+        )
+    )
+    state.keycache.invalidate(name)
+    return info.to_json()
+
+
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_key(name: str, principal: AdminDep, state: StateDep) -> Response:
+    """Delete a key and every version (409 unless ``deletion_allowed``)."""
+    principal.require("admin", name)
+    await to_thread.run_sync(state.keystore.delete_key, name)
+    state.keycache.invalidate(name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,70 @@
+"""Operational endpoints: ``/healthz``, ``/readyz``, ``/metrics`` (no token), ``/v1/backends`` (any token),
+and ``/bench/echo`` (only when ``KEYSTREAM_BENCH_ECHO=1``; the benchmark's baseline)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from anyio import to_thread
+from fastapi import APIRouter, Request
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+
+from app.api.deps import PrincipalDep, StateDep
+from app.core.errors import ServiceUnavailableError
+from app.core.streaming import DuplexStreamingResponse
+from app.core.telemetry import render_metrics
+
+router = APIRouter(tags=["ops"])
+echo_router = APIRouter(tags=["bench"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: the event loop answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(state: StateDep) -> dict[str, Any]:
+    """Readiness: the keystore answers and the default backend can run.
+
+    Raises:
+        ServiceUnavailableError: either is not the case (503).
+    """
+    try:
+        await to_thread.run_sync(state.keystore.count_tokens)
+    except Exception as exc:
+        raise ServiceUnavailableError(f"keystore unavailable ({type(exc).__name__})") from None
+    state.backends.get(None)
+    return {"status": "ready", "default_backend": state.backends.default}
+
+
+@router.get("/metrics")
+async def metrics(state: StateDep) -> Response:
+    """Prometheus text exposition (every worker's values in multiprocess mode)."""
+    body, content_type = render_metrics(state.backends.hwsim_registry)
+    return Response(body, media_type=content_type)
+
+
+@router.get("/v1/backends")
+async def backends(principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
+    """Each known backend: enabled, available (or why not), ISA path, hwsim preset, default."""
+    return {"default": state.backends.default, "backends": state.backends.describe()}
+
+
+async def _echo(chunks: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except ClientDisconnect:
+        return
+    finally:
+        await chunks.aclose()
+
+
+@echo_router.post("/bench/echo")
+async def echo(request: Request) -> Response:
+    """Stream the body back unchanged through the same response class as encrypt (benchmark baseline)."""
+    return DuplexStreamingResponse(_echo(request.stream()))

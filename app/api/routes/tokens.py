@@ -1,0 +1,76 @@
+"""``/v1/tokens``: admins create, list and delete API tokens.
+
+A token is shown once, at creation. An admin cannot hand out more than it has: the new token's scopes must be
+a subset of the caller's and, unless the caller's patterns include ``*``, each new key pattern must be one of
+the caller's patterns.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from anyio import to_thread
+from fastapi import APIRouter, Response, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import AdminDep, JsonBody, StateDep
+from app.core.errors import ForbiddenError
+from app.core.security import new_token
+from app.keystore import TokenRecord
+
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+
+Scope = Literal["admin", "encrypt", "decrypt"]
+
+
+class CreateTokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scopes: list[Scope] = Field(min_length=1)
+    key_patterns: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=64)
+    description: str = Field(default="", max_length=256)
+
+
+def token_json(record: TokenRecord) -> dict[str, Any]:
+    """A token's public fields (never the secret or its hash)."""
+    return {
+        "id": record.token_id,
+        "scopes": list(record.scopes),
+        "key_patterns": list(record.key_patterns),
+        "description": record.description,
+        "created_at": record.created_at.isoformat().replace("+00:00", "Z"),
+    }
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody])
+async def create_token(body: CreateTokenRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
+    """Create a token; the response's ``token`` is the only time the secret is shown."""
+    scopes = tuple(dict.fromkeys(body.scopes))
+    patterns = tuple(dict.fromkeys(pattern.strip() for pattern in body.key_patterns))
+    if any(not pattern or len(pattern) > 128 for pattern in patterns):
+        raise ForbiddenError("key patterns must be 1-128 characters")
+    missing = [scope for scope in scopes if not principal.has_scope(scope)]
+    if missing:
+        raise ForbiddenError(f"cannot grant scopes this token does not have: {', '.join(missing)}")
+    if "*" not in principal.key_patterns:
+        wider = [pattern for pattern in patterns if pattern not in principal.key_patterns]
+        if wider:
+            raise ForbiddenError("cannot grant key patterns beyond this token's own patterns")
+    token, record = new_token(scopes, patterns, body.description)
+    await to_thread.run_sync(state.keystore.create_token, record)
+    return {"token": token, **token_json(record)}
+
+
+@router.get("")
+async def list_tokens(principal: AdminDep, state: StateDep) -> dict[str, Any]:
+    """Every token's public fields."""
+    records = await to_thread.run_sync(state.keystore.list_tokens)
+    return {"tokens": [token_json(record) for record in records]}
+
+
+@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_token(token_id: str, principal: AdminDep, state: StateDep) -> Response:
+    """Revoke a token (effective at once in this worker, within ``token_cache_ttl`` in the others)."""
+    await to_thread.run_sync(state.keystore.delete_token, token_id)
+    state.tokens.forget(token_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,143 @@
+"""Service settings: pydantic-settings, environment prefix ``KEYSTREAM_``, ``.env`` supported.
+
+Use :func:`get_settings` (cached) instead of a module-level instance so tests can build their own
+:class:`Settings` and pass it to :func:`app.main.create_app`, or override the dependency.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+#: Backends the service knows how to serve, in the order of preference for the default.
+KNOWN_BACKENDS: tuple[str, ...] = ("aesni", "python", "hwsim")
+MIB = 1 << 20
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. Each field is read from ``KEYSTREAM_<NAME>`` (case-insensitive)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="KEYSTREAM_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+    )
+
+    data_dir: Path = Field(default=Path("./data"), description="SQLite keystore and master key live here.")
+    master_key: SecretStr | None = Field(
+        default=None,
+        description="Base64 of 32 bytes; when unset, data_dir/master.key is used (created once).",
+    )
+    root_token: SecretStr | None = Field(
+        default=None,
+        description="Root token `ks_<id>_<secret>` to install; when unset one is generated once.",
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=64)
+    timeout_graceful_shutdown: float = Field(default=10.0, gt=0)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    access_log: bool = False
+
+    default_backend: str | None = Field(
+        default=None,
+        description="Backend used when a request names none; default aesni if available else python.",
+    )
+    enabled_backends: Annotated[list[str] | None, NoDecode] = Field(
+        default=None, description="Comma-separated subset of aesni,python,hwsim; default every available one."
+    )
+    hwsim_preset: str = "proposal"
+    python_backend_processes: int = Field(default=1, ge=1, le=32)
+    #: Chunks up to this size are encrypted on the event loop (aesni only); bigger ones go to a thread.
+    inline_crypto_max_bytes: int = Field(default=64 * 1024, ge=0)
+
+    allow_key_import: bool = False
+    key_cache_size: int = Field(default=1024, ge=1)
+    key_metadata_ttl: float = Field(default=1.0, ge=0)
+    token_cache_ttl: float = Field(default=1.0, ge=0)
+
+    batch_max_items: int = Field(default=1000, ge=1)
+    batch_max_bytes: int = Field(default=16 * MIB, ge=1024)
+    max_associated_data: int = Field(default=64 * 1024, ge=0)
+
+    bench_echo: bool = Field(default=False, description="Expose POST /bench/echo (benchmarks only).")
+
+    @field_validator("enabled_backends", mode="before")
+    @classmethod
+    def _split_backends(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("enabled_backends")
+    @classmethod
+    def _known_backends(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        unknown = [name for name in value if name not in KNOWN_BACKENDS]
+        if unknown:
+            raise ValueError(f"unknown backends {unknown}; allowed: {', '.join(KNOWN_BACKENDS)}")
+        if not value:
+            raise ValueError("enabled_backends must name at least one backend")
+        return list(dict.fromkeys(value))
+
+    @field_validator("default_backend")
+    @classmethod
+    def _known_default(cls, value: str | None) -> str | None:
+        if value is not None and value not in KNOWN_BACKENDS:
+            raise ValueError(f"unknown backend {value!r}; allowed: {', '.join(KNOWN_BACKENDS)}")
+        return value
+
+    @field_validator("master_key")
+    @classmethod
+    def _master_key_shape(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        try:
+            raw = base64.b64decode(value.get_secret_value(), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("master_key must be base64 of 32 bytes") from None
+        if len(raw) != 32:
+            raise ValueError(f"master_key must decode to 32 bytes, got {len(raw)}")
+        return value
+
+    @field_validator("root_token")
+    @classmethod
+    def _root_token_shape(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        from app.core.security import parse_token
+
+        if parse_token(value.get_secret_value()) is None:
+            raise ValueError(
+                "root_token must look like ks_<id>_<secret> (id: 4-32 hex digits, secret >= 16 chars)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _default_in_enabled(self) -> Settings:
+        if (
+            self.default_backend
+            and self.enabled_backends
+            and self.default_backend not in self.enabled_backends
+        ):
+            raise ValueError(f"default_backend {self.default_backend!r} is not in enabled_backends")
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment and ``.env``.
+
+    Raises:
+        pydantic.ValidationError: a ``KEYSTREAM_*`` value is invalid (the message names the field).
+    """
+    return Settings()

@@ -1,0 +1,103 @@
+"""HTTP metrics middleware and the ``/metrics`` exposition (single- and multi-process, plus hwsim devices).
+
+The request histogram is labelled by route *template* (``/v1/keys/{name}/encrypt``), never by the raw path,
+so key names never reach a label. Unmatched paths share the label ``unmatched``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Metric,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.core.metrics import HTTP_REQUEST_SECONDS, INFLIGHT_REQUESTS
+
+HWSIM_PREFIX = "keystream_hwsim_"
+#: (name, type, labels, value) as produced by ``hwsim.prometheus_samples``.
+Sample = tuple[str, str, dict[str, str], float]
+
+
+class HttpMetricsMiddleware:
+    """Counts in-flight requests and times each one, from first byte received to last byte sent."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def timed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        INFLIGHT_REQUESTS.inc()
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            INFLIGHT_REQUESTS.dec()
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            HTTP_REQUEST_SECONDS.labels(
+                route=route, method=scope.get("method", ""), status=str(status)
+            ).observe(time.perf_counter() - start)
+
+
+class HwsimCollector(Collector):
+    """Exports a simulated device's snapshot as ``keystream_hwsim_*`` metric families at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], object], to_samples: Callable[[Any], Iterable[Sample]]) -> None:
+        self._snapshot = snapshot
+        self._to_samples = to_samples
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for name, kind, labels, value in self._to_samples(self._snapshot()):
+            full = name if name.startswith(HWSIM_PREFIX) else HWSIM_PREFIX + name
+            if kind == "counter":
+                full = full.removesuffix("_total")
+            family = families.get(full)
+            if family is None:
+                label_names = sorted(labels)
+                if kind == "counter":
+                    family = CounterMetricFamily(full, f"hwsim device metric {full}", labels=label_names)
+                else:
+                    family = GaugeMetricFamily(full, f"hwsim device metric {full}", labels=label_names)
+                families[full] = family
+            assert isinstance(family, CounterMetricFamily | GaugeMetricFamily)
+            family.add_metric([labels[key] for key in sorted(labels)], float(value))
+        yield from families.values()
+
+
+def render_metrics(extra: CollectorRegistry | None = None) -> tuple[bytes, str]:
+    """The Prometheus text exposition of this process (or, in multiprocess mode, of every worker).
+
+    Multiprocess mode is on when ``PROMETHEUS_MULTIPROC_DIR`` is set (``keystream serve --workers N``).
+    ``extra`` holds per-app collectors such as the hwsim device's.
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        output = generate_latest(registry)
+    else:
+        output = generate_latest(REGISTRY)
+    if extra is not None:
+        output += generate_latest(extra)
+    return output, CONTENT_TYPE_LATEST

@@ -1,0 +1,123 @@
+"""Run the service: first-start bootstrap, then uvicorn (uvloop + httptools).
+
+``keystream serve`` calls :func:`serve`; without the CLI:
+``python -c 'from app.server import serve; serve()'``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import TextIO
+
+import uvicorn
+
+from app.core.config import Settings, get_settings
+from app.core.security import install_root_token
+from app.keystore import load_or_create_master_key, open_keystore
+
+
+def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
+    """Create the data directory (0700) and master key (0600) and install or generate the root token.
+
+    A generated root token is printed once to ``out`` (default stdout) with a copy-paste ``curl`` example;
+    it is never stored in clear or logged.
+
+    Returns:
+        The generated root token, or ``None`` when one already existed or ``KEYSTREAM_ROOT_TOKEN`` was set.
+
+    Raises:
+        app.keystore.master.MasterKeyError: the master key is malformed or does not open the keystore.
+    """
+    master_env = settings.master_key.get_secret_value() if settings.master_key else None
+    master_key = load_or_create_master_key(settings.data_dir, master_env)
+    keystore = open_keystore(settings.data_dir, master_key)
+    try:
+        root = settings.root_token.get_secret_value() if settings.root_token else None
+        generated = install_root_token(keystore, root)
+    finally:
+        keystore.close()
+    if generated is not None:
+        stream = out if out is not None else sys.stdout
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host  # noqa: S104
+        base = f"http://{host}:{settings.port}"
+        print(
+            "\nKeystream root token (shown once; store it somewhere safe):\n"
+            f"  {generated}\n\n"
+            "Try it:\n"
+            f"  export KEYSTREAM_TOKEN={generated}\n"
+            f'  curl -s -H "Authorization: Bearer $KEYSTREAM_TOKEN" -H "Content-Type: application/json" '
+            f'-d \'{{"name": "demo"}}\' {base}/v1/keys\n'
+            f'  echo hello | curl -s -H "Authorization: Bearer $KEYSTREAM_TOKEN" '
+            f"--data-binary @- {base}/v1/keys/demo/encrypt | "
+            f'curl -s -H "Authorization: Bearer $KEYSTREAM_TOKEN" --data-binary @- '
+            f"{base}/v1/keys/demo/decrypt\n",
+            file=stream,
+            flush=True,
+        )
+    return generated
+
+
+def _export_settings(settings: Settings) -> None:
+    """Put the settings into ``KEYSTREAM_*`` variables so worker processes (``create_app()``) see them."""
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        if hasattr(value, "get_secret_value"):
+            value = value.get_secret_value()
+        if isinstance(value, list):
+            value = ",".join(value)
+        os.environ[f"KEYSTREAM_{name.upper()}"] = str(value)
+
+
+def _prepare_multiprocess_dir(settings: Settings) -> Path:
+    """A fresh ``PROMETHEUS_MULTIPROC_DIR`` (stale files from an earlier run would add up)."""
+    configured = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if configured:
+        path = Path(configured)
+        if path.exists():
+            for child in path.glob("*.db"):
+                child.unlink()
+        path.mkdir(parents=True, exist_ok=True)
+    else:
+        path = Path(tempfile.mkdtemp(prefix="keystream-metrics-"))
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
+    return path
+
+
+def serve(settings: Settings | None = None) -> None:
+    """Bootstrap, then serve until interrupted.
+
+    With ``workers > 1`` the workers are separate processes that rebuild the app from the environment (the
+    settings are exported as ``KEYSTREAM_*``) and metrics switch to prometheus-client's multiprocess mode.
+
+    Raises:
+        app.keystore.master.MasterKeyError: bad master key (nothing is served).
+    """
+    settings = settings if settings is not None else get_settings()
+    bootstrap(settings)
+    common = {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "timeout_graceful_shutdown": settings.timeout_graceful_shutdown,
+        "log_level": settings.log_level,
+        "access_log": settings.access_log,
+        "server_header": False,
+    }
+    if settings.workers == 1:
+        from app.main import create_app
+
+        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+        return
+    metrics_dir = _prepare_multiprocess_dir(settings)
+    _export_settings(settings)
+    try:
+        uvicorn.run("app.main:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
+    finally:
+        if metrics_dir.name.startswith("keystream-metrics-"):
+            shutil.rmtree(metrics_dir, ignore_errors=True)
