@@ -75,6 +75,21 @@ logger = logging.getLogger(__name__)
 DATABASE_FILE = "keystore.db"
 DATABASE_MODE = 0o600
 _MASTER_CHECK = "master_key_check"
+#: SQLite result codes that mean "the database cannot serve right now" (HTTP 503), not a bug.
+_UNAVAILABLE_CODES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_PERM,
+        sqlite3.SQLITE_NOLFS,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -234,6 +249,8 @@ class SqliteKeyStore(KeyStore):
         try:
             yield conn
         except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _UNAVAILABLE_CODES:
+                raise  # a bug (bad SQL, schema mismatch): let it surface as one
             # "database is locked" after busy_timeout, disk full, read-only file...: none carry key bytes.
             raise ServiceUnavailableError(f"keystore database error: {exc}") from exc
         finally:
