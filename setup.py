@@ -5,8 +5,8 @@ import os
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-extra_compile_args = ["-O3", "-fno-strict-aliasing", "-fopenmp"]
-extra_link_args = ["-fopenmp"]
+extra_compile_args = ["-O3", "-fno-strict-aliasing", "-pthread"]
+extra_link_args = ["-pthread"]
 if os.environ.get("KEYSTREAM_ASAN") == "1":
     extra_compile_args += ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1", "-g"]
     extra_link_args += ["-fsanitize=address"]

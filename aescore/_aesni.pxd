@@ -1,0 +1,47 @@
+# C declarations for the aesni backend: the intrinsics file (aesni_ctr.h) and the few pthread calls the
+# Cython module uses to split large inputs across threads.
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+
+
+cdef extern from "aesni_ctr.h" nogil:
+    ctypedef enum ks_status:
+        KS_OK
+        KS_ERR_NULL
+        KS_ERR_KEY_SIZE
+        KS_ERR_KEY_STATE
+        KS_ERR_ISA
+        KS_ERR_RANGE
+
+    ctypedef enum ks_isa:
+        KS_ISA_NONE
+        KS_ISA_AESNI
+        KS_ISA_VAES256
+        KS_ISA_VAES512
+
+    enum:
+        KS_BLOCK_SIZE
+        KS_MAX_ROUNDS
+
+    ctypedef struct ks_aes_key:
+        uint8_t round_keys[240]
+        uint32_t rounds
+
+    unsigned ks_cpu_isas()
+    ks_status ks_expand_key(const uint8_t *key, size_t key_len, ks_aes_key *out)
+    ks_status ks_ctr_xor(const ks_aes_key *key, ks_isa isa, const uint8_t *initial_counter,
+                         uint64_t offset, const uint8_t *src, uint8_t *dst, size_t length)
+    void ks_wipe_key(ks_aes_key *key)
+
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_t:
+        pass
+    ctypedef struct pthread_attr_t:
+        pass
+    int pthread_attr_init(pthread_attr_t *attr)
+    int pthread_attr_setstacksize(pthread_attr_t *attr, size_t stacksize)
+    int pthread_attr_destroy(pthread_attr_t *attr)
+    int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                       void *(*start_routine)(void *) noexcept nogil, void *arg)
+    int pthread_join(pthread_t thread, void **retval)
