@@ -122,7 +122,7 @@ class Token:
     def to_json(self) -> dict[str, Any]:
         """The metadata as JSON-ready data."""
         return {
-            "token_id": self.token_id,
+            "id": self.token_id,
             "scopes": list(self.scopes),
             "key_patterns": list(self.key_patterns),
             "description": self.description,
@@ -215,7 +215,7 @@ def parse_keys(data: Any) -> list[Key]:
 
 def _token_fields(data: Any) -> dict[str, Any]:
     return {
-        "token_id": str(data["token_id"]),
+        "token_id": str(data["id"]),
         "scopes": tuple(data["scopes"]),
         "key_patterns": tuple(data["key_patterns"]),
         "description": str(data.get("description", "")),
@@ -337,10 +337,10 @@ class CryptoOptions:
         """Check what depends on the operation.
 
         Raises:
-            ValueError: raw decrypt without ``iv``.
+            ValueError: raw decrypt without ``iv`` or ``key_version``.
         """
-        if operation == "decrypt" and self.format == "raw" and self.iv is None:
-            raise ValueError("decrypting the raw format needs the iv used to encrypt")
+        if operation == "decrypt" and self.format == "raw" and (self.iv is None or self.key_version is None):
+            raise ValueError("decrypting the raw format needs the iv and key_version that encrypt returned")
 
     def params(self) -> dict[str, str]:
         """Query parameters."""
