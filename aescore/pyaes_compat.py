@@ -1,0 +1,191 @@
+"""pyaes-compatible AES-CTR on aescore's fastest backend: ``from aescore import pyaes_compat as pyaes``.
+
+Code written for pyaes 1.6.1's CTR mode (for example pyperformance's ``crypto_pyaes`` benchmark) runs
+unchanged and produces the same bytes:
+
+>>> from aescore import pyaes_compat as pyaes
+>>> ciphertext = pyaes.AESModeOfOperationCTR(b"k" * 16).encrypt(b"attack at dawn")
+>>> pyaes.AESModeOfOperationCTR(b"k" * 16).decrypt(ciphertext)
+b'attack at dawn'
+
+Semantics kept from pyaes 1.6.1:
+
+* ``Counter(initial_value=1)`` is a 128-bit big-endian counter that wraps to 0; ``AESModeOfOperationCTR(key)``
+  without a counter starts at 1.
+* The counter object is stateful and shared: each keystream block generated increments it, so a second
+  ``AESModeOfOperationCTR`` given the same ``Counter`` continues where the first stopped. Subclasses that
+  override ``increment`` (or any object with ``value`` and ``increment()``) are honoured, block by block.
+* The keystream continues across ``encrypt``/``decrypt`` calls, including the unused tail of a partial block;
+  ``decrypt`` is ``encrypt``.
+* ``str`` input is taken as Latin-1 code points (pyaes maps characters with ``ord``).
+
+Differences: ``Counter.value`` returns a new list (mutating it does not change the counter), bad keys raise
+:class:`aescore.AesCoreValueError`/:class:`aescore.AesCoreTypeError` (subclasses of ``ValueError``/
+``TypeError``, as pyaes raises), and bytes-like inputs other than ``bytes`` are accepted. Only the CTR mode
+is provided. The backend is ``aescore.get_backend()`` (``$KEYSTREAM_BACKEND``, else ``aesni`` when
+available, else ``python``); pass ``backend=`` to choose another.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from . import get_backend
+from ._interface import Backend, BytesLike, ExpandedKey
+
+__all__ = ["AESModeOfOperationCTR", "Counter"]
+
+_MASK128 = (1 << 128) - 1
+_default_backend: Backend | None = None
+
+
+def _backend(name: str | Backend | None) -> Backend:
+    global _default_backend
+    if isinstance(name, Backend):
+        return name
+    if name is not None:
+        return get_backend(name)
+    backend = _default_backend
+    if backend is None:
+        backend = _default_backend = get_backend()
+    return backend
+
+
+class _CounterLike(Protocol):
+    @property
+    def value(self) -> list[int] | bytes: ...
+
+    def increment(self) -> None: ...
+
+
+class Counter:
+    """A 128-bit counter for CTR mode, as in pyaes: big-endian, incremented per block, wraps to 0.
+
+    Args:
+        initial_value: the first counter block as an integer (reduced mod 2**128, so -1 is all ones).
+
+    Raises:
+        TypeError: ``initial_value`` is not an int.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, initial_value: int = 1) -> None:
+        if isinstance(initial_value, bool) or not isinstance(initial_value, int):
+            raise TypeError(f"initial_value must be an int, got {type(initial_value).__name__}")
+        self._value = initial_value & _MASK128
+
+    @property
+    def value(self) -> list[int]:
+        """The current counter block as a list of 16 byte values (a copy)."""
+        return list(self._value.to_bytes(16, "big"))
+
+    def increment(self) -> None:
+        """Increment the counter (overflow rolls back to 0)."""
+        self._value = (self._value + 1) & _MASK128
+
+    def __repr__(self) -> str:
+        return f"Counter(initial_value={self._value:#x})"
+
+
+class AESModeOfOperationCTR:
+    """AES in counter mode with pyaes 1.6.1's interface; encryption and decryption are the same operation.
+
+    Never encrypt two different messages with the same key and overlapping counter values.
+
+    Args:
+        key: 16, 24 or 32 bytes.
+        counter: a :class:`Counter` (or any object with ``value`` and ``increment()``); default
+            ``Counter(1)``.
+        backend: an aescore backend or its name; default ``aescore.get_backend()``.
+
+    Raises:
+        TypeError: ``key`` is not bytes-like.
+        ValueError: ``key`` is not 16, 24 or 32 bytes long.
+        aescore.BackendUnavailableError: the requested backend cannot run here.
+    """
+
+    name = "Counter (CTR)"
+    __slots__ = ("_backend", "_counter", "_expanded_key", "_tail_block", "_tail_left")
+
+    def __init__(
+        self,
+        key: BytesLike,
+        counter: Counter | _CounterLike | None = None,
+        *,
+        backend: str | Backend | None = None,
+    ) -> None:
+        self._backend = _backend(backend)
+        self._expanded_key: ExpandedKey = self._backend.expand_key(key)
+        self._counter = Counter() if counter is None else counter
+        #: The last keystream block generated (its counter value) and how many of its bytes are still unused.
+        self._tail_block = 0
+        self._tail_left = 0
+
+    def __repr__(self) -> str:
+        bits = self._expanded_key.key_size * 8
+        return f"<AESModeOfOperationCTR backend={self._backend.name!r} key_size={bits}>"
+
+    def encrypt(self, plaintext: BytesLike | str) -> bytes:
+        """Encrypt (or decrypt) the next ``len(plaintext)`` bytes of the stream.
+
+        Raises:
+            TypeError: ``plaintext`` is not bytes-like or str.
+            ValueError: a ``str`` holds a character above U+00FF.
+        """
+        if isinstance(plaintext, str):
+            plaintext = plaintext.encode("latin-1")
+        counter = self._counter
+        if type(counter) is not Counter:
+            return self._encrypt_generic(plaintext)
+        left = self._tail_left
+        length = len(plaintext)
+        if left:
+            start = self._tail_block
+            if length <= left:
+                self._tail_left = left - length
+                return self._xor(start, plaintext, 16 - left)
+            if counter._value != (start + 1) & _MASK128:  # the shared counter moved: not contiguous
+                return self._xor(start, plaintext[:left], 16 - left) + self._encrypt_fresh(plaintext[left:])
+            position = 16 - left + length
+        else:
+            start = counter._value
+            position = length
+        blocks = (position + 15) >> 4
+        self._tail_left = -position & 15
+        self._tail_block = (start + blocks - 1) & _MASK128
+        counter._value = (start + blocks) & _MASK128
+        return self._xor(start, plaintext, 16 - left if left else 0)
+
+    decrypt = encrypt
+
+    def _xor(self, block: int, data: BytesLike, offset: int) -> bytes:
+        result = self._backend.ctr_xor(self._expanded_key, block.to_bytes(16, "big"), data, offset)
+        assert result is not None
+        return result
+
+    def _encrypt_fresh(self, data: BytesLike) -> bytes:
+        self._tail_left = 0
+        return self.encrypt(data)
+
+    def _encrypt_generic(self, data: BytesLike) -> bytes:
+        """Any counter object: read ``value`` and call ``increment()`` once per block, as pyaes does."""
+        counter: _CounterLike = self._counter
+        view = memoryview(data).cast("B")
+        out = bytearray(len(view))
+        done = 0
+        left = self._tail_left
+        if left and len(view):
+            take = min(left, len(view))
+            out[:take] = self._xor(self._tail_block, view[:take], 16 - left)
+            self._tail_left = left - take
+            done = take
+        while done < len(view):
+            block = int.from_bytes(bytes(counter.value), "big")
+            counter.increment()
+            take = min(16, len(view) - done)
+            out[done : done + take] = self._xor(block, view[done : done + take], 0)
+            self._tail_block = block
+            self._tail_left = 16 - take
+            done += take
+        return bytes(out)
