@@ -8,6 +8,8 @@ Concurrency model:
   (threads or processes) queue on ``busy_timeout`` instead of failing half-way or losing an update. A
   read-modify-write such as rotation therefore always sees the latest version number.
 * Multi-statement reads run in one deferred transaction, so a key's row and its versions are one snapshot.
+* A store opened before ``fork()`` stays usable in the child: the child opens its own connections and
+  never touches the inherited ones (SQLite forbids carrying a connection across ``fork``).
 
 The schema is versioned: :data:`MIGRATIONS` are applied in order at open (under the write lock, so several
 workers starting together migrate once); ``PRAGMA user_version`` holds the current version and the
@@ -206,6 +208,10 @@ class SqliteKeyStore(KeyStore):
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
+        self._pid = os.getpid()
+        # Connections inherited through fork(): never used or closed in the child (closing one could make
+        # SQLite checkpoint and remove the WAL file under the parent), just kept referenced.
+        self._inherited: list[sqlite3.Connection] = []
         try:
             _prepare_database_file(self.path)
         except OSError as exc:
@@ -240,6 +246,10 @@ class SqliteKeyStore(KeyStore):
         with self._lock:
             if self._closed:
                 raise ServiceUnavailableError("the keystore is closed")
+            if self._pid != os.getpid():
+                self._inherited.extend(self._idle)
+                self._idle = []
+                self._pid = os.getpid()
             conn = self._idle.pop() if self._idle else None
         try:
             if conn is None:
@@ -258,10 +268,13 @@ class SqliteKeyStore(KeyStore):
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             with self._lock:
-                keep = not self._closed and len(self._idle) < self._pool_size
+                forked = self._pid != os.getpid()
+                keep = not forked and not self._closed and len(self._idle) < self._pool_size
                 if keep:
                     self._idle.append(conn)
-            if not keep:
+                elif forked:
+                    self._inherited.append(conn)
+            if not keep and not forked:
                 conn.close()
 
     @contextlib.contextmanager
@@ -323,6 +336,9 @@ class SqliteKeyStore(KeyStore):
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            if self._pid != os.getpid():
+                self._inherited.extend(idle)
+                idle = []
         for conn in idle:
             conn.close()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import sqlite3
 import subprocess
 import sys
@@ -132,8 +134,29 @@ def test_worker_processes_share_the_file(data_dir: Path, master_key: bytes) -> N
     assert sorted(seen) == list(range(2, total + 1))
     store = open_keystore(data_dir, master_key)
     assert store.schema_version() == 1
-    with sqlite3.connect(data_dir / "keystore.db") as conn:
+    with contextlib.closing(sqlite3.connect(data_dir / "keystore.db")) as conn:
         assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
     assert store.get_key("orders").latest_version == total
     assert len({store.key_material("orders", v) for v in range(1, total + 1)}) == total
+    store.close()
+
+
+def test_a_store_opened_before_fork_works_in_parent_and_child(data_dir: Path, master_key: bytes) -> None:
+    store = open_keystore(data_dir, master_key)
+    store.create_key("orders")
+    store.get_key("orders")  # leaves an idle pooled connection to be inherited
+    pid = os.fork()
+    if pid == 0:  # child: must open its own connections; exit without running pytest's teardown
+        code = 1
+        try:
+            code = 0 if store.rotate_key("orders").latest_version == 2 else 2
+            store.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    info = store.get_key("orders")
+    assert info.latest_version == 2
+    assert len(store.key_material("orders", 2)) == 32
+    assert store.rotate_key("orders").latest_version == 3
     store.close()
