@@ -41,14 +41,14 @@ _default_backend: Backend | None = None
 
 def _backend(name: str | Backend | None) -> Backend:
     global _default_backend
+    if name is None:
+        backend = _default_backend
+        if backend is None:
+            backend = _default_backend = get_backend()
+        return backend
     if isinstance(name, Backend):
         return name
-    if name is not None:
-        return get_backend(name)
-    backend = _default_backend
-    if backend is None:
-        backend = _default_backend = get_backend()
-    return backend
+    return get_backend(name)
 
 
 class _CounterLike(Protocol):
@@ -71,7 +71,9 @@ class Counter:
     __slots__ = ("_value",)
 
     def __init__(self, initial_value: int = 1) -> None:
-        if isinstance(initial_value, bool) or not isinstance(initial_value, int):
+        if type(initial_value) is not int and (
+            isinstance(initial_value, bool) or not isinstance(initial_value, int)
+        ):
             raise TypeError(f"initial_value must be an int, got {type(initial_value).__name__}")
         self._value = initial_value & _MASK128
 
@@ -106,7 +108,7 @@ class AESModeOfOperationCTR:
     """
 
     name = "Counter (CTR)"
-    __slots__ = ("_backend", "_counter", "_expanded_key", "_tail_block", "_tail_left")
+    __slots__ = ("_backend", "_counter", "_expanded_key", "_next", "_tail_block", "_tail_left")
 
     def __init__(
         self,
@@ -115,9 +117,13 @@ class AESModeOfOperationCTR:
         *,
         backend: str | Backend | None = None,
     ) -> None:
-        self._backend = _backend(backend)
+        chosen = _default_backend if backend is None else None
+        self._backend = chosen if chosen is not None else _backend(backend)
         self._expanded_key: ExpandedKey = self._backend.expand_key(key)
-        self._counter = Counter() if counter is None else counter
+        #: The caller's counter object, or None: then the next counter value is the int ``_next`` (a private
+        #: ``Counter(1)`` that nobody else can see, kept as an int to keep construction cheap).
+        self._counter: Counter | _CounterLike | None = counter
+        self._next = 1
         #: The last keystream block generated (its counter value) and how many of its bytes are still unused.
         self._tail_block = 0
         self._tail_left = 0
@@ -133,44 +139,64 @@ class AESModeOfOperationCTR:
             TypeError: ``plaintext`` is not bytes-like or str.
             ValueError: a ``str`` holds a character above U+00FF.
         """
+        if self._tail_left or self._counter is not None or isinstance(plaintext, str):
+            return self._encrypt_general(plaintext)
+        # Hot path (crypto_pyaes): private counter, no keystream left over from a previous call.
+        start = self._next
+        result = self._backend.ctr_xor(self._expanded_key, start.to_bytes(16, "big"), plaintext)
+        assert result is not None
+        length = len(result)
+        following = start + ((length + 15) >> 4)
+        self._next = following if following <= _MASK128 else following & _MASK128
+        if length & 15:
+            self._tail_left = 16 - (length & 15)
+            self._tail_block = (following - 1) & _MASK128
+        return result
+
+    decrypt = encrypt
+
+    def _encrypt_general(self, plaintext: BytesLike | str) -> bytes:
+        """Everything off the hot path: str input, a caller's counter, keystream left from the last call."""
         if isinstance(plaintext, str):
             plaintext = plaintext.encode("latin-1")
         counter = self._counter
+        if counter is None:  # from now on this object keeps its position in an explicit Counter
+            counter = self._counter = Counter(self._next)
         if type(counter) is not Counter:
             return self._encrypt_generic(plaintext)
         left = self._tail_left
-        length = len(plaintext)
+        length = memoryview(plaintext).nbytes
         if left:
             start = self._tail_block
             if length <= left:
+                result = self._xor(start, plaintext, 16 - left)
                 self._tail_left = left - length
-                return self._xor(start, plaintext, 16 - left)
+                return result
             if counter._value != (start + 1) & _MASK128:  # the shared counter moved: not contiguous
-                return self._xor(start, plaintext[:left], 16 - left) + self._encrypt_fresh(plaintext[left:])
-            position = 16 - left + length
+                head = self._xor(start, plaintext[:left], 16 - left)
+                self._tail_left = 0
+                return head + self._encrypt_general(plaintext[left:])
+            offset = 16 - left
         else:
             start = counter._value
-            position = length
+            offset = 0
+        result = self._xor(start, plaintext, offset)
+        position = offset + length
         blocks = (position + 15) >> 4
         self._tail_left = -position & 15
         self._tail_block = (start + blocks - 1) & _MASK128
         counter._value = (start + blocks) & _MASK128
-        return self._xor(start, plaintext, 16 - left if left else 0)
-
-    decrypt = encrypt
+        return result
 
     def _xor(self, block: int, data: BytesLike, offset: int) -> bytes:
         result = self._backend.ctr_xor(self._expanded_key, block.to_bytes(16, "big"), data, offset)
         assert result is not None
         return result
 
-    def _encrypt_fresh(self, data: BytesLike) -> bytes:
-        self._tail_left = 0
-        return self.encrypt(data)
-
     def _encrypt_generic(self, data: BytesLike) -> bytes:
         """Any counter object: read ``value`` and call ``increment()`` once per block, as pyaes does."""
-        counter: _CounterLike = self._counter
+        counter = self._counter
+        assert counter is not None
         view = memoryview(data).cast("B")
         out = bytearray(len(view))
         done = 0
