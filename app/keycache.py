@@ -35,6 +35,10 @@ __all__ = ["CacheKey", "KeyCache", "ResolvedKey"]
 #: ``(key name, version, backend name)``.
 CacheKey = tuple[str, int, str]
 
+# Label children bound once: ``labels()`` on every lookup would cost more than the hit itself.
+_HITS = metrics.KEY_CACHE_REQUESTS.labels(result="hit")
+_MISSES = metrics.KEY_CACHE_REQUESTS.labels(result="miss")
+
 
 @dataclass(frozen=True)
 class ResolvedKey:
@@ -206,11 +210,11 @@ class KeyCache:
             if entry is not None:
                 self._entries.move_to_end(cache_key)
                 self.hits += 1
-                metrics.KEY_CACHE_REQUESTS.labels(result="hit").inc()
+                _HITS.inc()
                 return entry
             self.misses += 1
             generation = self._generation(info.name)
-        metrics.KEY_CACHE_REQUESTS.labels(result="miss").inc()
+        _MISSES.inc()
         material = self._keystore.key_material(info.name, version)
         resolved = ResolvedKey(
             name=info.name,
