@@ -170,13 +170,9 @@ def _read_master_key_file(path: Path) -> bytes:
         data = os.read(fd, 4096)
     finally:
         os.close(fd)
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        raise MasterKeyError(
-            f"master key file {path} is not base64 text of {MASTER_KEY_SIZE} bytes"
-        ) from None
-    return parse_master_key(text, str(path))
+    if not data.isascii():  # checked, not caught: a UnicodeDecodeError would carry the file's bytes
+        raise MasterKeyError(f"master key file {path} is not base64 text of {MASTER_KEY_SIZE} bytes")
+    return parse_master_key(data.decode("ascii"), str(path))
 
 
 def _write_new_file(path: Path, content: bytes) -> None:

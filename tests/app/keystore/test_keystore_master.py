@@ -131,6 +131,7 @@ def test_corrupt_key_file_gives_a_clear_error_without_its_content(data_dir: Path
     os.chmod(key_file, 0o600)
     with pytest.raises(MasterKeyError, match="master key") as caught:
         load_or_create_master_key(data_dir, None)
+    assert caught.value.__context__ is None and caught.value.__cause__ is None  # no chained error with bytes
     if content.strip():
         assert content.strip()[:8].decode("latin-1") not in str(caught.value)
 
@@ -170,6 +171,7 @@ def test_bad_env_value_gives_a_clear_error_without_echoing_it(
     message = str(caught.value)
     assert expected in message and "KEYSTREAM_MASTER_KEY" in message and "32" in message
     assert value not in message
+    assert caught.value.__context__ is None and caught.value.__cause__ is None
 
 
 def test_concurrent_first_starts_agree_on_one_key(data_dir: Path) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sqlite3
 import stat
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -34,9 +36,14 @@ from app.keystore import (
 from app.keystore.sqlite import MIGRATIONS, Migration
 
 
-def raw_connection(store: SqliteKeyStore) -> sqlite3.Connection:
+@contextlib.contextmanager
+def raw_connection(store: SqliteKeyStore) -> Iterator[sqlite3.Connection]:
     """A connection of the test's own, to look at what is really on disk."""
-    return sqlite3.connect(store.path, isolation_level=None)
+    conn = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 def token(token_id: str = "tok1", **changes: object) -> TokenRecord:  # noqa: S107 - an id, not a secret
@@ -364,6 +371,7 @@ def test_wrong_master_key_is_refused_at_open(data_dir: Path, master_key: bytes) 
         open_keystore(data_dir, other)
     message = str(caught.value)
     assert master_key.hex() not in message and other.hex() not in message and "Restore" in message
+    assert caught.value.__context__ is None and caught.value.__cause__ is None
     with pytest.raises(MasterKeyError, match="32 bytes long"):
         open_keystore(data_dir, master_key[:16])
 
@@ -475,7 +483,7 @@ def test_closed_store_refuses_calls(data_dir: Path, master_key: bytes) -> None:
 def test_write_lock_held_too_long_gives_503(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
     store = SqliteKeyStore(data_dir / "keystore.db", master_key, busy_timeout=0.2)
-    blocker = raw_connection(store)
+    blocker = sqlite3.connect(store.path, isolation_level=None)
     try:
         store.create_key("orders")
         blocker.execute("BEGIN IMMEDIATE")
