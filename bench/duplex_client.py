@@ -68,7 +68,9 @@ async def duplex_request(
         source = body
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
-    lines.append(f"Content-Length: {content_length}" if content_length is not None else "Transfer-Encoding: chunked")
+    lines.append(
+        f"Content-Length: {content_length}" if content_length is not None else "Transfer-Encoding: chunked"
+    )
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
     sent = 0
 

@@ -59,12 +59,16 @@ class Api:
     async def encrypt(self, name: str, data: bytes, token: str = ROOT_TOKEN, **params: Any) -> httpx.Response:
         headers = self.auth(token)
         headers.update(params.pop("headers", {}))
-        return await self.client.post(f"/v1/keys/{name}/encrypt", content=data, params=params, headers=headers)
+        return await self.client.post(
+            f"/v1/keys/{name}/encrypt", content=data, params=params, headers=headers
+        )
 
     async def decrypt(self, name: str, data: bytes, token: str = ROOT_TOKEN, **params: Any) -> httpx.Response:
         headers = self.auth(token)
         headers.update(params.pop("headers", {}))
-        return await self.client.post(f"/v1/keys/{name}/decrypt", content=data, params=params, headers=headers)
+        return await self.client.post(
+            f"/v1/keys/{name}/decrypt", content=data, params=params, headers=headers
+        )
 
 
 @pytest.fixture
@@ -79,7 +83,7 @@ async def api(settings_factory: Callable[..., Settings]) -> AsyncIterator[Api]:
         yield value
 
 
-class running_api:  # noqa: N801 (used like a function)
+class running_api:
     """``async with running_api(settings) as api``: lifespan started, client connected."""
 
     def __init__(self, settings: Settings) -> None:

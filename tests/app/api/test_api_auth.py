@@ -62,7 +62,11 @@ async def test_401_without_valid_token(api: Api, route: tuple[Any, ...], headers
     assert ROOT_TOKEN not in response.text
 
 
-@pytest.mark.parametrize("route", [r for r in ROUTES if r[4] is not None], ids=[i for r, i in zip(ROUTES, IDS, strict=True) if r[4]])
+@pytest.mark.parametrize(
+    "route",
+    [r for r in ROUTES if r[4] is not None],
+    ids=[i for r, i in zip(ROUTES, IDS, strict=True) if r[4]],
+)
 async def test_403_on_wrong_scope(api: Api, route: tuple[Any, ...]) -> None:
     granted = route[4]
     others = [scope for scope in ("admin", "encrypt", "decrypt") if scope != granted]
@@ -72,7 +76,11 @@ async def test_403_on_wrong_scope(api: Api, route: tuple[Any, ...]) -> None:
     assert response.json()["error"]["code"] == "forbidden"
 
 
-@pytest.mark.parametrize("route", [r for r in ROUTES if r[1] in KEYED], ids=[i for r, i in zip(ROUTES, IDS, strict=True) if r[1] in KEYED])
+@pytest.mark.parametrize(
+    "route",
+    [r for r in ROUTES if r[1] in KEYED],
+    ids=[i for r, i in zip(ROUTES, IDS, strict=True) if r[1] in KEYED],
+)
 async def test_403_on_key_pattern_mismatch(api: Api, route: tuple[Any, ...]) -> None:
     token = await api.create_token(["admin", "encrypt", "decrypt"], ["other-*"])
     response = await _call(api, route, api.auth(token))
@@ -104,7 +112,9 @@ async def test_public_endpoints_need_no_token(api: Api) -> None:
 
 async def test_token_lifecycle(api: Api) -> None:
     created = await api.client.post(
-        "/v1/tokens", json={"scopes": ["encrypt"], "key_patterns": ["a*"], "description": "ci"}, headers=api.auth()
+        "/v1/tokens",
+        json={"scopes": ["encrypt"], "key_patterns": ["a*"], "description": "ci"},
+        headers=api.auth(),
     )
     assert created.status_code == 201
     body = created.json()

@@ -27,10 +27,16 @@ async def test_encrypt_and_decrypt_batch(api: Api) -> None:
     assert [r["reference"] for r in results] == ["r1", "r2", None]
     assert all(r["key_version"] == 1 for r in results)
     ciphertexts = [
-        {"ciphertext": r["ciphertext"], "reference": r["reference"], **({"associated_data": b64(b"ctx")} if i == 2 else {})}
+        {
+            "ciphertext": r["ciphertext"],
+            "reference": r["reference"],
+            **({"associated_data": b64(b"ctx")} if i == 2 else {}),
+        }
         for i, r in enumerate(results)
     ]
-    decrypted = await api.client.post("/v1/keys/b/decrypt/batch", json={"items": ciphertexts}, headers=api.auth())
+    decrypted = await api.client.post(
+        "/v1/keys/b/decrypt/batch", json={"items": ciphertexts}, headers=api.auth()
+    )
     assert decrypted.status_code == 200
     plain = [base64.b64decode(r["plaintext"]) for r in decrypted.json()["results"]]
     assert plain == [b"one", b"", bytes(10_000)]
@@ -69,7 +75,9 @@ async def test_item_errors_do_not_fail_the_batch(api: Api) -> None:
     assert results["tampered"]["error"]["code"] == "decryption_failed"
     assert results["wrong-ad"]["error"]["code"] == "decryption_failed"
     bad_plain = await api.client.post(
-        "/v1/keys/b/encrypt/batch", json={"items": [{"plaintext": "%%%"}, {"plaintext": "aGk="}]}, headers=api.auth()
+        "/v1/keys/b/encrypt/batch",
+        json={"items": [{"plaintext": "%%%"}, {"plaintext": "aGk="}]},
+        headers=api.auth(),
     )
     out = bad_plain.json()["results"]
     assert "error" in out[0] and "ciphertext" in out[1]
@@ -78,15 +86,21 @@ async def test_item_errors_do_not_fail_the_batch(api: Api) -> None:
 async def test_batch_after_rotation_reports_versions(api: Api) -> None:
     await api.create_key("b")
     first = (
-        await api.client.post("/v1/keys/b/encrypt/batch", json={"items": [{"plaintext": "aGk="}]}, headers=api.auth())
+        await api.client.post(
+            "/v1/keys/b/encrypt/batch", json={"items": [{"plaintext": "aGk="}]}, headers=api.auth()
+        )
     ).json()["results"][0]
     await api.client.post("/v1/keys/b/rotate", headers=api.auth())
     second = (
-        await api.client.post("/v1/keys/b/encrypt/batch", json={"items": [{"plaintext": "aGk="}]}, headers=api.auth())
+        await api.client.post(
+            "/v1/keys/b/encrypt/batch", json={"items": [{"plaintext": "aGk="}]}, headers=api.auth()
+        )
     ).json()["results"][0]
     assert (first["key_version"], second["key_version"]) == (1, 2)
     items = [{"ciphertext": first["ciphertext"]}, {"ciphertext": second["ciphertext"]}]
-    decrypted = (await api.client.post("/v1/keys/b/decrypt/batch", json={"items": items}, headers=api.auth())).json()
+    decrypted = (
+        await api.client.post("/v1/keys/b/decrypt/batch", json={"items": items}, headers=api.auth())
+    ).json()
     assert [r["key_version"] for r in decrypted["results"]] == [1, 2]
 
 

@@ -101,7 +101,9 @@ async def test_tampered_later_segment_aborts_the_stream(api: Api) -> None:
     encrypted = bytearray((await api.encrypt("t", os.urandom(5 * SEGMENT))).content)
     encrypted[3 * SEGMENT + 10] ^= 1
     with pytest.raises(StreamAbortedError, match="decryption_failed"):
-        await api.client.post("/v1/keys/t/decrypt", content=_in_segments(bytes(encrypted)), headers=api.auth())
+        await api.client.post(
+            "/v1/keys/t/decrypt", content=_in_segments(bytes(encrypted)), headers=api.auth()
+        )
 
 
 async def test_failure_within_the_first_read_is_still_a_clean_400(api: Api) -> None:
@@ -117,7 +119,9 @@ async def test_truncated_ciphertext_aborts_the_stream(api: Api) -> None:
     await api.create_key("t", segment_size=SEGMENT)
     encrypted = (await api.encrypt("t", os.urandom(5 * SEGMENT))).content
     with pytest.raises(StreamAbortedError):
-        await api.client.post("/v1/keys/t/decrypt", content=_in_segments(encrypted[: 3 * SEGMENT]), headers=api.auth())
+        await api.client.post(
+            "/v1/keys/t/decrypt", content=_in_segments(encrypted[: 3 * SEGMENT]), headers=api.auth()
+        )
 
 
 async def test_decrypt_with_explicit_key_version(api: Api) -> None:
@@ -152,7 +156,9 @@ async def test_raw_random_access_by_offset(api: Api) -> None:
     encrypted = await api.encrypt("r", plaintext, format="raw")
     iv = encrypted.headers["Keystream-IV"]
     for start, end in ((0, 10), (15, 4000), (4097, 10_000)):
-        part = await api.decrypt("r", encrypted.content[start:end], format="raw", iv=iv, key_version=1, offset=start)
+        part = await api.decrypt(
+            "r", encrypted.content[start:end], format="raw", iv=iv, key_version=1, offset=start
+        )
         assert part.content == plaintext[start:end]
     again = await api.encrypt("r", plaintext[333:999], format="raw", iv=iv, offset=333)
     assert again.content == encrypted.content[333:999]

@@ -147,7 +147,9 @@ async def test_import_then_raw_matches_pycryptodome(settings_factory: Callable[.
         assert response.headers["Keystream-IV"] == iv.hex()
 
 
-@pytest.mark.parametrize(("key", "status"), [("not base64!", 400), (base64.b64encode(bytes(20)).decode(), 400)])
+@pytest.mark.parametrize(
+    ("key", "status"), [("not base64!", 400), (base64.b64encode(bytes(20)).decode(), 400)]
+)
 async def test_import_rejects_bad_material_without_echoing_it(
     settings_factory: Callable[..., Settings], key: str, status: int
 ) -> None:
