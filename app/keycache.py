@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.core import metrics
-from app.core.errors import BadRequestError, KeyVersionNotFoundError
+from app.core.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
 from app.keystore import KeyInfo, KeyStore
 
 if TYPE_CHECKING:
@@ -131,10 +131,10 @@ class KeyCache:
             generation = self._generation(name)
         try:
             info = self._keystore.get_key(name)
-        except Exception:
-            with self._lock:
-                if self._metadata.pop(name, None) is not None:
-                    self._drop_entries(name)
+        except KeyNotFoundError:
+            with self._lock:  # deleted (maybe by another worker): its versions must stop working here too
+                self._metadata.pop(name, None)
+                self._drop_entries(name)
             raise
         expires_at = self._clock() + self.metadata_ttl
         with self._lock:

@@ -13,7 +13,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 import aescore
-from app.core.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
+from app.core.errors import (
+    BadRequestError,
+    KeyNotFoundError,
+    KeyVersionNotFoundError,
+    ServiceUnavailableError,
+)
 from app.keycache import KeyCache, ResolvedKey
 from app.keystore import KeyStore, SqliteKeyStore, open_keystore
 
@@ -457,3 +462,21 @@ def test_concurrent_use_keeps_the_bound_and_the_counts(real_store: SqliteKeyStor
     assert errors == []
     assert len(cache) <= 3
     assert cache.hits + cache.misses == 6 * calls_per_thread
+
+
+def test_a_busy_keystore_does_not_empty_the_cache(
+    real_store: SqliteKeyStore, spy: SpyKeyStore, cache: KeyCache, clock: FakeClock, backend: SpyBackend
+) -> None:
+    real_store.create_key("orders")
+    cached = cache.resolve("orders", 1, backend)  # type: ignore[arg-type]
+
+    def busy(name: str) -> None:
+        raise ServiceUnavailableError("keystore database error: database is locked")
+
+    spy.inner = type("Busy", (), {"get_key": staticmethod(busy)})()  # type: ignore[assignment]
+    clock.advance(1.5)
+    with pytest.raises(ServiceUnavailableError):
+        cache.resolve("orders", 1, backend)  # type: ignore[arg-type]
+    spy.inner = real_store
+    assert len(cache) == 1
+    assert cache.resolve("orders", 1, backend) is cached  # type: ignore[arg-type]
