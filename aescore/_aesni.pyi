@@ -1,0 +1,69 @@
+"""Typing stub for the Cython extension ``aescore._aesni`` (see ``_aesni.pyx`` for the documentation)."""
+
+from typing import ClassVar, Final, overload
+
+from ._interface import Backend, BytesLike, ExpandedKey
+
+ISA_NAMES: Final[tuple[str, ...]]
+GIL_RELEASE_BYTES: Final[int]
+MIN_BYTES_PER_THREAD: Final[int]
+MAX_THREADS: Final[int]
+
+def supported_isas() -> tuple[str, ...]: ...
+def get_isa() -> str: ...
+def set_isa(name: str) -> None: ...
+def get_threads() -> int: ...
+def set_threads(threads: int) -> None: ...
+def unavailable_reason() -> str | None: ...
+def _availability(
+    cpu_isas: int, isa_setting: str, threads_setting: str
+) -> tuple[str | None, str | None, int | None]: ...
+
+class AesniExpandedKey(ExpandedKey):
+    @property
+    def backend_name(self) -> str: ...
+    @property
+    def key_size(self) -> int: ...
+
+class AesniBackend(Backend):
+    name: ClassVar[str]
+    def __init__(self, isa: str | None = None, threads: int | None = None) -> None: ...
+    def expand_key(self, key: BytesLike) -> AesniExpandedKey: ...
+    @overload
+    def ctr_xor(
+        self,
+        expanded_key: ExpandedKey,
+        initial_counter: BytesLike,
+        data: BytesLike,
+        offset: int = 0,
+        out: None = None,
+    ) -> bytes: ...
+    @overload
+    def ctr_xor(
+        self,
+        expanded_key: ExpandedKey,
+        initial_counter: BytesLike,
+        data: BytesLike,
+        offset: int = 0,
+        *,
+        out: bytearray | memoryview,
+    ) -> None: ...
+    @overload
+    def ctr_xor(
+        self,
+        expanded_key: ExpandedKey,
+        initial_counter: BytesLike,
+        data: BytesLike,
+        offset: int,
+        out: bytearray | memoryview,
+    ) -> None: ...
+    @overload
+    def ctr_xor(
+        self,
+        expanded_key: ExpandedKey,
+        initial_counter: BytesLike,
+        data: BytesLike,
+        offset: int = 0,
+        out: bytearray | memoryview | None = None,
+    ) -> bytes | None: ...
+    def info(self) -> dict[str, str | int | bool | None]: ...
