@@ -18,6 +18,7 @@ the connection instead of ending the body when a sealed segment fails to verify 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ssl
 from collections.abc import Awaitable, Callable, Coroutine
@@ -277,21 +278,32 @@ class DuplexCall:
 
 
 class LoopRunner:
-    """A private event loop that the sync client drives one step at a time from the calling thread."""
+    """A private event loop that the sync client drives one step at a time.
+
+    Normally the loop runs in the calling thread. When that thread already runs an event loop (a sync client
+    used inside async code), the private loop runs in one helper thread and the caller blocks, as any sync
+    client call does.
+    """
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
+        self._helper: concurrent.futures.ThreadPoolExecutor | None = None
 
     def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
-        """Run ``coroutine`` to completion on the private loop and return its result.
-
-        Raises:
-            RuntimeError: called from a thread whose own event loop is running (use the async client there).
-        """
-        return self._loop.run_until_complete(coroutine)
+        """Run ``coroutine`` to completion on the private loop and return its result."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._loop.run_until_complete(coroutine)
+        if self._helper is None:
+            self._helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="keystream-client")
+        return self._helper.submit(self._loop.run_until_complete, coroutine).result()
 
     def close(self) -> None:
-        """Close the loop (idempotent)."""
+        """Close the loop and the helper thread (idempotent)."""
         if not self._loop.is_closed():
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self.run(self._loop.shutdown_asyncgens())
+            if self._helper is not None:
+                self._helper.shutdown(wait=True)
+                self._helper = None
             self._loop.close()

@@ -622,8 +622,8 @@ class KeystreamClient(_BaseClient):
         on_progress: ProgressCallback | None,
     ) -> Iterator[CipherStream]:
         with sync_chunk_reader(source, self._chunk_size, on_progress) as (reader, length, sent):
-            runner = transport.LoopRunner()
             call = self._duplex(operation, key, options, reader, length)
+            runner = transport.LoopRunner()
             try:
                 with _mapped_errors():
                     head = runner.run(call.start())
