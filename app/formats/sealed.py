@@ -224,6 +224,34 @@ def _check_ikm(ikm: bytes, derived_key_size: int) -> None:
         raise ValueError(f"key material must be at least {needed} bytes, got {len(ikm)}")
 
 
+class _Buffer:
+    """A reusable byte buffer for at most one segment, grown on demand up to ``limit`` and never shrunk.
+
+    Unlike a ``bytearray`` that is appended to and cleared per segment, refilling it costs one copy and no
+    reallocation; small messages only allocate what they use.
+    """
+
+    __slots__ = ("_data", "_view", "fill", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.fill = 0
+        self._data = bytearray()
+        self._view = memoryview(self._data)
+
+    def append(self, source: memoryview) -> None:
+        end = self.fill + len(source)
+        if end > len(self._data):
+            grown = bytearray(min(self.limit, max(end, 2 * len(self._data))))
+            grown[: self.fill] = self._view[: self.fill]
+            self._data, self._view = grown, memoryview(grown)
+        self._view[self.fill : end] = source
+        self.fill = end
+
+    def contents(self) -> memoryview:
+        return self._view[: self.fill]
+
+
 class _SegmentKeys:
     """The per-message AES and HMAC keys; tags and transforms one segment at a time."""
 
@@ -308,7 +336,7 @@ class SealedEncryptor:
         self._segment_size = segment_size
         self._first_size = segment_size - header_size - TAG_SIZE
         self._later_size = segment_size - TAG_SIZE
-        self._pending = bytearray()
+        self._pending = _Buffer(self._later_size)
         self._index = 0
         self._done = False
 
@@ -362,19 +390,19 @@ class SealedEncryptor:
         pending = self._pending
         while True:
             size = self._first_size if self._index == 0 else self._later_size
-            if pending:
-                take = min(size - len(pending), end - position)
-                pending += view[position : position + take]
+            if pending.fill:
+                take = min(size - pending.fill, end - position)
+                pending.append(view[position : position + take])
                 position += take
-                if len(pending) < size or position == end:
+                if pending.fill < size or position == end:
                     return  # a full segment waits until a byte beyond it shows it is not the last
-                self._seal(pending, False, parts)
-                pending.clear()
+                self._seal(pending.contents(), False, parts)
+                pending.fill = 0
             elif end - position > size:
                 self._seal(view[position : position + size], False, parts)
                 position += size
             else:
-                pending += view[position:]
+                pending.append(view[position:])
                 return
 
     def finalize(self) -> bytes:
@@ -386,8 +414,8 @@ class SealedEncryptor:
         """
         parts = self._start()
         self._done = True
-        self._seal(self._pending, True, parts)
-        self._pending.clear()
+        self._seal(self._pending.contents(), True, parts)
+        self._pending.fill = 0
         return b"".join(parts)
 
     def __repr__(self) -> str:
@@ -461,7 +489,7 @@ class SealedDecryptor:
         self._segment_size = segment_size
         self._header_size = header_length(key_type)
         self._first_size = segment_size - self._header_size
-        self._pending = bytearray()
+        self._pending = _Buffer(segment_size)
         self._salt: bytes | None = None
         self._nonce_prefix = b""
         self._keys: _SegmentKeys | None = None
@@ -508,28 +536,27 @@ class SealedDecryptor:
         position, end = 0, len(view)
         pending = self._pending
         if self._salt is None:
-            position = min(self._header_size - len(pending), end)
-            pending += view[:position]
-            if len(pending) < self._header_size:
+            position = min(self._header_size - pending.fill, end)
+            pending.append(view[:position])
+            if pending.fill < self._header_size:
                 return
-            self._parse_header(bytes(pending))
-            pending.clear()
+            self._parse_header(bytes(pending.contents()))
+            pending.fill = 0
         while True:
             size = self._first_size if self._index == 0 else self._segment_size
-            if pending:
-                take = min(size - len(pending), end - position)
-                pending += view[position : position + take]
+            if pending.fill:
+                take = min(size - pending.fill, end - position)
+                pending.append(view[position : position + take])
                 position += take
-                if len(pending) < size or position == end:
+                if pending.fill < size or position == end:
                     return  # wait for a byte beyond this segment, or for finalize()
-                with memoryview(pending) as segment:
-                    parts.append(self._open(segment, False))
-                pending.clear()
+                parts.append(self._open(pending.contents(), False))
+                pending.fill = 0
             elif end - position > size:
                 parts.append(self._open(view[position : position + size], False))
                 position += size
             else:
-                pending += view[position:]
+                pending.append(view[position:])
                 return
 
     def _parse_header(self, header: bytes) -> None:
@@ -596,15 +623,14 @@ class SealedDecryptor:
         self._done = True
         if self._salt is None:
             raise self._fail(
-                f"sealed ciphertext is truncated: {len(self._pending)} bytes, shorter than the "
+                f"sealed ciphertext is truncated: {self._pending.fill} bytes, shorter than the "
                 f"{self._header_size}-byte header",
                 None,
             )
-        if not self._pending:
+        if not self._pending.fill:
             raise self._fail(f"sealed ciphertext is truncated: segment {self._index} is missing", self._index)
-        with memoryview(self._pending) as segment:
-            plaintext = self._open(segment, True)
-        self._pending.clear()
+        plaintext = self._open(self._pending.contents(), True)
+        self._pending.fill = 0
         return plaintext
 
     def __repr__(self) -> str:

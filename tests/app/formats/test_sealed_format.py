@@ -184,7 +184,7 @@ def test_encryptor_holds_at_most_one_segment(backend: aescore.Backend) -> None:
     rng = random.Random(5)
     for _ in range(200):
         encryptor.update(data(rng.randint(0, 3 * SEGMENT), seed=rng.randint(0, 99)))
-        assert len(encryptor._pending) <= SEGMENT - TAG_SIZE
+        assert encryptor._pending.fill <= SEGMENT - TAG_SIZE
 
 
 def test_decryptor_releases_a_segment_only_once_it_knows_whether_it_is_last(backend: aescore.Backend) -> None:
