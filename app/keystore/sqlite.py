@@ -278,20 +278,20 @@ class SqliteKeyStore(KeyStore):
                 conn.close()
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: ``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception."""
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        """``begin`` ... ``COMMIT`` on one pooled connection, rolled back on any exception."""
         with self._connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(begin)
             yield conn
             conn.execute("COMMIT")
 
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction: ``BEGIN IMMEDIATE`` takes the write lock before the first read."""
+        return self._transaction("BEGIN IMMEDIATE")
+
+    def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One read transaction: every statement inside sees the same snapshot."""
-        with self._connection() as conn:
-            conn.execute("BEGIN")
-            yield conn
-            conn.execute("COMMIT")
+        return self._transaction("BEGIN")
 
     def _migrate(self, migrations: Sequence[Migration]) -> None:
         latest = migrations[-1].version if migrations else 0

@@ -352,14 +352,11 @@ def test_everything_persists_across_reopen(data_dir: Path, master_key: bytes) ->
     materials = [store.key_material("orders", 1), store.key_material("orders", 2)]
     store.close()
 
-    reopened = open_keystore(data_dir, master_key)
-    try:
+    with contextlib.closing(open_keystore(data_dir, master_key)) as reopened:
         assert reopened.list_keys() == keys
         assert reopened.list_tokens() == tokens
         assert [reopened.key_material("orders", v) for v in (1, 2)] == materials
         assert reopened.key_material("imp", 1) == bytes(range(24))
-    finally:
-        reopened.close()
 
 
 def test_wrong_master_key_is_refused_at_open(data_dir: Path, master_key: bytes) -> None:
@@ -423,12 +420,8 @@ def test_schema_version_is_recorded(store: SqliteKeyStore) -> None:
 
 def test_reopen_does_not_migrate_again(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
-    store = open_keystore(data_dir, master_key)
-    try:
-        with raw_connection(store) as conn:
-            assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
-    finally:
-        store.close()
+    with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
 
 
 def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: bytes) -> None:
@@ -438,15 +431,12 @@ def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: byt
     step = Migration(2, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
     path = data_dir / "keystore.db"
     for _ in range(2):
-        upgraded = SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))
-        try:
+        with contextlib.closing(SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))) as upgraded:
             assert upgraded.schema_version() == 2
             assert upgraded.get_key("orders").latest_version == 1
             with raw_connection(upgraded) as conn:
                 assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1, 2]
                 assert conn.execute("SELECT label FROM keys").fetchone()[0] == ""
-        finally:
-            upgraded.close()
     # ...and the release that only knows version 1 refuses the upgraded file instead of misreading it
     with pytest.raises(
         KeystoreSchemaError, match="schema version 2, newer than this release supports \\(1\\)"
@@ -459,14 +449,9 @@ def test_failed_migration_leaves_the_database_unchanged(data_dir: Path, master_k
     broken = Migration(2, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
     with pytest.raises(sqlite3.OperationalError):
         SqliteKeyStore(data_dir / "keystore.db", master_key, migrations=(*MIGRATIONS, broken))
-    store = open_keystore(data_dir, master_key)
-    try:
+    with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
         assert store.schema_version() == 1
-        with raw_connection(store) as conn:
-            columns = [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
-        assert "x" not in columns
-    finally:
-        store.close()
+        assert "x" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
 
 
 def test_closed_store_refuses_calls(data_dir: Path, master_key: bytes) -> None:
