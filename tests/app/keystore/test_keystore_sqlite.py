@@ -62,10 +62,11 @@ def token(token_id: str = "tok1", **changes: object) -> TokenRecord:  # noqa: S1
 # -- keys --------------------------------------------------------------------------------------------------
 
 
-def test_is_a_keystore(store: SqliteKeyStore) -> None:
+def test_is_a_keystore(store: SqliteKeyStore, master_key: bytes) -> None:
     assert isinstance(store, KeyStore)
     assert store.path.name == "keystore.db"
-    assert "keystore.db" in repr(store)
+    assert "keystore.db" in repr(store) and master_key.hex() not in repr(store)
+    assert repr(master_key) not in repr(store) and repr(master_key) not in str(store)
 
 
 def test_create_key_defaults(store: SqliteKeyStore) -> None:
