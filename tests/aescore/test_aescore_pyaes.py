@@ -1,0 +1,148 @@
+"""Byte equality with pyaes 1.6.1: the pyperformance crypto_pyaes workload, and pyaes_compat's semantics."""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import pyaes
+import pytest
+
+import aescore
+from aescore import pyaes_compat
+
+#: pyperformance bm_crypto_pyaes: the key and the 23,000-byte cleartext (note the trailing space).
+CRYPTO_PYAES_KEY = b"\xa1\xf6%\x8c\x87}_\xcd\x89dHE8\xbf\xc9,"
+CRYPTO_PYAES_CLEARTEXT = b"This is a test. What could possibly go wrong? " * 500
+
+
+@functools.cache
+def pyaes_ciphertext() -> bytes:
+    """pyaes 1.6.1 itself (about 0.1 s, computed once)."""
+    result: bytes = pyaes.AESModeOfOperationCTR(CRYPTO_PYAES_KEY).encrypt(CRYPTO_PYAES_CLEARTEXT)
+    return result
+
+
+def test_workload_size() -> None:
+    assert len(CRYPTO_PYAES_CLEARTEXT) == 23_000
+
+
+def test_crypto_pyaes_through_the_backend_api(backend: aescore.Backend) -> None:
+    counter = (1).to_bytes(16, "big")  # pyaes's Counter() starts at 1
+    ciphertext = backend.ctr_xor(backend.expand_key(CRYPTO_PYAES_KEY), counter, CRYPTO_PYAES_CLEARTEXT)
+    assert ciphertext == pyaes_ciphertext()
+    assert (
+        backend.ctr_xor(backend.expand_key(CRYPTO_PYAES_KEY), counter, ciphertext) == CRYPTO_PYAES_CLEARTEXT
+    )
+
+
+def test_crypto_pyaes_through_pyaes_compat(backend: aescore.Backend) -> None:
+    """The benchmark's loop body, verbatim except for the module."""
+    aes = pyaes_compat.AESModeOfOperationCTR(CRYPTO_PYAES_KEY, backend=backend)
+    ciphertext = aes.encrypt(CRYPTO_PYAES_CLEARTEXT)
+    aes = pyaes_compat.AESModeOfOperationCTR(CRYPTO_PYAES_KEY, backend=backend)
+    plaintext = aes.decrypt(ciphertext)
+    assert ciphertext == pyaes_ciphertext()
+    assert plaintext == CRYPTO_PYAES_CLEARTEXT
+
+
+def test_pyaes_compat_runs_on_the_default_backend() -> None:
+    aes = pyaes_compat.AESModeOfOperationCTR(CRYPTO_PYAES_KEY)
+    assert aes._backend is aescore.get_backend()
+    assert aes.encrypt(CRYPTO_PYAES_CLEARTEXT) == pyaes_ciphertext()
+
+
+def _pair(
+    backend: aescore.Backend, key: bytes, initial: int | None
+) -> tuple[pyaes.AESModeOfOperationCTR, pyaes_compat.AESModeOfOperationCTR]:
+    if initial is None:
+        return pyaes.AESModeOfOperationCTR(key), pyaes_compat.AESModeOfOperationCTR(key, backend=backend)
+    return (
+        pyaes.AESModeOfOperationCTR(key, pyaes.Counter(initial)),
+        pyaes_compat.AESModeOfOperationCTR(key, pyaes_compat.Counter(initial), backend=backend),
+    )
+
+
+@pytest.mark.parametrize("initial", [None, 0, 1, -1, (1 << 128) - 2, 2**64 - 1, 0x0123456789ABCDEF])
+def test_stream_continues_across_calls_like_pyaes(backend: aescore.Backend, initial: int | None) -> None:
+    rng = random.Random(initial)
+    key = rng.randbytes(rng.choice([16, 24, 32]))
+    theirs, ours = _pair(backend, key, initial)
+    for size in [0, 1, 15, 16, 17, 5, 11, 0, 32, 3, 100, 16, 7, 9]:
+        data = rng.randbytes(size)
+        call = "decrypt" if size % 2 else "encrypt"
+        assert getattr(ours, call)(data) == getattr(theirs, call)(data), size
+
+
+def test_shared_counter_is_advanced_like_pyaes(backend: aescore.Backend) -> None:
+    """Two cipher objects on one Counter: each generated block increments it, as in pyaes."""
+    rng = random.Random(5)
+    key = rng.randbytes(16)
+    their_counter, our_counter = pyaes.Counter(7), pyaes_compat.Counter(7)
+    theirs = [pyaes.AESModeOfOperationCTR(key, their_counter) for _ in range(2)]
+    ours = [pyaes_compat.AESModeOfOperationCTR(key, our_counter, backend=backend) for _ in range(2)]
+    for step in range(40):
+        which = rng.randrange(2)
+        data = rng.randbytes(rng.choice([0, 1, 9, 16, 23, 40]))
+        assert ours[which].encrypt(data) == theirs[which].encrypt(data), step
+        assert our_counter.value == their_counter.value, step
+
+
+def test_custom_counter_objects_are_honoured(backend: aescore.Backend) -> None:
+    """pyaes documents subclassing Counter and overriding increment; any value/increment object works."""
+
+    class TheirsByTwo(pyaes.Counter):  # type: ignore[misc]
+        def increment(self) -> None:
+            super().increment()
+            super().increment()
+
+    class OursByTwo(pyaes_compat.Counter):
+        def increment(self) -> None:
+            super().increment()
+            super().increment()
+
+    key = bytes(range(16))
+    theirs = pyaes.AESModeOfOperationCTR(key, TheirsByTwo(3))
+    ours = pyaes_compat.AESModeOfOperationCTR(key, OursByTwo(3), backend=backend)
+    compat_with_pyaes_counter = pyaes_compat.AESModeOfOperationCTR(key, TheirsByTwo(3), backend=backend)
+    for size in [5, 30, 16, 1, 40]:
+        data = bytes(range(size))
+        expected = theirs.encrypt(data)
+        assert ours.encrypt(data) == expected
+        assert compat_with_pyaes_counter.encrypt(data) == expected
+
+
+def test_counter_values_match_pyaes() -> None:
+    for initial in [0, 1, 255, 256, -1, 1 << 127, (1 << 130) + 5]:
+        theirs, ours = pyaes.Counter(initial), pyaes_compat.Counter(initial)
+        for _ in range(3):
+            assert ours.value == theirs.value
+            theirs.increment()
+            ours.increment()
+    assert pyaes_compat.Counter().value == pyaes.Counter().value == [0] * 15 + [1]
+    with pytest.raises(TypeError, match="initial_value"):
+        pyaes_compat.Counter(1.5)  # type: ignore[arg-type]
+
+
+def test_str_input_is_latin1_like_pyaes(backend: aescore.Backend) -> None:
+    theirs, ours = _pair(backend, bytes(16), None)
+    assert ours.encrypt("h\xe9llo w\xf6rld") == theirs.encrypt("h\xe9llo w\xf6rld")
+    with pytest.raises(ValueError):
+        ours.encrypt("\u0100")
+
+
+def test_bad_keys_raise_like_pyaes(backend: aescore.Backend) -> None:
+    for key in (b"", bytes(15), bytes(17), bytes(33)):
+        with pytest.raises(ValueError):
+            pyaes.AESModeOfOperationCTR(key)
+        with pytest.raises(ValueError, match="key"):
+            pyaes_compat.AESModeOfOperationCTR(key, backend=backend)
+    with pytest.raises(TypeError, match="key"):
+        pyaes_compat.AESModeOfOperationCTR("k" * 16, backend=backend)  # type: ignore[arg-type]
+
+
+def test_a_failed_call_leaves_the_stream_where_it_was(backend: aescore.Backend) -> None:
+    theirs, ours = _pair(backend, bytes(24), None)
+    with pytest.raises(TypeError):
+        ours.encrypt(12345)  # type: ignore[arg-type]
+    assert ours.encrypt(b"after the error") == theirs.encrypt(b"after the error")
