@@ -14,8 +14,10 @@ request bytes here).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Annotated, Literal
@@ -109,6 +111,30 @@ def associated_data(state: ServiceState, value: str | None) -> bytes:
     return decoded
 
 
+async def _read_ahead(chunks: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+    """Iterate ``chunks`` one chunk ahead: the next receive runs while the caller transforms the current.
+
+    Only one chunk is ever pending, so memory stays bounded while network reads overlap the crypto (which
+    runs in a worker thread for big chunks).
+    """
+    pending: asyncio.Task[bytes] = asyncio.ensure_future(anext(chunks))
+    try:
+        while True:
+            try:
+                chunk = await pending
+            except StopAsyncIteration:
+                return
+            pending = asyncio.ensure_future(anext(chunks))
+            yield chunk
+    finally:
+        if not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, ClientDisconnect):
+                await pending
+        elif not pending.cancelled():
+            pending.exception()  # retrieved, so asyncio does not warn about it
+
+
 async def _pump(
     step: CryptoStep, chunks: AsyncGenerator[bytes, None], ready: list[bytes], finished: bool
 ) -> AsyncIterator[bytes]:
@@ -123,10 +149,11 @@ async def _pump(
         ready.clear()
         if finished:
             return
-        async for chunk in chunks:
-            out = await step.update(chunk)
-            if out:
-                yield out
+        async with contextlib.aclosing(_read_ahead(chunks)) as body:
+            async for chunk in body:
+                out = await step.update(chunk)
+                if out:
+                    yield out
         out = await step.finalize()
         if out:
             yield out

@@ -1,100 +1,18 @@
-"""A real ``keystream`` server (uvicorn, uvloop, httptools) in a subprocess on 127.0.0.1 and a free port."""
+"""A real server (uvicorn, uvloop, httptools) in a subprocess on 127.0.0.1 and a free port."""
 
 from __future__ import annotations
 
-import base64
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
 
-ROOT_TOKEN = "ks_00112233aabbccdd_e2e-root-secret-0123456789abcdef"
-MASTER_KEY = base64.b64encode(bytes(range(100, 132))).decode()
-REPO = Path(__file__).resolve().parents[3]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen[bytes]
-    host: str
-    port: int
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {ROOT_TOKEN}"}
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=self.auth, timeout=30)
-
-
-def start_server(data_dir: Path, log: Path, **env_overrides: str) -> Server:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(
-        {
-            "KEYSTREAM_DATA_DIR": str(data_dir),
-            "KEYSTREAM_PORT": str(port),
-            "KEYSTREAM_HOST": "127.0.0.1",
-            "KEYSTREAM_ROOT_TOKEN": ROOT_TOKEN,
-            "KEYSTREAM_MASTER_KEY": MASTER_KEY,
-            "KEYSTREAM_LOG_LEVEL": "warning",
-            "KEYSTREAM_TIMEOUT_GRACEFUL_SHUTDOWN": "3",
-        }
-    )
-    env.update(env_overrides)
-    with log.open("wb") as handle:
-        process = subprocess.Popen(
-            [sys.executable, "-c", "from app.server import serve; serve()"],
-            cwd=REPO,
-            env=env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
-    server = Server(process, "127.0.0.1", port, log)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    stop_server(server)
-    raise RuntimeError(f"server did not start: {log.read_text()[-2000:]}")
-
-
-def stop_server(server: Server) -> None:
-    server.process.terminate()
-    try:
-        server.process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait(timeout=5)
+from bench.service_process import Server, start_server, stop_server
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server for the e2e session, with every available backend enabled."""
+    """One server for the e2e session with every available backend; keys ``stream`` (1 MiB segments) and
+    ``small`` (4 KiB segments)."""
     base = tmp_path_factory.mktemp("e2e")
     running = start_server(base / "data", base / "server.log")
     try:

@@ -1,0 +1,97 @@
+"""A slow backend must not stall the server; several workers share metrics (multiprocess mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.duplex_client import duplex_request
+from bench.service_process import Server, start_server, stop_server
+
+pytestmark = pytest.mark.e2e
+PROMTOOL = shutil.which("promtool") or ("/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None)
+
+
+def _probe_healthz(url: str, stop: threading.Event, samples: list[float]) -> None:
+    with httpx.Client(base_url=url, timeout=5) as client:
+        client.get("/healthz")
+        while not stop.is_set():
+            start = time.perf_counter()
+            response = client.get("/healthz")
+            samples.append(time.perf_counter() - start)
+            assert response.status_code == 200
+            time.sleep(0.005)
+
+
+async def test_healthz_p99_under_python_backend_load(server: Server) -> None:
+    headers = {**server.auth, "Content-Type": "application/octet-stream"}
+    body = bytes(1 << 20)  # ~0.25 s of pure-Python AES per request
+    completed = 0
+
+    async def load(deadline: float) -> None:
+        nonlocal completed
+        while time.monotonic() < deadline:
+            result = await duplex_request(
+                server.host,
+                server.port,
+                "POST",
+                "/v1/keys/stream/encrypt?format=raw&backend=python",
+                headers,
+                body,
+            )
+            assert result.status == 200 and result.received == len(body)
+            completed += 1
+
+    # warm the process pool, then measure while three python requests are always running
+    await duplex_request(
+        server.host, server.port, "POST", "/v1/keys/stream/encrypt?backend=python", headers, b"x"
+    )
+    samples: list[float] = []
+    stop = threading.Event()
+    prober = threading.Thread(target=_probe_healthz, args=(server.url, stop, samples))
+    deadline = time.monotonic() + 4
+    prober.start()
+    try:
+        await asyncio.gather(*(load(deadline) for _ in range(3)))
+    finally:
+        stop.set()
+        prober.join()
+    assert completed >= 3
+    assert len(samples) >= 50
+    p99 = statistics.quantiles(samples, n=100)[98]
+    assert p99 < 0.050, f"/healthz p99 {p99 * 1000:.1f} ms under python-backend load ({len(samples)} samples)"
+
+
+async def test_two_workers_aggregate_metrics(tmp_path: Path) -> None:
+    server = await asyncio.to_thread(start_server, tmp_path / "data", tmp_path / "log", KEYSTREAM_WORKERS="2")
+    try:
+        async with httpx.AsyncClient(base_url=server.url, headers=server.auth, timeout=30) as client:
+            assert (await client.post("/v1/keys", json={"name": "mp"})).status_code == 201
+            for _ in range(8):
+                response = await client.post(
+                    "/v1/keys/mp/encrypt?format=raw", content=bytes(1000), headers={"Connection": "close"}
+                )
+                assert response.status_code == 200
+            text = (await client.get("/metrics")).text
+        total = sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("keystream_crypto_bytes_total{") and 'operation="encrypt"' in line
+        )
+        assert total == 8000
+        assert 'route="/v1/keys/{name}/encrypt"' in text
+        if PROMTOOL is not None:
+            result = subprocess.run(
+                [PROMTOOL, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
+            )
+            assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    finally:
+        await asyncio.to_thread(stop_server, server)
