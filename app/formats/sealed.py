@@ -23,13 +23,35 @@ segments all fail the tag check.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 from collections.abc import Callable, Sequence
 
 import aescore
 from app.core.errors import DecryptionFailedError, PayloadTooLargeError
+
+from ._sealed_parts import (
+    DERIVED_KEY_SIZE,
+    HMAC_KEY_SIZE,
+    MAX_SEGMENT_SIZE,
+    MAX_SEGMENTS,
+    NONCE_PREFIX_SIZE,
+    SHA256,
+    TAG_SIZE,
+    SegmentBuffer,
+    SegmentKeys,
+    as_bytes,
+    as_view,
+    check_ikm,
+    ciphertext_length,
+    derive_keys,
+    derived_key_size_of,
+    header_length,
+    min_segment_size,
+    segment_nonce,
+    too_many_segments_message,
+    validate_segment_size,
+)
 
 __all__ = [
     "DERIVED_KEY_SIZE",
@@ -49,24 +71,6 @@ __all__ = [
     "segment_nonce",
     "validate_segment_size",
 ]
-
-#: Bytes of AES key derived per message, by key type.
-DERIVED_KEY_SIZE: dict[str, int] = {"aes128": 16, "aes192": 24, "aes256": 32}
-#: HMAC-SHA256 tag after every segment (Tink's templates use the full 32 bytes).
-TAG_SIZE = 32
-#: HMAC key derived per message, after the AES key.
-HMAC_KEY_SIZE = 32
-#: Random nonce prefix in the header.
-NONCE_PREFIX_SIZE = 7
-#: The segment number is a u32 in the nonce: segments 0 .. 2**32 - 1.
-MAX_SEGMENTS = 2**32
-#: Tink stores the ciphertext segment size as a signed 32-bit int.
-MAX_SEGMENT_SIZE = 2**31 - 1
-#: Tink refuses input key material shorter than this (or than the derived key).
-MIN_IKM_SIZE = 16
-
-_SHA256 = hashlib.sha256
-_NONCE_SUFFIX = bytes(4)
 
 #: Source of salts and nonce prefixes; tests replace it to get reproducible ciphertexts.
 _random_bytes: Callable[[int], bytes] = os.urandom
@@ -90,195 +94,6 @@ class SealedDecryptionError(DecryptionFailedError):
         super().__init__(message)
         self.segment_index = segment_index
         self.plaintext_released = plaintext_released
-
-
-def _derived_key_size(key_type: str) -> int:
-    size = DERIVED_KEY_SIZE.get(key_type) if isinstance(key_type, str) else None
-    if size is None:
-        raise ValueError(f"key_type must be one of {', '.join(DERIVED_KEY_SIZE)}, got {key_type!r}")
-    return size
-
-
-def header_length(key_type: str) -> int:
-    """Header bytes for ``key_type``: 1 length byte + salt (derived key size) + 7-byte nonce prefix.
-
-    Raises:
-        ValueError: unknown ``key_type``.
-    """
-    return 1 + _derived_key_size(key_type) + NONCE_PREFIX_SIZE
-
-
-def min_segment_size(key_type: str) -> int:
-    """Smallest ciphertext segment size for ``key_type`` (Tink's rule: header + tag + at least 1 byte).
-
-    Raises:
-        ValueError: unknown ``key_type``.
-    """
-    return header_length(key_type) + TAG_SIZE + 1
-
-
-def validate_segment_size(key_type: str, segment_size: int) -> None:
-    """Check that ``segment_size`` works for ``key_type``.
-
-    Raises:
-        TypeError: ``segment_size`` is not an int.
-        ValueError: unknown ``key_type``, or ``segment_size`` outside
-            ``min_segment_size(key_type) .. MAX_SEGMENT_SIZE``.
-    """
-    minimum = min_segment_size(key_type)
-    if isinstance(segment_size, bool) or not isinstance(segment_size, int):
-        raise TypeError(f"segment_size must be an int, got {type(segment_size).__name__}")
-    if not minimum <= segment_size <= MAX_SEGMENT_SIZE:
-        raise ValueError(
-            f"segment_size must be between {minimum} (header + {TAG_SIZE}-byte tag + 1 byte) and "
-            f"{MAX_SEGMENT_SIZE} for {key_type} keys, got {segment_size}"
-        )
-
-
-def ciphertext_length(plaintext_length: int, key_type: str, segment_size: int) -> int:
-    """Exact sealed ciphertext length for a plaintext of ``plaintext_length`` bytes (header included).
-
-    Raises:
-        TypeError: ``plaintext_length`` or ``segment_size`` is not an int.
-        ValueError: a negative length, an unknown ``key_type`` or an unusable ``segment_size``.
-        PayloadTooLargeError: the plaintext needs more than 2**32 segments.
-    """
-    validate_segment_size(key_type, segment_size)
-    if isinstance(plaintext_length, bool) or not isinstance(plaintext_length, int):
-        raise TypeError(f"plaintext_length must be an int, got {type(plaintext_length).__name__}")
-    if plaintext_length < 0:
-        raise ValueError(f"plaintext_length must be >= 0, got {plaintext_length}")
-    plaintext_segment = segment_size - TAG_SIZE
-    # As Tink: the header occupies the front of segment 0, so count it with the plaintext.
-    full_segments, rest = divmod(plaintext_length + header_length(key_type), plaintext_segment)
-    segments = full_segments + (1 if rest else 0)
-    if segments > MAX_SEGMENTS:
-        raise PayloadTooLargeError(_too_many_segments_message(segment_size))
-    return full_segments * segment_size + (rest + TAG_SIZE if rest else 0)
-
-
-def _too_many_segments_message(segment_size: int) -> str:
-    return (
-        f"the sealed format numbers segments with 32 bits: at most {MAX_SEGMENTS} segments of "
-        f"{segment_size} bytes per message"
-    )
-
-
-def segment_nonce(nonce_prefix: bytes, index: int, last: bool) -> bytes:
-    """The 16-byte nonce (= AES-CTR initial counter block) of segment ``index``.
-
-    Raises:
-        ValueError: ``nonce_prefix`` is not 7 bytes or ``index`` is outside ``0 .. 2**32 - 1``.
-    """
-    if len(nonce_prefix) != NONCE_PREFIX_SIZE:
-        raise ValueError(f"nonce_prefix must be {NONCE_PREFIX_SIZE} bytes, got {len(nonce_prefix)}")
-    if not 0 <= index < MAX_SEGMENTS:
-        raise ValueError(f"segment index must be between 0 and {MAX_SEGMENTS - 1}, got {index}")
-    return bytes(nonce_prefix) + index.to_bytes(4, "big") + (b"\x01" if last else b"\x00") + _NONCE_SUFFIX
-
-
-def derive_keys(
-    ikm: bytes, salt: bytes, associated_data: bytes, derived_key_size: int
-) -> tuple[bytes, bytes]:
-    """HKDF-SHA256 (RFC 5869) as Tink uses it: one output of ``derived_key_size + 32`` bytes, split in two.
-
-    Args:
-        ikm: the key's material.
-        salt: the header's salt.
-        associated_data: the HKDF ``info``.
-        derived_key_size: AES key bytes (16, 24 or 32).
-
-    Returns:
-        ``(aes_key, hmac_key)``.
-    """
-    length = derived_key_size + HMAC_KEY_SIZE
-    prk = hmac.digest(salt, ikm, _SHA256)
-    output = bytearray()
-    block = b""
-    counter = 1
-    while len(output) < length:
-        block = hmac.digest(prk, block + associated_data + bytes([counter]), _SHA256)
-        output += block
-        counter += 1
-    return bytes(output[:derived_key_size]), bytes(output[derived_key_size:length])
-
-
-def _as_bytes(name: str, value: object) -> bytes:
-    if isinstance(value, str) or not isinstance(value, bytes | bytearray | memoryview):
-        raise TypeError(f"{name} must be bytes-like, got {type(value).__name__}")
-    return bytes(value)
-
-
-def _as_view(data: object) -> memoryview:
-    if isinstance(data, str) or not isinstance(data, bytes | bytearray | memoryview):
-        raise TypeError(
-            f"data must be bytes-like (bytes, bytearray or memoryview), got {type(data).__name__}"
-        )
-    view = memoryview(data)
-    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
-
-
-def _check_ikm(ikm: bytes, derived_key_size: int) -> None:
-    needed = max(MIN_IKM_SIZE, derived_key_size)
-    if len(ikm) < needed:
-        raise ValueError(f"key material must be at least {needed} bytes, got {len(ikm)}")
-
-
-class _Buffer:
-    """A reusable byte buffer for at most one segment, grown on demand up to ``limit`` and never shrunk.
-
-    Unlike a ``bytearray`` that is appended to and cleared per segment, refilling it costs one copy and no
-    reallocation; small messages only allocate what they use.
-    """
-
-    __slots__ = ("_data", "_view", "fill", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.fill = 0
-        self._data = bytearray()
-        self._view = memoryview(self._data)
-
-    def append(self, source: memoryview) -> None:
-        end = self.fill + len(source)
-        if end > len(self._data):
-            grown = bytearray(min(self.limit, max(end, 2 * len(self._data))))
-            grown[: self.fill] = self._view[: self.fill]
-            self._data, self._view = grown, memoryview(grown)
-        self._view[self.fill : end] = source
-        self.fill = end
-
-    def contents(self) -> memoryview:
-        return self._view[: self.fill]
-
-
-class _SegmentKeys:
-    """The per-message AES and HMAC keys; tags and transforms one segment at a time."""
-
-    __slots__ = ("_backend", "_expanded", "_mac", "_nonce_prefix")
-
-    def __init__(self, aes_key: bytes, mac_key: bytes, nonce_prefix: bytes, backend: aescore.Backend) -> None:
-        self._backend = backend
-        self._expanded = backend.expand_key(aes_key)
-        self._mac = hmac.new(mac_key, digestmod=_SHA256)
-        self._nonce_prefix = nonce_prefix
-
-    def nonce(self, index: int, last: bool) -> bytes:
-        return segment_nonce(self._nonce_prefix, index, last)
-
-    def tag(self, nonce: bytes, ciphertext: bytes | bytearray | memoryview) -> bytes:
-        mac = self._mac.copy()
-        mac.update(nonce)
-        mac.update(ciphertext)
-        return mac.digest()
-
-    def transform(self, nonce: bytes, data: bytes | bytearray | memoryview) -> bytes:
-        result = self._backend.ctr_xor(self._expanded, nonce, data)
-        assert result is not None
-        return result
-
-    def __repr__(self) -> str:
-        return "<_SegmentKeys>"
 
 
 class SealedEncryptor:
@@ -320,15 +135,15 @@ class SealedEncryptor:
         associated_data: bytes,
         backend: aescore.Backend,
     ) -> None:
-        derived_size = _derived_key_size(key_type)
+        derived_size = derived_key_size_of(key_type)
         validate_segment_size(key_type, segment_size)
-        material = _as_bytes("ikm", ikm)
-        _check_ikm(material, derived_size)
-        info = _as_bytes("associated_data", associated_data)
+        material = as_bytes("ikm", ikm)
+        check_ikm(material, derived_size)
+        info = as_bytes("associated_data", associated_data)
         salt = _random_bytes(derived_size)
         nonce_prefix = _random_bytes(NONCE_PREFIX_SIZE)
         aes_key, mac_key = derive_keys(material, salt, info, derived_size)
-        self._keys = _SegmentKeys(aes_key, mac_key, nonce_prefix, backend)
+        self._keys = SegmentKeys(aes_key, mac_key, nonce_prefix, backend)
         header_size = header_length(key_type)
         self._header = bytes([header_size]) + salt + nonce_prefix
         self._header_sent = False
@@ -336,7 +151,7 @@ class SealedEncryptor:
         self._segment_size = segment_size
         self._first_size = segment_size - header_size - TAG_SIZE
         self._later_size = segment_size - TAG_SIZE
-        self._pending = _Buffer(self._later_size)
+        self._pending = SegmentBuffer(self._later_size)
         self._index = 0
         self._done = False
 
@@ -352,7 +167,7 @@ class SealedEncryptor:
 
     def _seal(self, plaintext: bytes | bytearray | memoryview, last: bool, parts: list[bytes]) -> None:
         if self._index >= MAX_SEGMENTS:
-            raise PayloadTooLargeError(_too_many_segments_message(self._segment_size))
+            raise PayloadTooLargeError(too_many_segments_message(self._segment_size))
         nonce = self._keys.nonce(self._index, last)
         ciphertext = self._keys.transform(nonce, plaintext)
         parts.append(ciphertext)
@@ -376,7 +191,7 @@ class SealedEncryptor:
             PayloadTooLargeError: the message would need more than 2**32 segments (raised before the segment
                 counter could wrap; the encryptor is then unusable).
         """
-        view = _as_view(data)
+        view = as_view(data)
         parts = self._start()
         try:
             self._consume(view, parts)
@@ -471,7 +286,7 @@ class SealedDecryptor:
         associated_data: bytes,
         backend: aescore.Backend,
     ) -> None:
-        self._derived_size = _derived_key_size(key_type)
+        self._derived_size = derived_key_size_of(key_type)
         validate_segment_size(key_type, segment_size)
         if not candidates:
             raise ValueError("candidates must hold at least one (version, key material) pair")
@@ -479,20 +294,20 @@ class SealedDecryptor:
         for version, ikm in candidates:
             if isinstance(version, bool) or not isinstance(version, int):
                 raise TypeError(f"key version must be an int, got {type(version).__name__}")
-            material = _as_bytes("ikm", ikm)
-            _check_ikm(material, self._derived_size)
+            material = as_bytes("ikm", ikm)
+            check_ikm(material, self._derived_size)
             checked.append((version, material))
         self._candidates = tuple(checked)
-        self._associated_data = _as_bytes("associated_data", associated_data)
+        self._associated_data = as_bytes("associated_data", associated_data)
         self._backend = backend
         self._key_type = key_type
         self._segment_size = segment_size
         self._header_size = header_length(key_type)
         self._first_size = segment_size - self._header_size
-        self._pending = _Buffer(segment_size)
+        self._pending = SegmentBuffer(segment_size)
         self._salt: bytes | None = None
         self._nonce_prefix = b""
-        self._keys: _SegmentKeys | None = None
+        self._keys: SegmentKeys | None = None
         self._version: int | None = None
         self._index = 0
         self._done = False
@@ -521,7 +336,7 @@ class SealedDecryptor:
                 verify (wrong key or associated data, tampering, reordering) or too many segments; the message
                 names the segment, ``plaintext_released`` says whether earlier plaintext was returned.
         """
-        view = _as_view(data)
+        view = as_view(data)
         if self._done:
             raise AlreadyFinalizedError("this SealedDecryptor is finalized (or failed); start a new one")
         parts: list[bytes] = []
@@ -569,14 +384,14 @@ class SealedDecryptor:
         self._salt = header[1 : 1 + self._derived_size]
         self._nonce_prefix = header[1 + self._derived_size :]
 
-    def _select_keys(self, index: int, nonce: bytes, body: memoryview, tag: memoryview) -> _SegmentKeys:
+    def _select_keys(self, index: int, nonce: bytes, body: memoryview, tag: memoryview) -> SegmentKeys:
         assert self._salt is not None
         for version, ikm in self._candidates:
             aes_key, mac_key = derive_keys(ikm, self._salt, self._associated_data, self._derived_size)
-            expected = hmac.new(mac_key, nonce, _SHA256)
+            expected = hmac.new(mac_key, nonce, SHA256)
             expected.update(body)
             if hmac.compare_digest(expected.digest(), tag):
-                self._keys = _SegmentKeys(aes_key, mac_key, self._nonce_prefix, self._backend)
+                self._keys = SegmentKeys(aes_key, mac_key, self._nonce_prefix, self._backend)
                 self._version = version
                 return self._keys
         versions = ", ".join(str(version) for version, _ in self._candidates)
