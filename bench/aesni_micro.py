@@ -14,9 +14,9 @@ import statistics
 import time
 from collections.abc import Callable
 
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from Crypto.Cipher import AES
 from Crypto.Util import Counter
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 import aescore._aesni as aesni
 
