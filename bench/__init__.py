@@ -1,0 +1,1 @@
+"""Benchmark scripts: each compares our code with the alternatives in one process and writes JSON + tables."""
