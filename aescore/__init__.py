@@ -11,7 +11,8 @@ Backends: ``aesni`` (Cython over AES-NI/VAES intrinsics; constant-time), ``pytho
 it), and ``hwsim`` (a simulated accelerator, registered by the ``hwsim`` package through the
 ``aescore.backends`` entry point).
 
-The default backend is ``$KEYSTREAM_BACKEND`` if set, else ``aesni`` when the CPU supports it, else ``python``.
+The default backend is ``$KEYSTREAM_BACKEND`` if set, else ``aesni`` when the CPU supports it, else
+``python``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ _plugins_loaded = False
 ENTRY_POINT_GROUP = "aescore.backends"
 
 
-def register_backend(name: str, factory: BackendFactory | None, unavailable_reason: str | None = None) -> None:
+def register_backend(
+    name: str, factory: BackendFactory | None, unavailable_reason: str | None = None
+) -> None:
     """Register a backend under ``name``.
 
     Args:

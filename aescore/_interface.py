@@ -1,8 +1,9 @@
 """The interface every AES-CTR backend implements.
 
-Keystream block ``i`` is ``AES_K(C0 + i)`` where ``C0`` is the 16-byte ``initial_counter`` read as a big-endian
-integer and the addition wraps modulo 2**128 (the construction of pyaes's ``Counter``). ``offset`` is the byte
-position of ``data[0]`` in that keystream, so any slice of a stream can be processed without the bytes before it.
+Keystream block ``i`` is ``AES_K(C0 + i)`` where ``C0`` is the 16-byte ``initial_counter`` read as a
+big-endian integer and the addition wraps modulo 2**128 (the construction of pyaes's ``Counter``).
+``offset`` is the byte position of ``data[0]`` in that keystream, so any slice of a stream can be processed
+without the bytes before it.
 
 Fixed-width counters (NIST nonce || counter) are the job of :class:`aescore.CtrStream`, which checks the range
 before calling a backend.
@@ -95,7 +96,8 @@ class Backend(abc.ABC):
 
         Raises:
             TypeError: wrong argument types, a read-only ``out``, or a key from another backend.
-            ValueError: a counter that is not 16 bytes, a negative or too large offset, or a too-small ``out``.
+            ValueError: a counter that is not 16 bytes, a negative or too large offset, or a too-small
+                ``out``.
         """
 
     def info(self) -> dict[str, str | int | bool | None]:

@@ -48,7 +48,9 @@ class CtrStream:
 
             backend = get_backend(backend)
         if not isinstance(backend, Backend):
-            raise AesCoreTypeError(f"backend must be an aescore Backend or name, got {type(backend).__name__}")
+            raise AesCoreTypeError(
+                f"backend must be an aescore Backend or name, got {type(backend).__name__}"
+            )
         if isinstance(counter_bits, bool) or not isinstance(counter_bits, int):
             raise AesCoreTypeError(f"counter_bits must be an int, got {type(counter_bits).__name__}")
         if counter_bits not in COUNTER_BITS:
