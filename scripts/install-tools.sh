@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Install the operations toolchain that `make test` checks deploy/ with: Debian's `prometheus` (the server
+# and `promtool`) and `docker-compose` (validates docker-compose.yml without a daemon).
+# Idempotent: when every tool is on PATH it prints one line and exits at once.
+# Installing needs root and apt-get (Debian/Ubuntu); elsewhere it says what is missing and fails.
+set -euo pipefail
+
+declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [docker-compose]=docker-compose)
+missing=()
+for tool in prometheus promtool docker-compose; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("${package_of[$tool]}")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "install-tools: prometheus, promtool and docker-compose present"
+    exit 0
+fi
+# Unique package names, in a stable order.
+mapfile -t packages < <(printf '%s\n' "${missing[@]}" | sort -u)
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-tools: missing Debian packages: ${packages[*]}" >&2
+    echo "install-tools: run as root on Debian/Ubuntu: apt-get install ${packages[*]}" >&2
+    exit 1
+fi
+
+echo "install-tools: installing ${packages[*]} with apt-get"
+# The prometheus package would start a server on 0.0.0.0:9090 from its maintainer scripts: forbid service
+# starts for the duration of the install (policy-rc.d exit 101), unless the machine already has a policy.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 0755 "$policy"
+    created_policy=1
+fi
+cleanup() { if [ "$created_policy" -eq 1 ]; then rm -f "$policy"; fi; }
+trap cleanup EXIT
+
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get install -y -q --no-install-recommends "${packages[@]}"; then
+    # A fresh machine may have no package lists yet.
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${packages[@]}"
+fi
+for tool in prometheus promtool docker-compose; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "install-tools: $tool still missing" >&2; exit 1; }
+done
+echo "install-tools: done"
