@@ -257,3 +257,24 @@ def test_crossover_formula_edge_cases() -> None:
     assert crossover_formula(100.0, 2.0, 200.0, 1.0) == 0.0  # device better everywhere
     assert crossover_formula(200.0, 1.0, 100.0, 2.0) == math.inf  # never
     assert crossover_formula(300.0, 2.0, 100.0, 1.0) == pytest.approx(400.0)
+
+
+@pytest.mark.parametrize("preset", ["proposal", "pcie-offload", "opentitan"])
+def test_lone_job_replay_equals_full_simulation(preset: str) -> None:
+    params = get_preset(preset)
+    if preset == "proposal":
+        params = params.replace(key_slots=2, notify_mode="poll", poll_interval_ns=333)
+    runs = []
+    for replay in (False, True):
+        sim = Simulator(5)
+        device = Device(params, sim)
+        device.replay_enabled = replay
+        timeline = []
+        for step in range(40):
+            size = sim.random.choice([0, 1, 16, 100, 4096, 5000, 70_000])
+            key = KeyRef(sim.random.randrange(3) + 1, sim.random.choice([16, 24, 32]))
+            sim.run_until(sim.now + sim.random.randrange(0, 20_000))
+            job = device.submit_lone(JobSpec(size, key), requested_at=sim.now - step)
+            timeline.append((job.t_requested, job.t_submitted, job.key_hit, tuple(job.stages().values())))
+        runs.append((timeline, device.counters, device.occupancy_area(), sim.now))
+    assert runs[0] == runs[1]
