@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 MIN_INTERVAL = 0.1
+DEFAULT_COLUMNS = 100
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
@@ -116,7 +117,9 @@ class ProgressBar:
         try:
             columns = os.get_terminal_size(self._stream.fileno()).columns
         except (AttributeError, OSError, ValueError):
-            columns = 100
+            columns = 0
+        if columns <= 0:  # not a terminal, or one that reports no size (a fresh pty says 0x0)
+            columns = DEFAULT_COLUMNS
         text = text[: max(columns - 1, 20)]
         padding = " " * max(self._width - len(text), 0)
         self._width = len(text)

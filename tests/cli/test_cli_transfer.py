@@ -1,0 +1,150 @@
+"""``keystream encrypt/decrypt`` through subprocesses: files, stdin/stdout pipes, raw with iv and offset,
+tampering, and a 256 MiB round trip."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE
+from tests.cli.conftest import CLI_TIMEOUT, RunCli
+from tests.keystream_server import REPO, RunningServer
+
+
+def _write_random(path: Path, size: int, block: int = 8 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("wb") as out:
+        remaining = size
+        while remaining:
+            chunk = os.urandom(min(block, remaining))
+            digest.update(chunk)
+            out.write(chunk)
+            remaining -= len(chunk)
+    return digest.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as src:
+        while chunk := src.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def test_file_round_trip_with_associated_data(cli: RunCli, key: str, tmp_path: Path) -> None:
+    plain = tmp_path / "plain.bin"
+    plain.write_bytes(os.urandom(500_000))
+    ad_file = tmp_path / "ad.txt"
+    ad_file.write_bytes(b"order-17")
+    sealed, opened = tmp_path / "sealed.bin", tmp_path / "opened.bin"
+
+    assert (
+        cli("encrypt", "--key", key, "--associated-data", "order-17", str(plain), str(sealed)).returncode == 0
+    )
+    assert sealed.stat().st_size > plain.stat().st_size
+    result = cli("decrypt", "--key", key, "--associated-data-file", str(ad_file), str(sealed), str(opened))
+    assert result.returncode == EXIT_OK, result.stderr
+    assert opened.read_bytes() == plain.read_bytes()
+
+    exists = cli("decrypt", "--key", key, "--associated-data", "order-17", str(sealed), str(opened))
+    assert exists.returncode == EXIT_USAGE and b"--force" in exists.stderr
+    forced = cli(
+        "decrypt", "--key", key, "--associated-data", "order-17", "--force", str(sealed), str(opened)
+    )
+    assert forced.returncode == EXIT_OK
+
+    wrong = cli(
+        "decrypt", "--key", key, "--associated-data", "order-18", str(sealed), str(tmp_path / "no.bin")
+    )
+    assert wrong.returncode == EXIT_INTEGRITY and b"decryption_failed" in wrong.stderr
+    assert not (tmp_path / "no.bin").exists()
+
+
+def test_stdin_stdout_pipeline(server: RunningServer, key: str, tmp_path: Path) -> None:
+    """``keystream encrypt - - < plain | keystream decrypt - - > out``, both processes streaming."""
+    plain = tmp_path / "plain.bin"
+    expected = _write_random(plain, 3 << 20)
+    out = tmp_path / "out.bin"
+    command = [sys.executable, "-m", "app.cli"]
+    with plain.open("rb") as src, out.open("wb") as dst:
+        encrypt = subprocess.Popen(
+            [*command, "encrypt", "--key", key, "-", "-"],
+            stdin=src,
+            stdout=subprocess.PIPE,
+            env=server.env(),
+            cwd=REPO,
+        )
+        decrypt = subprocess.Popen(
+            [*command, "decrypt", "--key", key, "-", "-"],
+            stdin=encrypt.stdout,
+            stdout=dst,
+            env=server.env(),
+            cwd=REPO,
+        )
+        assert encrypt.stdout is not None
+        encrypt.stdout.close()
+        assert decrypt.wait(timeout=CLI_TIMEOUT) == EXIT_OK
+        assert encrypt.wait(timeout=CLI_TIMEOUT) == EXIT_OK
+    assert _sha256(out) == expected
+
+
+def test_raw_with_iv_offset_and_pipes(cli: RunCli, key: str, tmp_path: Path) -> None:
+    plaintext = os.urandom(200_000)
+    encrypted = cli("encrypt", "--key", key, "--format", "raw", "-", "-", input=plaintext)
+    assert encrypted.returncode == EXIT_OK
+    ciphertext = encrypted.stdout
+    assert len(ciphertext) == len(plaintext) and ciphertext != plaintext
+    found = re.search(rb"iv=([0-9a-f]{32}) key_version=(\d+)", encrypted.stderr)
+    assert found, encrypted.stderr
+    iv, version = found.group(1).decode(), found.group(2).decode()
+
+    raw_args = ["--format", "raw", "--iv", iv, "--key-version", version]
+    whole = cli("decrypt", "--key", key, *raw_args, "-", "-", input=ciphertext)
+    assert whole.stdout == plaintext
+    part = cli("decrypt", "--key", key, *raw_args, "--offset", "1234", "-", "-", input=ciphertext[1234:5000])
+    assert part.returncode == EXIT_OK and part.stdout == plaintext[1234:5000]
+
+    no_iv = cli("decrypt", "--key", key, "--format", "raw", "-", "-", input=ciphertext)
+    assert no_iv.returncode == EXIT_USAGE and b"iv" in no_iv.stderr
+
+
+def test_tampered_ciphertext_exits_4_and_leaves_no_file(cli: RunCli, key: str, tmp_path: Path) -> None:
+    plain, sealed = tmp_path / "plain.bin", tmp_path / "sealed.bin"
+    _write_random(plain, 6 << 20)
+    assert cli("encrypt", "--key", key, "-q", str(plain), str(sealed)).returncode == EXIT_OK
+    data = bytearray(sealed.read_bytes())
+    data[-3000] ^= 0x04  # late segment: the service has already streamed most of the plaintext
+    sealed.write_bytes(bytes(data))
+
+    to_file = cli("decrypt", "--key", key, str(sealed), str(tmp_path / "out.bin"))
+    assert to_file.returncode == EXIT_INTEGRITY and b"incomplete" in to_file.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.bin", "sealed.bin"]
+
+    to_stdout = cli("decrypt", "--key", key, str(sealed), "-")
+    assert to_stdout.returncode == EXIT_INTEGRITY
+    assert b"discard" in to_stdout.stderr
+    assert len(to_stdout.stdout) < plain.stat().st_size
+
+
+@pytest.mark.slow
+def test_256_mib_file_round_trip(cli: RunCli, server: RunningServer, key: str, tmp_path: Path) -> None:
+    if server.fast_backend is None:
+        pytest.skip(
+            "the aesni backend is not available: 256 MiB through the pure-Python backend takes minutes"
+        )
+    plain, sealed, opened = tmp_path / "plain.bin", tmp_path / "sealed.bin", tmp_path / "opened.bin"
+    expected = _write_random(plain, 256 << 20)
+    encrypted = cli("encrypt", "--key", key, "--backend", "aesni", str(plain), str(sealed))
+    assert encrypted.returncode == EXIT_OK, encrypted.stderr
+    plain.unlink()  # keep at most two 256 MiB files in tmp
+    decrypted = cli("decrypt", "--key", key, "--backend", "aesni", str(sealed), str(opened))
+    assert decrypted.returncode == EXIT_OK, decrypted.stderr
+    assert _sha256(opened) == expected
+    # stderr is a pipe here, so no progress bar was drawn.
+    assert b"\r" not in encrypted.stderr + decrypted.stderr
