@@ -1,4 +1,4 @@
-"""Fixtures for the CLI tests: one real server per session and a helper running ``keystream`` as a subprocess."""
+"""CLI test fixtures: one real server per session and a helper running ``keystream`` as a subprocess."""
 
 from __future__ import annotations
 
