@@ -120,13 +120,14 @@ class AESModeOfOperationCTR:
         chosen = _default_backend if backend is None else None
         self._backend = chosen if chosen is not None else _backend(backend)
         self._expanded_key: ExpandedKey = self._backend.expand_key(key)
-        #: The caller's counter object, or None: then the next counter value is the int ``_next`` (a private
-        #: ``Counter(1)`` that nobody else can see, kept as an int to keep construction cheap).
+        #: The caller's counter object, or None: then the position is the int ``_next`` (the value of a
+        #: private ``Counter(1)`` nobody else can see, kept as an int to keep construction and calls cheap).
         self._counter: Counter | _CounterLike | None = counter
         self._next = 1
-        #: The last keystream block generated (its counter value) and how many of its bytes are still unused.
-        self._tail_block = 0
+        #: How many bytes of the last keystream block generated are still unused; that block's counter value
+        #: is ``_next - 1`` with the private counter, else ``_tail_block`` (set together with ``_tail_left``).
         self._tail_left = 0
+        self._tail_block = 0
 
     def __repr__(self) -> str:
         bits = self._expanded_key.key_size * 8
@@ -148,9 +149,7 @@ class AESModeOfOperationCTR:
         length = len(result)
         following = start + ((length + 15) >> 4)
         self._next = following if following <= _MASK128 else following & _MASK128
-        if length & 15:
-            self._tail_left = 16 - (length & 15)
-            self._tail_block = (following - 1) & _MASK128
+        self._tail_left = -length & 15
         return result
 
     decrypt = encrypt
@@ -161,6 +160,7 @@ class AESModeOfOperationCTR:
             plaintext = plaintext.encode("latin-1")
         counter = self._counter
         if counter is None:  # from now on this object keeps its position in an explicit Counter
+            self._tail_block = (self._next - 1) & _MASK128
             counter = self._counter = Counter(self._next)
         if type(counter) is not Counter:
             return self._encrypt_generic(plaintext)
