@@ -150,10 +150,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="AES-CTR encryption as a service: streaming sealed (Tink-compatible) and raw CTR.",
         lifespan=lifespan,
     )
+    # Routes are matched in order: the hot encrypt/decrypt paths come right after the cheap probes.
     app.include_router(ops.router)
-    app.include_router(keys.router)
-    app.include_router(batch.router)
     app.include_router(crypto.router)
+    app.include_router(batch.router)
+    app.include_router(keys.router)
     app.include_router(tokens.router)
     if settings.bench_echo:
         app.include_router(ops.echo_router)

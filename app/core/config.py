@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     python_backend_processes: int = Field(default=1, ge=1, le=32)
     #: Chunks up to this size are encrypted on the event loop (aesni only); bigger ones go to a thread.
     inline_crypto_max_bytes: int = Field(default=64 * 1024, ge=0)
+    #: Bodies with a Content-Length up to this size are read whole and answered with a plain response.
+    small_body_max_bytes: int = Field(default=64 * 1024, ge=0, le=16 * MIB)
 
     allow_key_import: bool = False
     key_cache_size: int = Field(default=1024, ge=1)

@@ -61,7 +61,9 @@ class HttpMetricsMiddleware:
 
 
 class HwsimCollector(Collector):
-    """Exports a simulated device's snapshot as ``keystream_hwsim_*`` metric families at scrape time."""
+    """Exports a simulated device's snapshot as ``keystream_hwsim_*`` metric families at scrape time.
+
+    A ``quantile`` label on a gauge becomes ``percentile`` (the name is reserved for summaries)."""
 
     def __init__(self, snapshot: Callable[[], object], to_samples: Callable[[Any], Iterable[Sample]]) -> None:
         self._snapshot = snapshot
@@ -69,8 +71,12 @@ class HwsimCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         families: dict[str, Metric] = {}
-        for name, kind, labels, value in self._to_samples(self._snapshot()):
+        for name, kind, sample_labels, value in self._to_samples(self._snapshot()):
             full = name if name.startswith(HWSIM_PREFIX) else HWSIM_PREFIX + name
+            labels = dict(sample_labels)
+            if kind != "summary" and "quantile" in labels:
+                # Prometheus reserves "quantile" for summaries (promtool rejects it on a gauge).
+                labels["percentile"] = labels.pop("quantile")
             if kind == "counter":
                 full = full.removesuffix("_total")
             family = families.get(full)

@@ -1,0 +1,337 @@
+"""Service benchmark: Keystream's HTTP paths against a plain echo route on the same server, in one run.
+
+Client and server share this machine (the server is ``app.server.serve`` in a subprocess with
+``KEYSTREAM_BENCH_ECHO=1``); every case is repeated, interleaved with its baseline, and the median is kept.
+
+Cases (targets from issue 3):
+* streaming raw encrypt vs ``POST /bench/echo`` (target >= 0.85x), sealed encrypt vs echo (>= 0.6x);
+* 1 KiB sealed encrypt requests/s vs ``/healthz`` requests/s over keep-alive connections (>= 0.6x);
+* batch items/s for 100 x 1 KiB items;
+* server RSS growth during a 1 GiB sealed encrypt -> decrypt round trip (< 64 MiB);
+* per-backend latency samples of a 1 KiB sealed encrypt, for a CDF plot.
+
+Writes ``bench/results/service.json``: ``{"cpu", "date", "results": [{"case", "value", "unit", "ratio"}],
+"latency_samples": {"aesni": [seconds...], "python": [...]}}`` and prints a Markdown table.
+
+Usage: ``python -m bench.bench_service [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import datetime
+import json
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.duplex_client import duplex_request
+from bench.service_process import Server, start_server, stop_server
+
+MIB = 1 << 20
+RESULTS = Path(__file__).resolve().parent / "results" / "service.json"
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# -- streaming --
+
+
+async def stream_once(server: Server, path: str, size: int) -> float:
+    """Upload ``size`` bytes (Content-Length) and read the streamed answer; bytes/s of the upload."""
+    block = bytes(range(256)) * (MIB // 256)
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(size // MIB):
+            yield block
+
+    headers = {**server.auth, "Content-Type": "application/octet-stream"}
+    start = time.perf_counter()
+    result = await duplex_request(
+        server.host, server.port, "POST", path, headers, body(), content_length=size
+    )
+    elapsed = time.perf_counter() - start
+    if result.status != 200 or result.received < size:
+        raise RuntimeError(f"{path}: status {result.status}, {result.received} bytes")
+    return size / elapsed
+
+
+# -- request rates over keep-alive connections --
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    lower = head.lower()
+    if b"transfer-encoding: chunked" in lower:
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    else:
+        index = lower.index(b"content-length:")
+        length = int(lower[index + 15 : lower.index(b"\r\n", index)])
+        await reader.readexactly(length)
+    return status
+
+
+async def request_rate(server: Server, raw_request: bytes, seconds: float, connections: int = 16) -> float:
+    """Requests/s of one pre-built request, sent back to back on ``connections`` keep-alive connections."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        try:
+            while time.perf_counter() < deadline:
+                writer.write(raw_request)
+                if await _read_response(reader) != 200:
+                    raise RuntimeError(f"unexpected status for {raw_request[:60]!r}")
+                done += 1
+        finally:
+            writer.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    return done / (time.perf_counter() - start)
+
+
+def build_request(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: bench"] + [f"{k}: {v}" for k, v in headers.items()]
+    if method != "GET":
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+# -- batch, RSS, latency --
+
+
+def batch_rate(server: Server, seconds: float) -> float:
+    items = [{"plaintext": base64.b64encode(bytes([i]) * 1024).decode()} for i in range(100)]
+    processed = 0
+    with httpx.Client(base_url=server.url, headers=server.auth, timeout=30) as client:
+        client.post("/v1/keys/bench/encrypt/batch", json={"items": items[:1]})
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            response = client.post("/v1/keys/bench/encrypt/batch", json={"items": items})
+            if response.status_code != 200 or len(response.json()["results"]) != 100:
+                raise RuntimeError(f"batch failed: {response.status_code}")
+            processed += 100
+        return processed / (time.perf_counter() - start)
+
+
+async def rss_round_trip(server: Server, size: int) -> tuple[float, float]:
+    """Sealed encrypt of ``size`` bytes piped into decrypt.
+
+    Returns (peak server RSS growth in MiB, round-trip bytes/s).
+    """
+    process = psutil.Process(server.process.pid)
+    baseline = process.memory_info().rss
+    peak = baseline
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=8)
+    headers = {**server.auth, "Content-Type": "application/octet-stream"}
+    block = bytes(range(256)) * (MIB // 256)
+    received = 0
+    running = True
+
+    async def sample() -> None:
+        nonlocal peak
+        while running:
+            peak = max(peak, process.memory_info().rss)
+            await asyncio.sleep(0.05)
+
+    async def plain() -> AsyncIterator[bytes]:
+        for _ in range(size // MIB):
+            yield block
+
+    async def encrypt() -> None:
+        try:
+            await duplex_request(
+                server.host,
+                server.port,
+                "POST",
+                "/v1/keys/bench/encrypt",
+                headers,
+                plain(),
+                size,
+                sink=queue.put,
+            )
+        finally:
+            await queue.put(None)
+
+    async def cipher() -> AsyncIterator[bytes]:
+        while (piece := await queue.get()) is not None:
+            yield piece
+
+    def count(piece: bytes) -> None:
+        nonlocal received
+        received += len(piece)
+
+    sampler = asyncio.create_task(sample())
+    start = time.perf_counter()
+    await asyncio.gather(
+        encrypt(),
+        duplex_request(
+            server.host, server.port, "POST", "/v1/keys/bench/decrypt", headers, cipher(), sink=count
+        ),
+    )
+    elapsed = time.perf_counter() - start
+    running = False
+    await sampler
+    if received != size:
+        raise RuntimeError(f"round trip returned {received} of {size} bytes")
+    return (peak - baseline) / MIB, size / elapsed
+
+
+def latency_samples(server: Server, backend: str, count: int) -> list[float]:
+    samples = []
+    body = bytes(1024)
+    with httpx.Client(base_url=server.url, headers=server.auth, timeout=30) as client:
+        client.post(f"/v1/keys/bench/encrypt?backend={backend}", content=body)
+        for _ in range(count):
+            start = time.perf_counter()
+            response = client.post(f"/v1/keys/bench/encrypt?backend={backend}", content=body)
+            samples.append(time.perf_counter() - start)
+            if response.status_code != 200:
+                raise RuntimeError(f"{backend}: {response.status_code} {response.text}")
+    return samples
+
+
+# -- driver --
+
+
+def interleaved(
+    cases: dict[str, Callable[[], Coroutine[Any, Any, float]]], repeats: int
+) -> dict[str, list[float]]:
+    values: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, make in cases.items():
+            values[name].append(asyncio.run(make()))
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (~1 minute)")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    stream_size = 128 * MIB if args.quick else 256 * MIB
+    repeats = 3 if args.quick else 5
+    rate_seconds = 1.5 if args.quick else 3.0
+    rss_size = 256 * MIB if args.quick else 1024 * MIB
+
+    results: list[dict[str, Any]] = []
+
+    def record(case: str, value: float, unit: str, ratio: float | None = None) -> None:
+        results.append(
+            {"case": case, "value": round(value, 4), "unit": unit, "ratio": ratio and round(ratio, 3)}
+        )
+        shown = f"  ({ratio:.2f}x)" if ratio is not None else ""
+        print(f"{case:45s} {value:12.3f} {unit}{shown}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="keystream-bench-") as tmp:
+        server = start_server(Path(tmp) / "data", Path(tmp) / "server.log", KEYSTREAM_BENCH_ECHO="1")
+        try:
+            with server.client() as client:
+                client.post("/v1/keys", json={"name": "bench"}).raise_for_status()
+                backends = {b["name"]: b for b in client.get("/v1/backends").json()["backends"]}
+            default = next(name for name, b in backends.items() if b["default"])
+            print(f"server backend {default} ({backends[default]['isa']}); cpu {cpu_name()}", flush=True)
+
+            streams = interleaved(
+                {
+                    "echo": lambda: stream_once(server, "/bench/echo", stream_size),
+                    "raw": lambda: stream_once(server, "/v1/keys/bench/encrypt?format=raw", stream_size),
+                    "sealed": lambda: stream_once(server, "/v1/keys/bench/encrypt", stream_size),
+                },
+                repeats,
+            )
+            echo = statistics.median(streams["echo"])
+            record("stream echo (baseline)", echo / 1e9, "GB/s")
+            record(
+                "stream raw encrypt",
+                statistics.median(streams["raw"]) / 1e9,
+                "GB/s",
+                statistics.median(streams["raw"]) / echo,
+            )
+            record(
+                "stream sealed encrypt",
+                statistics.median(streams["sealed"]) / 1e9,
+                "GB/s",
+                statistics.median(streams["sealed"]) / echo,
+            )
+
+            health = build_request("GET", "/healthz", {})
+            encrypt = build_request(
+                "POST",
+                "/v1/keys/bench/encrypt",
+                {**server.auth, "Content-Type": "application/octet-stream"},
+                bytes(1024),
+            )
+            rates = interleaved(
+                {
+                    "healthz": lambda: request_rate(server, health, rate_seconds),
+                    "encrypt": lambda: request_rate(server, encrypt, rate_seconds),
+                },
+                repeats,
+            )
+            healthz_rate = statistics.median(rates["healthz"])
+            record("GET /healthz", healthz_rate, "req/s")
+            encrypt_rate = statistics.median(rates["encrypt"])
+            record("1 KiB sealed encrypt", encrypt_rate, "req/s", encrypt_rate / healthz_rate)
+
+            batch = statistics.median(batch_rate(server, rate_seconds) for _ in range(repeats))
+            record("batch encrypt, 100 x 1 KiB items", batch, "items/s")
+
+            growth, round_trip = asyncio.run(rss_round_trip(server, rss_size))
+            record(f"RSS growth, {rss_size // MIB} MiB sealed round trip", growth, "MiB")
+            record(f"{rss_size // MIB} MiB encrypt->decrypt pipe", round_trip / 1e9, "GB/s")
+
+            samples: dict[str, list[float]] = {}
+            for name, backend in backends.items():
+                if backend["available"]:
+                    samples[name] = latency_samples(server, name, 100 if name == "python" else 400)
+                    record(
+                        f"1 KiB sealed encrypt p50 latency [{name}]",
+                        statistics.median(samples[name]) * 1e3,
+                        "ms",
+                    )
+        finally:
+            stop_server(server)
+
+    output = {
+        "cpu": cpu_name(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "results": results,
+        "latency_samples": {name: [round(s, 6) for s in values] for name, values in samples.items()},
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(output, indent=1) + "\n")
+    print("\n| case | value | unit | ratio |\n|---|---:|---|---:|")
+    for row in results:
+        print("| {} | {} | {} | {} |".format(row["case"], row["value"], row["unit"], row["ratio"] or ""))
+    print(f"\nwritten to {args.output}")
+
+
+if __name__ == "__main__":
+    main()
