@@ -15,7 +15,7 @@ Cases (every figure is the median over many repetitions, each timing an auto-ran
 The pure-Python libraries run only up to ``SLOW_MAX_SIZE`` bytes (pyaes) / 1 MiB (python backend) and with
 fewer repetitions; the table says so.
 
-JSON written (default ``bench/results/aescore.json``)::
+JSON written (default ``bench/results/aescore.json``; ``bench/results/aescore-quick.json`` with ``--quick``)::
 
     {"cpu": str, "date": ISO-8601 UTC, "python": str, "quick": bool, "aesni": {backend info} | null,
      "notes": [str], "results": [{"case": str, "library": str, "size": int (bytes per call),
@@ -50,6 +50,8 @@ SIZES = (64, 1024, 16 * 1024, 1024 * 1024, 64 * 1024 * 1024)
 SLOW_MAX_SIZE = 16 * 1024
 PYTHON_MAX_SIZE = 1024 * 1024
 DEFAULT_JSON = Path(__file__).parent / "results" / "aescore.json"
+#: --quick results go elsewhere by default so ``make run`` does not overwrite the committed full results.
+QUICK_JSON = Path(__file__).parent / "results" / "aescore-quick.json"
 
 Call = Callable[[], object]
 
@@ -306,9 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer and shorter repetitions (under a minute)")
     parser.add_argument(
-        "--json", type=Path, default=DEFAULT_JSON, help=f"where to write JSON ({DEFAULT_JSON})"
+        "--json", type=Path, help=f"JSON path (default {DEFAULT_JSON}; --quick: {QUICK_JSON})"
     )
     args = parser.parse_args(argv)
+    if args.json is None:
+        args.json = QUICK_JSON if args.quick else DEFAULT_JSON
     report = run(args.quick, progress=lambda text: print(f"  measuring {text}", file=sys.stderr, flush=True))
     print(markdown(report))
     args.json.parent.mkdir(parents=True, exist_ok=True)
