@@ -212,8 +212,9 @@ def run(quick: bool, progress: Callable[[str], None], sizes: tuple[int, ...] = S
     timer = Timer(quick)
     results: list[dict[str, Any]] = []
     notes = [
-        f"pyaes runs only up to {SLOW_MAX_SIZE} bytes and the python backend up to {PYTHON_MAX_SIZE} bytes, "
-        f"both with {timer.slow_repeat} repetitions; pyaes has no write-into-buffer API.",
+        f"pyaes runs only up to {_human_size(SLOW_MAX_SIZE)} and the python backend up to "
+        f"{_human_size(PYTHON_MAX_SIZE)}, both with {timer.slow_repeat} repetitions; "
+        "pyaes has no write-into-buffer API.",
         "ratio_to_cryptography = cryptography's time / this time, same case, size and mode (> 1: faster).",
     ]
 
