@@ -23,7 +23,7 @@ Differences: ``Counter.value`` returns a new list (mutating it does not change t
 :class:`aescore.AesCoreValueError`/:class:`aescore.AesCoreTypeError` (subclasses of ``ValueError``/
 ``TypeError``, as pyaes raises), and bytes-like inputs other than ``bytes`` are accepted. Only the CTR mode
 is provided. The backend is ``aescore.get_backend()`` (``$KEYSTREAM_BACKEND``, else ``aesni`` when
-available, else ``python``); pass ``backend=`` to choose another.
+available, else ``python``), looked up once, on first use; pass ``backend=`` to choose another.
 """
 
 from __future__ import annotations
