@@ -107,12 +107,17 @@ def crypto_pyaes_calls() -> dict[tuple[str, str], tuple[Call, bool]]:
             ciphertext = pyaes_compat.AESModeOfOperationCTR(KEY, backend=backend).encrypt(CLEARTEXT)
             pyaes_compat.AESModeOfOperationCTR(KEY, backend=backend).decrypt(ciphertext)
 
+        def compat_default() -> None:  # exactly the benchmark's code: no backend argument
+            ciphertext = pyaes_compat.AESModeOfOperationCTR(KEY).encrypt(CLEARTEXT)
+            pyaes_compat.AESModeOfOperationCTR(KEY).decrypt(ciphertext)
+
         def api(backend: aescore.Backend = backend) -> None:
             ciphertext = backend.ctr_xor(backend.expand_key(KEY), COUNTER_ONE, CLEARTEXT)
             assert ciphertext is not None
             backend.ctr_xor(backend.expand_key(KEY), COUNTER_ONE, ciphertext)
 
-        calls[(name, "pyaes_compat")] = (compat, name == "python")
+        default = backend is aescore.get_backend()
+        calls[(name, "pyaes_compat")] = (compat_default if default else compat, name == "python")
         calls[(name, "backend_api")] = (api, name == "python")
     try:
         from Crypto.Cipher import AES
