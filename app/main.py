@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -51,6 +52,8 @@ def open_backends(settings: Settings) -> Backends:
                 offload = ProcessOffloadBackend(settings.python_backend_processes)
                 usable[name] = offload
             else:
+                if name == "hwsim":  # hwsim configures itself from KEYSTREAM_HWSIM_* variables
+                    os.environ["KEYSTREAM_HWSIM_PRESET"] = settings.hwsim_preset
                 usable[name] = aescore.get_backend(name)
         except aescore.AesCoreError as exc:
             reasons[name] = str(exc)

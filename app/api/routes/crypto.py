@@ -19,7 +19,7 @@ import base64
 import binascii
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,8 +138,10 @@ class CryptoStep:
         fmt: str,
         update: Callable[[bytes], bytes],
         finalize: Callable[[], bytes] | None = None,
+        async_update: Callable[[bytes], Awaitable[bytes]] | None = None,
     ) -> None:
         self._backend = backend
+        self._async_update = async_update
         self._inline_max = state.settings.inline_crypto_max_bytes
         self._update = update
         self._finalize = finalize
@@ -157,6 +159,12 @@ class CryptoStep:
     async def update(self, data: bytes) -> bytes:
         """Transform one chunk."""
         self._bytes.inc(len(data))
+        if self._async_update is not None:
+            start = time.perf_counter()
+            try:
+                return await self._async_update(data)
+            finally:
+                self._seconds.observe(time.perf_counter() - start)
         self._held += len(data)
         out = await run_crypto(
             self._backend, self._held, self._inline_max, lambda: self._timed(lambda: self._update(data))
@@ -175,6 +183,8 @@ class CryptoStep:
     async def run_whole(self, data: bytes) -> bytes:
         """Transform a complete (small) body in one call: ``update`` then ``finalize``."""
         finalize = self._finalize
+        if self._async_update is not None:
+            return await self.update(data)
         self._bytes.inc(len(data))
 
         def work() -> bytes:
@@ -182,6 +192,46 @@ class CryptoStep:
             return out + finalize() if finalize is not None else out
 
         return await run_crypto(self._backend, len(data), self._inline_max, lambda: self._timed(work))
+
+
+class AsyncRawCipher:
+    """Raw CTR through a backend's ``ctr_xor_async`` (hwsim: jobs of one loop turn share a doorbell)."""
+
+    def __init__(
+        self, backend: aescore.Backend, expanded: aescore.ExpandedKey, iv: bytes, offset: int
+    ) -> None:
+        self._ctr_xor_async: Callable[..., Awaitable[bytes]] = backend.ctr_xor_async  # type: ignore[attr-defined]
+        self._expanded = expanded
+        self._iv = iv
+        self._offset = offset
+
+    async def update(self, data: bytes) -> bytes:
+        """Transform ``data`` at the current position and advance.
+
+        Raises:
+            BadRequestError: the data would run past byte 2**64 of the keystream.
+        """
+        if self._offset + len(data) > MAX_OFFSET:
+            raise BadRequestError("offset + length must not exceed 2**64 bytes")
+        out = await self._ctr_xor_async(self._expanded, self._iv, data, self._offset)
+        self._offset += len(data)
+        return out
+
+
+def raw_step(
+    state: ServiceState,
+    backend: aescore.Backend,
+    operation: str,
+    expanded: aescore.ExpandedKey,
+    iv: bytes,
+    offset: int,
+) -> CryptoStep:
+    """A raw CTR step: through ``ctr_xor_async`` when the backend has it, else :class:`RawCipher`."""
+    if hasattr(backend, "ctr_xor_async"):
+        cipher = AsyncRawCipher(backend, expanded, iv, offset)
+        return CryptoStep(state, backend, operation, "raw", bytes, async_update=cipher.update)
+    raw = RawCipher(expanded, backend, iv, offset)
+    return CryptoStep(state, backend, operation, "raw", raw.update)
 
 
 def associated_data(state: ServiceState, value: str | None) -> bytes:
@@ -320,8 +370,7 @@ async def encrypt(name: str, request: Request) -> Response:
         else:
             resolved = state.keycache.resolve(name, None, chosen)
         iv_bytes = parse_iv(params.iv) if params.iv else new_iv()
-        cipher = RawCipher(resolved.expanded, chosen, iv_bytes, params.offset)
-        step = CryptoStep(state, chosen, "encrypt", "raw", cipher.update)
+        step = raw_step(state, chosen, "encrypt", resolved.expanded, iv_bytes, params.offset)
         headers["Keystream-IV"] = format_iv(iv_bytes)
     headers["Keystream-Key-Version"] = str(resolved.version)
     headers["Keystream-Backend"] = chosen.name
@@ -346,8 +395,7 @@ async def decrypt(name: str, request: Request) -> Response:
                 "format=raw decrypt needs key_version (the encrypt response's Keystream-Key-Version header)"
             )
         resolved = state.keycache.decryption_candidates(name, chosen, version)[0]
-        cipher = RawCipher(resolved.expanded, chosen, parse_iv(params.iv), params.offset)
-        step = CryptoStep(state, chosen, "decrypt", "raw", cipher.update)
+        step = raw_step(state, chosen, "decrypt", resolved.expanded, parse_iv(params.iv), params.offset)
         headers["Keystream-Key-Version"] = str(resolved.version)
         return await respond(request, step, headers, state.settings.small_body_max_bytes)
 
