@@ -29,7 +29,7 @@ unit: build
 test: lint typecheck unit
 
 run: build
-	$(PY) -m bench.bench_aescore --quick
+	$(BIN)/keystream serve
 
 # The aescore suite under AddressSanitizer: a separate build, then back to the normal one.
 asan: $(STAMP)
