@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# make docker-test: build the Keystream image for real and prove it serves.
+#
+# 1. start dockerd when no daemon answers (and stop it again at the end);
+# 2. base image: $KEYSTREAM_BASE_IMAGE (default local/bookworm); when missing, debootstrap a minimal Debian
+#    bookworm into $KEYSTREAM_ROOTFS (default /var/tmp/keystream-rootfs, kept as a cache) from the apt mirror in
+#    /etc/apt/sources.list* and `docker import` it -- no registry is needed;
+# 3. wheels of every dependency built on the host into build/wheelhouse (pip inside a build may not reach or
+#    trust PyPI), so the image installs with --no-index;
+# 4. classic builder (DOCKER_BUILDKIT=0); the builder stage compiles the extension into the wheel;
+# 5. run the container on a free 127.0.0.1 port, wait for its HEALTHCHECK to say healthy, check it runs as a
+#    non-root user, then create a key and do sealed and raw encrypt/decrypt round trips through the port;
+# 6. remove the container and its volume, stop dockerd if this script started it. Images stay as a cache.
+#
+# Needs root (dockerd, debootstrap) unless a daemon and the base image already exist.
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+base_image="${KEYSTREAM_BASE_IMAGE:-local/bookworm}"
+rootfs="${KEYSTREAM_ROOTFS:-/var/tmp/keystream-rootfs}"
+image="${KEYSTREAM_TEST_IMAGE:-keystream:docker-test}"
+python="${PYTHON:-$repo/.venv/bin/python}"
+work="$(mktemp -d /tmp/keystream-docker-test.XXXXXX)"
+container="keystream-docker-test-$$"
+started_dockerd=""
+t0=$SECONDS
+
+log() { printf '[docker-test %3ds] %s\n' "$((SECONDS - t0))" "$*"; }
+
+cleanup() {
+    local status=$?
+    if docker inspect "$container" >/dev/null 2>&1; then
+        if [ "$status" -ne 0 ]; then
+            log "container log (last 30 lines):"
+            docker logs --tail 30 "$container" 2>&1 | sed 's/^/    /' || true
+        fi
+        docker rm -f -v "$container" >/dev/null 2>&1 || true
+    fi
+    if [ -n "$started_dockerd" ]; then
+        log "stopping the dockerd this script started (pid $started_dockerd)"
+        kill "$started_dockerd" 2>/dev/null || true
+        for _ in $(seq 1 30); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 1; done
+    fi
+    rm -rf "$work"
+    if [ "$status" -eq 0 ]; then log "PASS"; else log "FAIL (exit $status)"; fi
+}
+trap cleanup EXIT
+
+# --- 1. daemon --------------------------------------------------------------------------------------------
+if ! docker info >/dev/null 2>&1; then
+    command -v dockerd >/dev/null || { echo "docker-test: no docker daemon and no dockerd (apt-get install docker.io)" >&2; exit 1; }
+    log "starting dockerd"
+    dockerd >"$work/dockerd.log" 2>&1 &
+    started_dockerd=$!
+    for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    docker info >/dev/null 2>&1 || { tail -20 "$work/dockerd.log" >&2; exit 1; }
+fi
+
+# --- 2. base image ----------------------------------------------------------------------------------------
+debian_mirror() {
+    # The first Debian archive URI configured for apt (one-line or deb822 format), else deb.debian.org.
+    local uri
+    uri="$(grep -hsE '^(deb |URIs:)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources \
+        | grep -oE 'https?://[^ ]+/debian/?( |$)' | grep -v security | head -n 1 | tr -d ' ')" || true
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+if ! docker image inspect "$base_image" >/dev/null 2>&1; then
+    if [ ! -x "$rootfs/bin/sh" ] || [ ! -e "$rootfs/.keystream-complete" ]; then
+        command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
+        mirror="$(debian_mirror)"
+        log "debootstrap bookworm (minbase) from $mirror into $rootfs"
+        rm -rf "$rootfs"
+        debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
+            || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+        touch "$rootfs/.keystream-complete"
+    fi
+    log "importing $rootfs as $base_image"
+    tar -C "$rootfs" --exclude=./.keystream-complete -c . | docker import - "$base_image" >/dev/null
+fi
+
+# --- 3. wheelhouse ----------------------------------------------------------------------------------------
+wheelhouse="build/wheelhouse"
+requirements="$work/requirements.txt"
+"$python" - "$requirements" <<'EOF'
+import sys, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))
+build = project["build-system"]["requires"]
+with open(sys.argv[1], "w") as out:
+    out.write("\n".join([*build, *project["project"]["dependencies"]]) + "\n")
+EOF
+stamp="$wheelhouse/.requirements"
+if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
+    log "building the wheelhouse (host pip, cached)"
+    rm -rf "$wheelhouse"
+    mkdir -p "$wheelhouse"
+    "$python" -m pip wheel -q --wheel-dir "$wheelhouse" -r "$requirements"
+    cp "$requirements" "$stamp"
+fi
+
+# --- 4. build -------------------------------------------------------------------------------------------
+log "docker build ($image, base $base_image, classic builder)"
+DOCKER_BUILDKIT=0 docker build -q \
+    --build-arg "BASE_IMAGE=$base_image" --build-arg "WHEELHOUSE=$wheelhouse" \
+    -t "$image" . >"$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; exit 1; }
+
+# --- 5. run and check ---------------------------------------------------------------------------------------
+port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+token="ks_$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')_$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+log "running $container on 127.0.0.1:$port"
+docker run -d --name "$container" -p "127.0.0.1:$port:8000" -e "KEYSTREAM_ROOT_TOKEN=$token" "$image" >/dev/null
+health=""
+for _ in $(seq 1 90); do
+    health="$(docker inspect -f '{{.State.Health.Status}}' "$container")"
+    [ "$health" = "healthy" ] && break
+    [ "$(docker inspect -f '{{.State.Running}}' "$container")" = "true" ] || break
+    sleep 1
+done
+[ "$health" = "healthy" ] || { echo "docker-test: container not healthy (status: $health)" >&2; exit 1; }
+log "healthy"
+
+uid="$(docker exec "$container" id -u)"
+[ "$uid" != "0" ] || { echo "docker-test: the container runs as root" >&2; exit 1; }
+
+base="http://127.0.0.1:$port"
+auth=(-H "Authorization: Bearer $token")
+curl -fsS "${auth[@]}" -H 'Content-Type: application/json' -d '{"name": "docker-test"}' "$base/v1/keys" >/dev/null
+curl -fsS "${auth[@]}" "$base/v1/backends" >"$work/backends.json"
+head -c $((3 * 1024 * 1024 + 17)) /dev/urandom >"$work/plain"
+for backend in $("$python" -c 'import json, sys; print(" ".join(b["name"] for b in json.load(open(sys.argv[1]))["backends"] if b["available"]))' "$work/backends.json"); do
+    curl -fsS "${auth[@]}" -H 'Content-Type: application/octet-stream' --data-binary @"$work/plain" \
+        "$base/v1/keys/docker-test/encrypt?backend=$backend" -o "$work/sealed"
+    curl -fsS "${auth[@]}" -H 'Content-Type: application/octet-stream' --data-binary @"$work/sealed" \
+        "$base/v1/keys/docker-test/decrypt?backend=$backend" -o "$work/opened"
+    cmp -s "$work/plain" "$work/opened" || { echo "docker-test: sealed round trip differs ($backend)" >&2; exit 1; }
+    curl -fsS "${auth[@]}" -H 'Content-Type: application/octet-stream' --data-binary @"$work/plain" -D "$work/headers" \
+        "$base/v1/keys/docker-test/encrypt?format=raw&backend=$backend" -o "$work/raw"
+    iv="$(tr -d '\r' <"$work/headers" | awk -F': ' 'tolower($1) == "keystream-iv" {print $2}')"
+    curl -fsS "${auth[@]}" -H 'Content-Type: application/octet-stream' --data-binary @"$work/raw" \
+        "$base/v1/keys/docker-test/decrypt?format=raw&iv=$iv&key_version=1&backend=$backend" -o "$work/raw-opened"
+    cmp -s "$work/plain" "$work/raw-opened" || { echo "docker-test: raw round trip differs ($backend)" >&2; exit 1; }
+    log "round trips through the published port OK ($backend, sealed and raw, $(stat -c %s "$work/plain") bytes)"
+done
+curl -fsS "$base/metrics" | grep -q '^keystream_crypto_seconds_count{' \
+    || { echo "docker-test: /metrics has no keystream_crypto_seconds" >&2; exit 1; }
+log "image $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}'), runs as uid $uid"

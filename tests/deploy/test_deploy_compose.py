@@ -1,0 +1,101 @@
+"""docker-compose.yml: valid for Debian's docker-compose (no daemon needed), ports on 127.0.0.1, volumes,
+healthchecks, and the Prometheus/Grafana wiring to deploy/."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any
+
+import yaml
+
+from tests.deploy.deploy_paths import REPO, tool
+
+TOKEN = "ks_0123456789abcdef_" + "x" * 32
+
+
+def compose(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KEYSTREAM_ROOT_TOKEN"}
+    if token is not None:
+        env["KEYSTREAM_ROOT_TOKEN"] = token
+    return subprocess.run(
+        [tool("docker-compose"), "--profile", "load", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def resolved() -> dict[str, Any]:
+    result = compose("config")
+    assert result.returncode == 0, result.stderr
+    config: dict[str, Any] = yaml.safe_load(result.stdout)
+    return config
+
+
+def mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Container path -> source (a named volume or a host path), from short or long volume syntax."""
+    result: dict[str, str] = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, dict):
+            result[volume["target"]] = volume["source"]
+        else:
+            source, target = str(volume).split(":")[:2]
+            result[target] = source
+    return result
+
+
+def test_config_is_valid() -> None:
+    result = compose("config", "-q")
+    assert result.returncode == 0, result.stderr
+
+
+def test_root_token_is_required() -> None:
+    result = compose("config", "-q", token=None)
+    assert result.returncode != 0
+    assert "KEYSTREAM_ROOT_TOKEN" in result.stderr
+
+
+def test_services_ports_and_volumes() -> None:
+    config = resolved()
+    services = config["services"]
+    assert set(services) == {"keystream", "prometheus", "grafana", "locust-master", "locust-worker"}
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            host_ip = port["host_ip"] if isinstance(port, dict) else str(port).split(":")[0]
+            assert host_ip == "127.0.0.1", f"{name} publishes {port} beyond 127.0.0.1"
+    assert set(config["volumes"]) == {"keystream-data", "prometheus-data", "grafana-data"}
+    assert mounts(services["keystream"])["/var/lib/keystream"] == "keystream-data"
+    assert mounts(services["prometheus"])["/prometheus"] == "prometheus-data"
+    assert mounts(services["grafana"])["/var/lib/grafana"] == "grafana-data"
+
+
+def test_healthchecks_and_startup_order() -> None:
+    services = resolved()["services"]
+    for name in ("keystream", "prometheus", "grafana", "locust-master"):
+        assert services[name]["healthcheck"]["test"], name
+    assert "/healthz" in " ".join(services["keystream"]["healthcheck"]["test"])
+    assert services["prometheus"]["depends_on"]["keystream"]["condition"] == "service_healthy"
+    assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
+
+
+def test_monitoring_mounts_point_at_deploy() -> None:
+    services = resolved()["services"]
+    prometheus = mounts(services["prometheus"])
+    assert prometheus["/etc/prometheus"] == str(REPO / "deploy" / "prometheus")
+    grafana = mounts(services["grafana"])
+    assert grafana["/etc/grafana/provisioning"] == str(REPO / "deploy" / "grafana" / "provisioning")
+    assert grafana["/var/lib/grafana/dashboards"] == str(REPO / "deploy" / "grafana" / "dashboards")
+    provider = yaml.safe_load((REPO / "deploy/grafana/provisioning/dashboards/keystream.yml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    # Prometheus scrapes the compose service names.
+    scrape = yaml.safe_load((REPO / "deploy/prometheus/prometheus.yml").read_text())["scrape_configs"]
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape}
+    assert targets["keystream"] == ["keystream:8000"]
+    assert targets["locust"] == ["locust-master:8089"]
+    locust = services["locust-master"]
+    assert "--host=http://keystream:8000" in locust["command"]
+    assert locust["build"]["args"]["EXTRAS"] == "load"
