@@ -98,6 +98,9 @@ def crossover_size(
 
     if offload_wins(1):
         return 0
+    # the device is already slower at 1 byte; if it also streams no faster than software, the gap only grows
+    if throughput_bound(params, key_size) / 1e9 <= bandwidth_sw:
+        return None
     high = 2
     while not offload_wins(high):  # exponential search keeps the simulated jobs near the answer
         if high >= limit:
