@@ -150,3 +150,17 @@ def test_usage_and_connection_exit_codes(cli: RunCli, server: RunningServer, tmp
 
     missing_input = cli("encrypt", "--key", "k", str(tmp_path / "nope"), str(tmp_path / "out"))
     assert missing_input.returncode == EXIT_USAGE and b"input not found" in missing_input.stderr
+
+
+def test_serve_rejects_bad_settings(cli: RunCli, tmp_path: Path) -> None:
+    result = cli("serve", "--backend", "quantum", "--data-dir", str(tmp_path / "data"), "--port", "0")
+    assert result.returncode == EXIT_USAGE
+    assert b"invalid settings" in result.stderr and b"quantum" in result.stderr
+    assert not (tmp_path / "data").exists()  # nothing was bootstrapped
+
+
+def test_bench_report_only_writes_a_report(cli: RunCli, tmp_path: Path) -> None:
+    result = cli("bench", "--report-only", "--results", str(tmp_path))
+    assert result.returncode == EXIT_OK, result.stderr
+    text = (tmp_path / "report.md").read_text()
+    assert "`aescore.json` not found" in text and "python -m bench.bench_service" in text
