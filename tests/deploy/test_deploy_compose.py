@@ -8,8 +8,7 @@ import subprocess
 from typing import Any
 
 import yaml
-
-from tests.deploy.deploy_paths import REPO, tool
+from deploy_paths import REPO, tool
 
 TOKEN = "ks_0123456789abcdef_" + "x" * 32
 

@@ -8,8 +8,7 @@ import json
 from typing import Any
 
 import yaml
-
-from tests.deploy.deploy_paths import DASHBOARD, GRAFANA_DIR
+from deploy_paths import DASHBOARD, GRAFANA_DIR
 
 DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
 

@@ -9,8 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-
-from tests.deploy.deploy_paths import K8S_DIR
+from deploy_paths import K8S_DIR
 
 MANIFESTS = sorted(path for path in K8S_DIR.glob("*.yaml") if path.name != "kustomization.yaml")
 

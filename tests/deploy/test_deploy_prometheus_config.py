@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from tests.deploy.deploy_paths import PROMETHEUS_DIR, tool
+from deploy_paths import PROMETHEUS_DIR, tool
 
 RULE_FILES = sorted((PROMETHEUS_DIR / "rules").glob("*.yml"))
 ALERT_TESTS = PROMETHEUS_DIR / "tests" / "alerts_test.yml"

@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from deploy_paths import DASHBOARD, PROMETHEUS_DIR, tool
 
 from loadtests import run
 from loadtests.service import Service, free_port, keystream_service, stop_process, wait_for_http
-from tests.deploy.deploy_paths import DASHBOARD, PROMETHEUS_DIR, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
