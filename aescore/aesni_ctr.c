@@ -392,7 +392,6 @@ KS_TARGET_VAES512 KS_INLINE void ks_vaes512_blocks(const __m512i *rk, const int 
 /* XOR len (< n * 64) bytes with ks[0..n) using byte-masked loads/stores for the partial register. */
 KS_TARGET_VAES512 KS_INLINE void ks_vaes512_xor_tail(const __m512i *ks, const int n, const uint8_t *in,
                                                      uint8_t *out, size_t len) {
-#pragma GCC unroll 8
     for (int j = 0; j < n && len; j++) {
         if (len >= 64) {
             const __m512i data = _mm512_loadu_si512((const void *)(in + 64 * j));
