@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test run build lint typecheck unit asan bench load docker-test clean
+.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean
 
 $(STAMP): pyproject.toml setup.py scripts/bootstrap-venv.sh
 	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
@@ -26,7 +26,11 @@ typecheck: build
 unit: build
 	$(BIN)/pytest
 
-test: lint typecheck unit
+# Operations tools the deploy/ checks run (Debian's prometheus/promtool, docker-compose); quick when present.
+tools:
+	scripts/install-tools.sh
+
+test: tools lint typecheck unit
 
 run: build
 	$(BIN)/keystream serve
@@ -41,6 +45,16 @@ asan: $(STAMP)
 	    LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" \
 	    $(BIN)/pytest -p no:cacheprovider --capture=sys tests/aescore -q; \
 	status=$$?; $(PY) setup.py -q build_ext --inplace --force && exit $$status
+
+# Bounded Locust load test against a fresh local service; reports in loadtests/reports/<timestamp>/.
+# Pass options with LOAD_ARGS, e.g. make load LOAD_ARGS="--users 24 --duration 120 --backends aesni".
+load: build
+	$(PY) -m loadtests.run $(LOAD_ARGS)
+
+# Build the Docker image for real (debootstrap base, host-built wheelhouse) and round-trip through it.
+# Not part of `make test`: needs root and dockerd, and takes minutes on a fresh machine.
+docker-test: build
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/docker-test.sh
 
 bench: build
 	$(PY) -m bench.bench_aescore

@@ -20,7 +20,7 @@ cd "$repo"
 base_image="${KEYSTREAM_BASE_IMAGE:-local/bookworm}"
 rootfs="${KEYSTREAM_ROOTFS:-/var/tmp/keystream-rootfs}"
 image="${KEYSTREAM_TEST_IMAGE:-keystream:docker-test}"
-python="${PYTHON:-$repo/.venv/bin/python}"
+python="${KEYSTREAM_HOST_PYTHON:-$repo/.venv/bin/python}"  # builds the wheelhouse (needs pip)
 work="$(mktemp -d /tmp/keystream-docker-test.XXXXXX)"
 container="keystream-docker-test-$$"
 started_dockerd=""

@@ -223,6 +223,9 @@ def planned_seconds(args: argparse.Namespace) -> float:
 def run_locust(args: argparse.Namespace, host: str, token: str, report_dir: Path) -> int:
     """Run Locust to completion (killed if it overruns the plan by two minutes); returns its exit code."""
     env = {**os.environ, "KEYSTREAM_TOKEN": token}
+    env.pop(
+        "LOCUST_SKIP_MONKEY_PATCH", None
+    )  # a load run needs gevent's patching (tests set it for themselves)
     command = locust_command(args, host, report_dir)
     print(f"loadtests: {' '.join(command[2:])}", flush=True)
     with open(report_dir / "locust.log", "wb") as log:
