@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import queue
 import stat
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+import threading
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from typing import IO, Any
 
 from app._client_transport import ChunkReader
@@ -81,11 +83,96 @@ def _bytes_reader(data: bytes | bytearray | memoryview, chunk_size: int, counter
     return read
 
 
+class _ThreadedReader:
+    """Runs blocking reads (a pipe, stdin, a generator) in a daemon thread, one chunk per call.
+
+    The event loop keeps receiving the response while the source waits for input, so output is not held
+    back by a slow producer. The thread is a daemon so a read blocked on stdin never delays interpreter exit
+    (an executor's worker would be joined at exit).
+    """
+
+    def __init__(self, read: Callable[[], bytes], counter: _Counter) -> None:
+        self._read = read
+        self._counter = counter
+        self._requests: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[bytes]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+
+    async def __call__(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="keystream-source", daemon=True)
+            self._thread.start()
+        self._requests.put((loop, future))
+        return self._counter.add(await future)
+
+    def close(self) -> None:
+        """Let the thread end after its current read."""
+        self._requests.put(None)
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            loop, future = request
+            try:
+                data = self._read()
+            except BaseException as exc:  # handed to the awaiting task, which fails the request
+                self._deliver(loop, future, None, exc)
+                return
+            self._deliver(loop, future, data, None)
+            if not data:
+                return
+
+    @staticmethod
+    def _deliver(
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[bytes],
+        data: bytes | None,
+        error: BaseException | None,
+    ) -> None:
+        def settle() -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(data or b"")
+
+        with contextlib.suppress(RuntimeError):  # the loop was closed: the call was abandoned
+            loop.call_soon_threadsafe(settle)
+
+
+def _file_read(file: IO[bytes], chunk_size: int) -> Callable[[], bytes]:
+    # read1 returns what a pipe has now instead of waiting for a full chunk: output keeps flowing.
+    read = getattr(file, "read1", None) or file.read
+
+    def read_chunk() -> bytes:
+        return bytes(read(chunk_size) or b"")
+
+    return read_chunk
+
+
+def _iterator_read(source: Iterable[bytes]) -> Callable[[], bytes]:
+    iterator = iter(source)
+
+    def next_chunk() -> bytes:
+        for chunk in iterator:
+            if chunk:
+                return bytes(chunk)
+        return b""
+
+    return next_chunk
+
+
 @contextlib.contextmanager
-def sync_chunk_reader(
-    source: Source, chunk_size: int, on_progress: ProgressCallback | None
+def chunk_reader(
+    source: Source, chunk_size: int, on_progress: ProgressCallback | None, *, async_client: bool
 ) -> Iterator[SourceParts]:
-    """Chunk reader for the sync client: reads block the private event loop, which only serves this call.
+    """The request body for ``source``: a chunk reader, its length when known, and a bytes-sent getter.
+
+    Regular files read inline on the sync client (its loop serves only this call); pipes, stdin, sync
+    iterators, and every file on the async client read in a daemon thread.
 
     Raises:
         TypeError: ``source`` has an unsupported type (async iterables need the async client).
@@ -99,56 +186,9 @@ def sync_chunk_reader(
         if isinstance(source, bytes | bytearray | memoryview):
             yield _bytes_reader(source, chunk_size, counter), memoryview(source).nbytes, counter.get
             return
-        if hasattr(source, "read"):
-            file: IO[bytes] = source  # type: ignore[assignment]
-
-            async def read_file() -> bytes:
-                return counter.add(file.read(chunk_size) or b"")
-
-            yield read_file, file_remaining(file), counter.get
-            return
-        if isinstance(source, AsyncIterable):
-            raise TypeError("async iterables need AsyncKeystreamClient")
-        iterator = iter(source)
-
-        async def read_iterable() -> bytes:
-            for chunk in iterator:
-                if chunk:
-                    return counter.add(bytes(chunk))
-            return b""
-
-        yield read_iterable, None, counter.get
-
-
-@contextlib.asynccontextmanager
-async def async_chunk_reader(
-    source: Source, chunk_size: int, on_progress: ProgressCallback | None
-) -> AsyncIterator[SourceParts]:
-    """Chunk reader for the async client: file and sync-iterator reads run in a worker thread.
-
-    Raises:
-        TypeError: ``source`` has an unsupported type.
-        OSError: a path source cannot be opened.
-    """
-    _check_type(source)
-    counter = _Counter(on_progress)
-    async with contextlib.AsyncExitStack() as stack:
-        if isinstance(source, str | os.PathLike):
-            opened: IO[bytes] = await asyncio.to_thread(open, source, "rb")
-            stack.push_async_callback(asyncio.to_thread, opened.close)
-            source = opened
-        if isinstance(source, bytes | bytearray | memoryview):
-            yield _bytes_reader(source, chunk_size, counter), memoryview(source).nbytes, counter.get
-            return
-        if hasattr(source, "read"):
-            file: IO[bytes] = source  # type: ignore[assignment]
-
-            async def read_file() -> bytes:
-                return counter.add(await asyncio.to_thread(file.read, chunk_size) or b"")
-
-            yield read_file, file_remaining(file), counter.get
-            return
-        if isinstance(source, AsyncIterable):
+        if isinstance(source, AsyncIterable) and not hasattr(source, "read"):
+            if not async_client:
+                raise TypeError("async iterables need AsyncKeystreamClient")
             async_iterator = aiter(source)
 
             async def read_async() -> bytes:
@@ -159,15 +199,22 @@ async def async_chunk_reader(
 
             yield read_async, None, counter.get
             return
-        iterator = iter(source)
+        length: int | None = None
+        if hasattr(source, "read"):
+            file: IO[bytes] = source  # type: ignore[assignment]
+            length = file_remaining(file)
+            read = _file_read(file, chunk_size)
+            if length is not None and not async_client:
 
-        def next_chunk() -> bytes:
-            for chunk in iterator:
-                if chunk:
-                    return bytes(chunk)
-            return b""
+                async def read_inline() -> bytes:
+                    return counter.add(read())
 
-        async def read_iterable() -> bytes:
-            return counter.add(await asyncio.to_thread(next_chunk))
-
-        yield read_iterable, None, counter.get
+                yield read_inline, length, counter.get
+                return
+        else:
+            read = _iterator_read(source)  # type: ignore[arg-type]
+        threaded = _ThreadedReader(read, counter)
+        try:
+            yield threaded, length, counter.get
+        finally:
+            threaded.close()

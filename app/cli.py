@@ -13,7 +13,7 @@ Exit codes (stable; scripts may rely on them):
  6    not found: 404 (key, key version or token)
  7    conflict: 409 (key exists, deletion not allowed)
  8    local I/O error: reading the input or writing the output failed
-130   interrupted (Ctrl-C)
+130   interrupted (Ctrl-C); 143: terminated (SIGTERM). A partial output file is removed in both cases
 ====  ===========================================================================================
 
 The URL and token come from ``--url``/``--token`` or ``KEYSTREAM_URL``/``KEYSTREAM_TOKEN`` (URL default
@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +58,7 @@ EXIT_NOT_FOUND = 6
 EXIT_CONFLICT = 7
 EXIT_IO = 8
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?)?\s*$", re.IGNORECASE)
@@ -64,6 +66,14 @@ _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?)?\s*$", re.IGNORECASE)
 
 class UsageError(Exception):
     """The command line is wrong in a way argparse cannot see (exit code 2)."""
+
+
+class TerminatedError(KeyboardInterrupt):
+    """SIGTERM arrived: unwind like Ctrl-C so a partial output file is removed (exit code 143)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise TerminatedError
 
 
 def parse_size(text: str) -> int:
@@ -126,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Keystream: AES-CTR encryption as a service. Run the server, manage keys and tokens, "
         "encrypt and decrypt files.",
         epilog="exit codes: 0 ok, 1 API error, 2 usage, 3 connection, 4 integrity/decryption failure, "
-        "5 auth (401/403), 6 not found, 7 conflict, 8 local I/O, 130 interrupted",
+        "5 auth (401/403), 6 not found, 7 conflict, 8 local I/O, 130 interrupted, 143 terminated",
     )
     _client_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -578,6 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    if handler is cmd_crypto and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return handler(args)
     except UsageError as exc:
@@ -604,6 +616,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, KeystreamClientError) as exc:
         _error(str(exc))
         return EXIT_IO
+    except TerminatedError:
+        _error("terminated")
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_INTERRUPTED

@@ -55,12 +55,7 @@ from app._client_models import (
     parse_tokens,
     quote,
 )
-from app._client_sources import (
-    ProgressCallback,
-    Source,
-    async_chunk_reader,
-    sync_chunk_reader,
-)
+from app._client_sources import ProgressCallback, Source, chunk_reader
 
 __all__ = [
     "AsyncCipherStream",
@@ -621,7 +616,11 @@ class KeystreamClient(_BaseClient):
         options: CryptoOptions,
         on_progress: ProgressCallback | None,
     ) -> Iterator[CipherStream]:
-        with sync_chunk_reader(source, self._chunk_size, on_progress) as (reader, length, sent):
+        with chunk_reader(source, self._chunk_size, on_progress, async_client=False) as (
+            reader,
+            length,
+            sent,
+        ):
             call = self._duplex(operation, key, options, reader, length)
             runner = transport.LoopRunner()
             try:
@@ -903,7 +902,7 @@ class AsyncKeystreamClient(_BaseClient):
     ) -> AsyncIterator[AsyncCipherStream]:
         on_progress = options.pop("on_progress", None)
         crypto = CryptoOptions.from_kwargs(options)
-        async with async_chunk_reader(source, self._chunk_size, on_progress) as (reader, length, sent):
+        with chunk_reader(source, self._chunk_size, on_progress, async_client=True) as (reader, length, sent):
             call = self._duplex(operation, key, crypto, reader, length)
             try:
                 with _mapped_errors():

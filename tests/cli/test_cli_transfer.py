@@ -6,13 +6,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from app.cli import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE
+from app.cli import EXIT_INTEGRITY, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
 from tests.cli.conftest import CLI_TIMEOUT, RunCli
 from tests.keystream_server import REPO, RunningServer
 
@@ -148,3 +150,33 @@ def test_256_mib_file_round_trip(cli: RunCli, server: RunningServer, key: str, t
     assert _sha256(opened) == expected
     # stderr is a pipe here, so no progress bar was drawn.
     assert b"\r" not in encrypted.stderr + decrypted.stderr
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, EXIT_INTERRUPTED), (signal.SIGTERM, EXIT_TERMINATED)]
+)
+def test_interrupt_removes_the_partial_output(
+    server: RunningServer, key: str, tmp_path: Path, signum: int, code: int
+) -> None:
+    """Stop a transfer mid-way (stdin still open): the hidden .partial file goes away, OUT never appears."""
+    out = tmp_path / "out.bin"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "encrypt", "--key", key, "-", str(out)],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server.env(),
+        cwd=REPO,
+    )
+    assert process.stdin is not None and process.stderr is not None
+    process.stdin.write(os.urandom(1 << 20))
+    process.stdin.flush()
+    deadline = time.monotonic() + 30
+    while not any(p.stat().st_size for p in tmp_path.glob(".out.bin.*.partial")):
+        assert time.monotonic() < deadline and process.poll() is None, "no partial output appeared"
+        time.sleep(0.05)
+    process.send_signal(signum)
+    assert process.wait(timeout=30) == code
+    assert b"keystream: error: " in process.stderr.read()
+    process.stdin.close()
+    process.stderr.close()
+    assert list(tmp_path.iterdir()) == []

@@ -7,6 +7,8 @@ import asyncio
 import hashlib
 import io
 import os
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -278,3 +280,22 @@ def test_large_stream_is_not_buffered(client: KeystreamClient, small_key: str) -
         for chunk in stream:
             digest.update(chunk)
     assert digest.hexdigest() == expected.hexdigest()
+
+
+def test_output_flows_while_the_source_waits(client: KeystreamClient, small_key: str) -> None:
+    """A source that blocks until output arrives (like an interactive pipe) does not stall the transfer."""
+    output_seen = threading.Event()
+
+    def source() -> Iterator[bytes]:
+        yield os.urandom(64 * 1024)
+        assert output_seen.wait(timeout=20), "no output while the source was waiting"
+        yield os.urandom(1000)
+
+    start = time.monotonic()
+    received = bytearray()
+    with client.encrypt_stream(small_key, source()) as stream:
+        for chunk in stream:
+            received += chunk
+            output_seen.set()
+    assert time.monotonic() - start < 10
+    assert len(received) == _sealed_length(64 * 1024 + 1000)
