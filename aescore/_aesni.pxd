@@ -1,5 +1,5 @@
-# C declarations for the aesni backend: the intrinsics file (aesni_ctr.h) and the few pthread calls the
-# Cython module uses to split large inputs across threads.
+# C declarations for the aesni backend: the intrinsics file (aesni_ctr.h), and the few pthread calls and
+# GCC atomic builtins the Cython module uses to split large inputs across threads.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
@@ -19,6 +19,10 @@ cdef extern from "aesni_ctr.h" nogil:
         KS_ISA_VAES256
         KS_ISA_VAES512
 
+    ctypedef enum ks_store:
+        KS_STORE_CACHED
+        KS_STORE_STREAM
+
     enum:
         KS_BLOCK_SIZE
         KS_MAX_ROUNDS
@@ -30,7 +34,7 @@ cdef extern from "aesni_ctr.h" nogil:
     unsigned ks_cpu_isas()
     ks_status ks_expand_key(const uint8_t *key, size_t key_len, ks_aes_key *out)
     ks_status ks_ctr_xor(const ks_aes_key *key, ks_isa isa, const uint8_t *initial_counter,
-                         uint64_t offset, const uint8_t *src, uint8_t *dst, size_t length)
+                         uint64_t offset, const uint8_t *src, uint8_t *dst, size_t length, ks_store store)
     void ks_wipe_key(ks_aes_key *key)
 
 
@@ -45,3 +49,11 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                        void *(*start_routine)(void *) noexcept nogil, void *arg)
     int pthread_join(pthread_t thread, void **retval)
+
+
+cdef extern from *:
+    # GCC/Clang builtins (generic in the pointer type; declared here for size_t counters).
+    enum:
+        __ATOMIC_RELAXED
+    size_t __atomic_fetch_add(size_t *pointer, size_t value, int memory_order) nogil
+    void __atomic_store_n(int *pointer, int value, int memory_order) nogil

@@ -8,6 +8,7 @@ ISA_NAMES: Final[tuple[str, ...]]
 GIL_RELEASE_BYTES: Final[int]
 MIN_BYTES_PER_THREAD: Final[int]
 MAX_THREADS: Final[int]
+STREAM_MIN_BYTES: Final[int]
 
 def supported_isas() -> tuple[str, ...]: ...
 def get_isa() -> str: ...

@@ -26,12 +26,6 @@
 #define KS_TARGET_VAES512 __attribute__((target("aes,sse4.1,ssse3,avx2,vaes,avx512f,avx512bw")))
 #define KS_INLINE static inline __attribute__((always_inline))
 #define KS_LIKELY(x) __builtin_expect(!!(x), 1)
-/* Outputs of at least this many bytes (per call or per thread slice) use non-temporal stores on VAES-512:
- * they do not fit the caches anyway, and skipping the read-for-ownership of `out` saves a third of the
- * memory traffic. */
-#ifndef KS_STREAM_MIN_BYTES
-#define KS_STREAM_MIN_BYTES (4u << 20)
-#endif
 
 /* ------------------------------------------------------------------------------------------------------ */
 /* CPU detection                                                                                          */
@@ -209,7 +203,8 @@ KS_TARGET_AESNI KS_INLINE void ks_xor_partial16(__m128i keystream, const uint8_t
 
 /* Process len bytes starting at keystream block (hi, lo), i.e. a block-aligned keystream position. */
 KS_TARGET_AESNI KS_INLINE void ks_aesni_body(const ks_aes_key *key, const int rounds, uint64_t hi, uint64_t lo,
-                                             const uint8_t *in, uint8_t *out, size_t len) {
+                                             const uint8_t *in, uint8_t *out, size_t len, const int stream) {
+    (void)stream; /* no streaming stores on this path: 16-byte ones gain little */
     __m128i rk[KS_MAX_ROUNDS + 1];
 #pragma GCC unroll 15
     for (int r = 0; r <= rounds; r++) {
@@ -291,7 +286,9 @@ KS_TARGET_VAES256 KS_INLINE void ks_vaes256_blocks(const __m256i *rk, const int 
 }
 
 KS_TARGET_VAES256 KS_INLINE void ks_vaes256_body(const ks_aes_key *key, const int rounds, uint64_t hi,
-                                                 uint64_t lo, const uint8_t *in, uint8_t *out, size_t len) {
+                                                 uint64_t lo, const uint8_t *in, uint8_t *out, size_t len,
+                                                 const int stream) {
+    (void)stream; /* streaming stores are implemented on the VAES-512 path only */
     __m256i rk[KS_MAX_ROUNDS + 1];
 #pragma GCC unroll 15
     for (int r = 0; r <= rounds; r++) {
@@ -449,15 +446,17 @@ KS_TARGET_VAES512 KS_INLINE void ks_vaes512_tail(const __m512i *rk, const int ro
 }
 
 KS_TARGET_VAES512 KS_INLINE void ks_vaes512_body(const ks_aes_key *key, const int rounds, uint64_t hi,
-                                                 uint64_t lo, const uint8_t *in, uint8_t *out, size_t len) {
+                                                 uint64_t lo, const uint8_t *in, uint8_t *out, size_t len,
+                                                 const int stream) {
     __m512i rk[KS_MAX_ROUNDS + 1];
 #pragma GCC unroll 15
     for (int r = 0; r <= rounds; r++) {
         rk[r] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(key->round_keys + KS_BLOCK_SIZE * r)));
     }
-    if (len >= KS_STREAM_MIN_BYTES && ((uintptr_t)out & 15) == 0) {
-        /* Large output: write around the caches (no read-for-ownership of `out`, no eviction of the
-         * caller's working set). Align `out` to 64 bytes with 0..3 whole blocks first. */
+    if (stream && len >= 8 * 64 && ((uintptr_t)out & 15) == 0) {
+        /* Write around the caches (no read-for-ownership of `out`, no eviction of the caller's working
+         * set). Align `out` to 64 bytes with 0..3 whole blocks first; if `out` is not even 16-byte aligned
+         * relative to the keystream blocks, ordinary stores are used. */
         const size_t head = (size_t)(-(uintptr_t)out) & 63;
         if (head) {
             ks_vaes512_tail(rk, rounds, hi, lo, in, out, head);
@@ -480,12 +479,12 @@ KS_TARGET_VAES512 KS_INLINE void ks_vaes512_body(const ks_aes_key *key, const in
 /* One specialised function per (path, round count) so round loops are fully unrolled                     */
 /* ------------------------------------------------------------------------------------------------------ */
 
-typedef void (*ks_body_fn)(const ks_aes_key *, uint64_t, uint64_t, const uint8_t *, uint8_t *, size_t);
+typedef void (*ks_body_fn)(const ks_aes_key *, uint64_t, uint64_t, const uint8_t *, uint8_t *, size_t, int);
 
 #define KS_SPECIALISE(PATH, TARGET, ROUNDS)                                                                 \
     TARGET static void ks_##PATH##_##ROUNDS(const ks_aes_key *key, uint64_t hi, uint64_t lo, const uint8_t *in, \
-                                             uint8_t *out, size_t len) {                                     \
-        ks_##PATH##_body(key, ROUNDS, hi, lo, in, out, len);                                                 \
+                                             uint8_t *out, size_t len, int stream) {                         \
+        ks_##PATH##_body(key, ROUNDS, hi, lo, in, out, len, stream);                                         \
     }
 
 KS_SPECIALISE(aesni, KS_TARGET_AESNI, 10)
@@ -525,7 +524,7 @@ KS_TARGET_AESNI static void ks_xor_head(const ks_aes_key *key, uint64_t hi, uint
 }
 
 ks_status ks_ctr_xor(const ks_aes_key *key, ks_isa isa, const uint8_t initial_counter[KS_BLOCK_SIZE],
-                     uint64_t offset, const uint8_t *in, uint8_t *out, size_t len) {
+                     uint64_t offset, const uint8_t *in, uint8_t *out, size_t len, ks_store store) {
     if (key == NULL || initial_counter == NULL || (len && (in == NULL || out == NULL))) {
         return KS_ERR_NULL;
     }
@@ -568,6 +567,6 @@ ks_status ks_ctr_xor(const ks_aes_key *key, ks_isa isa, const uint8_t initial_co
         {ks_vaes512_10, ks_vaes512_12, ks_vaes512_14},
     };
     const int path = isa == KS_ISA_AESNI ? 0 : isa == KS_ISA_VAES256 ? 1 : 2;
-    table[path][(key->rounds - 10) / 2](key, hi, lo, in, out, len);
+    table[path][(key->rounds - 10) / 2](key, hi, lo, in, out, len, store == KS_STORE_STREAM);
     return KS_OK;
 }

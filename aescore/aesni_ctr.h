@@ -38,6 +38,13 @@ typedef enum {
     KS_ISA_VAES512 = 4        /* AVX-512F/BW + VAES on zmm, 32 blocks in flight, masked tail */
 } ks_isa;
 
+/* How ks_ctr_xor writes `out`. */
+typedef enum {
+    KS_STORE_CACHED = 0,      /* ordinary stores: the output stays in the caches for whoever reads it next */
+    KS_STORE_STREAM = 1       /* non-temporal stores where the path has them (VAES-512), for outputs much
+                                 larger than the caches: no read-for-ownership, the caller's data not evicted */
+} ks_store;
+
 #define KS_BLOCK_SIZE 16
 #define KS_MAX_ROUNDS 14
 
@@ -59,7 +66,7 @@ ks_status ks_expand_key(const uint8_t *key, size_t key_len, ks_aes_key *out);
  * exactly out[0..len). Requires offset + len <= 2**64 (KS_ERR_RANGE otherwise).
  */
 ks_status ks_ctr_xor(const ks_aes_key *key, ks_isa isa, const uint8_t initial_counter[KS_BLOCK_SIZE],
-                     uint64_t offset, const uint8_t *in, uint8_t *out, size_t len);
+                     uint64_t offset, const uint8_t *in, uint8_t *out, size_t len, ks_store store);
 
 /* Overwrite a key schedule with zeros in a way the compiler cannot elide. */
 void ks_wipe_key(ks_aes_key *key);

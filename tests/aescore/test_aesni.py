@@ -31,8 +31,6 @@ if _aesni.unavailable_reason() is not None:  # a real reason (no AES-NI, bad con
     pytest.skip(f"aesni backend unavailable: {_aesni.unavailable_reason()}", allow_module_level=True)
 
 MIB = 1 << 20
-#: Output size from which VAES-512 switches to non-temporal stores (KS_STREAM_MIN_BYTES in aesni_ctr.c).
-STREAM_MIN_BYTES = 4 * MIB
 #: Lengths around every batch size (16, 64, 128, 256, 512 bytes) and tail shape of the three paths.
 EDGE_LENGTHS = sorted(
     {n + d for n in (0, 16, 64, 128, 256, 512, 1024) for d in (-1, 0, 1) if n + d >= 0} | {15, 33, 500, 4097}
@@ -215,7 +213,7 @@ def test_large_outputs_non_temporal_path(isa: str, reference_ctr: ReferenceCtr) 
     backend = _aesni.AesniBackend(isa=isa, threads=1)
     key = bytes(range(16))
     expanded = backend.expand_key(key)
-    length = STREAM_MIN_BYTES + 1000 + 7
+    length = _aesni.STREAM_MIN_BYTES + 1000 + 7
     data = random.Random("large").randbytes(length)
     for start, offset in ((0, 0), (16, 0), (48, 32), (1, 0), (5, 21), (32, 3)):
         guard = bytearray(start + length + 64)
