@@ -129,6 +129,8 @@ OPENAPI_EXTRA: dict[str, Any] = {
 
 #: Sealed calls that may process more than this run in the thread pool (see :class:`CryptoStep`).
 SEALED_INLINE_MAX_BYTES = 64 * 1024
+#: Safety margin for estimating buffered bytes: more than a header (40 bytes) plus a few tags.
+HEADER_MAX_BYTES = 256
 
 
 class CryptoStep:
@@ -143,8 +145,12 @@ class CryptoStep:
         update: Callable[[bytes], bytes],
         finalize: Callable[[], bytes] | None = None,
         async_update: Callable[[bytes], Awaitable[bytes]] | None = None,
+        segment_size: int | None = None,
     ) -> None:
         self._backend = backend
+        # Sealed formats only buffer until a segment is complete: below this many held bytes an update is a
+        # copy, never crypto, and runs inline whatever the backend (the header is at most 40 bytes).
+        self._buffer_only_below = segment_size - HEADER_MAX_BYTES if segment_size is not None else 0
         self._async_update = async_update
         # Raw AES-NI runs at several GB/s: a 1 MiB call is tens of microseconds, cheaper inline than a thread
         # hop. Sealed work is mostly HMAC (GIL released, ~1-2 GB/s): in a thread it overlaps the loop's I/O.
@@ -178,11 +184,13 @@ class CryptoStep:
             finally:
                 self._seconds.observe(time.perf_counter() - start)
         self._held += len(data)
+        if self._held < self._buffer_only_below:
+            return self._update(data)  # at most the 40-byte header comes out: no segment is complete yet
         out = await run_crypto(
             self._backend, self._held, self._inline_max, lambda: self._timed(lambda: self._update(data))
         )
-        if out:
-            self._held = 0
+        # Output is about as long as the input it consumed (give or take tags and header): keep the rest.
+        self._held = max(0, self._held - len(out))
         return out
 
     async def finalize(self) -> bytes:
@@ -374,7 +382,15 @@ async def encrypt(name: str, request: Request) -> Response:
                 )
         resolved = state.keycache.resolve(name, key_version, chosen)
         encryptor = SealedEncryptor(resolved.material, resolved.key_type, resolved.segment_size, ad, chosen)
-        step = CryptoStep(state, chosen, "encrypt", "sealed", encryptor.update, encryptor.finalize)
+        step = CryptoStep(
+            state,
+            chosen,
+            "encrypt",
+            "sealed",
+            encryptor.update,
+            encryptor.finalize,
+            segment_size=resolved.segment_size,
+        )
     else:
         if params.associated_data:
             raise BadRequestError("associated data applies to format=sealed only")
@@ -424,7 +440,15 @@ async def decrypt(name: str, request: Request) -> Response:
         ad,
         chosen,
     )
-    step = CryptoStep(state, chosen, "decrypt", "sealed", decryptor.update, decryptor.finalize)
+    step = CryptoStep(
+        state,
+        chosen,
+        "decrypt",
+        "sealed",
+        decryptor.update,
+        decryptor.finalize,
+        segment_size=first.segment_size,
+    )
     try:
         body = await small_body(request, state.settings.small_body_max_bytes)
     except ClientDisconnect:
