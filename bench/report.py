@@ -8,8 +8,9 @@ Steps (each a subprocess, so one failing benchmark does not stop the others):
    backends and for pycryptodome, cryptography and pyaes.
 2. ``python -m bench.bench_service --output DIR/service.json``: the HTTP service against its baselines, with
    1 KiB sealed-encrypt latency samples per backend.
-3. ``python -m hwsim.report --json DIR/hwsim.json``: the simulated accelerator's modeled latency and
-   throughput per preset beside the measured software backends.
+3. ``python -m hwsim.report --json DIR/hwsim.json --png DIR/hwsim.png``: the simulated accelerator's
+   modeled latency and throughput per preset beside the measured software backends (its own plot stays in
+   DIR so a quick run never replaces the README's image).
 
 Then it reads the JSON files (schemas are documented in those scripts), draws
 
@@ -54,17 +55,21 @@ class Step:
     module: str
     json_name: str
     json_flag: str
+    #: (flag, file name) of another output the script writes, kept inside the results directory.
+    extra_output: tuple[str, str] | None = None
 
     def command(self, results: Path, quick: bool) -> list[str]:
         """The command line that runs this benchmark and writes its JSON into ``results``."""
         command = [sys.executable, "-m", self.module, self.json_flag, str(results / self.json_name)]
+        if self.extra_output is not None:
+            command += [self.extra_output[0], str(results / self.extra_output[1])]
         return [*command, "--quick"] if quick else command
 
 
 STEPS = (
     Step("AES-CTR libraries and backends", "bench.bench_aescore", "aescore.json", "--json"),
     Step("HTTP service", "bench.bench_service", "service.json", "--output"),
-    Step("Simulated accelerator (hwsim)", "hwsim.report", "hwsim.json", "--json"),
+    Step("Simulated accelerator (hwsim)", "hwsim.report", "hwsim.json", "--json", ("--png", "hwsim.png")),
 )
 
 
@@ -250,64 +255,113 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
 def hwsim_series(data: dict[str, Any]) -> list[dict[str, Any]]:
     """``[{name, kind: modeled|measured, points: [{size, latency_s, bytes_per_s}]}]`` from hwsim.json.
 
-    Accepts the ``series`` list written by ``hwsim.report``, or flat ``results`` rows with ``size``,
-    ``latency_s`` and/or ``bytes_per_s`` and a ``preset`` (modeled) or ``backend`` (measured) name.
+    Reads ``hwsim.report``'s ``presets`` (modeled, zero-load; plus ``<preset> batched`` throughput) and
+    ``software`` (measured) objects, each with ``rows`` of ``size``, ``latency_ns`` and
+    ``throughput_bytes_per_s``.
     """
-    if isinstance(data.get("series"), list):
-        return [s for s in data["series"] if isinstance(s, dict) and s.get("points")]
-    grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in data.get("results", []):
-        if "preset" in row:
-            grouped[("modeled", str(row["preset"]))].append(row)
-        elif "backend" in row:
-            grouped[("measured", str(row["backend"]))].append(row)
-    return [{"name": name, "kind": kind, "points": points} for (kind, name), points in grouped.items()]
+    series: list[dict[str, Any]] = []
+    for kind, group in (("modeled", data.get("presets", {})), ("measured", data.get("software", {}))):
+        for name, entry in group.items():
+            rows = entry.get("rows", [])
+            points = [
+                {
+                    "size": row["size"],
+                    "latency_s": float(row["latency_ns"]) / 1e9,
+                    "bytes_per_s": float(row["throughput_bytes_per_s"]),
+                }
+                for row in rows
+            ]
+            if points:
+                series.append({"name": name, "kind": kind, "points": points})
+            batched = [
+                {"size": row["size"], "bytes_per_s": float(row["batch_throughput_bytes_per_s"])}
+                for row in rows
+                if "batch_throughput_bytes_per_s" in row
+            ]
+            if batched:
+                series.append({"name": f"{name} batched", "kind": "batched", "points": batched})
+    return series
 
 
-def _point_value(point: dict[str, Any], metric: str) -> float:
-    if metric == "latency_s":
-        if "latency_s" in point:
-            return float(point["latency_s"])
-        if "latency_ns" in point:
-            return float(point["latency_ns"]) / 1e9
-        return float(point["size"]) / float(point["bytes_per_s"]) if point.get("bytes_per_s") else math.nan
-    if "bytes_per_s" in point:
-        return float(point["bytes_per_s"])
-    latency = _point_value(point, "latency_s")
-    return float(point["size"]) / latency if latency > 0 else math.nan
+_STYLES = {"modeled": "-", "measured": "--", "batched": ":"}
 
 
 def hwsim_section(data: dict[str, Any], report: Report) -> None:
-    """Modeled-vs-measured latency and throughput plot from ``hwsim.json``."""
+    """Modeled-vs-measured latency and throughput plot, crossover and Amdahl table from ``hwsim.json``."""
     series = hwsim_series(data)
     if not series:
-        report.notes.append("`hwsim.json` has no series of modeled or measured points.")
+        report.notes.append("`hwsim.json` has no `presets` or `software` rows.")
         return
-    figure, (latency_axis, rate_axis) = plt.subplots(1, 2, figsize=(13, 4.8))
+    figure, (latency_axis, rate_axis) = plt.subplots(1, 2, figsize=(13, 5))
+    colors: dict[str, Any] = {}
     for entry in series:
-        style = "-" if entry.get("kind") == "modeled" else "--"
-        label = f"{entry['name']} ({entry.get('kind', '?')})"
-        for axis, metric, scale in ((latency_axis, "latency_s", 1e6), (rate_axis, "bytes_per_s", 1e-9)):
-            points = _positive([(float(p["size"]), _point_value(p, metric) * scale) for p in entry["points"]])
+        base = entry["name"].removesuffix(" batched")
+        color = colors.setdefault(base, f"C{len(colors) % 10}")
+        label = entry["name"] if entry["kind"] == "batched" else f"{entry['name']} ({entry['kind']})"
+        panels = [(rate_axis, "bytes_per_s", 1e-9)]
+        if entry["kind"] != "batched":
+            panels.append((latency_axis, "latency_s", 1e6))
+        for axis, metric, scale in panels:
+            points = _positive([(float(p["size"]), float(p[metric]) * scale) for p in entry["points"]])
             if points:
-                axis.plot(*zip(*points, strict=True), style, marker=".", label=label)
+                axis.plot(
+                    *zip(*points, strict=True), _STYLES[entry["kind"]], color=color, marker=".", label=label
+                )
     for axis, ylabel in ((latency_axis, "latency per message (µs)"), (rate_axis, "throughput (GB/s)")):
         _size_axis(axis)
         axis.set_yscale("log")
         axis.set_xlabel("message size")
         axis.set_ylabel(ylabel)
         axis.legend(fontsize=7)
-    latency_axis.set_title("hwsim: modeled vs measured latency")
-    rate_axis.set_title("hwsim: modeled vs measured throughput")
+    latency_axis.set_title("hwsim: modeled (solid) vs measured (dashed) latency")
+    rate_axis.set_title("throughput; dotted: a batch under one doorbell")
     figure.tight_layout()
     figure.savefig(report.results / "hwsim_model_vs_measured.png", dpi=110)
     plt.close(figure)
+    machine = data.get("machine", {})
+    quick = " with --quick" if data.get("quick") else ""
     lines = ["## Simulated accelerator: modeled vs measured", ""]
-    lines += ["Solid lines: the device model per preset; dashed: backends measured on this machine.", ""]
+    lines += [f"CPU {machine.get('cpu', '?')}, run {data.get('generated_at', '?')}{quick}.", ""]
+    lines += [
+        "Solid lines: the device model per preset at zero load; dashed: backends measured on this machine.",
+        "",
+    ]
     lines += ["![hwsim modeled vs measured](hwsim_model_vs_measured.png)", ""]
-    for text in data.get("notes", []) if isinstance(data.get("notes"), list) else []:
-        lines.append(f"- {text}")
+    lines += hwsim_comparison_table(data.get("comparisons", []))
+    example = data.get("design_documents_example")
+    if isinstance(example, dict) and "speedup" in example:
+        lines += [
+            "",
+            f"The design documents' estimate: p = {example.get('p')}, s = {example.get('s')} gives "
+            f"{float(example['speedup']):.2f}x as written (Amdahl without the offload overhead).",
+        ]
     report.sections.append(lines)
+
+
+def hwsim_comparison_table(comparisons: list[dict[str, Any]]) -> list[str]:
+    """Crossover sizes and Amdahl speedups (as written / with overhead / simulated) at the largest size."""
+    if not comparisons:
+        return []
+    lines = [
+        "| preset | backend | offload faster | crossover | size | Amdahl as written | with overhead "
+        "| simulated |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for entry in comparisons:
+        crossover = entry.get("crossover_simulated_bytes")
+        shown = human_size(float(crossover)) if isinstance(crossover, int | float) else "none"
+        amdahl_rows = entry.get("amdahl") or [{}]
+        last = amdahl_rows[-1]
+        size = human_size(float(last["size"])) if "size" in last else ""
+        speedups = [
+            last.get(key) for key in ("speedup_as_written", "speedup_with_overhead", "speedup_simulated")
+        ]
+        cells = " | ".join(f"{value:.2f}x" if isinstance(value, int | float) else "" for value in speedups)
+        names = (
+            f"{entry.get('preset', '?')} | {entry.get('backend', '?')} | {entry.get('offload_faster', '')}"
+        )
+        lines.append(f"| {names} | {shown} | {size} | {cells} |")
+    return lines
 
 
 # -- assembly ------------------------------------------------------------------------------------------------

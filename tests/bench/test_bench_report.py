@@ -56,16 +56,39 @@ def _service() -> dict[str, object]:
     }
 
 
-def _hwsim_series() -> dict[str, object]:
-    modeled = [{"size": s, "latency_s": 1e-6 + s / 2e8} for s in SIZES]
-    measured = [{"size": s, "bytes_per_s": 5e9} for s in SIZES]
+def _hwsim() -> dict[str, object]:
+    """The shape ``python -m hwsim.report`` writes (see hwsim/report.py ``run``)."""
+
+    def rows(rate: float, overhead_ns: float) -> list[dict[str, float]]:
+        return [
+            {
+                "size": size,
+                "latency_ns": overhead_ns + size / rate * 1e9,
+                "throughput_bytes_per_s": size / (overhead_ns + size / rate * 1e9) * 1e9,
+                "batch_throughput_bytes_per_s": rate,
+            }
+            for size in SIZES
+        ]
+
     return {
-        "series": [
-            {"name": "opentitan", "kind": "modeled", "points": modeled},
-            {"name": "aesni", "kind": "measured", "points": measured},
+        "generated_at": "2026-01-01T00:00:00Z",
+        "machine": {"cpu": "Test CPU 9000"},
+        "quick": False,
+        "presets": {"opentitan": {"preset": "opentitan", "rows": rows(1e8, 2000)}},
+        "software": {"aesni": {"backend": "aesni", "rows": [{k: v for k, v in r.items() if "batch" not in k}
+                                                             for r in rows(5e9, 100)]}},
+        "comparisons": [
+            {
+                "preset": "opentitan",
+                "backend": "aesni",
+                "crossover_simulated_bytes": None,
+                "offload_faster": "never",
+                "amdahl": [{"size": 1 << 20, "speedup_as_written": 0.5, "speedup_with_overhead": 0.25,
+                            "speedup_simulated": 0.2}],
+            }
         ],
-        "notes": ["Amdahl as written: 1.92x"],
-    }
+        "design_documents_example": {"p": 0.6, "s": 5.0, "speedup": 1.923},
+    }  # fmt: skip
 
 
 def _write(directory: Path, name: str, data: object) -> None:
@@ -81,7 +104,7 @@ def _assert_png(path: Path) -> None:
 def test_full_report_from_synthetic_json(tmp_path: Path) -> None:
     _write(tmp_path, "aescore.json", _aescore())
     _write(tmp_path, "service.json", _service())
-    _write(tmp_path, "hwsim.json", _hwsim_series())
+    _write(tmp_path, "hwsim.json", _hwsim())
 
     path = bench_report.build_report(bench_report.Report(tmp_path))
 
@@ -97,29 +120,33 @@ def test_full_report_from_synthetic_json(tmp_path: Path) -> None:
     # Latency table: nearest-rank percentiles of the samples, in ms.
     assert "| aesni | 100 | 0.990 | 1.390 | 1.480 |" in text
     assert "| stream raw encrypt | 1.25 | GB/s | 0.91 |" in text
-    assert "- Amdahl as written: 1.92x" in text
+    assert "| opentitan | aesni | never | none | 1 MiB | 0.50x | 0.25x | 0.20x |" in text
+    assert "gives 1.92x as written" in text
 
 
-def test_hwsim_flat_rows_are_accepted(tmp_path: Path) -> None:
-    rows = [{"preset": "proposal", "size": s, "latency_ns": 500 + s} for s in SIZES]
-    rows += [{"backend": "python", "size": s, "latency_s": s / 1e7} for s in SIZES]
-    series = bench_report.hwsim_series({"results": rows})
-    assert {(s["name"], s["kind"]) for s in series} == {("proposal", "modeled"), ("python", "measured")}
-    _write(tmp_path, "hwsim.json", {"results": rows})
+def test_hwsim_series_from_a_real_hwsim_report_run(tmp_path: Path) -> None:
+    """Guards the schema: a small real ``hwsim.report`` run feeds the plot (modeled, batched and measured)."""
+    hwsim_report = pytest.importorskip("hwsim.report")
+    data = hwsim_report.run(quick=True, sizes=[16, 256, 65536, 131072])
+    series = bench_report.hwsim_series(data)
+    kinds = {(entry["name"], entry["kind"]) for entry in series}
+    assert ("proposal", "modeled") in kinds and ("proposal batched", "batched") in kinds
+    assert ("python", "measured") in kinds
+    _write(tmp_path, "hwsim.json", data)
     text = bench_report.build_report(bench_report.Report(tmp_path)).read_text()
     _assert_png(tmp_path / "hwsim_model_vs_measured.png")
-    assert "hwsim_model_vs_measured.png" in text
+    assert "| proposal | python |" in text
 
 
 def test_missing_and_broken_files_become_notes(tmp_path: Path) -> None:
     (tmp_path / "service.json").write_text("{not json")
-    _write(tmp_path, "hwsim.json", {"series": []})
+    _write(tmp_path, "hwsim.json", {"presets": {}})
 
     text = bench_report.build_report(bench_report.Report(tmp_path)).read_text()
 
     assert "`aescore.json` not found" in text and "python -m bench.bench_aescore" in text
     assert "`service.json` could not be read" in text
-    assert "`hwsim.json` has no series" in text
+    assert "`hwsim.json` has no `presets` or `software` rows" in text
     assert not list(tmp_path.glob("*.png"))
 
 
