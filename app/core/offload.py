@@ -14,7 +14,7 @@ import multiprocessing
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from anyio import to_thread
 
@@ -132,8 +132,3 @@ async def run_crypto(backend: aescore.Backend, nbytes: int, inline_max: int, wor
     if backend.name == "aesni" and nbytes <= inline_max:
         return work()
     return await to_thread.run_sync(work)
-
-
-def backend_info(backend: aescore.Backend) -> dict[str, Any]:
-    """``backend.info()`` as a plain dict."""
-    return dict(backend.info())

@@ -67,8 +67,7 @@ class Backends:
                 info = dict(backend.info())
                 entry["info"] = info
                 entry["constant_time"] = bool(info.get("constant_time", backend.constant_time))
-                isa = info.get("isa") or info.get("isa_path") or info.get("path")
-                entry["isa"] = isa if isa is not None else None
+                entry["isa"] = info.get("isa")
                 if name == "hwsim":
                     entry["preset"] = info.get("preset", self.hwsim_preset)
             entries.append(entry)
