@@ -23,7 +23,6 @@ import asyncio
 import base64
 import datetime
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -34,21 +33,12 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.bench_aescore import cpu_model
 from bench.duplex_client import duplex_request
 from bench.service_process import Server, start_server, stop_server
 
 MIB = 1 << 20
 RESULTS = Path(__file__).resolve().parent / "results" / "service.json"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 # -- streaming --
@@ -255,7 +245,7 @@ def main() -> None:
                 client.post("/v1/keys", json={"name": "bench"}).raise_for_status()
                 backends = {b["name"]: b for b in client.get("/v1/backends").json()["backends"]}
             default = next(name for name, b in backends.items() if b["default"])
-            print(f"server backend {default} ({backends[default]['isa']}); cpu {cpu_name()}", flush=True)
+            print(f"server backend {default} ({backends[default]['isa']}); cpu {cpu_model()}", flush=True)
 
             streams = interleaved(
                 {
@@ -319,7 +309,7 @@ def main() -> None:
             stop_server(server)
 
     output = {
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "quick": args.quick,
         "results": results,

@@ -10,7 +10,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.core.config import Settings
 from app.core.errors import UnsupportedMediaTypeError
 from app.core.security import Principal
 from app.core.state import ServiceState
@@ -23,14 +22,6 @@ async def get_state(request: Request) -> ServiceState:
 
 
 StateDep = Annotated[ServiceState, Depends(get_state)]
-
-
-async def get_app_settings(state: StateDep) -> Settings:
-    """The settings the app was created with."""
-    return state.settings
-
-
-SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 
 
 async def get_principal(request: Request, state: StateDep) -> Principal:
@@ -73,16 +64,4 @@ async def require_json(request: Request) -> None:
         raise UnsupportedMediaTypeError(f"expected application/json, got {media_type}")
 
 
-async def require_octet_stream(request: Request) -> None:
-    """Reject bodies that are not ``application/octet-stream`` (a missing type is accepted).
-
-    Raises:
-        UnsupportedMediaTypeError: any other content type (415).
-    """
-    media_type = _media_type(request)
-    if media_type and media_type != "application/octet-stream":
-        raise UnsupportedMediaTypeError(f"expected application/octet-stream, got {media_type}")
-
-
 JsonBody = Depends(require_json)
-OctetStreamBody = Depends(require_octet_stream)

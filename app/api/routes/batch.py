@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -142,6 +142,34 @@ def _check_ad(state: ServiceState, ad: bytes) -> None:
         )
 
 
+def _each_item(
+    state: ServiceState,
+    items: Sequence[EncryptItem | DecryptItem],
+    input_field: str,
+    output_field: str,
+    transform: Callable[[bytes, bytes], tuple[bytes, int | None]],
+) -> list[dict[str, Any]]:
+    """Run ``transform(data, associated_data)`` on every item; an item's error becomes its result."""
+    results: list[dict[str, Any]] = []
+    for item in items:
+        try:
+            data = _b64(input_field, getattr(item, input_field))
+            ad = _b64("associated_data", item.associated_data)
+            _check_ad(state, ad)
+            output, version = transform(data, ad)
+        except KeystreamError as exc:
+            results.append(_item_error(exc, item.reference))
+            continue
+        results.append(
+            {
+                output_field: base64.b64encode(output).decode(),
+                "key_version": version,
+                "reference": item.reference,
+            }
+        )
+    return results
+
+
 @router.post("/{name}/encrypt/batch", dependencies=[JsonBody])
 async def encrypt_batch(
     name: str,
@@ -164,28 +192,12 @@ async def encrypt_batch(
     else:
         resolved = state.keycache.resolve(name, None, chosen)
 
+    def seal(plaintext: bytes, ad: bytes) -> tuple[bytes, int | None]:
+        encryptor = SealedEncryptor(resolved.material, resolved.key_type, resolved.segment_size, ad, chosen)
+        return encryptor.update(plaintext) + encryptor.finalize(), resolved.version
+
     def work() -> list[dict[str, Any]]:
-        results: list[dict[str, Any]] = []
-        for item in batch.items:
-            try:
-                plaintext = _b64("plaintext", item.plaintext)
-                ad = _b64("associated_data", item.associated_data)
-                _check_ad(state, ad)
-                encryptor = SealedEncryptor(
-                    resolved.material, resolved.key_type, resolved.segment_size, ad, chosen
-                )
-                ciphertext = encryptor.update(plaintext) + encryptor.finalize()
-            except KeystreamError as exc:
-                results.append(_item_error(exc, item.reference))
-                continue
-            results.append(
-                {
-                    "ciphertext": base64.b64encode(ciphertext).decode(),
-                    "key_version": resolved.version,
-                    "reference": item.reference,
-                }
-            )
-        return results
+        return _each_item(state, batch.items, "plaintext", "ciphertext", seal)
 
     nbytes = sum(len(item.plaintext) * 3 // 4 for item in batch.items)
     return {"results": await _run_timed(chosen, "encrypt", len(batch.items), nbytes, work)}
@@ -212,26 +224,12 @@ async def decrypt_batch(
     pairs = [(candidate.version, candidate.material) for candidate in candidates]
     first = candidates[0]
 
+    def open_(ciphertext: bytes, ad: bytes) -> tuple[bytes, int | None]:
+        decryptor = SealedDecryptor(pairs, first.key_type, first.segment_size, ad, chosen)
+        return decryptor.update(ciphertext) + decryptor.finalize(), decryptor.version
+
     def work() -> list[dict[str, Any]]:
-        results: list[dict[str, Any]] = []
-        for item in batch.items:
-            try:
-                ciphertext = _b64("ciphertext", item.ciphertext)
-                ad = _b64("associated_data", item.associated_data)
-                _check_ad(state, ad)
-                decryptor = SealedDecryptor(pairs, first.key_type, first.segment_size, ad, chosen)
-                plaintext = decryptor.update(ciphertext) + decryptor.finalize()
-            except KeystreamError as exc:
-                results.append(_item_error(exc, item.reference))
-                continue
-            results.append(
-                {
-                    "plaintext": base64.b64encode(plaintext).decode(),
-                    "key_version": decryptor.version,
-                    "reference": item.reference,
-                }
-            )
-        return results
+        return _each_item(state, batch.items, "ciphertext", "plaintext", open_)
 
     nbytes = sum(len(item.ciphertext) * 3 // 4 for item in batch.items)
     return {"results": await _run_timed(chosen, "decrypt", len(batch.items), nbytes, work)}
