@@ -6,6 +6,8 @@ threshold use them.
 
 from __future__ import annotations
 
+import math
+
 from .device import Device, Job, JobSpec
 from .params import DeviceParams
 from .resources import KeyRef
@@ -15,6 +17,7 @@ __all__ = [
     "crossover_formula",
     "crossover_size",
     "fit_linear",
+    "offload_region",
     "throughput_bound",
     "zero_load_job",
 ]
@@ -67,17 +70,22 @@ def fit_linear(points: list[tuple[int, float]]) -> tuple[float, float]:
 def crossover_formula(
     overhead_off: float, bandwidth_off: float, overhead_sw: float, bandwidth_sw: float
 ) -> float:
-    """``n* = (O_off - O_sw) / (1/B_sw - 1/B_off)``: above this size offload is faster (``inf``: never).
+    """Where offload and software take equally long, from ``T = O + n/B`` for both sides.
 
-    Returns ``0.0`` when offload is faster at every size.
+    ``n* = (O_off - O_sw) / (1/B_sw - 1/B_off)``. For ``B_off > B_sw`` offload is faster above ``n*``
+    (``0.0``: at every size); for ``B_off < B_sw`` it is faster only *below* ``n*`` (``0.0``: never). Returns
+    ``inf`` for equal bandwidths when the device's overhead is no lower; a negative ``n*`` becomes ``0.0``.
     """
     numerator = overhead_off - overhead_sw
     denominator = 1.0 / bandwidth_sw - 1.0 / bandwidth_off
-    if numerator <= 0 and denominator >= 0:
-        return 0.0
-    if denominator <= 0:
-        return 0.0 if numerator <= 0 else float("inf")
-    return numerator / denominator
+    if denominator == 0:
+        return 0.0 if numerator < 0 else math.inf
+    return max(numerator / denominator, 0.0)
+
+
+def offload_region(bandwidth_off: float, bandwidth_sw: float) -> str:
+    """``"above"`` if offload wins above the crossover (its streaming rate is higher), else ``"below"``."""
+    return "above" if bandwidth_off > bandwidth_sw else "below"
 
 
 def crossover_size(

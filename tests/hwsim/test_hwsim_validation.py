@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from hwsim.analysis import crossover_formula, crossover_size, fit_linear, throughput_bound, zero_load_job
+from hwsim.analysis import (
+    crossover_formula,
+    crossover_size,
+    fit_linear,
+    offload_region,
+    throughput_bound,
+    zero_load_job,
+)
 from hwsim.device import Device, DeviceBusyError, Job, JobSpec
 from hwsim.engine import Simulator
 from hwsim.metrics import JobRecorder, snapshot
@@ -255,8 +262,11 @@ def test_crossover_matches_formula(preset: str, overhead_sw: float, bandwidth_sw
 
 def test_crossover_formula_edge_cases() -> None:
     assert crossover_formula(100.0, 2.0, 200.0, 1.0) == 0.0  # device better everywhere
-    assert crossover_formula(200.0, 1.0, 100.0, 2.0) == math.inf  # never
-    assert crossover_formula(300.0, 2.0, 100.0, 1.0) == pytest.approx(400.0)
+    assert crossover_formula(200.0, 1.0, 100.0, 2.0) == 0.0  # device worse everywhere: no crossing at n > 0
+    assert offload_region(1.0, 2.0) == "below"
+    assert crossover_formula(300.0, 2.0, 100.0, 1.0) == pytest.approx(400.0)  # faster above 400 B
+    assert crossover_formula(100.0, 1.0, 300.0, 2.0) == pytest.approx(400.0)  # faster below 400 B
+    assert crossover_formula(300.0, 1.0, 100.0, 1.0) == math.inf
 
 
 @pytest.mark.parametrize("preset", ["proposal", "pcie-offload", "opentitan"])
