@@ -49,11 +49,23 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                        void *(*start_routine)(void *) noexcept nogil, void *arg)
     int pthread_join(pthread_t thread, void **retval)
+    int pthread_attr_setdetachstate(pthread_attr_t *attr, int detachstate)
+    enum:
+        PTHREAD_CREATE_DETACHED
+
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
 
 
 cdef extern from *:
     # GCC/Clang builtins (generic in the pointer type; declared here for size_t counters).
     enum:
         __ATOMIC_RELAXED
+        __ATOMIC_ACQUIRE
+        __ATOMIC_RELEASE
+        __ATOMIC_ACQ_REL
     size_t __atomic_fetch_add(size_t *pointer, size_t value, int memory_order) nogil
+    size_t __atomic_sub_fetch(size_t *pointer, size_t value, int memory_order) nogil
+    size_t __atomic_load_n(size_t *pointer, int memory_order) nogil
     void __atomic_store_n(int *pointer, int value, int memory_order) nogil

@@ -13,8 +13,9 @@ Configuration, read at import:
 * ``KEYSTREAM_AESNI_THREADS``: most threads per call (default: CPUs this process may run on, at most
   ``MAX_THREADS``). :func:`set_threads` changes it in-process; ``AesniBackend(threads=1)`` per instance.
 
-Threads are plain pthreads started per call and joined before returning (no pool that would survive a
-``fork``), so they are used only where each gets at least ``MIN_BYTES_PER_THREAD`` bytes.
+Threads are plain pthreads started per call (no pool that would not survive a ``fork``); the call returns
+once every item of its input is done. They are used only where each gets at least ``MIN_BYTES_PER_THREAD``
+bytes.
 """
 
 import os
@@ -23,6 +24,7 @@ cimport cython
 from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsUnsignedLongLong
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 from ._interface import Backend, ExpandedKey
@@ -204,12 +206,14 @@ cdef int _get_writable(object value, Py_buffer *view) except -1:
 
 
 ctypedef struct _Work:
-    # One call split into items claimed by whichever thread is free (the caller included), so a helper
-    # thread that the OS does not schedule for a while delays the call by one item, not by half the input.
+    # One call split into items claimed by whichever thread is free, the caller included. The caller waits
+    # for the items to be *done*, not for the helpers to exit: a helper the OS has not scheduled yet when the
+    # caller has taken every item costs nothing, and one preempted mid-item costs that item only. The helpers
+    # are detached, so this struct lives on the heap and the last of the caller and helpers to leave frees it.
     const ks_aes_key *key
     ks_isa isa
     ks_store store
-    const uint8_t *counter
+    uint8_t counter[16]
     uint64_t offset
     const uint8_t *src
     uint8_t *dst
@@ -217,17 +221,18 @@ ctypedef struct _Work:
     size_t first   # bytes in item 0: it ends on a 64-byte keystream boundary, so every later item starts on one
     size_t items
     size_t next_item
+    size_t done_items
+    size_t references
     int status
 
 
-cdef void *_work(void *arg) noexcept nogil:
-    cdef _Work *work = <_Work *>arg
+cdef void _claim_items(_Work *work) noexcept nogil:
     cdef size_t item, start, end
     cdef ks_status status
     while True:
         item = __atomic_fetch_add(&work.next_item, 1, __ATOMIC_RELAXED)
         if item >= work.items:
-            return NULL
+            return
         start = 0 if item == 0 else work.first + (item - 1) * _WORK_ITEM_BYTES
         end = work.first + item * _WORK_ITEM_BYTES
         if end > work.length:
@@ -236,24 +241,41 @@ cdef void *_work(void *arg) noexcept nogil:
                             work.dst + start, end - start, work.store)
         if status != KS_OK:
             __atomic_store_n(&work.status, <int>status, __ATOMIC_RELAXED)
+        # Release: the caller's acquire load of done_items then sees this item's output.
+        __atomic_fetch_add(&work.done_items, 1, __ATOMIC_RELEASE)
+
+
+cdef void _leave(_Work *work) noexcept nogil:
+    if __atomic_sub_fetch(&work.references, 1, __ATOMIC_ACQ_REL) == 0:
+        free(work)
+
+
+cdef void *_helper(void *arg) noexcept nogil:
+    _claim_items(<_Work *>arg)
+    _leave(<_Work *>arg)
+    return NULL
 
 
 cdef ks_status _ctr_xor_threads(const ks_aes_key *key, ks_isa isa, const uint8_t *counter, uint64_t offset,
                                 const uint8_t *src, uint8_t *dst, size_t length, int threads) noexcept nogil:
-    """Run one call on `threads` threads (the caller and threads - 1 pthreads, joined before returning)."""
+    """Run one call on the caller's thread plus up to threads - 1 detached helpers."""
     cdef ks_store store = KS_STORE_STREAM if length >= _STREAM_MIN_BYTES else KS_STORE_CACHED
-    if threads <= 1:
-        return ks_ctr_xor(key, isa, counter, offset, src, dst, length, store)
-    cdef _Work work
-    cdef pthread_t handles[_MAX_THREADS]
-    cdef bint started[_MAX_THREADS]
+    cdef _Work *work = NULL
     cdef pthread_attr_t attr
+    cdef pthread_t handle
     cdef int i
-    cdef bint have_attr = pthread_attr_init(&attr) == 0
+    cdef ks_status status
+    if threads > 1:
+        work = <_Work *>malloc(sizeof(_Work))
+    if work == NULL or pthread_attr_init(&attr) != 0:
+        free(work)
+        return ks_ctr_xor(key, isa, counter, offset, src, dst, length, store)
+    pthread_attr_setstacksize(&attr, _THREAD_STACK_BYTES)
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED)
     work.key = key
     work.isa = isa
     work.store = store
-    work.counter = counter
+    memcpy(work.counter, counter, 16)
     work.offset = offset
     work.src = src
     work.dst = dst
@@ -261,19 +283,19 @@ cdef ks_status _ctr_xor_threads(const ks_aes_key *key, ks_isa isa, const uint8_t
     work.first = min(<size_t>_WORK_ITEM_BYTES - (offset & 63), length)
     work.items = 1 + (length - work.first + _WORK_ITEM_BYTES - 1) // _WORK_ITEM_BYTES
     work.next_item = 0
+    work.done_items = 0
+    work.references = <size_t>threads
     work.status = KS_OK
-    if have_attr:
-        pthread_attr_setstacksize(&attr, _THREAD_STACK_BYTES)
     for i in range(1, threads):
-        # A thread that cannot be started (EAGAIN...) just leaves more items to the others.
-        started[i] = pthread_create(&handles[i], &attr if have_attr else NULL, _work, &work) == 0
-    _work(&work)
-    for i in range(1, threads):
-        if started[i]:
-            pthread_join(handles[i], NULL)
-    if have_attr:
-        pthread_attr_destroy(&attr)
-    return <ks_status>work.status
+        if pthread_create(&handle, &attr, _helper, work) != 0:
+            _leave(work)  # this helper will never run: drop its reference (others may still come)
+    pthread_attr_destroy(&attr)
+    _claim_items(work)
+    while __atomic_load_n(&work.done_items, __ATOMIC_ACQUIRE) < work.items:
+        sched_yield()  # a helper is finishing its last item; let it (or anyone) have the CPU
+    status = <ks_status>work.status
+    _leave(work)
+    return status
 
 
 @cython.final

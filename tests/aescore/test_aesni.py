@@ -241,6 +241,34 @@ def test_thread_split_matches_reference(threads: int, reference_ctr: ReferenceCt
         assert buffer == expected
 
 
+@pytest.mark.slow
+def test_concurrent_threaded_calls(reference_ctr: ReferenceCtr) -> None:
+    """Several Python threads each running calls that are themselves split across helper threads."""
+    backend = _aesni.AesniBackend(threads=2)
+    key = bytes(range(24))
+    expanded = backend.expand_key(key)
+    rng = random.Random("concurrent")
+    length = 2 * _aesni.MIN_BYTES_PER_THREAD + 999
+    jobs = [(rng.getrandbits(128), rng.randrange(1 << 40), rng.randbytes(length)) for _ in range(3)]
+    expected = [reference_ctr(key, counter, data, offset) for counter, offset, data in jobs]
+    mismatches: list[int] = []
+
+    def work(index: int) -> None:
+        counter, offset, data = jobs[index]
+        out = bytearray(length)
+        for _ in range(3):
+            backend.ctr_xor(expanded, _counter(counter), data, offset, out)
+            if out != expected[index]:
+                mismatches.append(index)
+
+    workers = [threading.Thread(target=work, args=(index,)) for index in range(len(jobs))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert mismatches == []
+
+
 def test_shared_key_from_many_python_threads(reference_ctr: ReferenceCtr) -> None:
     backend = aescore.get_backend("aesni")
     key = bytes(range(16))
