@@ -9,7 +9,9 @@ b'hello'
 JSON calls (keys, tokens, batch) go through httpx. Streaming encrypt/decrypt goes through a full-duplex
 HTTP/1.1 connection (:mod:`app._client_transport`): the service streams its response while it still reads the
 request, and a client that sends the whole body first stalls on large transfers. Bodies and responses are
-streamed in chunks of ``chunk_size`` bytes; no call loads a whole file into memory.
+streamed in chunks of ``chunk_size`` bytes; no call loads a whole file into memory. Connections go
+straight to the service: the full-duplex connection does not speak to proxies, so ``HTTP(S)_PROXY``
+variables are ignored for JSON calls too.
 
 Errors: every JSON error of the service raises :class:`KeystreamAPIError` (``status``, ``code``, ``message``);
 a connection that cannot be made raises :class:`KeystreamConnectionError`; a response stream that ends without
@@ -145,6 +147,8 @@ class _BaseClient:
             "headers": self._headers,
             "timeout": httpx.Timeout(self._timeout),
             "verify": self._ssl if self._ssl is not None else True,
+            # The streaming connection does not use proxies, so JSON calls do not either: one network path.
+            "trust_env": False,
         }
 
     def _duplex(
