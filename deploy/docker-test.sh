@@ -8,8 +8,9 @@
 # 3. wheels of every dependency built on the host into build/wheelhouse (pip inside a build may not reach or
 #    trust PyPI), so the image installs with --no-index;
 # 4. classic builder (DOCKER_BUILDKIT=0); the builder stage compiles the extension into the wheel;
-# 5. run the container on a free 127.0.0.1 port, wait for its HEALTHCHECK to say healthy, check it runs as a
-#    non-root user, then create a key and do sealed and raw encrypt/decrypt round trips through the port;
+# 5. run the container on a free 127.0.0.1 port the way deploy/k8s does (read-only root, no capabilities, two
+#    workers), wait for its HEALTHCHECK to say healthy, check it runs as a non-root user, then create a key
+#    and do sealed and raw encrypt/decrypt round trips through the port on every backend;
 # 6. remove the container and its volume, stop dockerd if this script started it. Images stay as a cache.
 #
 # Needs root (dockerd, debootstrap) unless a daemon and the base image already exist.
@@ -100,7 +101,7 @@ fi
 
 # --- 4. build -------------------------------------------------------------------------------------------
 log "docker build ($image, base $base_image, classic builder)"
-DOCKER_BUILDKIT=0 docker build -q \
+DOCKER_BUILDKIT=0 docker build -q --force-rm \
     --build-arg "BASE_IMAGE=$base_image" --build-arg "WHEELHOUSE=$wheelhouse" \
     -t "$image" . >"$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; exit 1; }
 
@@ -108,7 +109,11 @@ DOCKER_BUILDKIT=0 docker build -q \
 port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 token="ks_$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')_$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
 log "running $container on 127.0.0.1:$port"
-docker run -d --name "$container" -p "127.0.0.1:$port:8000" -e "KEYSTREAM_ROOT_TOKEN=$token" "$image" >/dev/null
+# As deploy/k8s runs it: read-only root filesystem with a tmpfs /tmp, no capabilities, no privilege
+# escalation, two workers (multiprocess metrics in /tmp).
+docker run -d --name "$container" -p "127.0.0.1:$port:8000" \
+    --read-only --tmpfs /tmp:rw,size=64m --cap-drop ALL --security-opt no-new-privileges \
+    -e "KEYSTREAM_ROOT_TOKEN=$token" -e KEYSTREAM_WORKERS=2 "$image" >/dev/null
 health=""
 for _ in $(seq 1 90); do
     health="$(docker inspect -f '{{.State.Health.Status}}' "$container")"
