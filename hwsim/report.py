@@ -150,6 +150,16 @@ def measure_driver(preset: str, size: int = 4096, calls: int = 300) -> dict[str,
     }
 
 
+def grid_crossover(preset: dict[str, Any], measured: dict[str, Any]) -> int | None:
+    """The smallest report size from which the modeled latency beats the measured one at every larger size."""
+    answer: int | None = None
+    for model_row, measured_row in zip(reversed(preset["rows"]), reversed(measured["rows"]), strict=True):
+        if model_row["latency_ns"] >= measured_row["latency_ns"]:
+            break
+        answer = model_row["size"]
+    return answer
+
+
 def _amdahl_rows(
     software: dict[str, Any], preset: dict[str, Any], params: DeviceParams
 ) -> list[dict[str, Any]]:
@@ -217,6 +227,7 @@ def run(
                     "crossover_simulated_bytes": simulated,
                     "crossover_formula_bytes": None if math.isinf(formula) else formula,
                     "offload_faster": offload_region(bandwidth_off, bandwidth_sw),
+                    "offload_faster_from_measured_size": grid_crossover(presets[preset_name], measured),
                     "amdahl": _amdahl_rows(measured, presets[preset_name], params),
                 }
             )
@@ -350,9 +361,10 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"| {_human(size)} | " + " | ".join(cells) + " |")
     lines.append("\nwhere offload is faster (zero load), and Amdahl at 4 KiB and 1 MiB\n")
     lines.append(
-        "| preset @ size | vs | faster (model) | (formula) | p, s, o | S as written | S with o | S model |"
+        "| preset @ size | vs | faster (measured grid) | (model) | (formula) | p, s, o | S as written "
+        "| S with o | S model |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for comparison in result["comparisons"]:
         simulated = comparison["crossover_simulated_bytes"]
         formula = comparison["crossover_formula_bytes"]
@@ -361,6 +373,7 @@ def format_table(result: dict[str, Any]) -> str:
                 continue
             lines.append(
                 f"| {comparison['preset']} @ {_human(row['size'])} | {comparison['backend']} | "
+                f"{_crossing(comparison['offload_faster_from_measured_size'], 'above')} | "
                 f"{_crossing(simulated, 'above')} | {_crossing(formula, comparison['offload_faster'])} | "
                 f"{row['p']:.2f}, {row['s']:.3g}, {row['o']:.3g} | {row['speedup_as_written']:.2f}x | "
                 f"{row['speedup_with_overhead']:.3g}x | {row['speedup_simulated']:.3g}x |"
