@@ -29,7 +29,7 @@ def percentile(values: list[int], fraction: float) -> float:
         raise ValueError(f"fraction must be within [0, 1], got {fraction}")
     if not values:
         return 0.0
-    ordered = sorted(values)
+    ordered = sorted(values)  # linear when already sorted (Timsort), as snapshot() passes them
     rank = max(1, -(-int(fraction * len(ordered) * 1_000_000) // 1_000_000))
     return float(ordered[min(rank, len(ordered)) - 1])
 
@@ -127,7 +127,7 @@ def snapshot(device: Device, recorder: JobRecorder, preset: str | None = None) -
     """Build a :class:`HwsimSnapshot` from a device and the driver's recorder."""
     counters = device.counters
     elapsed = max(device.sim.now - device.started_at, 0)
-    latencies = list(recorder.latencies)
+    latencies = sorted(recorder.latencies)
     jobs = recorder.device_jobs
     notifications = counters.interrupts if device.params.notify_mode == "interrupt" else counters.polls
     return HwsimSnapshot(
@@ -205,7 +205,8 @@ def prometheus_samples(snap: HwsimSnapshot) -> list[tuple[str, str, dict[str, st
     every sample has the label ``preset``. Labelled families:
     ``keystream_hwsim_jobs_total{route=device|software}``,
     ``keystream_hwsim_bytes_total{route=...}``, ``keystream_hwsim_dma_bytes_total{kind=payload|overhead}``,
-    ``keystream_hwsim_modeled_latency_seconds{quantile=0.5|0.95|0.99}`` and
+    ``keystream_hwsim_modeled_latency_seconds{percentile=0.5|0.95|0.99}`` (not ``quantile``: Prometheus
+    reserves that label for summaries) and
     ``keystream_hwsim_stage_mean_seconds{stage=...}``.
     """
     base = {"preset": snap.preset}
@@ -224,7 +225,7 @@ def prometheus_samples(snap: HwsimSnapshot) -> list[tuple[str, str, dict[str, st
         samples.append(("keystream_hwsim_dma_bytes_total", "counter", {**base, "kind": kind}, float(count)))
     quantiles = (("0.5", snap.latency_p50_ns), ("0.95", snap.latency_p95_ns), ("0.99", snap.latency_p99_ns))
     for quantile, latency in quantiles:
-        labels = {**base, "quantile": quantile}
+        labels = {**base, "percentile": quantile}
         samples.append(("keystream_hwsim_modeled_latency_seconds", "gauge", labels, latency * 1e-9))
     for stage, mean in snap.stage_mean_ns.items():
         labels = {**base, "stage": stage}
