@@ -66,9 +66,8 @@ def duplex_post(
         def send_body() -> Exception | None:
             """Send the body; returns the error instead of raising (the server may answer early and close)."""
             try:
-                view = memoryview(body)
-                for start in range(0, len(view), CHUNK):
-                    data = connection.send(h11.Data(data=view[start : start + CHUNK]))
+                for start in range(0, len(body), CHUNK):
+                    data = connection.send(h11.Data(data=body[start : start + CHUNK]))
                     if data:
                         sock.sendall(data)
                 end = connection.send(h11.EndOfMessage())

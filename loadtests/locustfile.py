@@ -247,7 +247,12 @@ class KeystreamUser(FastHttpUser):
         response = None
         try:
             response = duplex_post(
-                parsed.hostname or "127.0.0.1", parsed.port or 80, url, body, headers, self.network_timeout
+                str(parsed.hostname or "127.0.0.1"),
+                parsed.port or 80,
+                url,
+                body,
+                headers,
+                self.network_timeout,
             )
             if response.status != 200:
                 error = AssertionError(f"status {response.status}: {_short(response.content)}")
@@ -603,5 +608,8 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _short(content: bytes | None, limit: int = 200) -> str:
+def _short(content: bytes | str | None, limit: int = 200) -> str:
+    """The start of a response body or message, for a failure text."""
+    if isinstance(content, str):
+        return content[:limit]
     return (content or b"")[:limit].decode(errors="replace")

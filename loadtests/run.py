@@ -217,7 +217,8 @@ def locust_command(args: argparse.Namespace, host: str, report_dir: Path) -> lis
 
 
 def planned_seconds(args: argparse.Namespace) -> float:
-    return args.steps * args.step_seconds if args.step else args.duration
+    """Seconds of load the arguments ask for."""
+    return float(args.steps * args.step_seconds if args.step else args.duration)
 
 
 def run_locust(args: argparse.Namespace, host: str, token: str, report_dir: Path) -> int:

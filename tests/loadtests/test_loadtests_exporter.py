@@ -51,3 +51,11 @@ def test_export_counts_requests_and_failures_per_name(environment: Environment) 
 def test_export_without_requests_still_reports_users(environment: Environment) -> None:
     got = samples(render_prometheus(environment))
     assert got == {("locust_users", ()): 0.0, ("locust_running", ()): 0.0}
+
+
+def test_failure_texts_accept_bodies_and_messages() -> None:
+    from loadtests.locustfile import _short
+
+    assert _short(b"\xff" + b"x" * 300) == "\ufffd" + "x" * 199
+    assert _short('[{"error": 1}]', limit=5) == '[{"er'
+    assert _short(None) == ""
