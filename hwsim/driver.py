@@ -94,6 +94,11 @@ class DeviceDriver:
                 model_ns += time.thread_time_ns() - model_start
             else:
                 jobs: list[Job] = []
+                outstanding = [0]
+
+                def consumed(_: Job) -> None:
+                    outstanding[0] -= 1
+
                 position = 0
                 while position < len(specs):
                     room = device.free_slots
@@ -111,10 +116,11 @@ class DeviceDriver:
                         model_ns += time.thread_time_ns() - model_start
                         continue
                     batch = specs[position : position + room]
-                    jobs.extend(device.submit(batch, requested_at=requested))
+                    jobs.extend(device.submit(batch, consumed, requested_at=requested))
+                    outstanding[0] += len(batch)
                     position += len(batch)
                 model_start = time.thread_time_ns()
-                sim.run_while(lambda: any(job.t_notified is None for job in jobs))
+                sim.run_while(lambda: outstanding[0] > 0)
                 model_ns += time.thread_time_ns() - model_start
                 results = [*jobs, *results]
             completed = [job for job in results if isinstance(job, Job)]
