@@ -288,3 +288,22 @@ def test_lone_job_replay_equals_full_simulation(preset: str) -> None:
             timeline.append((job.t_requested, job.t_submitted, job.key_hit, tuple(job.stages().values())))
         runs.append((timeline, device.counters, device.occupancy_area(), sim.now))
     assert runs[0] == runs[1]
+
+
+def test_jobs_wait_for_a_pinned_slot_and_share_a_key_being_loaded() -> None:
+    params = PRESETS["pcie-offload"].replace(key_slots=1, irq_coalesce_count=1)
+    device = Device(params)
+    jobs = device.submit([JobSpec(1024, KeyRef(handle)) for handle in range(1, 5)])
+    device.sim.run()
+    assert all(job.t_notified is not None for job in jobs)
+    assert (device.counters.key_misses, device.counters.key_evictions) == (4, 3)
+    # one slot: each job's key load waits for the previous job to release it
+    key_done = sorted(int(job.t_key_done or 0) for job in jobs)
+    cq_done = sorted(int(job.t_cq_done or 0) for job in jobs)
+    assert all(key_done[i + 1] > cq_done[i] for i in range(3))
+    device = Device(PRESETS["pcie-offload"])
+    first, second = device.submit([JobSpec(1024, KeyRef(9)), JobSpec(1024, KeyRef(9))])
+    device.sim.run()
+    assert (device.counters.key_misses, device.counters.key_hits) == (1, 1)
+    assert second.key_hit and not first.key_hit
+    assert second.t_key_done == first.t_key_done  # the hit waited for the load in flight
