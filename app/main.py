@@ -10,9 +10,11 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from anyio import to_thread
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 from prometheus_client import CollectorRegistry
 
 import aescore
@@ -155,7 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     # Routes are matched in order: the hot encrypt/decrypt paths come right after the cheap probes.
     app.include_router(ops.router)
-    app.include_router(crypto.router)
+    app.router.routes.extend(crypto.routes)
     app.include_router(batch.router)
     app.include_router(keys.router)
     app.include_router(tokens.router)
@@ -163,4 +165,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(ops.echo_router)
     install_error_handlers(app)
     app.add_middleware(HttpMetricsMiddleware)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            schema["paths"].update(crypto.openapi_paths())
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "ks_<id>_<secret>"}
+            }
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -10,6 +10,9 @@ Cases (targets from issue 3):
 * server RSS growth during a 1 GiB sealed encrypt -> decrypt round trip (< 64 MiB);
 * per-backend latency samples of a 1 KiB sealed encrypt, for a CDF plot.
 
+Ratios are medians of per-round ratios (case / baseline of the same round), which keeps them meaningful on
+a machine whose load drifts; values are medians of the raw figures.
+
 Writes ``bench/results/service.json``: ``{"cpu", "date", "results": [{"case", "value", "unit", "ratio"}],
 "latency_samples": {"aesni": [seconds...], "python": [...]}}`` and prints a Markdown table.
 
@@ -219,13 +222,18 @@ def interleaved(
     return values
 
 
+def paired_ratio(values: list[float], baselines: list[float]) -> float:
+    """Median of per-round ratios: each case ran right after its baseline, so load drift cancels out."""
+    return statistics.median(value / baseline for value, baseline in zip(values, baselines, strict=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (~1 minute)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     stream_size = 128 * MIB if args.quick else 256 * MIB
-    repeats = 3 if args.quick else 5
+    repeats = 3 if args.quick else 7
     rate_seconds = 1.5 if args.quick else 3.0
     rss_size = 256 * MIB if args.quick else 1024 * MIB
 
@@ -255,20 +263,14 @@ def main() -> None:
                 },
                 repeats,
             )
-            echo = statistics.median(streams["echo"])
-            record("stream echo (baseline)", echo / 1e9, "GB/s")
-            record(
-                "stream raw encrypt",
-                statistics.median(streams["raw"]) / 1e9,
-                "GB/s",
-                statistics.median(streams["raw"]) / echo,
-            )
-            record(
-                "stream sealed encrypt",
-                statistics.median(streams["sealed"]) / 1e9,
-                "GB/s",
-                statistics.median(streams["sealed"]) / echo,
-            )
+            record("stream echo (baseline)", statistics.median(streams["echo"]) / 1e9, "GB/s")
+            for name in ("raw", "sealed"):
+                record(
+                    f"stream {name} encrypt",
+                    statistics.median(streams[name]) / 1e9,
+                    "GB/s",
+                    paired_ratio(streams[name], streams["echo"]),
+                )
 
             health = build_request("GET", "/healthz", {})
             encrypt = build_request(
@@ -284,10 +286,13 @@ def main() -> None:
                 },
                 repeats,
             )
-            healthz_rate = statistics.median(rates["healthz"])
-            record("GET /healthz", healthz_rate, "req/s")
-            encrypt_rate = statistics.median(rates["encrypt"])
-            record("1 KiB sealed encrypt", encrypt_rate, "req/s", encrypt_rate / healthz_rate)
+            record("GET /healthz", statistics.median(rates["healthz"]), "req/s")
+            record(
+                "1 KiB sealed encrypt",
+                statistics.median(rates["encrypt"]),
+                "req/s",
+                paired_ratio(rates["encrypt"], rates["healthz"]),
+            )
 
             batch = statistics.median(batch_rate(server, rate_seconds) for _ in range(repeats))
             record("batch encrypt, 100 x 1 KiB items", batch, "items/s")

@@ -23,9 +23,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Request
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 import aescore
 from app.core.errors import (
@@ -42,8 +43,6 @@ from app.core.state import ServiceState
 from app.core.streaming import DuplexStreamingResponse, StreamAbortedError
 from app.formats.raw import RawCipher, format_iv, new_iv, parse_iv
 from app.formats.sealed import SealedDecryptor, SealedEncryptor
-
-router = APIRouter(prefix="/v1/keys", tags=["crypto"])
 
 MAX_OFFSET = 2**64
 
@@ -119,12 +118,26 @@ OPENAPI_PARAMETERS = [
     _parameter("Keystream-IV", "header", "raw: same as iv=", {"type": "string"}),
     _parameter("Keystream-Key-Version", "header", "same as key_version=", {"type": "integer"}),
 ]
-OPENAPI_EXTRA: dict[str, Any] = {
-    "parameters": OPENAPI_PARAMETERS,
-    "requestBody": {
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
-    },
-}
+
+
+def openapi_paths() -> dict[str, Any]:
+    """OpenAPI entries for the two routes (they are plain Starlette routes, which FastAPI does not list)."""
+    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    octets = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+    paths: dict[str, Any] = {}
+    for operation, summary in (("encrypt", "Encrypt a stream"), ("decrypt", "Decrypt a stream")):
+        paths[f"/v1/keys/{{name}}/{operation}"] = {
+            "post": {
+                "tags": ["crypto"],
+                "summary": summary,
+                "operationId": f"{operation}_stream",
+                "parameters": [name, *OPENAPI_PARAMETERS],
+                "requestBody": octets,
+                "responses": {"200": {"description": "the transformed stream", **octets}},
+                "security": [{"bearer": []}],
+            }
+        }
+    return paths
 
 
 #: Sealed calls that may process more than this run in the thread pool (see :class:`CryptoStep`).
@@ -362,9 +375,9 @@ def _authorize(request: Request, scope: str, name: str) -> ServiceState:
     return state
 
 
-@router.post("/{name}/encrypt", openapi_extra=OPENAPI_EXTRA, response_class=Response)
-async def encrypt(name: str, request: Request) -> Response:
+async def encrypt(request: Request) -> Response:
     """Encrypt the request body; the response carries ``Keystream-Key-Version`` (raw: ``Keystream-IV``)."""
+    name: str = request.path_params["name"]
     state = _authorize(request, "encrypt", name)
     params = CryptoParams.from_request(request)
     chosen = state.backends.get(params.backend)
@@ -406,9 +419,9 @@ async def encrypt(name: str, request: Request) -> Response:
     return await respond(request, step, headers, state.settings.small_body_max_bytes)
 
 
-@router.post("/{name}/decrypt", openapi_extra=OPENAPI_EXTRA, response_class=Response)
-async def decrypt(name: str, request: Request) -> Response:
+async def decrypt(request: Request) -> Response:
     """Decrypt the request body (sealed: verified segment by segment; raw: needs ``iv`` and a version)."""
+    name: str = request.path_params["name"]
     state = _authorize(request, "decrypt", name)
     params = CryptoParams.from_request(request)
     chosen = state.backends.get(params.backend)
@@ -478,3 +491,23 @@ async def decrypt(name: str, request: Request) -> Response:
         raise
     headers["Keystream-Key-Version"] = str(decryptor.version)
     return DuplexStreamingResponse(_pump(step, chunks, ready, finished), headers=headers)
+
+
+#: Plain Starlette routes: FastAPI's routing and dependency solving cost more than the AES work of a 1 KiB
+#: message (the 1 KiB encrypt went from ~4x to ~2x the server time of ``/healthz``). Auth and parameters
+#: are handled above by hand; errors still go through the app's exception handlers.
+class TemplateRoute(Route):
+    """A Starlette route that records itself as ``scope["route"]``, as FastAPI's routes do, so the request
+    metrics are labelled with its path template."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child_scope = super().matches(scope)
+        if match != Match.NONE:
+            child_scope["route"] = self
+        return match, child_scope
+
+
+routes = [
+    TemplateRoute("/v1/keys/{name}/encrypt", encrypt, methods=["POST"], name="encrypt"),
+    TemplateRoute("/v1/keys/{name}/decrypt", decrypt, methods=["POST"], name="decrypt"),
+]

@@ -224,3 +224,12 @@ async def test_unknown_key_is_404(api: Api) -> None:
     response = await api.encrypt("missing", b"x")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "key_not_found"
+
+
+async def test_openapi_documents_the_streaming_routes(api: Api) -> None:
+    schema = (await api.client.get("/openapi.json")).json()
+    for operation in ("encrypt", "decrypt"):
+        post = schema["paths"][f"/v1/keys/{{name}}/{operation}"]["post"]
+        names = {parameter["name"] for parameter in post["parameters"]}
+        assert {"name", "format", "backend", "key_version", "iv", "offset", "Keystream-Associated-Data"} <= names
+        assert "application/octet-stream" in post["requestBody"]["content"]
