@@ -468,12 +468,18 @@ class RawSliceUser(KeystreamUser):
 
 
 class KeyChurnUser(KeystreamUser):
-    """Light rotation churn on a key of its own: old versions must keep decrypting until retired."""
+    """Light rotation churn on a key of its own: old versions must keep decrypting until retired.
+
+    Each turn (every 1-3 s) encrypts with the latest version and decrypts a random earlier ciphertext, on the
+    next backend; every third turn, starting with the first, rotates the key first; every tenth version
+    retires all but the last ``keep_versions`` with ``min_decryption_version``.
+    """
 
     weight = 1
     wait_time = between(1.0, 3.0)
     #: Versions kept decryptable; older ones are retired with PATCH min_decryption_version.
     keep_versions = 5
+    rotate_every = 3
 
     def on_start(self) -> None:
         super().on_start()
@@ -482,26 +488,37 @@ class KeyChurnUser(KeystreamUser):
         self.create_key(self.churn_key, "aes256", 4096, deletion_allowed=True)
         self.history: collections.deque[tuple[int, bytes, bytes]] = collections.deque(maxlen=50)
         self.latest = 1
+        self.turn = 0
 
     def on_stop(self) -> None:
         if hasattr(self, "churn_key"):
             self.client.delete(f"/v1/keys/{self.churn_key}", headers=self.auth, name="delete key")
 
-    @task(1)
-    def rotate(self) -> None:
+    @task
+    def churn(self) -> None:
+        self.turn += 1
+        if self.turn % self.rotate_every == 1 and not self.rotate():
+            return
+        backend = self.backend()
+        self.encrypt_latest(backend)
+        self.decrypt_older(backend)
+
+    def rotate(self) -> bool:
+        """Add a version; it must be exactly one more than the last one. Returns False on failure."""
         with self.client.post(
             f"/v1/keys/{self.churn_key}/rotate", headers=self.auth, name="rotate key", catch_response=True
         ) as response:
             if response.status_code != 200:
                 response.failure(f"status {response.status_code}: {_short(response.content)}")
-                return
+                return False
             latest = int(json.loads(response.content)["latest_version"])
             if latest != self.latest + 1:
                 response.failure(f"rotate gave version {latest} after {self.latest}")
-                return
+                return False
             self.latest = latest
         if latest % 10 == 0:
             self._retire(latest - self.keep_versions + 1)
+        return True
 
     def _retire(self, min_version: int) -> None:
         body = {"min_decryption_version": min_version}
@@ -518,9 +535,8 @@ class KeyChurnUser(KeystreamUser):
                 return
         self.history = collections.deque((h for h in self.history if h[0] >= min_version), maxlen=50)
 
-    @task(3)
-    def encrypt_latest(self) -> None:
-        backend = self.backend()
+    def encrypt_latest(self, backend: str) -> None:
+        """Encrypt with the latest version (the response must say which) and remember the ciphertext."""
         plaintext = POOL.take(random.randint(0, 10000))
         name = f"encrypt churn [{backend}]"
         encrypted = self.crypt(f"/v1/keys/{self.churn_key}/encrypt", plaintext, name, {"backend": backend})
@@ -533,12 +549,11 @@ class KeyChurnUser(KeystreamUser):
             return
         self.history.append((version, plaintext, ciphertext))
 
-    @task(3)
-    def decrypt_older(self) -> None:
+    def decrypt_older(self, backend: str) -> None:
+        """Decrypt a remembered ciphertext without naming its version: the service must find it."""
         if not self.history:
             return
         version, plaintext, ciphertext = random.choice(self.history)
-        backend = self.backend()
         name = f"decrypt churn [{backend}]"
         decrypted = self.crypt(
             f"/v1/keys/{self.churn_key}/decrypt", ciphertext, name, {"backend": backend}, expect=plaintext

@@ -64,6 +64,6 @@ def test_smoke_run_passes_and_covers_every_backend(tmp_path: Path) -> None:
         f"{kind} [{backend}]" for backend in usable for kind in KINDS if f"{kind} [{backend}]" not in names
     ]
     assert not missing, f"request kinds never exercised: {missing}"
-    # The churn user is light (a few requests in 20 s): it must have run, not necessarily on every backend.
+    # The churn user is light (a turn every 1-3 s) but rotates on its first turn.
     assert names["rotate key"]["requests"] >= 1
-    assert any(name.startswith("encrypt churn [") for name in names)
+    assert any(name.startswith("decrypt churn [") for name in names)
