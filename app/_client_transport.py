@@ -103,6 +103,7 @@ class DuplexCall:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._sender: asyncio.Task[None] | None = None
+        self._body_error: RequestBodyError | None = None
         self._done = False
 
     async def start(self) -> ResponseHead:
@@ -146,6 +147,7 @@ class DuplexCall:
                         for name, value in event.headers
                     },
                 )
+            self._check_sender()
             raise StreamBrokenError(f"unexpected HTTP event before the response: {type(event).__name__}")
 
     async def read_chunk(self) -> bytes:
@@ -167,6 +169,7 @@ class DuplexCall:
                 self._done = True
                 await self._finish_sender()
                 return b""
+            self._check_sender()
             raise StreamBrokenError(f"unexpected HTTP event in the response body: {type(event).__name__}")
 
     async def read_all(self, limit: int) -> bytes:
@@ -186,10 +189,13 @@ class DuplexCall:
 
     async def aclose(self) -> None:
         """Stop sending and close the connection (idempotent)."""
-        if self._sender is not None and not self._sender.done():
-            self._sender.cancel()
+        sender = self._sender
+        if sender is not None and not sender.done():
+            sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._sender
+                await sender
+        elif sender is not None and not sender.cancelled():
+            sender.exception()  # retrieved: its failure was reported (or superseded) by the reader
         if self._writer is not None:
             self._writer.close()
             with contextlib.suppress(Exception):
@@ -203,15 +209,35 @@ class DuplexCall:
             self._writer.writelines(pieces)
 
     async def _send_body(self) -> None:
-        assert self._writer is not None
-        while True:
-            chunk = await self._body()
-            if not chunk:
-                break
-            self._write(h11.Data(data=chunk))
-            await self._writer.drain()
-        self._write(h11.EndOfMessage())
-        await self._writer.drain()
+        writer = self._writer
+        assert writer is not None
+        try:
+            while True:
+                chunk = await self._body()
+                if not chunk:
+                    break
+                self._write(h11.Data(data=chunk))
+                await writer.drain()
+            self._write(h11.EndOfMessage())
+            await writer.drain()
+        except OSError as exc:
+            if writer.transport.is_closing() or isinstance(exc, ConnectionError):
+                raise  # the connection failed: the reader sees that too (and may still read an error answer)
+            self._fail_body(writer, exc)
+            raise
+        except h11.LocalProtocolError as exc:
+            self._fail_body(writer, exc, "the request body did not match its declared length")
+            raise
+        except Exception as exc:
+            self._fail_body(writer, exc)
+            raise
+
+    def _fail_body(self, writer: asyncio.StreamWriter, exc: BaseException, what: str = "") -> None:
+        # The body cannot be completed: drop the connection so the server sees an incomplete request and the
+        # reader wakes up to report why.
+        self._body_error = RequestBodyError(f"{what or 'reading the request body failed'}: {exc}")
+        self._body_error.__cause__ = exc
+        writer.transport.abort()
 
     async def _finish_sender(self) -> None:
         sender = self._sender
@@ -224,19 +250,13 @@ class DuplexCall:
         if not sender.done():
             sender.cancel()
             return
-        exc = sender.exception()
-        if exc is not None and not isinstance(exc, OSError):
-            raise RequestBodyError(f"reading the request body failed: {exc}") from exc
+        if not sender.cancelled():
+            sender.exception()  # retrieved; a body failure is reported below
+        self._check_sender()
 
     def _check_sender(self) -> None:
-        sender = self._sender
-        if sender is None or not sender.done() or sender.cancelled():
-            return
-        exc = sender.exception()
-        if exc is not None and not isinstance(exc, OSError | h11.LocalProtocolError):
-            raise RequestBodyError(f"reading the request body failed: {exc}") from exc
-        if isinstance(exc, h11.LocalProtocolError):
-            raise RequestBodyError(f"the request body did not match its declared length: {exc}") from exc
+        if self._body_error is not None:
+            raise self._body_error
 
     async def _next_event(self, timeout: float) -> Any:
         assert self._reader is not None
@@ -254,27 +274,14 @@ class DuplexCall:
 
     async def _recv(self, timeout: float) -> bytes:
         assert self._reader is not None
-        recv = asyncio.ensure_future(self._reader.read(READ_SIZE))
-        waiters: set[asyncio.Future[Any]] = {recv}
-        if self._sender is not None and not self._sender.done():
-            waiters.add(self._sender)
         try:
-            while True:
-                done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                if recv in done:
-                    return recv.result()
-                if not done:
-                    raise StreamBrokenError(f"no data from the server for {timeout:g} s")
-                # The sender finished (or failed) first: surface a body error, else keep waiting for data.
-                self._check_sender()
-                waiters.discard(self._sender)
+            async with asyncio.timeout(timeout):
+                return await self._reader.read(READ_SIZE)
+        except TimeoutError:
+            raise StreamBrokenError(f"no data from the server for {timeout:g} s") from None
         except (ConnectionError, OSError, ssl.SSLError) as exc:
+            self._check_sender()
             raise StreamBrokenError(f"the connection failed mid-transfer: {exc}") from exc
-        finally:
-            if not recv.done():
-                recv.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await recv
 
 
 class LoopRunner:
@@ -287,22 +294,64 @@ class LoopRunner:
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(self._on_loop_error)
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
+        self._interrupted = False
 
-    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
-        """Run ``coroutine`` to completion on the private loop and return its result."""
+    def run(self, function: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+        """Run ``function()`` to completion on the private loop and return its result.
+
+        Taking the coroutine function (not a coroutine) lets an interrupt that arrives before the coroutine
+        runs be cleaned up here instead of leaving a never-awaited coroutine behind.
+        """
         try:
             asyncio.get_running_loop()
+            inside_a_loop = True
         except RuntimeError:
-            return self._loop.run_until_complete(coroutine)
+            inside_a_loop = False
+        if not inside_a_loop:
+            return self._run_here(function)
         if self._helper is None:
             self._helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="keystream-client")
-        return self._helper.submit(self._loop.run_until_complete, coroutine).result()
+        return self._helper.submit(self._run_here, function).result()
+
+    def _run_here(self, function: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+        coroutine: Coroutine[Any, Any, _T] | None = None
+        task: asyncio.Task[_T] | None = None
+        try:
+            coroutine = function()
+            task = self._loop.create_task(coroutine)
+            return self._loop.run_until_complete(task)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                self._interrupted = True  # Ctrl-C, SystemExit: leftovers below are expected, not news
+                self._settle(coroutine, task)
+            raise
+
+    def _settle(self, coroutine: Coroutine[Any, Any, Any] | None, task: asyncio.Task[Any] | None) -> None:
+        # The interrupted loop may hold already-scheduled callbacks, among them the interrupted run's own
+        # "stop", which would end the caller's next (clean-up) run early: run them now (stop + run_forever
+        # polls once and runs what is ready), then cancel the task and let the cancellation finish.
+        with contextlib.suppress(BaseException):
+            if task is None:
+                if coroutine is not None:
+                    coroutine.close()
+                return
+            task.cancel()
+            self._loop.stop()
+            self._loop.run_forever()
+            if not task.done():
+                self._loop.run_until_complete(task)
+
+    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if not self._interrupted:
+            loop.default_exception_handler(context)
 
     def close(self) -> None:
         """Close the loop and the helper thread (idempotent)."""
         if not self._loop.is_closed():
-            self.run(self._loop.shutdown_asyncgens())
+            with contextlib.suppress(BaseException):
+                self.run(self._loop.shutdown_asyncgens)
             if self._helper is not None:
                 self._helper.shutdown(wait=True)
                 self._helper = None

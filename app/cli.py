@@ -549,7 +549,10 @@ def cmd_crypto(args: argparse.Namespace) -> int:
 def _open_input(path: str) -> Iterator[IO[bytes]]:
     """IN as a binary file ('-' = stdin, left open)."""
     if path == "-":
-        yield sys.stdin.buffer
+        # Unbuffered, and not sys.stdin.buffer: a read blocked in the client's reader thread must not hold the
+        # buffer lock that interpreter shutdown takes (a fatal error when Ctrl-C ends the transfer).
+        with open(sys.stdin.fileno(), "rb", buffering=0, closefd=False) as stdin:
+            yield stdin
         return
     with open(path, "rb") as file:
         yield file

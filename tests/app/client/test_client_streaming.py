@@ -19,6 +19,7 @@ from app.client import (
     BatchItem,
     KeystreamAPIError,
     KeystreamClient,
+    KeystreamClientError,
     KeystreamStreamError,
 )
 from tests.keystream_server import RunningServer
@@ -299,3 +300,23 @@ def test_output_flows_while_the_source_waits(client: KeystreamClient, small_key:
             output_seen.set()
     assert time.monotonic() - start < 10
     assert len(received) == _sealed_length(64 * 1024 + 1000)
+
+
+@pytest.mark.parametrize("fail_after", [0, 3])
+def test_failing_source_aborts_the_request(client: KeystreamClient, small_key: str, fail_after: int) -> None:
+    """A source that raises ends the call with the source's error and drops the connection (no hang)."""
+
+    def source() -> Iterator[bytes]:
+        for _ in range(fail_after):
+            yield os.urandom(100_000)
+        raise OSError("disk on fire")
+
+    start = time.monotonic()
+    with (
+        pytest.raises(KeystreamClientError, match="disk on fire"),
+        client.encrypt_stream(small_key, source()) as s,
+    ):
+        b"".join(s)
+    assert time.monotonic() - start < 10
+    # The service is fine afterwards.
+    assert client.decrypt(small_key, client.encrypt(small_key, b"still here").data).data == b"still here"
