@@ -176,7 +176,9 @@ def test_interrupt_removes_the_partial_output(
         time.sleep(0.05)
     process.send_signal(signum)
     assert process.wait(timeout=30) == code
-    assert b"keystream: error: " in process.stderr.read()
+    stderr = process.stderr.read()
+    assert b"keystream: error: " in stderr
+    assert b"Traceback" not in stderr and b"Task" not in stderr  # no asyncio leftovers on the way out
     process.stdin.close()
     process.stderr.close()
     assert list(tmp_path.iterdir()) == []
