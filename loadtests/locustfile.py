@@ -550,13 +550,22 @@ class KeyChurnUser(KeystreamUser):
         self.history.append((version, plaintext, ciphertext))
 
     def decrypt_older(self, backend: str) -> None:
-        """Decrypt a remembered ciphertext without naming its version: the service must find it."""
+        """Decrypt a remembered ciphertext without naming its version: the service must find it.
+
+        The request goes over a new connection, so with several workers (or replicas) it may land on a
+        process other than the one that rotated the key and encrypted: every process must accept it.
+        """
         if not self.history:
             return
         version, plaintext, ciphertext = random.choice(self.history)
         name = f"decrypt churn [{backend}]"
         decrypted = self.crypt(
-            f"/v1/keys/{self.churn_key}/decrypt", ciphertext, name, {"backend": backend}, expect=plaintext
+            f"/v1/keys/{self.churn_key}/decrypt",
+            ciphertext,
+            name,
+            {"backend": backend},
+            expect=plaintext,
+            duplex=True,
         )
         if decrypted is not None and decrypted[1].get("keystream-key-version") != str(version):
             self._report_failure(
