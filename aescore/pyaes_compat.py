@@ -36,6 +36,7 @@ from ._interface import Backend, BytesLike, ExpandedKey
 __all__ = ["AESModeOfOperationCTR", "Counter"]
 
 _MASK128 = (1 << 128) - 1
+_COUNTER_ONE = (1).to_bytes(16, "big")
 _default_backend: Backend | None = None
 
 
@@ -108,7 +109,7 @@ class AESModeOfOperationCTR:
     """
 
     name = "Counter (CTR)"
-    __slots__ = ("_backend", "_counter", "_expanded_key", "_next", "_tail_block", "_tail_left")
+    __slots__ = ("_backend", "_consumed", "_counter", "_expanded_key", "_tail_block", "_tail_left")
 
     def __init__(
         self,
@@ -120,14 +121,14 @@ class AESModeOfOperationCTR:
         chosen = _default_backend if backend is None else None
         self._backend = chosen if chosen is not None else _backend(backend)
         self._expanded_key: ExpandedKey = self._backend.expand_key(key)
-        #: The caller's counter object, or None: then the position is the int ``_next`` (the value of a
-        #: private ``Counter(1)`` nobody else can see, kept as an int to keep construction and calls cheap).
+        #: The caller's counter object; None while this object runs on its private ``Counter(1)``, whose state
+        #: is then only ``_consumed``, the bytes processed so far (cheap to keep: the crypto_pyaes hot path).
         self._counter: Counter | _CounterLike | None = counter
-        self._next = 1
-        #: How many bytes of the last keystream block generated are still unused; that block's counter value
-        #: is ``_next - 1`` with the private counter, else ``_tail_block`` (set together with ``_tail_left``).
-        self._tail_left = 0
-        self._tail_block = 0
+        self._consumed = 0
+        if counter is not None:
+            #: Bytes of the last keystream block generated still unused, and that block's counter value.
+            self._tail_left = 0
+            self._tail_block = 0
 
     def __repr__(self) -> str:
         bits = self._expanded_key.key_size * 8
@@ -140,16 +141,12 @@ class AESModeOfOperationCTR:
             TypeError: ``plaintext`` is not bytes-like or str.
             ValueError: a ``str`` holds a character above U+00FF.
         """
-        if self._tail_left or self._counter is not None or isinstance(plaintext, str):
+        if self._consumed or self._counter is not None or isinstance(plaintext, str):
             return self._encrypt_general(plaintext)
-        # Hot path (crypto_pyaes): private counter, no keystream left over from a previous call.
-        start = self._next
-        result = self._backend.ctr_xor(self._expanded_key, start.to_bytes(16, "big"), plaintext)
+        # Hot path (crypto_pyaes): a fresh object on its private counter, which starts at 1.
+        result = self._backend.ctr_xor(self._expanded_key, _COUNTER_ONE, plaintext)
         assert result is not None
-        length = len(result)
-        following = start + ((length + 15) >> 4)
-        self._next = following if following <= _MASK128 else following & _MASK128
-        self._tail_left = -length & 15
+        self._consumed = len(result)
         return result
 
     decrypt = encrypt
@@ -159,9 +156,15 @@ class AESModeOfOperationCTR:
         if isinstance(plaintext, str):
             plaintext = plaintext.encode("latin-1")
         counter = self._counter
-        if counter is None:  # from now on this object keeps its position in an explicit Counter
-            self._tail_block = (self._next - 1) & _MASK128
-            counter = self._counter = Counter(self._next)
+        if counter is None:
+            consumed = self._consumed
+            if not consumed:  # still fresh (the input was a str): the hot path can take it now
+                return self.encrypt(plaintext)
+            # From now on this object keeps its position in an explicit Counter, as pyaes does.
+            following = 1 + ((consumed + 15) >> 4)
+            self._tail_left = -consumed & 15
+            self._tail_block = (following - 1) & _MASK128
+            counter = self._counter = Counter(following)
         if type(counter) is not Counter:
             return self._encrypt_generic(plaintext)
         left = self._tail_left
