@@ -118,14 +118,16 @@ class AESModeOfOperationCTR:
         *,
         backend: str | Backend | None = None,
     ) -> None:
-        chosen = _default_backend if backend is None else None
-        self._backend = chosen if chosen is not None else _backend(backend)
-        self._expanded_key: ExpandedKey = self._backend.expand_key(key)
+        backend = (_default_backend or _backend(None)) if backend is None else _backend(backend)
+        self._backend = backend
+        self._expanded_key: ExpandedKey = backend.expand_key(key)
         #: The caller's counter object; None while this object runs on its private ``Counter(1)``, whose state
         #: is then only ``_consumed``, the bytes processed so far (cheap to keep: the crypto_pyaes hot path).
         self._counter: Counter | _CounterLike | None = counter
-        self._consumed = 0
-        if counter is not None:
+        if counter is None:
+            self._consumed = 0
+        else:
+            self._consumed = -1  # never 0: such objects do not take the hot path
             #: Bytes of the last keystream block generated still unused, and that block's counter value.
             self._tail_left = 0
             self._tail_block = 0
@@ -141,7 +143,7 @@ class AESModeOfOperationCTR:
             TypeError: ``plaintext`` is not bytes-like or str.
             ValueError: a ``str`` holds a character above U+00FF.
         """
-        if self._consumed or self._counter is not None or isinstance(plaintext, str):
+        if self._consumed or isinstance(plaintext, str):  # not fresh, a caller's counter, or a str
             return self._encrypt_general(plaintext)
         # Hot path (crypto_pyaes): a fresh object on its private counter, which starts at 1.
         result = self._backend.ctr_xor(self._expanded_key, _COUNTER_ONE, plaintext)
