@@ -6,6 +6,7 @@ so key names never reach a label. Unmatched paths share the label ``unmatched``.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -15,6 +16,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
+    Histogram,
     Metric,
     generate_latest,
 )
@@ -55,9 +57,12 @@ class HttpMetricsMiddleware:
         finally:
             INFLIGHT_REQUESTS.dec()
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            HTTP_REQUEST_SECONDS.labels(
-                route=route, method=scope.get("method", ""), status=str(status)
-            ).observe(time.perf_counter() - start)
+            _request_seconds(route, scope.get("method", ""), status).observe(time.perf_counter() - start)
+
+
+@functools.lru_cache(maxsize=1024)  # bounded like the label set: route templates x methods x statuses
+def _request_seconds(route: str, method: str, status: int) -> Histogram:
+    return HTTP_REQUEST_SECONDS.labels(route=route, method=method, status=str(status))
 
 
 class HwsimCollector(Collector):

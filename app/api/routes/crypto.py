@@ -18,11 +18,13 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter, Histogram
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
@@ -62,32 +64,54 @@ class CryptoParams:
     iv: str | None = None
     offset: int = 0
     associated_data: str | None = None
+    content_length: int | None = None
 
     @classmethod
-    def from_request(cls, request: Request) -> CryptoParams:
-        """Parse and validate.
+    def from_request(cls, request: Request, headers: dict[bytes, str]) -> CryptoParams:
+        """Parse and validate; ``headers`` come from :func:`wanted_headers`.
 
         Raises:
             ValidationError: a malformed value (422, the message names the parameter and what is allowed).
             UnsupportedMediaTypeError: a body type other than ``application/octet-stream`` (415).
         """
-        headers = request.headers
-        media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        media_type = headers.get(b"content-type", "").split(";", 1)[0].strip().lower()
         if media_type and media_type != "application/octet-stream":
             raise UnsupportedMediaTypeError(f"expected application/octet-stream, got {media_type}")
-        query = request.query_params
+        query: Mapping[str, str] = request.query_params if request.scope.get("query_string") else _NO_QUERY
         fmt = query.get("format", "sealed")
         if fmt not in ("sealed", "raw"):
             raise ValidationError("format: must be sealed or raw")
-        version_text = query.get("key_version") or headers.get("keystream-key-version")
+        version_text = query.get("key_version") or headers.get(b"keystream-key-version")
+        declared = headers.get(b"content-length")
         return cls(
             format=fmt,
             backend=query.get("backend") or None,
             key_version=_integer("key_version", version_text, 1, None) if version_text else None,
-            iv=query.get("iv") or headers.get("keystream-iv") or None,
+            iv=query.get("iv") or headers.get(b"keystream-iv") or None,
             offset=_integer("offset", query.get("offset"), 0, MAX_OFFSET - 1) if "offset" in query else 0,
-            associated_data=headers.get("keystream-associated-data") or None,
+            associated_data=headers.get(b"keystream-associated-data") or None,
+            content_length=int(declared) if declared is not None and declared.isdigit() else None,
         )
+
+
+_NO_QUERY: dict[str, str] = {}
+_WANTED_HEADERS = frozenset(
+    {
+        b"authorization",
+        b"content-type",
+        b"content-length",
+        b"keystream-key-version",
+        b"keystream-iv",
+        b"keystream-associated-data",
+    }
+)
+
+
+def wanted_headers(request: Request) -> dict[bytes, str]:
+    """The request headers encrypt/decrypt read, in one pass over the raw list (names are lower case)."""
+    return {
+        name: value.decode("latin-1") for name, value in request.scope["headers"] if name in _WANTED_HEADERS
+    }
 
 
 def _integer(field: str, text: str | None, minimum: int, maximum: int | None) -> int:
@@ -140,6 +164,15 @@ def openapi_paths() -> dict[str, Any]:
     return paths
 
 
+@functools.lru_cache(maxsize=64)
+def crypto_metrics(backend: str, operation: str, fmt: str) -> tuple[Histogram, Counter]:
+    """The labelled ``keystream_crypto_seconds`` / ``_bytes_total`` children (``labels()`` is not free)."""
+    return (
+        CRYPTO_SECONDS.labels(backend=backend, operation=operation, format=fmt),
+        CRYPTO_BYTES.labels(backend=backend, operation=operation),
+    )
+
+
 #: Sealed calls that may process more than this run in the thread pool (see :class:`CryptoStep`).
 SEALED_INLINE_MAX_BYTES = 64 * 1024
 #: Safety margin for estimating buffered bytes: more than a header (40 bytes) plus a few tags.
@@ -171,8 +204,7 @@ class CryptoStep:
         self._inline_max = limit if fmt == "raw" else min(limit, SEALED_INLINE_MAX_BYTES)
         self._update = update
         self._finalize = finalize
-        self._seconds = CRYPTO_SECONDS.labels(backend=backend.name, operation=operation, format=fmt)
-        self._bytes = CRYPTO_BYTES.labels(backend=backend.name, operation=operation)
+        self._seconds, self._bytes = crypto_metrics(backend.name, operation, fmt)
         self._held = 0  # bytes fed since the last output: what finalize may still have to process
 
     @property
@@ -342,22 +374,23 @@ async def _pump(
         await chunks.aclose()
 
 
-async def small_body(request: Request, limit: int) -> bytes | None:
+async def small_body(request: Request, params: CryptoParams, limit: int) -> bytes | None:
     """The whole body when its Content-Length is at most ``limit`` (a bounded read), else ``None``.
 
     Small requests skip the streaming machinery (read-ahead task, chunked response): for 1 KiB messages
     that machinery costs more than the crypto.
     """
-    declared = request.headers.get("content-length")
-    if declared is None or not declared.isdigit() or int(declared) > limit:
+    if params.content_length is None or params.content_length > limit:
         return None
     return await request.body()
 
 
-async def respond(request: Request, step: CryptoStep, headers: dict[str, str], limit: int) -> Response:
+async def respond(
+    request: Request, params: CryptoParams, step: CryptoStep, headers: dict[str, str], limit: int
+) -> Response:
     """Transform the body: in one call when small, else as a stream."""
     try:
-        body = await small_body(request, limit)
+        body = await small_body(request, params, limit)
     except ClientDisconnect:
         return _disconnected()
     if body is not None:
@@ -369,17 +402,18 @@ def _disconnected() -> Response:
     return error_response(400, "client_disconnected", "the client closed the connection")
 
 
-def _authorize(request: Request, scope: str, name: str) -> ServiceState:
+def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoParams]:
+    """Check the token for ``scope`` on the path's key, then parse the parameters (401/403 before 4xx)."""
     state: ServiceState = request.app.state.keystream
-    state.tokens.verify(request.headers.get("authorization")).require(scope, name)
-    return state
+    name: str = request.path_params["name"]
+    headers = wanted_headers(request)
+    state.tokens.verify(headers.get(b"authorization")).require(scope, name)
+    return state, name, CryptoParams.from_request(request, headers)
 
 
 async def encrypt(request: Request) -> Response:
     """Encrypt the request body; the response carries ``Keystream-Key-Version`` (raw: ``Keystream-IV``)."""
-    name: str = request.path_params["name"]
-    state = _authorize(request, "encrypt", name)
-    params = CryptoParams.from_request(request)
+    state, name, params = _authorize(request, "encrypt")
     chosen = state.backends.get(params.backend)
     key_version = params.key_version
     headers: dict[str, str] = {}
@@ -416,14 +450,12 @@ async def encrypt(request: Request) -> Response:
         headers["Keystream-IV"] = format_iv(iv_bytes)
     headers["Keystream-Key-Version"] = str(resolved.version)
     headers["Keystream-Backend"] = chosen.name
-    return await respond(request, step, headers, state.settings.small_body_max_bytes)
+    return await respond(request, params, step, headers, state.settings.small_body_max_bytes)
 
 
 async def decrypt(request: Request) -> Response:
     """Decrypt the request body (sealed: verified segment by segment; raw: needs ``iv`` and a version)."""
-    name: str = request.path_params["name"]
-    state = _authorize(request, "decrypt", name)
-    params = CryptoParams.from_request(request)
+    state, name, params = _authorize(request, "decrypt")
     chosen = state.backends.get(params.backend)
     version = params.key_version
     headers = {"Keystream-Backend": chosen.name}
@@ -439,7 +471,7 @@ async def decrypt(request: Request) -> Response:
         resolved = state.keycache.decryption_candidates(name, chosen, version)[0]
         step = raw_step(state, chosen, "decrypt", resolved.expanded, parse_iv(params.iv), params.offset)
         headers["Keystream-Key-Version"] = str(resolved.version)
-        return await respond(request, step, headers, state.settings.small_body_max_bytes)
+        return await respond(request, params, step, headers, state.settings.small_body_max_bytes)
 
     if params.iv is not None or params.offset:
         raise BadRequestError("iv and offset apply to format=raw only")
@@ -463,7 +495,7 @@ async def decrypt(request: Request) -> Response:
         segment_size=first.segment_size,
     )
     try:
-        body = await small_body(request, state.settings.small_body_max_bytes)
+        body = await small_body(request, params, state.settings.small_body_max_bytes)
     except ClientDisconnect:
         return _disconnected()
     if body is not None:
