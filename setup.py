@@ -18,7 +18,9 @@ extensions = [
         include_dirs=["aescore"],
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,
-    )
+    ),
+    # pyaes_compat's C hot path (pure Python fallback when absent).
+    Extension("aescore._pyaes_fast", sources=["aescore/_pyaes_fast.pyx"]),
 ]
 
 setup(ext_modules=cythonize(extensions, language_level=3, compiler_directives={"binding": False}))

@@ -28,12 +28,13 @@ available, else ``python``), looked up once, on first use; pass ``backend=`` to 
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 from . import get_backend
 from ._interface import Backend, BytesLike, ExpandedKey
 
-__all__ = ["AESModeOfOperationCTR", "Counter"]
+__all__ = ["AESModeOfOperationCTR", "Counter", "PythonAESModeOfOperationCTR"]
 
 _MASK128 = (1 << 128) - 1
 _COUNTER_ONE = (1).to_bytes(16, "big")
@@ -91,9 +92,11 @@ class Counter:
         return f"Counter(initial_value={self._value:#x})"
 
 
-class AESModeOfOperationCTR:
+class PythonAESModeOfOperationCTR:
     """AES in counter mode with pyaes 1.6.1's interface; encryption and decryption are the same operation.
 
+    The pure-Python implementation; :data:`AESModeOfOperationCTR` is the same class with its hot path in C
+    when the ``aescore._pyaes_fast`` extension is built (and ``$KEYSTREAM_PYAES_COMPAT`` is not ``python``).
     Never encrypt two different messages with the same key and overlapping counter values.
 
     Args:
@@ -123,14 +126,12 @@ class AESModeOfOperationCTR:
         self._expanded_key: ExpandedKey = backend.expand_key(key)
         #: The caller's counter object; None while this object runs on its private ``Counter(1)``, whose state
         #: is then only ``_consumed``, the bytes processed so far (cheap to keep: the crypto_pyaes hot path).
+        #: A caller's counter sets ``_consumed`` to -1 so that such objects never take the hot path.
         self._counter: Counter | _CounterLike | None = counter
-        if counter is None:
-            self._consumed = 0
-        else:
-            self._consumed = -1  # never 0: such objects do not take the hot path
-            #: Bytes of the last keystream block generated still unused, and that block's counter value.
-            self._tail_left = 0
-            self._tail_block = 0
+        self._consumed = 0 if counter is None else -1
+        #: Bytes of the last keystream block generated still unused, and that block's counter value.
+        self._tail_left = 0
+        self._tail_block = 0
 
     def __repr__(self) -> str:
         bits = self._expanded_key.key_size * 8
@@ -144,7 +145,7 @@ class AESModeOfOperationCTR:
             ValueError: a ``str`` holds a character above U+00FF.
         """
         if self._consumed or isinstance(plaintext, str):  # not fresh, a caller's counter, or a str
-            return self._encrypt_general(plaintext)
+            return _encrypt_general(self, plaintext)
         # Hot path (crypto_pyaes): a fresh object on its private counter, which starts at 1.
         result = self._backend.ctr_xor(self._expanded_key, _COUNTER_ONE, plaintext)
         assert result is not None
@@ -153,70 +154,102 @@ class AESModeOfOperationCTR:
 
     decrypt = encrypt
 
-    def _encrypt_general(self, plaintext: BytesLike | str) -> bytes:
-        """Everything off the hot path: str input, a caller's counter, keystream left from the last call."""
-        if isinstance(plaintext, str):
-            plaintext = plaintext.encode("latin-1")
-        counter = self._counter
-        if counter is None:
-            consumed = self._consumed
-            if not consumed:  # still fresh (the input was a str): the hot path can take it now
-                return self.encrypt(plaintext)
-            # From now on this object keeps its position in an explicit Counter, as pyaes does.
-            following = 1 + ((consumed + 15) >> 4)
-            self._tail_left = -consumed & 15
-            self._tail_block = (following - 1) & _MASK128
-            counter = self._counter = Counter(following)
-        if type(counter) is not Counter:
-            return self._encrypt_generic(plaintext)
-        left = self._tail_left
-        length = memoryview(plaintext).nbytes
-        if left:
-            start = self._tail_block
-            if length <= left:
-                result = self._xor(start, plaintext, 16 - left)
-                self._tail_left = left - length
-                return result
-            if counter._value != (start + 1) & _MASK128:  # the shared counter moved: not contiguous
-                head = self._xor(start, plaintext[:left], 16 - left)
-                self._tail_left = 0
-                return head + self._encrypt_general(plaintext[left:])
-            offset = 16 - left
-        else:
-            start = counter._value
-            offset = 0
-        result = self._xor(start, plaintext, offset)
-        position = offset + length
-        blocks = (position + 15) >> 4
-        self._tail_left = -position & 15
-        self._tail_block = (start + blocks - 1) & _MASK128
-        counter._value = (start + blocks) & _MASK128
-        return result
 
-    def _xor(self, block: int, data: BytesLike, offset: int) -> bytes:
-        result = self._backend.ctr_xor(self._expanded_key, block.to_bytes(16, "big"), data, offset)
-        assert result is not None
-        return result
+class _CtrState(Protocol):
+    """What the shared general path reads and writes on either implementation."""
 
-    def _encrypt_generic(self, data: BytesLike) -> bytes:
-        """Any counter object: read ``value`` and call ``increment()`` once per block, as pyaes does."""
-        counter = self._counter
-        assert counter is not None
-        view = memoryview(data).cast("B")
-        out = bytearray(len(view))
-        done = 0
-        left = self._tail_left
-        if left and len(view):
-            take = min(left, len(view))
-            out[:take] = self._xor(self._tail_block, view[:take], 16 - left)
-            self._tail_left = left - take
-            done = take
-        while done < len(view):
-            block = int.from_bytes(bytes(counter.value), "big")
-            counter.increment()
-            take = min(16, len(view) - done)
-            out[done : done + take] = self._xor(block, view[done : done + take], 0)
-            self._tail_block = block
-            self._tail_left = 16 - take
-            done += take
-        return bytes(out)
+    _backend: Backend
+    _expanded_key: ExpandedKey
+    _counter: Counter | _CounterLike | None
+    _consumed: int
+    _tail_left: int
+    _tail_block: int
+
+    def encrypt(self, plaintext: BytesLike | str) -> bytes: ...
+
+
+def _encrypt_general(ctr: _CtrState, plaintext: BytesLike | str) -> bytes:
+    """Everything off the hot path: str input, a caller's counter, keystream left from the last call."""
+    if isinstance(plaintext, str):
+        plaintext = plaintext.encode("latin-1")
+    counter = ctr._counter
+    if counter is None:
+        consumed = ctr._consumed
+        if not consumed:  # still fresh (the input was a str): the hot path can take it now
+            return ctr.encrypt(plaintext)
+        # From now on this object keeps its position in an explicit Counter, as pyaes does.
+        following = 1 + ((consumed + 15) >> 4)
+        ctr._tail_left = -consumed & 15
+        ctr._tail_block = (following - 1) & _MASK128
+        counter = ctr._counter = Counter(following)
+        ctr._consumed = -1
+    if type(counter) is not Counter:
+        return _encrypt_generic(ctr, counter, plaintext)
+    left = ctr._tail_left
+    length = memoryview(plaintext).nbytes
+    if left:
+        start = ctr._tail_block
+        if length <= left:
+            result = _xor(ctr, start, plaintext, 16 - left)
+            ctr._tail_left = left - length
+            return result
+        if counter._value != (start + 1) & _MASK128:  # the shared counter moved: not contiguous
+            head = _xor(ctr, start, plaintext[:left], 16 - left)
+            ctr._tail_left = 0
+            return head + _encrypt_general(ctr, plaintext[left:])
+        offset = 16 - left
+    else:
+        start = counter._value
+        offset = 0
+    result = _xor(ctr, start, plaintext, offset)
+    position = offset + length
+    blocks = (position + 15) >> 4
+    ctr._tail_left = -position & 15
+    ctr._tail_block = (start + blocks - 1) & _MASK128
+    counter._value = (start + blocks) & _MASK128
+    return result
+
+
+def _xor(ctr: _CtrState, block: int, data: BytesLike, offset: int) -> bytes:
+    result = ctr._backend.ctr_xor(ctr._expanded_key, block.to_bytes(16, "big"), data, offset)
+    assert result is not None
+    return result
+
+
+def _encrypt_generic(ctr: _CtrState, counter: _CounterLike, data: BytesLike) -> bytes:
+    """Any counter object: read ``value`` and call ``increment()`` once per block, as pyaes does."""
+    view = memoryview(data).cast("B")
+    out = bytearray(len(view))
+    done = 0
+    left = ctr._tail_left
+    if left and len(view):
+        take = min(left, len(view))
+        out[:take] = _xor(ctr, ctr._tail_block, view[:take], 16 - left)
+        ctr._tail_left = left - take
+        done = take
+    while done < len(view):
+        block = int.from_bytes(bytes(counter.value), "big")
+        counter.increment()
+        take = min(16, len(view) - done)
+        out[done : done + take] = _xor(ctr, block, view[done : done + take], 0)
+        ctr._tail_block = block
+        ctr._tail_left = 16 - take
+        done += take
+    return bytes(out)
+
+
+def _fast_class() -> type[PythonAESModeOfOperationCTR] | None:
+    """The C class from ``aescore._pyaes_fast``, or None if it is not built or ``$KEYSTREAM_PYAES_COMPAT``
+    is ``python``."""
+    if os.environ.get("KEYSTREAM_PYAES_COMPAT", "").strip().lower() == "python":
+        return None
+    try:
+        from . import _pyaes_fast
+    except ImportError:
+        return None
+    _pyaes_fast.configure(_backend, _encrypt_general)
+    return _pyaes_fast.AESModeOfOperationCTR  # type: ignore[return-value]  # same interface, C class
+
+
+#: The class to use: the C hot path when available, else :class:`PythonAESModeOfOperationCTR`.
+AESModeOfOperationCTR = _fast_class() or PythonAESModeOfOperationCTR

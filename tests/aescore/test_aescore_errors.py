@@ -121,6 +121,7 @@ def test_reprs_show_no_key_material(backend: aescore.Backend) -> None:
     expanded = backend.expand_key(KEY)
     texts = [repr(expanded), str(expanded), repr(backend), repr(aescore.CtrStream(backend, KEY, COUNTER))]
     texts.append(repr(pyaes_compat.AESModeOfOperationCTR(KEY, backend=backend)))
+    texts.append(repr(pyaes_compat.PythonAESModeOfOperationCTR(KEY, backend=backend)))
     for text in texts:
         _assert_no_key_material(text)
     assert "192" in repr(expanded)  # it does say the key size
