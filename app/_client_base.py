@@ -129,6 +129,8 @@ class BaseClient:
 
 @contextlib.contextmanager
 def mapped_errors() -> Iterator[None]:
+    """Transport failures as the client's exceptions: a response cut short is a stream error, a failure to
+    reach the service a connection error."""
     try:
         yield
     except transport.ConnectFailedError as exc:
@@ -137,6 +139,8 @@ def mapped_errors() -> Iterator[None]:
         raise KeystreamStreamError(str(exc)) from exc
     except transport.RequestBodyError as exc:
         raise KeystreamClientError(str(exc)) from exc
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        raise KeystreamStreamError(f"the response was cut short: {exc}") from exc
     except httpx.TransportError as exc:
         raise KeystreamConnectionError(f"{type(exc).__name__}: {exc}") from exc
 

@@ -27,11 +27,12 @@ def _drain_request(conn: socket.socket) -> None:
     while b"\r\n\r\n" not in data:
         data += conn.recv(65536)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
+    lengths = [
         int(line.split(b":", 1)[1])
         for line in head.split(b"\r\n")
         if line.lower().startswith(b"content-length")
-    )
+    ]
+    length = lengths[0] if lengths else 0
     while len(body) < length:
         body += conn.recv(65536)
 
@@ -121,3 +122,12 @@ async def test_async_missing_terminator_raises(scripted: tuple[str, list[bytes]]
     async with AsyncKeystreamClient(url, "t") as ks:
         with pytest.raises(KeystreamStreamError):
             await ks.decrypt("k", b"q" * 10)
+
+
+def test_truncated_json_answer_is_a_stream_error(scripted: tuple[str, list[bytes]]) -> None:
+    url, replies = scripted
+    replies.append(
+        b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"keys": ['
+    )
+    with KeystreamClient(url, "t") as ks, pytest.raises(KeystreamStreamError, match="cut short"):
+        ks.list_keys()
