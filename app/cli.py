@@ -26,6 +26,7 @@ import argparse
 import base64
 import binascii
 import contextlib
+import importlib.metadata
 import json
 import os
 import re
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 ok, 1 API error, 2 usage, 3 connection, 4 integrity/decryption failure, "
         "5 auth (401/403), 6 not found, 7 conflict, 8 local I/O, 130 interrupted, 143 terminated",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     _client_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     conn, as_json = _client_options(), _json_option()
@@ -157,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_token_commands(commands, conn, as_json)
     for operation in ("encrypt", "decrypt"):
         _add_crypto_command(commands, conn, operation)
+
+    backends = commands.add_parser("backends", parents=[conn, as_json], help="list the service's backends")
+    backends.description = "List the service's AES backends (for --backend): availability, ISA path, preset."
+    backends.set_defaults(handler=cmd_backends)
 
     bench = commands.add_parser("bench", help="run the benchmarks and write a Markdown report with plots")
     bench.description = (
@@ -489,6 +495,29 @@ def cmd_tokens_delete(args: argparse.Namespace) -> int:
     with _client(args) as client:
         client.delete_token(args.token_id)
     return EXIT_OK
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    """``backends``: what ``GET /v1/backends`` reports, as a table or JSON."""
+    with _client(args) as client:
+        listing = client.backends()
+    if args.json:
+        _print_json(listing)
+        return EXIT_OK
+    rows = [["NAME", "AVAILABLE", "ENABLED", "DEFAULT", "DETAIL"]]
+    for backend in listing.get("backends", []):
+        detail = backend.get("isa") or backend.get("preset") or backend.get("reason") or ""
+        flags = [("yes" if backend.get(flag) else "no") for flag in ("available", "enabled", "default")]
+        rows.append([str(backend.get("name", "?")), *flags, str(detail)])
+    _table(rows)
+    return EXIT_OK
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("keystream")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _crypto_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -40,6 +40,7 @@ COMMANDS = [
     ["tokens", "delete"],
     ["encrypt"],
     ["decrypt"],
+    ["backends"],
     ["bench"],
 ]
 
@@ -164,3 +165,15 @@ def test_bench_report_only_writes_a_report(cli: RunCli, tmp_path: Path) -> None:
     assert result.returncode == EXIT_OK, result.stderr
     text = (tmp_path / "report.md").read_text()
     assert "`aescore.json` not found" in text and "python -m bench.bench_service" in text
+
+
+def test_backends_and_version(cli: RunCli, server: RunningServer) -> None:
+    table = cli("backends")
+    assert table.returncode == EXIT_OK and table.stdout.startswith(b"NAME")
+    listing = json.loads(cli("backends", "--json").stdout)
+    names = {b["name"] for b in listing["backends"] if b["available"]}
+    assert set(server.backends) <= names
+    for name in server.backends:
+        assert name.encode() in table.stdout
+    version = cli("--version")
+    assert version.returncode == EXIT_OK and version.stdout.startswith(b"keystream ")
