@@ -24,6 +24,11 @@ Differences: ``Counter.value`` returns a new list (mutating it does not change t
 ``TypeError``, as pyaes raises), and bytes-like inputs other than ``bytes`` are accepted. Only the CTR mode
 is provided. The backend is ``aescore.get_backend()`` (``$KEYSTREAM_BACKEND``, else ``aesni`` when
 available, else ``python``), looked up once, on first use; pass ``backend=`` to choose another.
+
+``AESModeOfOperationCTR`` is a small C class (``aescore._pyaes_fast``) when the extension is built: its
+constructor and a fresh object's first call (all of crypto_pyaes) run without Python frames; every other case
+runs the same Python code as :class:`PythonAESModeOfOperationCTR`, the pure-Python class, which is used when
+the extension is missing or ``$KEYSTREAM_PYAES_COMPAT`` is ``python``.
 """
 
 from __future__ import annotations
