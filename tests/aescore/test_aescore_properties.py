@@ -236,3 +236,14 @@ def test_expanded_key_is_shared_safely_between_threads(
         thread.join(timeout=60)
     for counter, data in jobs:
         assert results[counter] == reference_ctr(key, counter, data, 0)
+
+
+def test_ctr_stream_update_into_in_place(backend: aescore.Backend, reference_ctr: ReferenceCtr) -> None:
+    key = bytes(range(16))
+    data = _data(1000, 3)
+    buffer = bytearray(data)
+    stream = aescore.CtrStream(backend, key, (TOP - 3).to_bytes(16, "big"))
+    view = memoryview(buffer)
+    for low, high in [(0, 7), (7, 7), (7, 500), (500, 1000)]:
+        stream.update_into(view[low:high], view[low:high])
+    assert bytes(buffer) == reference_ctr(key, TOP - 3, data, 0)
