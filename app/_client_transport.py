@@ -104,6 +104,7 @@ class DuplexCall:
         self._writer: asyncio.StreamWriter | None = None
         self._sender: asyncio.Task[None] | None = None
         self._body_error: RequestBodyError | None = None
+        self._status = 0
         self._done = False
 
     async def start(self) -> ResponseHead:
@@ -140,6 +141,7 @@ class DuplexCall:
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
+                self._status = event.status_code
                 return ResponseHead(
                     status=event.status_code,
                     headers={
@@ -167,7 +169,8 @@ class DuplexCall:
                 continue
             if isinstance(event, h11.EndOfMessage):
                 self._done = True
-                await self._finish_sender()
+                if self._status < 400:  # an error answer may come before the body was read: do not wait
+                    await self._finish_sender()
                 return b""
             self._check_sender()
             raise StreamBrokenError(f"unexpected HTTP event in the response body: {type(event).__name__}")
