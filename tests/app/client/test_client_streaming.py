@@ -320,3 +320,21 @@ def test_failing_source_aborts_the_request(client: KeystreamClient, small_key: s
     assert time.monotonic() - start < 10
     # The service is fine afterwards.
     assert client.decrypt(small_key, client.encrypt(small_key, b"still here").data).data == b"still here"
+
+
+def test_error_answer_to_a_large_upload_is_prompt(client: KeystreamClient) -> None:
+    """The service refuses before reading the body: the client raises at once and stops uploading."""
+    block = bytes(1 << 20)
+    sent = []
+
+    def source() -> Iterator[bytes]:
+        for _ in range(1024):  # 1 GiB if it were all sent
+            sent.append(1)
+            yield block
+
+    start = time.monotonic()
+    with pytest.raises(KeystreamAPIError) as error:
+        client.encrypt("no-such-key-for-upload", source())
+    assert error.value.status == 404
+    assert time.monotonic() - start < 3
+    assert len(sent) < 1024
