@@ -14,7 +14,8 @@ Ratios are medians of per-round ratios (case / baseline of the same round), whic
 a machine whose load drifts; values are medians of the raw figures.
 
 Writes ``bench/results/service.json``: ``{"cpu", "date", "results": [{"case", "value", "unit", "ratio"}],
-"latency_samples": {"aesni": [seconds...], "python": [...]}}`` and prints a Markdown table.
+"latency_samples": {"aesni": [seconds...], "python": [...]}}``, a CDF of those samples
+(``service_latency_cdf.png``), and prints a Markdown table.
 
 Usage: ``python -m bench.bench_service [--quick]``
 """
@@ -222,6 +223,27 @@ def interleaved(
     return values
 
 
+def plot_latency_cdf(samples: dict[str, list[float]], path: Path) -> None:
+    """Write a CDF of the per-backend latency samples (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for name, values in sorted(samples.items()):
+        ordered = sorted(value * 1e3 for value in values)
+        axes.plot(ordered, [(index + 1) / len(ordered) for index in range(len(ordered))], label=name)
+    axes.set_xscale("log")
+    axes.set_xlabel("latency of a 1 KiB sealed encrypt over HTTP (ms, log scale)")
+    axes.set_ylabel("fraction of requests")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(title="backend")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def paired_ratio(values: list[float], baselines: list[float]) -> float:
     """Median of per-round ratios: each case ran right after its baseline, so load drift cancels out."""
     return statistics.median(value / baseline for value, baseline in zip(values, baselines, strict=True))
@@ -322,6 +344,7 @@ def main() -> None:
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(output, indent=1) + "\n")
+    plot_latency_cdf(samples, args.output.with_name(args.output.stem + "_latency_cdf.png"))
     print("\n| case | value | unit | ratio |\n|---|---:|---|---:|")
     for row in results:
         print("| {} | {} | {} | {} |".format(row["case"], row["value"], row["unit"], row["ratio"] or ""))
