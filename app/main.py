@@ -48,6 +48,8 @@ def open_backends(settings: Settings) -> Backends:
             continue
         if available.get(name, "not registered") is not None:
             reasons[name] = available.get(name) or "not registered"
+            if settings.enabled_backends is not None:  # asked for explicitly, so say why it is missing
+                logger.warning("backend %s is enabled but unavailable: %s", name, reasons[name])
             continue
         try:
             if name == "python":
@@ -57,8 +59,9 @@ def open_backends(settings: Settings) -> Backends:
                 if name == "hwsim":  # hwsim configures itself from KEYSTREAM_HWSIM_* variables
                     os.environ["KEYSTREAM_HWSIM_PRESET"] = settings.hwsim_preset
                 usable[name] = aescore.get_backend(name)
-        except aescore.AesCoreError as exc:
+        except (aescore.AesCoreError, ValueError) as exc:  # ValueError: a bad KEYSTREAM_HWSIM_* value
             reasons[name] = str(exc)
+            logger.warning("backend %s is enabled but unavailable: %s", name, exc)
             continue
         if name == "hwsim":
             hwsim_registry = _hwsim_registry(usable[name])
