@@ -231,5 +231,13 @@ async def test_openapi_documents_the_streaming_routes(api: Api) -> None:
     for operation in ("encrypt", "decrypt"):
         post = schema["paths"][f"/v1/keys/{{name}}/{operation}"]["post"]
         names = {parameter["name"] for parameter in post["parameters"]}
-        assert {"name", "format", "backend", "key_version", "iv", "offset", "Keystream-Associated-Data"} <= names
+        assert {
+            "name",
+            "format",
+            "backend",
+            "key_version",
+            "iv",
+            "offset",
+            "Keystream-Associated-Data",
+        } <= names
         assert "application/octet-stream" in post["requestBody"]["content"]
