@@ -33,6 +33,7 @@ from starlette.types import Scope
 import aescore
 from app.core.errors import (
     BadRequestError,
+    ForbiddenError,
     KeystreamError,
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
@@ -90,7 +91,9 @@ class CryptoParams:
             iv=query.get("iv") or headers.get(b"keystream-iv") or None,
             offset=_integer("offset", query.get("offset"), 0, MAX_OFFSET - 1) if "offset" in query else 0,
             associated_data=headers.get(b"keystream-associated-data") or None,
-            content_length=int(declared) if declared is not None and declared.isdigit() else None,
+            content_length=int(declared)
+            if declared is not None and declared.isascii() and declared.isdigit()
+            else None,
         )
 
 
@@ -134,9 +137,21 @@ OPENAPI_PARAMETERS = [
     _parameter(
         "format", "query", "sealed (Tink streaming AEAD, default) or raw CTR", {"enum": ["sealed", "raw"]}
     ),
-    _parameter("backend", "query", "backend to use; default from settings", {"type": "string"}),
+    _parameter(
+        "backend",
+        "query",
+        "backend to use; default from settings. `python` is NOT constant-time (table-based AES, "
+        "cache-timing exposure on shared hosts): disable it with KEYSTREAM_ENABLED_BACKENDS",
+        {"type": "string"},
+    ),
     _parameter("key_version", "query", "key version (default: latest / try all)", {"type": "integer"}),
-    _parameter("iv", "query", "raw format: 32 hex digits", {"type": "string"}),
+    _parameter(
+        "iv",
+        "query",
+        "raw format: 32 hex digits. On encrypt it needs the decrypt scope too (CTR encrypt with a "
+        "chosen IV is decrypt); omit it to get a fresh random IV",
+        {"type": "string"},
+    ),
     _parameter("offset", "query", "raw format: stream position of the body", {"type": "integer"}),
     _parameter("Keystream-Associated-Data", "header", "sealed: associated data, base64", {"type": "string"}),
     _parameter("Keystream-IV", "header", "raw: same as iv=", {"type": "string"}),
@@ -407,8 +422,17 @@ def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoP
     state: ServiceState = request.app.state.keystream
     name: str = request.path_params["name"]
     headers = wanted_headers(request)
-    state.tokens.verify(headers.get(b"authorization")).require(scope, name)
-    return state, name, CryptoParams.from_request(request, headers)
+    principal = state.tokens.verify(headers.get(b"authorization"))
+    principal.require(scope, name)
+    params = CryptoParams.from_request(request, headers)
+    if scope == "encrypt" and params.iv and not principal.has_scope("decrypt"):
+        # CTR encryption is its own inverse: encrypting a ciphertext under its IV (and offset) returns the
+        # plaintext, so a caller-chosen IV turns encrypt into decrypt.
+        raise ForbiddenError(
+            "supplying iv on raw encrypt needs the decrypt scope too: with a chosen IV, CTR encrypt is "
+            "decrypt; omit iv to get a fresh random one"
+        )
+    return state, name, params
 
 
 async def encrypt(request: Request) -> Response:
