@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ from app.keystore import KeyInfo, KeyStore
 if TYPE_CHECKING:
     import aescore
 
-__all__ = ["CacheKey", "KeyCache", "ResolvedKey"]
+__all__ = ["CacheKey", "CacheMissError", "KeyCache", "ResolvedKey"]
 
 #: ``(key name, version, backend name)``.
 CacheKey = tuple[str, int, str]
@@ -53,6 +53,14 @@ class ResolvedKey:
     segment_size: int
     material: bytes = field(repr=False)
     expanded: aescore.ExpandedKey
+
+
+class CacheMissError(Exception):
+    """A ``cached_only`` lookup needs the keystore (stale or missing metadata, or an unresolved version).
+
+    Lets an async caller try the cache on the event loop and take only misses (SQLite read, unwrap, key
+    expansion: about half a millisecond) to a worker thread.
+    """
 
 
 @dataclass
@@ -111,18 +119,34 @@ class KeyCache:
 
     # -- metadata -----------------------------------------------------------------------------------------
 
-    def key_info(self, name: str) -> KeyInfo:
+    def key_info(self, name: str, *, cached_only: bool = False) -> KeyInfo:
         """Return key ``name``'s metadata, from the cache while it is younger than ``metadata_ttl``.
 
         Raises:
             BadRequestError: invalid key name.
             KeyNotFoundError: no such key (deleted keys are noticed at the next refresh).
+            CacheMissError: ``cached_only`` and the metadata would have to be read.
         """
         now = self._clock()
         with self._lock:
             cached = self._metadata.get(name)
             if cached is not None and now < cached.expires_at:
                 return cached.info
+        if cached_only:
+            raise CacheMissError(name)
+        return self._refresh(name)
+
+    def refresh(self, name: str) -> KeyInfo:
+        """Re-read key ``name``'s metadata from the keystore now, whatever its age; resolved versions stay.
+
+        For a caller that has evidence its cached metadata is stale, e.g. a ciphertext that verifies under
+        none of the cached versions: another worker process may have rotated the key less than
+        ``metadata_ttl`` ago.
+
+        Raises:
+            BadRequestError: invalid key name.
+            KeyNotFoundError: no such key (any cached versions of it are dropped).
+        """
         return self._refresh(name)
 
     def _refresh(self, name: str) -> KeyInfo:
@@ -148,7 +172,9 @@ class KeyCache:
 
     # -- resolved keys ------------------------------------------------------------------------------------
 
-    def resolve(self, name: str, version: int | None, backend: aescore.Backend) -> ResolvedKey:
+    def resolve(
+        self, name: str, version: int | None, backend: aescore.Backend, *, cached_only: bool = False
+    ) -> ResolvedKey:
         """Return key ``name`` at ``version`` (``None``: the latest) expanded for ``backend``.
 
         Does not check ``min_decryption_version``: decryption goes through :meth:`decryption_candidates`.
@@ -158,16 +184,24 @@ class KeyCache:
             KeyNotFoundError: no such key.
             KeyVersionNotFoundError: the key has no such version.
             KeyUnwrapError: the stored material does not unwrap under the master key.
+            CacheMissError: ``cached_only`` and the answer needs the keystore (nothing was counted).
         """
-        info = self.key_info(name)
+        info = self.key_info(name, cached_only=cached_only)
         if version is None:
             version = info.latest_version
         else:
-            info = self._check_version(info, version)
+            info = self._check_version(info, version, cached_only)
+        if cached_only:
+            self._require_cached(name, (version,), backend)
         return self._resolve(info, version, backend)
 
     def decryption_candidates(
-        self, name: str, backend: aescore.Backend, version: int | None = None
+        self,
+        name: str,
+        backend: aescore.Backend,
+        version: int | None = None,
+        *,
+        cached_only: bool = False,
     ) -> list[ResolvedKey]:
         """Return the key versions a ciphertext of key ``name`` may be decrypted with, newest first.
 
@@ -178,24 +212,51 @@ class KeyCache:
             KeyNotFoundError: no such key.
             KeyVersionNotFoundError: ``version`` does not exist.
             KeyUnwrapError: stored material does not unwrap under the master key.
+            CacheMissError: ``cached_only`` and the answer needs the keystore (nothing was counted).
         """
-        info = self.key_info(name)
+        info = self.key_info(name, cached_only=cached_only)
         if version is None:
-            versions = range(info.latest_version, info.min_decryption_version - 1, -1)
-            return [self._resolve(info, number, backend) for number in versions]
-        info = self._check_version(info, version)
-        if version < info.min_decryption_version:
-            raise BadRequestError(
-                f"version {version} of key {name!r} is below its min_decryption_version "
-                f"({info.min_decryption_version}) and may not decrypt"
-            )
-        return [self._resolve(info, version, backend)]
+            versions: Sequence[int] = range(info.latest_version, info.min_decryption_version - 1, -1)
+        else:
+            info = self._check_version(info, version, cached_only)
+            if version < info.min_decryption_version:
+                raise BadRequestError(
+                    f"version {version} of key {name!r} is below its min_decryption_version "
+                    f"({info.min_decryption_version}) and may not decrypt"
+                )
+            versions = (version,)
+        if cached_only:
+            self._require_cached(name, versions, backend)
+        return [self._resolve(info, number, backend) for number in versions]
 
-    def _check_version(self, info: KeyInfo, version: int) -> KeyInfo:
+    def refreshed_candidates(self, name: str, backend: aescore.Backend) -> list[tuple[int, bytes]]:
+        """``(version, material)`` of every version that may decrypt, after re-reading the metadata now.
+
+        The ``more_candidates`` of a :class:`~app.formats.sealed.SealedDecryptor` whose candidates came from
+        this cache: a ciphertext that verifies under none of them may be of a version another worker added
+        less than ``metadata_ttl`` ago. Versions already resolved come from the cache; new ones are loaded.
+
+        Raises:
+            KeyNotFoundError: the key was deleted meanwhile.
+            KeyUnwrapError: stored material does not unwrap under the master key.
+        """
+        self.refresh(name)
+        return [(key.version, key.material) for key in self.decryption_candidates(name, backend)]
+
+    def _require_cached(self, name: str, versions: Sequence[int], backend: aescore.Backend) -> None:
+        """Raise :class:`CacheMissError` unless every one of ``versions`` is resolved for ``backend``."""
+        with self._lock:
+            if all((name, number, backend.name) in self._entries for number in versions):
+                return
+        raise CacheMissError(name)
+
+    def _check_version(self, info: KeyInfo, version: int, cached_only: bool = False) -> KeyInfo:
         """Validate ``version`` against ``info``, re-reading metadata once if it may be stale."""
         if isinstance(version, bool) or not isinstance(version, int):
             raise BadRequestError(f"key version must be an integer, got {type(version).__name__}")
         if version > info.latest_version:
+            if cached_only:
+                raise CacheMissError(info.name)
             info = self._refresh(info.name)  # another worker may have rotated since we cached the metadata
         if not 1 <= version <= info.latest_version:
             raise KeyVersionNotFoundError(

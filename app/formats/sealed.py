@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import aescore
 from app.core.errors import DecryptionFailedError, PayloadTooLargeError
@@ -254,6 +254,10 @@ class SealedDecryptor:
         segment_size: the key's ciphertext segment size (all versions of a key share it).
         associated_data: must equal the encryptor's.
         backend: the aescore backend doing the CTR work.
+        more_candidates: called at most once, when the first segment verifies under none of ``candidates``
+            (so before any plaintext was released); returns ``(version, ikm)`` pairs to try as well, e.g. the
+            versions of a fresh read of the key's metadata when the caller's copy may be stale (another
+            worker process rotated the key). Pairs already tried are skipped. Its exceptions propagate.
 
     Raises:
         TypeError: wrong argument types.
@@ -271,6 +275,7 @@ class SealedDecryptor:
         "_index",
         "_key_type",
         "_keys",
+        "_more_candidates",
         "_nonce_prefix",
         "_pending",
         "_salt",
@@ -285,19 +290,15 @@ class SealedDecryptor:
         segment_size: int,
         associated_data: bytes,
         backend: aescore.Backend,
+        *,
+        more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None = None,
     ) -> None:
         self._derived_size = derived_key_size_of(key_type)
         validate_segment_size(key_type, segment_size)
         if not candidates:
             raise ValueError("candidates must hold at least one (version, key material) pair")
-        checked: list[tuple[int, bytes]] = []
-        for version, ikm in candidates:
-            if isinstance(version, bool) or not isinstance(version, int):
-                raise TypeError(f"key version must be an int, got {type(version).__name__}")
-            material = as_bytes("ikm", ikm)
-            check_ikm(material, self._derived_size)
-            checked.append((version, material))
-        self._candidates = tuple(checked)
+        self._candidates = self._checked(candidates)
+        self._more_candidates = more_candidates
         self._associated_data = as_bytes("associated_data", associated_data)
         self._backend = backend
         self._key_type = key_type
@@ -311,6 +312,16 @@ class SealedDecryptor:
         self._version: int | None = None
         self._index = 0
         self._done = False
+
+    def _checked(self, candidates: Iterable[tuple[int, bytes]]) -> tuple[tuple[int, bytes], ...]:
+        checked: list[tuple[int, bytes]] = []
+        for version, ikm in candidates:
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise TypeError(f"key version must be an int, got {type(version).__name__}")
+            material = as_bytes("ikm", ikm)
+            check_ikm(material, self._derived_size)
+            checked.append((version, material))
+        return tuple(checked)
 
     @property
     def version(self) -> int | None:
@@ -385,8 +396,29 @@ class SealedDecryptor:
         self._nonce_prefix = header[1 + self._derived_size :]
 
     def _select_keys(self, index: int, nonce: bytes, body: memoryview, tag: memoryview) -> SegmentKeys:
+        keys = self._try_candidates(self._candidates, nonce, body, tag)
+        if keys is None and self._more_candidates is not None:
+            more, self._more_candidates = self._more_candidates, None
+            fresh = tuple(pair for pair in self._checked(more()) if pair not in self._candidates)
+            self._candidates += fresh
+            keys = self._try_candidates(fresh, nonce, body, tag)
+        if keys is not None:
+            return keys
+        versions = ", ".join(
+            str(version) for version in sorted({v for v, _ in self._candidates}, reverse=True)
+        )
+        raise self._fail(
+            f"segment {index} does not authenticate under any allowed key version (tried {versions}): wrong "
+            "key, wrong associated data, or a tampered or truncated ciphertext",
+            index,
+        )
+
+    def _try_candidates(
+        self, candidates: Sequence[tuple[int, bytes]], nonce: bytes, body: memoryview, tag: memoryview
+    ) -> SegmentKeys | None:
+        """The keys of the first candidate whose HMAC key verifies ``tag`` (kept for the message), or None."""
         assert self._salt is not None
-        for version, ikm in self._candidates:
+        for version, ikm in candidates:
             aes_key, mac_key = derive_keys(ikm, self._salt, self._associated_data, self._derived_size)
             expected = hmac.new(mac_key, nonce, SHA256)
             expected.update(body)
@@ -394,12 +426,7 @@ class SealedDecryptor:
                 self._keys = SegmentKeys(aes_key, mac_key, self._nonce_prefix, self._backend)
                 self._version = version
                 return self._keys
-        versions = ", ".join(str(version) for version, _ in self._candidates)
-        raise self._fail(
-            f"segment {index} does not authenticate under any allowed key version (tried {versions}): wrong "
-            "key, wrong associated data, or a tampered or truncated ciphertext",
-            index,
-        )
+        return None
 
     def _open(self, segment: memoryview, last: bool) -> bytes:
         index = self._index

@@ -19,7 +19,7 @@ from app.core.errors import (
     KeyVersionNotFoundError,
     ServiceUnavailableError,
 )
-from app.keycache import KeyCache, ResolvedKey
+from app.keycache import CacheMissError, KeyCache, ResolvedKey
 from app.keystore import KeyStore, SqliteKeyStore, open_keystore
 
 
@@ -480,3 +480,45 @@ def test_a_busy_keystore_does_not_empty_the_cache(
     spy.inner = real_store
     assert len(cache) == 1
     assert cache.resolve("orders", 1, backend) is cached  # type: ignore[arg-type]
+
+
+def test_refreshed_candidates_read_a_rotation_by_another_worker_at_once(
+    real_store: SqliteKeyStore, spy: SpyKeyStore, cache: KeyCache, backend: SpyBackend
+) -> None:
+    real_store.create_key("orders")
+    assert [c.version for c in cache.decryption_candidates("orders", backend)] == [1]  # type: ignore[arg-type]
+    real_store.rotate_key("orders")  # another worker: no invalidate() here, and the ttl has not passed
+    assert [c.version for c in cache.decryption_candidates("orders", backend)] == [1]  # type: ignore[arg-type]
+    loads = spy.calls["key_material"]
+    refreshed = cache.refreshed_candidates("orders", backend)  # type: ignore[arg-type]
+    assert [version for version, _ in refreshed] == [2, 1]
+    assert refreshed[0][1] == real_store.key_material("orders", 2)
+    assert spy.calls["key_material"] == loads + 1  # version 1 stayed cached
+    assert cache.key_info("orders").latest_version == 2
+
+
+def test_cached_only_lookups_raise_instead_of_reading_the_keystore(
+    real_store: SqliteKeyStore, spy: SpyKeyStore, cache: KeyCache, clock: FakeClock, backend: SpyBackend
+) -> None:
+    real_store.create_key("orders")
+    before = dict(spy.calls)
+    with pytest.raises(CacheMissError):
+        cache.resolve("orders", None, backend, cached_only=True)  # type: ignore[arg-type]
+    with pytest.raises(CacheMissError):
+        cache.key_info("orders", cached_only=True)
+    assert dict(spy.calls) == before and cache.misses == 0
+    cache.key_info("orders")
+    with pytest.raises(CacheMissError):  # metadata cached, material not
+        cache.decryption_candidates("orders", backend, cached_only=True)  # type: ignore[arg-type]
+    assert cache.misses == 0
+    cache.resolve("orders", None, backend)  # type: ignore[arg-type]
+    reads = dict(spy.calls)
+    hits = cache.hits
+    assert cache.resolve("orders", None, backend, cached_only=True).version == 1  # type: ignore[arg-type]
+    assert [c.version for c in cache.decryption_candidates("orders", backend, 1, cached_only=True)] == [1]  # type: ignore[arg-type]
+    assert dict(spy.calls) == reads and cache.hits == hits + 2
+    with pytest.raises(CacheMissError):  # a version newer than the cached metadata needs a fresh read
+        cache.resolve("orders", 2, backend, cached_only=True)  # type: ignore[arg-type]
+    clock.advance(1.1)
+    with pytest.raises(CacheMissError):  # expired metadata
+        cache.resolve("orders", None, backend, cached_only=True)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
@@ -223,9 +224,15 @@ async def decrypt_batch(
     candidates: list[ResolvedKey] = state.keycache.decryption_candidates(name, chosen, key_version)
     pairs = [(candidate.version, candidate.material) for candidate in candidates]
     first = candidates[0]
+    # Cached metadata may predate a rotation by another worker: an item that verifies under no cached version
+    # triggers one fresh read of the key's versions for the whole batch (functools.cache), not one per item.
+    refreshed = functools.cache(functools.partial(state.keycache.refreshed_candidates, name, chosen))
+    more = refreshed if key_version is None else None
 
     def open_(ciphertext: bytes, ad: bytes) -> tuple[bytes, int | None]:
-        decryptor = SealedDecryptor(pairs, first.key_type, first.segment_size, ad, chosen)
+        decryptor = SealedDecryptor(
+            pairs, first.key_type, first.segment_size, ad, chosen, more_candidates=more
+        )
         return decryptor.update(ciphertext) + decryptor.finalize(), decryptor.version
 
     def work() -> list[dict[str, Any]]:

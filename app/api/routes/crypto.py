@@ -22,8 +22,9 @@ import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from anyio import to_thread
 from prometheus_client import Counter, Histogram
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -46,8 +47,11 @@ from app.core.state import ServiceState
 from app.core.streaming import DuplexStreamingResponse, StreamAbortedError
 from app.formats.raw import RawCipher, format_iv, new_iv, parse_iv
 from app.formats.sealed import SealedDecryptor, SealedEncryptor
+from app.keycache import CacheMissError, ResolvedKey
 
 MAX_OFFSET = 2**64
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -413,6 +417,18 @@ async def respond(
     return DuplexStreamingResponse(_pump(step, request.stream(), [], False), headers=headers)
 
 
+async def from_cache(lookup: Callable[[bool], T]) -> T:
+    """Run a key cache ``lookup(cached_only)``: on the event loop when it hits, else in a worker thread.
+
+    A hit is a dict lookup; a miss reads SQLite and unwraps key material (about half a millisecond), which
+    would stall every other request on the loop.
+    """
+    try:
+        return lookup(True)
+    except CacheMissError:
+        return await to_thread.run_sync(lookup, False)
+
+
 def _disconnected() -> Response:
     return error_response(400, "client_disconnected", "the client closed the connection")
 
@@ -435,6 +451,19 @@ def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoP
     return state, name, params
 
 
+async def _candidates(
+    state: ServiceState, name: str, backend: aescore.Backend, version: int | None
+) -> list[ResolvedKey]:
+    """:meth:`~app.keycache.KeyCache.decryption_candidates`, loading misses off the event loop.
+
+    An explicit ``version`` newer than the cached metadata re-reads the metadata first (another worker may
+    have rotated the key), so it is found at once rather than after ``key_metadata_ttl``.
+    """
+    return await from_cache(
+        lambda cached: state.keycache.decryption_candidates(name, backend, version, cached_only=cached)
+    )
+
+
 async def encrypt(request: Request) -> Response:
     """Encrypt the request body; the response carries ``Keystream-Key-Version`` (raw: ``Keystream-IV``)."""
     state, name, params = _authorize(request, "encrypt")
@@ -446,12 +475,14 @@ async def encrypt(request: Request) -> Response:
             raise BadRequestError("iv and offset apply to format=raw only")
         ad = associated_data(state, params.associated_data)
         if key_version is not None:
-            info = state.keycache.key_info(name)
+            info = await from_cache(lambda cached: state.keycache.key_info(name, cached_only=cached))
             if key_version < info.min_decryption_version:
                 raise BadRequestError(
                     f"key_version {key_version} is below min_decryption_version {info.min_decryption_version}"
                 )
-        resolved = state.keycache.resolve(name, key_version, chosen)
+        resolved = await from_cache(
+            lambda cached: state.keycache.resolve(name, key_version, chosen, cached_only=cached)
+        )
         encryptor = SealedEncryptor(resolved.material, resolved.key_type, resolved.segment_size, ad, chosen)
         step = CryptoStep(
             state,
@@ -466,9 +497,11 @@ async def encrypt(request: Request) -> Response:
         if params.associated_data:
             raise BadRequestError("associated data applies to format=sealed only")
         if key_version is not None:  # validates the version against min_decryption_version
-            resolved = state.keycache.decryption_candidates(name, chosen, key_version)[0]
+            resolved = (await _candidates(state, name, chosen, key_version))[0]
         else:
-            resolved = state.keycache.resolve(name, None, chosen)
+            resolved = await from_cache(
+                lambda cached: state.keycache.resolve(name, None, chosen, cached_only=cached)
+            )
         iv_bytes = parse_iv(params.iv) if params.iv else new_iv()
         step = raw_step(state, chosen, "encrypt", resolved.expanded, iv_bytes, params.offset)
         headers["Keystream-IV"] = format_iv(iv_bytes)
@@ -492,7 +525,7 @@ async def decrypt(request: Request) -> Response:
             raise BadRequestError(
                 "format=raw decrypt needs key_version (the encrypt response's Keystream-Key-Version header)"
             )
-        resolved = state.keycache.decryption_candidates(name, chosen, version)[0]
+        resolved = (await _candidates(state, name, chosen, version))[0]
         step = raw_step(state, chosen, "decrypt", resolved.expanded, parse_iv(params.iv), params.offset)
         headers["Keystream-Key-Version"] = str(resolved.version)
         return await respond(request, params, step, headers, state.settings.small_body_max_bytes)
@@ -500,7 +533,7 @@ async def decrypt(request: Request) -> Response:
     if params.iv is not None or params.offset:
         raise BadRequestError("iv and offset apply to format=raw only")
     ad = associated_data(state, params.associated_data)
-    candidates = state.keycache.decryption_candidates(name, chosen, version)
+    candidates = await _candidates(state, name, chosen, version)
     first = candidates[0]
     decryptor = SealedDecryptor(
         [(candidate.version, candidate.material) for candidate in candidates],
@@ -508,6 +541,11 @@ async def decrypt(request: Request) -> Response:
         first.segment_size,
         ad,
         chosen,
+        # Without key_version the cached metadata may predate a rotation by another worker (up to
+        # key_metadata_ttl): a first segment that verifies under no cached version gets one fresh look.
+        more_candidates=functools.partial(state.keycache.refreshed_candidates, name, chosen)
+        if version is None
+        else None,
     )
     step = CryptoStep(
         state,

@@ -412,3 +412,37 @@ def test_decryptor_rejects_bad_arguments(backend: aescore.Backend) -> None:
         SealedDecryptor([("1", key("aes128"))], "aes128", SEGMENT, AD, backend)  # type: ignore[list-item]
     with pytest.raises(TypeError, match="associated_data"):
         SealedDecryptor([(1, key("aes128"))], "aes128", SEGMENT, "ad", backend)  # type: ignore[arg-type]
+
+
+def test_more_candidates_are_asked_once_and_only_when_no_candidate_verifies(backend: aescore.Backend) -> None:
+    old, new = key("aes128", seed=1), key("aes128", seed=2)
+    plaintext = data(3 * SEGMENT)
+    asked: list[int] = []
+
+    def more() -> list[tuple[int, bytes]]:
+        asked.append(1)
+        return [(2, new), (1, old)]  # (1, old) was tried already: skipped
+
+    decryptor = SealedDecryptor([(1, old)], "aes128", SEGMENT, AD, backend, more_candidates=more)
+    ciphertext = encrypt(new, plaintext, backend)
+    assert decryptor.update(ciphertext) + decryptor.finalize() == plaintext
+    assert decryptor.version == 2 and asked == [1]
+    # A ciphertext of a cached version never asks.
+    quiet = SealedDecryptor([(1, old)], "aes128", SEGMENT, AD, backend, more_candidates=more)
+    assert quiet.update(encrypt(old, plaintext, backend)) + quiet.finalize() == plaintext
+    assert asked == [1]
+
+
+def test_more_candidates_that_do_not_verify_either_fail_cleanly(backend: aescore.Backend) -> None:
+    asked: list[int] = []
+
+    def more() -> list[tuple[int, bytes]]:
+        asked.append(1)
+        return [(2, key("aes128", seed=2))]
+
+    decryptor = SealedDecryptor([(1, key("aes128"))], "aes128", SEGMENT, AD, backend, more_candidates=more)
+    with pytest.raises(SealedDecryptionError, match=r"tried 2, 1\)") as caught:
+        decryptor.update(encrypt(key("aes128", seed=3), data(100), backend))
+        decryptor.finalize()
+    assert caught.value.segment_index == 0 and not caught.value.plaintext_released
+    assert asked == [1]

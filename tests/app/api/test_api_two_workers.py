@@ -1,0 +1,101 @@
+"""Two app instances over one keystore, as two uvicorn workers are.
+
+A rotation made through one is seen at once by decrypt on the other, although the other's key metadata is
+cached for a long ``key_metadata_ttl``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+
+import pytest
+
+from app.core.config import Settings
+from tests.app.api.conftest import Api, running_api
+
+SEGMENT = 4096
+#: Long enough that no test here can pass by the metadata simply expiring.
+TTL = 600.0
+
+
+@pytest.fixture
+async def workers(settings_factory: Callable[..., Settings]) -> AsyncIterator[tuple[Api, Api]]:
+    """Worker A and worker B: separate apps (key caches) on the same data dir and SQLite keystore."""
+    async with AsyncExitStack() as stack:
+        first = await stack.enter_async_context(running_api(settings_factory(key_metadata_ttl=TTL)))
+        second = await stack.enter_async_context(running_api(settings_factory(key_metadata_ttl=TTL)))
+        yield first, second
+
+
+async def _rotated_elsewhere(a: Api, b: Api, name: str) -> None:
+    """Create ``name``, let B cache its metadata (version 1), then rotate it through A."""
+    await a.create_key(name, segment_size=SEGMENT)
+    warm = await b.encrypt(name, b"warm-up")
+    assert warm.status_code == 200 and warm.headers["Keystream-Key-Version"] == "1"
+    rotated = await a.client.post(f"/v1/keys/{name}/rotate", headers=a.auth())
+    assert rotated.status_code == 200 and rotated.json()["latest_version"] == 2
+
+
+@pytest.mark.parametrize("size", [10, 3 * SEGMENT + 5, 300_000])  # one call, a few segments, streamed
+async def test_sealed_decrypt_sees_a_rotation_by_another_worker(workers: tuple[Api, Api], size: int) -> None:
+    a, b = workers
+    await _rotated_elsewhere(a, b, "k")
+    plaintext = os.urandom(size)
+    encrypted = await a.encrypt("k", plaintext)
+    assert encrypted.headers["Keystream-Key-Version"] == "2"
+    decrypted = await b.decrypt("k", encrypted.content)
+    assert decrypted.status_code == 200, decrypted.text
+    assert decrypted.content == plaintext
+    assert decrypted.headers["Keystream-Key-Version"] == "2"
+    # Version 1 still decrypts on B, and B now encrypts with version 2 too.
+    old = await b.decrypt("k", (await b.encrypt("k", b"x", key_version=1)).content)
+    assert old.status_code == 200 and old.headers["Keystream-Key-Version"] == "1"
+    assert (await b.encrypt("k", b"y")).headers["Keystream-Key-Version"] == "2"
+
+
+async def test_sealed_decrypt_with_associated_data_and_explicit_new_version(workers: tuple[Api, Api]) -> None:
+    a, b = workers
+    await _rotated_elsewhere(a, b, "k")
+    ad = {"Keystream-Associated-Data": base64.b64encode(b"tenant=1").decode()}
+    encrypted = await a.encrypt("k", b"secret", headers=ad)
+    explicit = await b.decrypt("k", encrypted.content, key_version=2, headers=ad)
+    assert explicit.status_code == 200 and explicit.content == b"secret"
+
+
+async def test_wrong_ciphertext_still_fails_after_the_fresh_look(workers: tuple[Api, Api]) -> None:
+    a, b = workers
+    await _rotated_elsewhere(a, b, "k")
+    tampered = bytearray((await a.encrypt("k", b"payload")).content)
+    tampered[-1] ^= 1
+    refused = await b.decrypt("k", bytes(tampered))
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "decryption_failed"
+    assert "tried 2, 1" in refused.json()["error"]["message"]
+
+
+async def test_raw_decrypt_and_encrypt_with_a_version_rotated_elsewhere(workers: tuple[Api, Api]) -> None:
+    a, b = workers
+    await _rotated_elsewhere(a, b, "k")
+    encrypted = await a.encrypt("k", b"raw bytes", format="raw")
+    assert encrypted.headers["Keystream-Key-Version"] == "2"
+    iv = encrypted.headers["Keystream-IV"]
+    decrypted = await b.decrypt("k", encrypted.content, format="raw", iv=iv, key_version=2)
+    assert decrypted.status_code == 200 and decrypted.content == b"raw bytes"
+    again = await b.encrypt("k", b"raw bytes", format="raw", iv=iv, key_version=2)
+    assert again.content == encrypted.content
+
+
+async def test_batch_decrypt_sees_a_rotation_by_another_worker(workers: tuple[Api, Api]) -> None:
+    a, b = workers
+    await _rotated_elsewhere(a, b, "k")
+    items = [{"plaintext": base64.b64encode(b"item %d" % n).decode()} for n in range(3)]
+    sealed = await a.client.post("/v1/keys/k/encrypt/batch", json={"items": items}, headers=a.auth())
+    ciphertexts = [{"ciphertext": result["ciphertext"]} for result in sealed.json()["results"]]
+    opened = await b.client.post("/v1/keys/k/decrypt/batch", json={"items": ciphertexts}, headers=b.auth())
+    assert opened.status_code == 200, opened.text
+    results = opened.json()["results"]
+    assert [base64.b64decode(result["plaintext"]) for result in results] == [b"item 0", b"item 1", b"item 2"]
+    assert {result["key_version"] for result in results} == {2}
