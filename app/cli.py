@@ -116,7 +116,11 @@ def _client_options(parser: argparse.ArgumentParser | None = None) -> argparse.A
     group.add_argument(
         "--url", default=default, help=f"service URL (env KEYSTREAM_URL; default {DEFAULT_URL})"
     )
-    group.add_argument("--token", default=default, help="bearer token (env KEYSTREAM_TOKEN)")
+    group.add_argument(
+        "--token",
+        default=default,
+        help="bearer token; prefer env KEYSTREAM_TOKEN (a command-line token is visible in ps)",
+    )
     group.add_argument("--timeout", type=float, default=default, help="seconds for a JSON call (default 30)")
     group.add_argument(
         "--insecure", action="store_true", default=default, help="do not verify the TLS certificate"
@@ -151,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=_positive, help="worker processes (KEYSTREAM_WORKERS, default 1)")
     serve.add_argument("--data-dir", help="keystore directory (KEYSTREAM_DATA_DIR, default ./data)")
     serve.add_argument(
-        "--backend", help="default backend: aesni, python or hwsim (KEYSTREAM_DEFAULT_BACKEND)"
+        "--backend",
+        help="default backend: aesni, python or hwsim (KEYSTREAM_DEFAULT_BACKEND). python is NOT "
+        "constant-time (cache-timing exposure): disable it with KEYSTREAM_ENABLED_BACKENDS=aesni",
     )
     serve.set_defaults(handler=cmd_serve)
 
@@ -283,7 +289,10 @@ def _add_crypto_command(commands: Any, conn: argparse.ArgumentParser, operation:
     ad.add_argument("--associated-data", help="sealed: associated data (UTF-8 text)")
     ad.add_argument("--associated-data-file", type=Path, help="sealed: associated data from a file")
     command.add_argument("--key-version", type=_positive, help="key version (raw decrypt: required)")
-    command.add_argument("--backend", help="service backend: aesni, python or hwsim")
+    command.add_argument(
+        "--backend",
+        help="service backend: aesni, python or hwsim (python is NOT constant-time: avoid it for real keys)",
+    )
     command.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     command.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     command.set_defaults(handler=cmd_crypto, operation=operation)

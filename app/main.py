@@ -21,6 +21,8 @@ import aescore
 from app.api.routes import batch, crypto, keys, ops, tokens
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.errors import install_error_handlers
+from app.core.limits import BodyLimitMiddleware
+from app.core.logfilter import install_stream_abort_filter
 from app.core.offload import ProcessOffloadBackend
 from app.core.security import TokenVerifier, install_root_token
 from app.core.state import Backends, ServiceState
@@ -69,6 +71,14 @@ def open_backends(settings: Settings) -> Backends:
         default: str | None = settings.default_backend
     else:
         default = next((name for name in KNOWN_BACKENDS if name in usable), None)
+    if "python" in usable:
+        logger.warning(
+            "the python backend is enabled%s: it is NOT constant-time (table-based AES, exposed to "
+            "cache-timing attacks on shared hosts) and any encrypt/decrypt token can select it with "
+            "?backend=python; "
+            "disable it with KEYSTREAM_ENABLED_BACKENDS (e.g. KEYSTREAM_ENABLED_BACKENDS=aesni)",
+            " and is the default backend" if default == "python" else "",
+        )
     return Backends(
         usable=usable,
         reasons=reasons,
@@ -166,8 +176,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(tokens.router)
     if settings.bench_echo:
         app.include_router(ops.echo_router)
+    # Innermost user middleware: auth and a bounded body before FastAPI parses any JSON /v1 body.
+    app.add_middleware(
+        BodyLimitMiddleware, json_limit=settings.max_json_body, batch_limit=settings.batch_max_bytes
+    )
     install_error_handlers(app)
     app.add_middleware(HttpMetricsMiddleware)
+    install_stream_abort_filter()
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -29,6 +29,8 @@ class Settings(BaseSettings):
         env_file_encoding="utf-8",
         extra="ignore",
         case_sensitive=False,
+        # A malformed secret is often the real one with a typo: never echo it in start-up errors.
+        hide_input_in_errors=True,
     )
 
     data_dir: Path = Field(default=Path("./data"), description="SQLite keystore and master key live here.")
@@ -49,10 +51,18 @@ class Settings(BaseSettings):
 
     default_backend: str | None = Field(
         default=None,
-        description="Backend used when a request names none; default aesni if available else python.",
+        description=(
+            "Backend used when a request names none; default aesni if available else python. "
+            "python is NOT constant-time (cache-timing exposure on shared hosts): avoid it as the default."
+        ),
     )
     enabled_backends: Annotated[list[str] | None, NoDecode] = Field(
-        default=None, description="Comma-separated subset of aesni,python,hwsim; default every available one."
+        default=None,
+        description=(
+            "Comma-separated subset of aesni,python,hwsim; default every available one. python is NOT "
+            "constant-time (table-based AES; any encrypt/decrypt token can pick it with ?backend=python): "
+            "list only aesni (and hwsim) to disable it. A WARNING is logged at start-up while it is enabled."
+        ),
     )
     hwsim_preset: str = "proposal"
     python_backend_processes: int = Field(default=1, ge=1, le=32)
@@ -70,6 +80,18 @@ class Settings(BaseSettings):
     batch_max_items: int = Field(default=1000, ge=1)
     batch_max_bytes: int = Field(default=16 * MIB, ge=1024)
     max_associated_data: int = Field(default=64 * 1024, ge=0)
+    max_json_body: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        le=16 * MIB,
+        description="Body limit of the non-batch JSON /v1 routes (413 beyond; checked after auth).",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=4096,
+        le=16 * MIB,
+        description="Request line + headers limit of the httptools server (431 and close beyond).",
+    )
 
     bench_echo: bool = Field(default=False, description="Expose POST /bench/echo (benchmarks only).")
 

@@ -177,3 +177,14 @@ def test_backends_and_version(cli: RunCli, server: RunningServer) -> None:
         assert name.encode() in table.stdout
     version = cli("--version")
     assert version.returncode == EXIT_OK and version.stdout.startswith(b"keystream ")
+
+
+def test_serve_does_not_echo_a_malformed_secret(cli: RunCli, tmp_path: Path) -> None:
+    """Security review M1: a typo'd root token (often the real one) must not reach the start-up error."""
+    secret = "ks_zz_MySuperSecretRootToken123"
+    result = cli(
+        "serve", "--data-dir", str(tmp_path / "data"), "--port", "0", env={"KEYSTREAM_ROOT_TOKEN": secret}
+    )
+    assert result.returncode == EXIT_USAGE
+    assert b"invalid settings" in result.stderr and b"root_token" in result.stderr
+    assert b"MySuperSecret" not in result.stderr + result.stdout

@@ -36,7 +36,15 @@ router = APIRouter(prefix="/v1/keys", tags=["batch"])
 BATCH_INLINE_MAX_ITEMS = 4
 BATCH_INLINE_MAX_BYTES = 16 * 1024
 
-BackendQuery = Annotated[str | None, Query(description="backend to use; default from settings")]
+BackendQuery = Annotated[
+    str | None,
+    Query(
+        description=(
+            "backend to use; default from settings. `python` is NOT constant-time (table-based AES, "
+            "cache-timing exposure on shared hosts): disable it with KEYSTREAM_ENABLED_BACKENDS"
+        )
+    ),
+]
 VersionQuery = Annotated[int | None, Query(ge=1, description="key version (default: latest / try all)")]
 
 
@@ -73,7 +81,7 @@ async def read_limited(request: Request, limit: int) -> bytes:
     """
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise BadRequestError("Content-Length must be a number")
         if int(declared) > limit:
             raise PayloadTooLargeError(f"batch body is {declared} bytes; the limit is {limit}")

@@ -1,21 +1,22 @@
 """``/v1/tokens``: admins create, list and delete API tokens.
 
-A token is shown once, at creation. An admin cannot hand out more than it has: the new token's scopes must be
-a subset of the caller's and, unless the caller's patterns include ``*``, each new key pattern must be one of
-the caller's patterns.
+A token is shown once, at creation. Token management needs an ``admin`` token whose key patterns include
+``*`` (unrestricted): an admin limited to some keys could otherwise list every token and revoke any, root
+included. A token never hands out more than it has: the new token's scopes must be a subset of the caller's
+(and its key patterns are within ``*``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from anyio import to_thread
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Depends, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import AdminDep, JsonBody, StateDep
 from app.core.errors import ForbiddenError
-from app.core.security import new_token
+from app.core.security import Principal, new_token
 from app.keystore import TokenRecord
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
@@ -31,6 +32,23 @@ class CreateTokenRequest(BaseModel):
     description: str = Field(default="", max_length=256)
 
 
+async def get_token_admin(principal: AdminDep) -> Principal:
+    """An ``admin`` caller whose key patterns include ``*``: the only kind that may manage tokens.
+
+    Raises:
+        ForbiddenError: the token lacks ``admin`` or is limited to some key patterns (403).
+    """
+    if "*" not in principal.key_patterns:
+        raise ForbiddenError(
+            "token management needs an admin token with the key pattern '*' "
+            "(this one is limited to some keys)"
+        )
+    return principal
+
+
+TokenAdminDep = Annotated[Principal, Depends(get_token_admin)]
+
+
 def token_json(record: TokenRecord) -> dict[str, Any]:
     """A token's public fields (never the secret or its hash)."""
     return {
@@ -43,7 +61,7 @@ def token_json(record: TokenRecord) -> dict[str, Any]:
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody])
-async def create_token(body: CreateTokenRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
+async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
     """Create a token; the response's ``token`` is the only time the secret is shown."""
     scopes = tuple(dict.fromkeys(body.scopes))
     patterns = tuple(dict.fromkeys(pattern.strip() for pattern in body.key_patterns))
@@ -62,14 +80,14 @@ async def create_token(body: CreateTokenRequest, principal: AdminDep, state: Sta
 
 
 @router.get("")
-async def list_tokens(principal: AdminDep, state: StateDep) -> dict[str, Any]:
+async def list_tokens(principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
     """Every token's public fields."""
     records = await to_thread.run_sync(state.keystore.list_tokens)
     return {"tokens": [token_json(record) for record in records]}
 
 
 @router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_token(token_id: str, principal: AdminDep, state: StateDep) -> Response:
+async def delete_token(token_id: str, principal: TokenAdminDep, state: StateDep) -> Response:
     """Revoke a token (effective at once in this worker, within ``token_cache_ttl`` in the others)."""
     await to_thread.run_sync(state.keystore.delete_token, token_id)
     state.tokens.forget(token_id)

@@ -67,3 +67,21 @@ def test_get_settings_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
         assert get_settings() is first and first.port == 8111
     finally:
         get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("KEYSTREAM_ROOT_TOKEN", "ks_zz_MySuperSecretRootToken123"),
+        ("KEYSTREAM_MASTER_KEY", base64.b64encode(b"secret-master-key-28-bytes!!").decode()),
+        ("KEYSTREAM_MASTER_KEY", "not base64 but a secret value"),
+    ],
+)
+def test_malformed_secrets_are_not_echoed(monkeypatch: pytest.MonkeyPatch, field: str, value: str) -> None:
+    """M1: a typo'd secret (often the real one) must not reach start-up logs through the error text."""
+    monkeypatch.setenv(field, value)
+    with pytest.raises(ValidationError) as info:
+        Settings(_env_file=None)  # type: ignore[call-arg]
+    text = str(info.value)
+    assert value not in text and value[:8] not in text
+    assert field.removeprefix("KEYSTREAM_").lower() in text  # the field is still named
