@@ -26,7 +26,7 @@ from app._client_base import (
     create_token_call,
     import_key_call,
     mapped_errors,
-    partial_path,
+    open_partial,
 )
 from app._client_models import (
     MAX_ERROR_BODY,
@@ -255,11 +255,9 @@ class AsyncKeystreamClient(BaseClient):
     ) -> TransferResult:
         if isinstance(destination, str | os.PathLike):
             final = Path(destination)
-            partial = partial_path(final)
+            partial, out = await asyncio.to_thread(open_partial, final)
             try:
-                out = await asyncio.to_thread(open, partial, "wb")
                 try:
-                    os.chmod(partial, 0o600)
                     result = await self._transfer(operation, key, source, out, options)
                 finally:
                     await asyncio.to_thread(out.close)

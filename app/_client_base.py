@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import secrets
 import ssl
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -152,8 +153,32 @@ def check_lengths(options: CryptoOptions, sent: int, received: int) -> None:
         )
 
 
-def partial_path(destination: Path) -> Path:
-    return destination.with_name(f".{destination.name}.{os.getpid()}.partial")
+#: ``os.open`` flags of the ``.partial`` file: a new file only (``O_EXCL`` also refuses an existing symlink).
+PARTIAL_FLAGS = (
+    os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def open_partial(destination: Path) -> tuple[Path, IO[bytes]]:
+    """Create the hidden file that output goes to before it is renamed to ``destination``.
+
+    The name is unpredictable (``.<name>.<random>.partial`` in the destination's directory) and the file is
+    created exclusively with mode 0600 from the start, so in a shared directory nobody can plant a symlink to
+    redirect the plaintext or open the file before it is private.
+
+    Returns:
+        The file's path and the file opened for binary writing.
+
+    Raises:
+        OSError: the directory does not exist or is not writable.
+    """
+    while True:
+        path = destination.with_name(f".{destination.name}.{secrets.token_hex(8)}.partial")
+        try:
+            descriptor = os.open(path, PARTIAL_FLAGS, 0o600)
+        except FileExistsError:
+            continue  # 64 random bits collided with a file already there: pick another name
+        return path, os.fdopen(descriptor, "wb")
 
 
 class StreamBase:

@@ -45,7 +45,7 @@ from app._client_base import (
     create_token_call,
     import_key_call,
     mapped_errors,
-    partial_path,
+    open_partial,
 )
 from app._client_models import (
     MAX_ERROR_BODY,
@@ -456,10 +456,9 @@ class KeystreamClient(BaseClient):
     ) -> TransferResult:
         if isinstance(destination, str | os.PathLike):
             final = Path(destination)
-            partial = partial_path(final)
+            partial, out = open_partial(final)
             try:
-                with open(partial, "wb") as out:
-                    os.chmod(partial, 0o600)
+                with out:
                     result = self._transfer(opener, key, source, out, options)
                 os.replace(partial, final)
             except BaseException:

@@ -215,7 +215,9 @@ class SqliteKeyStore(KeyStore):
         try:
             _prepare_database_file(self.path)
         except OSError as exc:
-            raise ServiceUnavailableError(f"cannot open keystore {self.path}: {exc.strerror}") from exc
+            # The path goes to the server log only: error bodies never name files.
+            logger.error("cannot open keystore %s: %s", self.path, exc.strerror)
+            raise ServiceUnavailableError(f"cannot open the keystore: {exc.strerror}") from exc
         try:
             with self._connection() as conn:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -255,13 +257,16 @@ class SqliteKeyStore(KeyStore):
             if conn is None:
                 conn = self._new_connection()
         except sqlite3.Error as exc:
-            raise ServiceUnavailableError(f"cannot open keystore {self.path}: {exc}") from exc
+            logger.error("cannot open keystore %s: %s", self.path, exc)
+            raise ServiceUnavailableError(f"cannot open the keystore: {exc}") from exc
         try:
             yield conn
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _UNAVAILABLE_CODES:
                 raise  # a bug (bad SQL, schema mismatch): let it surface as one
             # "database is locked" after busy_timeout, disk full, read-only file...: none carry key bytes.
+            # SQLite's messages for these codes are fixed texts ("database is locked"), never file names.
+            logger.warning("keystore %s: %s", self.path, exc)
             raise ServiceUnavailableError(f"keystore database error: {exc}") from exc
         finally:
             if conn.in_transaction:

@@ -481,3 +481,29 @@ def test_write_lock_held_too_long_gives_503(data_dir: Path, master_key: bytes) -
     finally:
         blocker.close()
         store.close()
+
+
+def test_unavailable_errors_do_not_name_the_file(
+    data_dir: Path, master_key: bytes, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Security review L5: 503 bodies carry the message; the keystore path belongs in the server log only."""
+    store = open_keystore(data_dir, master_key)
+    try:
+
+        def refuse(self: SqliteKeyStore) -> sqlite3.Connection:
+            raise sqlite3.OperationalError("unable to open database file")
+
+        monkeypatch.setattr(SqliteKeyStore, "_new_connection", refuse)
+        store._idle.clear()  # force a new connection
+        with pytest.raises(ServiceUnavailableError) as info:
+            store.get_key("orders")
+        assert str(data_dir) not in info.value.message and "keystore.db" not in info.value.message
+        assert str(data_dir) in caplog.text
+    finally:
+        monkeypatch.undo()
+        store.close()
+    bad = data_dir / "not-a-dir"
+    bad.write_bytes(b"")
+    with pytest.raises(ServiceUnavailableError) as opened:
+        SqliteKeyStore(bad / "keystore.db", master_key)
+    assert str(bad) not in opened.value.message
