@@ -107,7 +107,11 @@ def available_backends() -> dict[str, str | None]:
 
 
 def default_backend_name() -> str:
-    """``$KEYSTREAM_BACKEND`` if set, else ``aesni`` when available, else ``python``."""
+    """``$KEYSTREAM_BACKEND`` if set, else ``aesni`` when available, else ``python``.
+
+    The ``python`` fallback is NOT constant-time (table lookups leak cache timing): name ``aesni`` explicitly
+    where real keys are used, so a missing extension fails instead of silently falling back.
+    """
     chosen = os.environ.get("KEYSTREAM_BACKEND", "").strip()
     if chosen:
         return chosen

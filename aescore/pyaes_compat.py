@@ -25,6 +25,11 @@ Differences: ``Counter.value`` returns a new list (mutating it does not change t
 is provided. The backend is ``aescore.get_backend()`` (``$KEYSTREAM_BACKEND``, else ``aesni`` when
 available, else ``python``), looked up once, on first use; pass ``backend=`` to choose another.
 
+.. warning:: Without AES-NI (or with ``KEYSTREAM_BACKEND=python``) this falls back to the ``python`` backend,
+   which is NOT constant-time: its table lookups leak key-dependent cache timing to code sharing the host.
+   Fine for benchmarks and tests; for real keys require ``backend="aesni"`` (it raises when unavailable)
+   instead of relying on the fallback.
+
 ``AESModeOfOperationCTR`` is a small C class (``aescore._pyaes_fast``) when the extension is built: its
 constructor and a fresh object's first call (all of crypto_pyaes) run without Python frames; every other case
 runs the same Python code as :class:`PythonAESModeOfOperationCTR`, the pure-Python class, which is used when
