@@ -1,8 +1,10 @@
 """``POST /v1/keys/{name}/encrypt`` and ``/decrypt``: streaming AES-CTR over request bodies of any size.
 
-Bodies are ``application/octet-stream`` (Content-Length or chunked) and are never buffered whole: each chunk
-of ``request.stream()`` is transformed and sent before the next one is read, so memory stays flat and
-backpressure reaches the client through TCP. The response streams through
+Bodies are ``application/octet-stream`` (Content-Length or chunked) and are never buffered whole. Work that
+leaves the event loop (sealed segments, slow backends) runs in a three-stage
+:func:`~app.core.streaming.pipeline` (receive, transform in a worker thread, send), each stage holding about
+one segment; inline work (raw AES-NI) transforms each chunk before the next is read. Either way memory stays
+flat and backpressure reaches the client through TCP. The response streams through
 :class:`~app.core.streaming.DuplexStreamingResponse` (see there why Starlette's ``StreamingResponse`` loses
 request bytes here).
 
@@ -14,7 +16,6 @@ request bytes here).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import contextlib
@@ -44,7 +45,7 @@ from app.core.errors import (
 from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
 from app.core.offload import run_crypto
 from app.core.state import ServiceState
-from app.core.streaming import DuplexStreamingResponse, StreamAbortedError
+from app.core.streaming import DuplexStreamingResponse, StreamAbortedError, pipeline
 from app.formats.raw import RawCipher, format_iv, new_iv, parse_iv
 from app.formats.sealed import SealedDecryptor, SealedEncryptor
 from app.keycache import CacheMissError, ResolvedKey
@@ -194,6 +195,8 @@ def crypto_metrics(backend: str, operation: str, fmt: str) -> tuple[Histogram, C
 
 #: Sealed calls that may process more than this run in the thread pool (see :class:`CryptoStep`).
 SEALED_INLINE_MAX_BYTES = 64 * 1024
+#: Least bytes a stage of the streaming pipeline holds before the stage upstream waits.
+PIPELINE_MIN_BYTES = 1 << 20
 #: Safety margin for estimating buffered bytes: more than a header (40 bytes) plus a few tags.
 HEADER_MAX_BYTES = 256
 
@@ -225,6 +228,8 @@ class CryptoStep:
         self._finalize = finalize
         self._seconds, self._bytes = crypto_metrics(backend.name, operation, fmt)
         self._held = 0  # bytes fed since the last output: what finalize may still have to process
+        #: Bytes each stage of a :func:`~app.core.streaming.pipeline` may hold: one segment (sealed) or 1 MiB.
+        self.pipeline_bytes = max(segment_size or 0, PIPELINE_MIN_BYTES)
 
     @property
     def offloads(self) -> bool:
@@ -338,30 +343,6 @@ def associated_data(state: ServiceState, value: str | None) -> bytes:
     return decoded
 
 
-async def _read_ahead(chunks: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
-    """Iterate ``chunks`` one chunk ahead: the next receive runs while the caller transforms the current.
-
-    Only one chunk is ever pending, so memory stays bounded while network reads overlap the crypto (which
-    runs in a worker thread for big chunks).
-    """
-    pending: asyncio.Task[bytes] = asyncio.ensure_future(anext(chunks))
-    try:
-        while True:
-            try:
-                chunk = await pending
-            except StopAsyncIteration:
-                return
-            pending = asyncio.ensure_future(anext(chunks))
-            yield chunk
-    finally:
-        if not pending.done():
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, ClientDisconnect):
-                await pending
-        elif not pending.cancelled():
-            pending.exception()  # retrieved, so asyncio does not warn about it
-
-
 async def _pump(
     step: CryptoStep, chunks: AsyncGenerator[bytes, None], ready: list[bytes], finished: bool
 ) -> AsyncIterator[bytes]:
@@ -376,12 +357,17 @@ async def _pump(
         ready.clear()
         if finished:
             return
-        source = _read_ahead(chunks) if step.offloads else chunks
-        async with contextlib.aclosing(source) as body:
-            async for chunk in body:
-                out = await step.update(chunk)
-                if out:
+        if step.offloads:
+            # Receive, transform (in a worker thread) and send overlap: see pipeline().
+            staged = pipeline(chunks, step.update, step.finalize, step.pipeline_bytes)
+            async with contextlib.aclosing(staged) as outputs:
+                async for out in outputs:
                     yield out
+            return
+        async for chunk in chunks:
+            out = await step.update(chunk)
+            if out:
+                yield out
         out = await step.finalize()
         if out:
             yield out
