@@ -165,6 +165,8 @@ def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
         stream = out if out is not None else sys.stdout
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host  # noqa: S104
         base = f"http://{host}:{settings.port}"
+        # curl's --data-binary defaults to application/x-www-form-urlencoded, which the service refuses (415).
+        octets = "-H 'Content-Type: application/octet-stream'"
         print(
             "\nKeystream root token (shown once; store it somewhere safe):\n"
             f"  {generated}\n\n"
@@ -172,9 +174,9 @@ def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
             f"  export KEYSTREAM_TOKEN={generated}\n"
             f'  curl -s -H "Authorization: Bearer $KEYSTREAM_TOKEN" -H "Content-Type: application/json" '
             f'-d \'{{"name": "demo"}}\' {base}/v1/keys\n'
-            f'  echo hello | curl -s -H "Authorization: Bearer $KEYSTREAM_TOKEN" '
+            f'  echo hello | curl -s -H "Authorization: Bearer $KEYSTREAM_TOKEN" {octets} '
             f"--data-binary @- {base}/v1/keys/demo/encrypt | "
-            f'curl -s -H "Authorization: Bearer $KEYSTREAM_TOKEN" --data-binary @- '
+            f'curl -s -H "Authorization: Bearer $KEYSTREAM_TOKEN" {octets} --data-binary @- '
             f"{base}/v1/keys/demo/decrypt\n",
             file=stream,
             flush=True,

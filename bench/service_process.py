@@ -47,8 +47,12 @@ class Server:
         return httpx.Client(base_url=self.url, headers=self.auth, timeout=60)
 
 
-def start_server(data_dir: Path, log: Path, **env_overrides: str) -> Server:
+def start_server(
+    data_dir: Path, log: Path, *, root_token: str | None = ROOT_TOKEN, **env_overrides: str
+) -> Server:
     """Run ``serve()`` with ``KEYSTREAM_*`` overrides and wait (<= 30 s) until ``/healthz`` answers.
+
+    ``root_token=None`` lets the server generate one and print it (first-start banner) into ``log``.
 
     Raises:
         RuntimeError: the process exited or never became healthy (the log tail is in the message).
@@ -61,12 +65,13 @@ def start_server(data_dir: Path, log: Path, **env_overrides: str) -> Server:
             "KEYSTREAM_DATA_DIR": str(data_dir),
             "KEYSTREAM_PORT": str(port),
             "KEYSTREAM_HOST": "127.0.0.1",
-            "KEYSTREAM_ROOT_TOKEN": ROOT_TOKEN,
             "KEYSTREAM_MASTER_KEY": MASTER_KEY,
             "KEYSTREAM_LOG_LEVEL": "warning",
             "KEYSTREAM_TIMEOUT_GRACEFUL_SHUTDOWN": "3",
         }
     )
+    if root_token is not None:
+        env["KEYSTREAM_ROOT_TOKEN"] = root_token
     env.update(env_overrides)
     with log.open("wb") as handle:
         process = subprocess.Popen(

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Install the operations toolchain that `make test` checks deploy/ with: Debian's `prometheus` (the server
-# and `promtool`) and `docker-compose` (validates docker-compose.yml without a daemon).
+# and `promtool`), `docker-compose` (validates docker-compose.yml without a daemon) and `curl` (the README's
+# examples are run as printed).
 # Idempotent: when every tool is on PATH it prints one line and exits at once.
 # Installing needs root and apt-get (Debian/Ubuntu); elsewhere it says what is missing and fails.
 set -euo pipefail
 
-declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [docker-compose]=docker-compose)
+declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [docker-compose]=docker-compose [curl]=curl)
 missing=()
-for tool in prometheus promtool docker-compose; do
+for tool in prometheus promtool docker-compose curl; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("${package_of[$tool]}")
 done
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "install-tools: prometheus, promtool and docker-compose present"
+    echo "install-tools: prometheus, promtool, docker-compose and curl present"
     exit 0
 fi
 # Unique package names, in a stable order.
@@ -42,7 +43,7 @@ if ! apt-get install -y -q --no-install-recommends "${packages[@]}"; then
     apt-get update -q
     apt-get install -y -q --no-install-recommends "${packages[@]}"
 fi
-for tool in prometheus promtool docker-compose; do
+for tool in prometheus promtool docker-compose curl; do
     command -v "$tool" >/dev/null 2>&1 || { echo "install-tools: $tool still missing" >&2; exit 1; }
 done
 echo "install-tools: done"
