@@ -235,6 +235,31 @@ class SegmentKeys:
         mac.update(ciphertext)
         return mac.digest()
 
+    def seal(self, nonce: bytes, plaintext: memoryview, piece: int) -> list[bytes]:
+        """Encrypt one segment: its ciphertext in pieces of at most ``piece`` bytes, then its 32-byte tag.
+
+        Pieces instead of one ``bytes`` spare the copies of joining them and of cutting them again to send.
+        """
+        mac = self._mac.copy()
+        mac.update(nonce)
+        pieces = self.transform_pieces(nonce, plaintext, piece)
+        for ciphertext in pieces:
+            mac.update(ciphertext)
+        pieces.append(mac.digest())
+        return pieces
+
+    def transform_pieces(self, nonce: bytes, data: memoryview, piece: int) -> list[bytes]:
+        """:meth:`transform` in pieces of at most ``piece`` bytes (CTR from each piece's offset)."""
+        if len(data) <= piece:
+            return [self.transform(nonce, data)] if data else []
+        ctr_xor, expanded = self._backend.ctr_xor, self._expanded
+        pieces: list[bytes] = []
+        for start in range(0, len(data), piece):
+            result = ctr_xor(expanded, nonce, data[start : start + piece], start)
+            assert result is not None
+            pieces.append(result)
+        return pieces
+
     def transform(self, nonce: bytes, data: bytes | bytearray | memoryview) -> bytes:
         """AES-CTR over ``data`` with ``nonce`` as the initial counter block (encrypt = decrypt)."""
         result = self._backend.ctr_xor(self._expanded, nonce, data)

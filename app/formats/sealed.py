@@ -59,6 +59,7 @@ __all__ = [
     "MAX_SEGMENTS",
     "MAX_SEGMENT_SIZE",
     "NONCE_PREFIX_SIZE",
+    "PIECE_SIZE",
     "TAG_SIZE",
     "AlreadyFinalizedError",
     "SealedDecryptionError",
@@ -74,6 +75,10 @@ __all__ = [
 
 #: Source of salts and nonce prefixes; tests replace it to get reproducible ciphertexts.
 _random_bytes: Callable[[int], bytes] = os.urandom
+
+#: ``update_pieces``/``finalize_pieces`` return output in pieces of at most this many bytes (tags and the
+#: header are pieces of their own).
+PIECE_SIZE = 256 * 1024
 
 
 class AlreadyFinalizedError(RuntimeError):
@@ -165,13 +170,16 @@ class SealedEncryptor:
         """Segments written so far."""
         return self._index
 
-    def _seal(self, plaintext: bytes | bytearray | memoryview, last: bool, parts: list[bytes]) -> None:
+    @property
+    def buffered(self) -> int:
+        """Plaintext bytes held for the next segment (at most one segment's worth)."""
+        return self._pending.fill
+
+    def _seal(self, plaintext: memoryview, last: bool, parts: list[bytes]) -> None:
         if self._index >= MAX_SEGMENTS:
             raise PayloadTooLargeError(too_many_segments_message(self._segment_size))
         nonce = self._keys.nonce(self._index, last)
-        ciphertext = self._keys.transform(nonce, plaintext)
-        parts.append(ciphertext)
-        parts.append(self._keys.tag(nonce, ciphertext))
+        parts += self._keys.seal(nonce, plaintext, PIECE_SIZE)
         self._index += 1
 
     def _start(self) -> list[bytes]:
@@ -191,6 +199,16 @@ class SealedEncryptor:
             PayloadTooLargeError: the message would need more than 2**32 segments (raised before the segment
                 counter could wrap; the encryptor is then unusable).
         """
+        return b"".join(self.update_pieces(data))
+
+    def update_pieces(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """:meth:`update`, the output as pieces of at most :data:`PIECE_SIZE` bytes (their concatenation).
+
+        For a caller that sends the output on: it saves joining a segment and cutting it up again.
+
+        Raises:
+            TypeError, AlreadyFinalizedError, PayloadTooLargeError: as :meth:`update`.
+        """
         view = as_view(data)
         parts = self._start()
         try:
@@ -198,7 +216,7 @@ class SealedEncryptor:
         except BaseException:
             self._done = True
             raise
-        return b"".join(parts)
+        return parts
 
     def _consume(self, view: memoryview, parts: list[bytes]) -> None:
         position, end = 0, len(view)
@@ -227,11 +245,19 @@ class SealedEncryptor:
             AlreadyFinalizedError: called twice, or after a failure.
             PayloadTooLargeError: the last segment would be number 2**32.
         """
+        return b"".join(self.finalize_pieces())
+
+    def finalize_pieces(self) -> list[bytes]:
+        """:meth:`finalize`, the output as pieces of at most :data:`PIECE_SIZE` bytes.
+
+        Raises:
+            AlreadyFinalizedError, PayloadTooLargeError: as :meth:`finalize`.
+        """
         parts = self._start()
         self._done = True
         self._seal(self._pending.contents(), True, parts)
         self._pending.fill = 0
-        return b"".join(parts)
+        return parts
 
     def __repr__(self) -> str:
         return (
@@ -333,6 +359,11 @@ class SealedDecryptor:
         """Segments verified (and released) so far."""
         return self._index
 
+    @property
+    def buffered(self) -> int:
+        """Ciphertext bytes held until their segment is complete (at most one segment)."""
+        return self._pending.fill
+
     def _fail(self, message: str, segment_index: int | None) -> SealedDecryptionError:
         self._done = True
         return SealedDecryptionError(message, segment_index=segment_index, plaintext_released=self._index > 0)
@@ -347,6 +378,14 @@ class SealedDecryptor:
                 verify (wrong key or associated data, tampering, reordering) or too many segments; the message
                 names the segment, ``plaintext_released`` says whether earlier plaintext was returned.
         """
+        return b"".join(self.update_pieces(data))
+
+    def update_pieces(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """:meth:`update`, the plaintext as pieces of at most :data:`PIECE_SIZE` bytes (their concatenation).
+
+        Raises:
+            TypeError, AlreadyFinalizedError, SealedDecryptionError: as :meth:`update`.
+        """
         view = as_view(data)
         if self._done:
             raise AlreadyFinalizedError("this SealedDecryptor is finalized (or failed); start a new one")
@@ -356,7 +395,7 @@ class SealedDecryptor:
         except BaseException:
             self._done = True
             raise
-        return b"".join(parts)
+        return parts
 
     def _consume(self, view: memoryview, parts: list[bytes]) -> None:
         position, end = 0, len(view)
@@ -376,10 +415,10 @@ class SealedDecryptor:
                 position += take
                 if pending.fill < size or position == end:
                     return  # wait for a byte beyond this segment, or for finalize()
-                parts.append(self._open(pending.contents(), False))
+                parts += self._open(pending.contents(), False)
                 pending.fill = 0
             elif end - position > size:
-                parts.append(self._open(view[position : position + size], False))
+                parts += self._open(view[position : position + size], False)
                 position += size
             else:
                 pending.append(view[position:])
@@ -428,7 +467,7 @@ class SealedDecryptor:
                 return self._keys
         return None
 
-    def _open(self, segment: memoryview, last: bool) -> bytes:
+    def _open(self, segment: memoryview, last: bool) -> list[bytes]:
         index = self._index
         if index >= MAX_SEGMENTS:
             raise self._fail(f"segment {index} is past the 2**32-segment limit of the sealed format", index)
@@ -448,7 +487,7 @@ class SealedDecryptor:
                 "truncated",
                 index,
             )
-        plaintext = keys.transform(nonce, body)
+        plaintext = keys.transform_pieces(nonce, body, PIECE_SIZE)
         self._index = index + 1
         return plaintext
 
@@ -459,6 +498,14 @@ class SealedDecryptor:
             AlreadyFinalizedError: called twice, or after a failure.
             SealedDecryptionError: the ciphertext is truncated (short header, header only, a last segment
                 missing or shorter than its tag) or its last segment does not verify.
+        """
+        return b"".join(self.finalize_pieces())
+
+    def finalize_pieces(self) -> list[bytes]:
+        """:meth:`finalize`, the plaintext as pieces of at most :data:`PIECE_SIZE` bytes.
+
+        Raises:
+            AlreadyFinalizedError, SealedDecryptionError: as :meth:`finalize`.
         """
         if self._done:
             raise AlreadyFinalizedError("this SealedDecryptor is finalized (or failed); start a new one")
