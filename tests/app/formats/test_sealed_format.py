@@ -446,3 +446,35 @@ def test_more_candidates_that_do_not_verify_either_fail_cleanly(backend: aescore
         decryptor.finalize()
     assert caught.value.segment_index == 0 and not caught.value.plaintext_released
     assert asked == [1]
+
+
+@pytest.mark.parametrize("segment_size", [SEGMENT, 3 * sealed.PIECE_SIZE + 100])
+def test_pieces_concatenate_to_the_same_bytes(backend: aescore.Backend, segment_size: int) -> None:
+    material = key("aes256")
+    plaintext = data(2 * segment_size + 12_345)
+    encryptor = SealedEncryptor(material, "aes256", segment_size, AD, backend)
+    pieces = [encryptor.update_pieces(plaintext[i : i + 70_000]) for i in range(0, len(plaintext), 70_000)]
+    last = encryptor.finalize_pieces()
+    flat = [piece for group in pieces for piece in group] + last
+    assert all(0 < len(piece) <= sealed.PIECE_SIZE for piece in flat)
+    ciphertext = b"".join(flat)
+    assert len(ciphertext) == ciphertext_length(len(plaintext), "aes256", segment_size)
+    decryptor = SealedDecryptor([(1, material)], "aes256", segment_size, AD, backend)
+    assert decryptor.buffered == 0
+    opened = decryptor.update_pieces(ciphertext[:-1])
+    assert decryptor.buffered > 0 and all(len(piece) <= sealed.PIECE_SIZE for piece in opened)
+    tail = decryptor.update_pieces(ciphertext[-1:]) + decryptor.finalize_pieces()
+    assert b"".join(opened + tail) == plaintext
+    assert decrypt([(1, material)], ciphertext, backend, "aes256", segment_size) == plaintext
+
+
+def test_buffered_counts_the_held_plaintext(backend: aescore.Backend) -> None:
+    encryptor = SealedEncryptor(key("aes128"), "aes128", SEGMENT, AD, backend)
+    assert encryptor.buffered == 0
+    encryptor.update(bytes(100))
+    assert encryptor.buffered == 100
+    first = SEGMENT - header_length("aes128") - TAG_SIZE
+    encryptor.update(bytes(first - 100))  # segment 0 is full but waits for a byte beyond it
+    assert encryptor.buffered == first
+    encryptor.update(b"x")  # now segment 0 is sealed and out
+    assert encryptor.buffered == 1
