@@ -104,3 +104,54 @@ async def test_two_workers_aggregate_metrics(tmp_path: Path) -> None:
             assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
     finally:
         await asyncio.to_thread(stop_server, server)
+
+
+async def test_two_workers_decrypt_right_after_a_rotation(tmp_path: Path) -> None:
+    """One worker rotates; the other still has version 1 as the latest (a long metadata TTL) and must still
+    decrypt version-2 ciphertexts. Fresh connections let the kernel spread requests over both workers."""
+    server = await asyncio.to_thread(
+        start_server,
+        tmp_path / "data",
+        tmp_path / "log",
+        KEYSTREAM_WORKERS="2",
+        KEYSTREAM_KEY_METADATA_TTL="600",
+    )
+    fresh = {"Connection": "close"}
+    try:
+        async with httpx.AsyncClient(base_url=server.url, headers=server.auth, timeout=30) as client:
+            assert (await client.post("/v1/keys", json={"name": "rot"})).status_code == 201
+            # Concurrent fresh connections: one busy worker makes the kernel hand the next one to the other.
+            warm = await asyncio.gather(
+                *(client.post("/v1/keys/rot/encrypt", content=b"warm", headers=fresh) for _ in range(16))
+            )
+            assert {response.headers["Keystream-Key-Version"] for response in warm} == {"1"}
+            assert (await client.post("/v1/keys/rot/rotate", headers=fresh)).json()["latest_version"] == 2
+            # Without key_version, the rotating worker seals with version 2, a stale one still with 1.
+            by_version: dict[str, list[tuple[bytes, bytes]]] = {"1": [], "2": []}
+            for round_ in range(30):
+                plaintexts = [b"round %d.%d " % (round_, n) * 1000 for n in range(4)]
+                sealed = await asyncio.gather(
+                    *(client.post("/v1/keys/rot/encrypt", content=text, headers=fresh) for text in plaintexts)
+                )
+                for plaintext, response in zip(plaintexts, sealed, strict=True):
+                    by_version[response.headers["Keystream-Key-Version"]].append(
+                        (plaintext, response.content)
+                    )
+                if by_version["1"] and len(by_version["2"]) >= 8:
+                    break
+            if not by_version["1"] or not by_version["2"]:
+                pytest.skip("the kernel sent every connection to one worker: no stale worker to test")
+            opened = await asyncio.gather(
+                *(
+                    client.post("/v1/keys/rot/decrypt", content=ciphertext, headers=fresh)
+                    for _, ciphertext in by_version["2"] * 2
+                )
+            )
+            failures = [
+                (response.status_code, response.text[:120])
+                for (plaintext, _), response in zip(by_version["2"] * 2, opened, strict=True)
+                if response.status_code != 200 or response.content != plaintext
+            ]
+            assert failures == []
+    finally:
+        await asyncio.to_thread(stop_server, server)
