@@ -1,5 +1,5 @@
 """deploy/k8s: schema validation (kubernetes-validate ships the Kubernetes JSON schemas, so it runs offline)
-and the fields docs/readme/operations.md relies on."""
+and the fields the README (Operating Keystream) relies on."""
 
 from __future__ import annotations
 
