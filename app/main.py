@@ -26,7 +26,7 @@ from app.core.logfilter import install_stream_abort_filter
 from app.core.offload import ProcessOffloadBackend
 from app.core.security import TokenVerifier, install_root_token
 from app.core.state import Backends, ServiceState
-from app.core.telemetry import HttpMetricsMiddleware, HwsimCollector
+from app.core.telemetry import HttpMetricsMiddleware, HwsimCollector, release_process_metrics
 from app.keycache import KeyCache
 from app.keystore import load_or_create_master_key, open_keystore
 
@@ -161,6 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await to_thread.run_sync(close_state, state)
+            release_process_metrics()
 
     app = FastAPI(
         title="Keystream",

@@ -21,7 +21,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -112,3 +112,16 @@ def render_metrics(extra: CollectorRegistry | None = None) -> tuple[bytes, str]:
     if extra is not None:
         output += generate_latest(extra)
     return output, CONTENT_TYPE_LATEST
+
+
+def release_process_metrics(pid: int | None = None) -> bool:
+    """Drop this worker's live gauges (in-flight requests, key-cache entries) from multiprocess metrics.
+
+    Called when a worker's lifespan ends, so a worker that exited (or was replaced) stops adding its last
+    values to the aggregate. Counters and histograms are kept: they are totals. Returns whether multiprocess
+    mode was on.
+    """
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return False
+    mark_process_dead(os.getpid() if pid is None else pid)  # type: ignore[no-untyped-call]
+    return True
