@@ -6,8 +6,6 @@ Use :func:`get_settings` (cached) instead of a module-level instance so tests ca
 
 from __future__ import annotations
 
-import base64
-import binascii
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -126,12 +124,14 @@ class Settings(BaseSettings):
     def _master_key_shape(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return None
+        # The keystore's own decoder, so that every key it accepts (standard or URL-safe alphabet,
+        # surrounding whitespace) passes here too; its messages never echo the value.
+        from app.keystore.master import MasterKeyError, parse_master_key
+
         try:
-            raw = base64.b64decode(value.get_secret_value(), validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError("master_key must be base64 of 32 bytes") from None
-        if len(raw) != 32:
-            raise ValueError(f"master_key must decode to 32 bytes, got {len(raw)}")
+            parse_master_key(value.get_secret_value(), "KEYSTREAM_MASTER_KEY")
+        except MasterKeyError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @field_validator("root_token")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from app.core.config import Settings, get_settings
+from app.keystore.master import parse_master_key
 
 
 def test_environment_prefix_and_lists(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -35,7 +37,7 @@ def test_env_file_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
         ("enabled_backends", "aesni,gpu", "unknown backends"),
         ("default_backend", "gpu", "unknown backend"),
         ("master_key", "not base64", "base64"),
-        ("master_key", base64.b64encode(bytes(16)).decode(), "32 bytes"),
+        ("master_key", base64.b64encode(bytes(16)).decode(), "decodes to 16 bytes"),
         ("root_token", "hunter2", "ks_<id>_<secret>"),
         ("workers", "0", "greater than or equal"),
     ],
@@ -45,6 +47,21 @@ def test_invalid_values(field: str, value: str, fragment: str) -> None:
         Settings(_env_file=None, **{field: value})  # type: ignore[arg-type]
     if field in ("master_key", "root_token"):
         assert value not in str(info.value).replace(f"input_value='{value}'", "")
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [base64.urlsafe_b64encode, lambda raw: base64.b64encode(raw) + b"\n"],
+    ids=["url-safe", "trailing-newline"],
+)
+def test_master_key_accepts_what_the_keystore_accepts(encode: Callable[[bytes], bytes]) -> None:
+    # The keystore decodes KEYSTREAM_MASTER_KEY in the standard or URL-safe alphabet, whitespace stripped;
+    # the settings used to refuse a URL-safe key (with "-" or "_") before the keystore ever saw it.
+    raw = bytes([0xFB, 0xFF]) * 16  # standard base64 of these bytes holds "+" and "/", URL-safe "-" and "_"
+    value = encode(raw).decode()
+    settings = Settings(_env_file=None, master_key=value)  # type: ignore[call-arg]
+    assert settings.master_key is not None
+    assert parse_master_key(settings.master_key.get_secret_value(), "test") == raw
 
 
 def test_default_backend_must_be_enabled() -> None:
