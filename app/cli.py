@@ -5,7 +5,8 @@ Exit codes (stable; scripts may rely on them):
 ====  ===========================================================================================
  0    success
  1    the service answered with an error not listed below (400 bad request, 413, 5xx, ...)
- 2    usage error: bad flags or arguments, missing token, output exists without ``--force``
+ 2    usage error: bad flags or arguments, missing token, output exists without ``--force``, bad settings
+      or a start ``serve`` refuses (master key or keystore unusable)
  3    connection error: the service is unreachable, timed out, or TLS failed
  4    integrity error: decryption failed (wrong key/associated data, tampered or truncated
       ciphertext) or a stream was cut short; any partial output file has been removed
@@ -357,7 +358,15 @@ def _print_tokens(tokens: Sequence[Token], as_json: bool) -> None:
 
 # -- commands ----------------------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Map the flags onto ``KEYSTREAM_*`` and run :func:`app.server.serve` until interrupted."""
+    """Map the flags onto ``KEYSTREAM_*`` and run :func:`app.server.serve` until interrupted.
+
+    Returns:
+        ``EXIT_OK`` after a normal shutdown; ``EXIT_USAGE`` when the master key, the data directory or the
+        keystore is unusable (one error line, no traceback).
+
+    Raises:
+        UsageError: a ``KEYSTREAM_*`` setting or flag is invalid.
+    """
     for flag, env in (
         ("host", "HOST"),
         ("port", "PORT"),
@@ -371,6 +380,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from app.core.config import get_settings
+    from app.core.errors import KeystreamError
+    from app.keystore import KeystoreSchemaError, MasterKeyError
     from app.server import serve
 
     try:
@@ -378,7 +389,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = get_settings()
     except ValidationError as exc:
         raise UsageError(f"invalid settings: {exc}") from exc
-    serve(settings)
+    try:
+        serve(settings)
+    except (MasterKeyError, KeystoreSchemaError, KeystreamError) as exc:
+        # The start-up refusals (master key open to others or not matching the keystore, a database from a
+        # newer release, a keystore that cannot be opened) say what to fix; a traceback would bury that.
+        # Their messages name files and variables, never key material.
+        _error(f"cannot start: {exc}")
+        return EXIT_USAGE
     return EXIT_OK
 
 

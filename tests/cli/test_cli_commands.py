@@ -160,6 +160,22 @@ def test_serve_rejects_bad_settings(cli: RunCli, tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()  # nothing was bootstrapped
 
 
+def test_serve_refuses_an_unusable_master_key_in_one_line(cli: RunCli, tmp_path: Path) -> None:
+    """A master.key open to other users stops the start with one error line and exit 2, not a traceback."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    key_file = data / "master.key"
+    key_file.write_text(base64.b64encode(bytes(32)).decode())
+    key_file.chmod(0o640)
+    result = cli("serve", "--data-dir", str(data), "--port", "0")
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert b"Traceback" not in result.stderr
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("keystream: error: ")
+    assert "master.key" in lines[0] and "chmod 600" in lines[0]
+    assert not (data / "keystore.db").exists()  # refused before the keystore was opened
+
+
 def test_bench_report_only_writes_a_report(cli: RunCli, tmp_path: Path) -> None:
     result = cli("bench", "--report-only", "--results", str(tmp_path))
     assert result.returncode == EXIT_OK, result.stderr
