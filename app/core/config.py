@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     )
     hwsim_preset: str = "proposal"
     python_backend_processes: int = Field(default=1, ge=1, le=32)
-    #: aesni raw-CTR chunks up to this size run on the event loop (sealed: up to 64 KiB); bigger ones in a
+    #: aesni chunks (raw) and segments (sealed) up to this size run on the event loop; bigger ones in a
     #: thread. Other backends always leave the loop.
     inline_crypto_max_bytes: int = Field(default=1 << 20, ge=0)
     #: Bodies with a Content-Length up to this size are read whole and answered with a plain response.

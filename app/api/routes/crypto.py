@@ -496,12 +496,23 @@ async def encrypt(request: Request) -> Response:
             resolved = await from_cache(
                 lambda cached: state.keycache.resolve(name, None, chosen, cached_only=cached)
             )
+        _check_raw_range(params)
         iv_bytes = parse_iv(params.iv) if params.iv else new_iv()
         step = raw_step(state, chosen, "encrypt", resolved.expanded, iv_bytes, params.offset)
         headers["Keystream-IV"] = format_iv(iv_bytes)
     headers["Keystream-Key-Version"] = str(resolved.version)
     headers["Keystream-Backend"] = chosen.name
     return await respond(request, params, step, headers, state.settings.small_body_max_bytes)
+
+
+def _check_raw_range(params: CryptoParams) -> None:
+    """Refuse up front (400, before any response) a body whose declared length runs past keystream byte 2**64;
+    a chunked body can only be stopped when it gets there (the stream is then aborted)."""
+    if params.content_length is not None and params.offset + params.content_length > MAX_OFFSET:
+        raise BadRequestError(
+            f"offset + body length must not exceed 2**64 bytes of keystream "
+            f"(offset={params.offset}, Content-Length={params.content_length})"
+        )
 
 
 async def decrypt(request: Request) -> Response:
@@ -519,6 +530,7 @@ async def decrypt(request: Request) -> Response:
             raise BadRequestError(
                 "format=raw decrypt needs key_version (the encrypt response's Keystream-Key-Version header)"
             )
+        _check_raw_range(params)
         resolved = (await _candidates(state, name, chosen, version))[0]
         step = raw_step(state, chosen, "decrypt", resolved.expanded, parse_iv(params.iv), params.offset)
         headers["Keystream-Key-Version"] = str(resolved.version)

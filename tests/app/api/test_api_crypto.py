@@ -241,3 +241,21 @@ async def test_openapi_documents_the_streaming_routes(api: Api) -> None:
             "Keystream-Associated-Data",
         } <= names
         assert "application/octet-stream" in post["requestBody"]["content"]
+
+
+@pytest.mark.parametrize("operation", ["encrypt", "decrypt"])
+async def test_raw_body_past_the_end_of_the_keystream_is_400_up_front(api: Api, operation: str) -> None:
+    """A streamed body (over the small-body limit) whose Content-Length runs past byte 2**64 used to get a 200
+    header and then a reset connection; the length is known, so it is refused before any response."""
+    await api.create_key("r")
+    body = bytes(200 * 1024)
+    offset = 2**64 - 1000
+    params: dict[str, object] = {"format": "raw", "iv": "00" * 16, "offset": offset}
+    if operation == "decrypt":
+        params["key_version"] = 1
+    call = api.encrypt if operation == "encrypt" else api.decrypt
+    response = await call("r", body, **params)
+    assert response.status_code == 400, response.text
+    assert "2**64" in response.json()["error"]["message"]
+    fits = await call("r", body[:1000], **params)
+    assert fits.status_code == 200
