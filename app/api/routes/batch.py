@@ -22,7 +22,7 @@ from pydantic import ValidationError as PydanticValidationError
 from starlette.requests import ClientDisconnect
 
 import aescore
-from app.api.deps import JsonBody, PrincipalDep, StateDep
+from app.api.deps import JsonBody, PrincipalDep, StateDep, from_cache
 from app.core.errors import BadRequestError, KeystreamError, PayloadTooLargeError, error_body
 from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
 from app.core.offload import run_crypto
@@ -197,9 +197,14 @@ async def encrypt_batch(
     chosen = state.backends.get(backend)
     batch: EncryptBatch = await _parse(request, state, EncryptBatch)
     if key_version is not None:
-        resolved = state.keycache.decryption_candidates(name, chosen, key_version)[0]
+        candidates = await from_cache(
+            lambda cached: state.keycache.decryption_candidates(name, chosen, key_version, cached_only=cached)
+        )
+        resolved = candidates[0]
     else:
-        resolved = state.keycache.resolve(name, None, chosen)
+        resolved = await from_cache(
+            lambda cached: state.keycache.resolve(name, None, chosen, cached_only=cached)
+        )
 
     def seal(plaintext: bytes, ad: bytes) -> tuple[bytes, int | None]:
         encryptor = SealedEncryptor(resolved.material, resolved.key_type, resolved.segment_size, ad, chosen)
@@ -229,7 +234,9 @@ async def decrypt_batch(
     principal.require("decrypt", name)
     chosen = state.backends.get(backend)
     batch: DecryptBatch = await _parse(request, state, DecryptBatch)
-    candidates: list[ResolvedKey] = state.keycache.decryption_candidates(name, chosen, key_version)
+    candidates: list[ResolvedKey] = await from_cache(
+        lambda cached: state.keycache.decryption_candidates(name, chosen, key_version, cached_only=cached)
+    )
     pairs = [(candidate.version, candidate.material) for candidate in candidates]
     first = candidates[0]
     # Cached metadata may predate a rotation by another worker: an item that verifies under no cached version

@@ -25,7 +25,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from anyio import to_thread
 from prometheus_client import Counter, Histogram
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -33,6 +32,7 @@ from starlette.routing import Match, Route
 from starlette.types import Scope
 
 import aescore
+from app.api.deps import from_cache
 from app.core.errors import (
     BadRequestError,
     ForbiddenError,
@@ -48,7 +48,7 @@ from app.core.state import ServiceState
 from app.core.streaming import DuplexStreamingResponse, Pieces, StreamAbortedError, pipeline, send_pieces
 from app.formats.raw import RawCipher, format_iv, new_iv, parse_iv
 from app.formats.sealed import SealedDecryptor, SealedEncryptor
-from app.keycache import CacheMissError, ResolvedKey
+from app.keycache import ResolvedKey
 
 MAX_OFFSET = 2**64
 
@@ -408,18 +408,6 @@ async def respond(
     if body is not None:
         return Response(await step.run_whole(body), headers=headers, media_type="application/octet-stream")
     return DuplexStreamingResponse(_pump(step, request.stream(), [], False), headers=headers)
-
-
-async def from_cache(lookup: Callable[[bool], T]) -> T:
-    """Run a key cache ``lookup(cached_only)``: on the event loop when it hits, else in a worker thread.
-
-    A hit is a dict lookup; a miss reads SQLite and unwraps key material (about half a millisecond), which
-    would stall every other request on the loop.
-    """
-    try:
-        return lookup(True)
-    except CacheMissError:
-        return await to_thread.run_sync(lookup, False)
 
 
 def _disconnected() -> Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from collections.abc import Callable
 
 from app.core.config import Settings
@@ -142,3 +143,38 @@ async def test_malformed_bodies(api: Api) -> None:
 async def test_unknown_key_fails_whole_batch(api: Api) -> None:
     response = await api.client.post("/v1/keys/nope/encrypt/batch", json={"items": []}, headers=api.auth())
     assert response.status_code == 404
+
+
+async def test_key_cache_misses_are_loaded_off_the_event_loop(api: Api) -> None:
+    """A cache miss reads SQLite and unwraps material (~0.5 ms): batch and streaming routes must not do that
+    on the event loop thread (batch once did, while the streaming routes already used ``from_cache``)."""
+    await api.create_key("b", segment_size=4096)
+    state = api.app.state.keystream
+    keystore = state.keystore
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+    real_material = keystore.key_material
+
+    def spy_material(name: str, version: int) -> bytes:
+        threads.append(threading.get_ident())
+        return real_material(name, version)
+
+    keystore.key_material = spy_material
+    try:
+        state.keycache.clear()
+        encrypted = await api.client.post(
+            "/v1/keys/b/encrypt/batch", json={"items": [{"plaintext": b64(b"x")}]}, headers=api.auth()
+        )
+        assert encrypted.status_code == 200, encrypted.text
+        state.keycache.clear()
+        items = [{"ciphertext": encrypted.json()["results"][0]["ciphertext"]}]
+        decrypted = await api.client.post(
+            "/v1/keys/b/decrypt/batch", json={"items": items}, headers=api.auth()
+        )
+        assert decrypted.status_code == 200, decrypted.text
+        state.keycache.clear()
+        assert (await api.encrypt("b", b"stream")).status_code == 200
+    finally:
+        del keystore.key_material
+    assert len(threads) == 3, threads
+    assert loop_thread not in threads
