@@ -13,7 +13,7 @@ from anyio import to_thread
 from fastapi import Depends, Request
 
 from app.core.errors import UnsupportedMediaTypeError
-from app.core.security import Principal
+from app.core.security import VERIFIED_PRINCIPAL, Principal
 from app.core.state import ServiceState
 from app.keycache import CacheMissError
 
@@ -35,6 +35,9 @@ async def get_principal(request: Request, state: StateDep) -> Principal:
     Raises:
         UnauthorizedError: no token, a malformed or unknown one, or a wrong secret (401).
     """
+    verified = request.scope.get("state", {}).get(VERIFIED_PRINCIPAL)
+    if isinstance(verified, Principal):  # the body-limit middleware checked this request's token already
+        return verified
     return state.tokens.verify(request.headers.get("authorization"))
 
 

@@ -21,6 +21,7 @@ import re
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.errors import KeystreamError, error_response
+from app.core.security import VERIFIED_PRINCIPAL
 from app.core.state import ServiceState
 
 #: The streaming routes: they authenticate before reading and stream bodies of any size.
@@ -60,7 +61,8 @@ class BodyLimitMiddleware:
             return
         state: ServiceState = scope["app"].state.keystream
         try:
-            state.tokens.verify(_header(scope, b"authorization"))
+            principal = state.tokens.verify(_header(scope, b"authorization"))
+            scope.setdefault("state", {})[VERIFIED_PRINCIPAL] = principal
             declared = _header(scope, b"content-length")
             if declared is not None and not (declared.isascii() and declared.isdigit()):
                 await error_response(400, "bad_request", "Content-Length must be a number")(

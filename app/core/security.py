@@ -28,6 +28,10 @@ ROOT_TOKEN_DESCRIPTION = "root"  # noqa: S105 (a label, not a secret)
 TOKEN_PREFIX = "ks_"  # noqa: S105 (a prefix, not a secret)
 _TOKEN_RE = re.compile(r"^ks_([0-9a-f]{4,32})_([A-Za-z0-9_-]{16,128})$")
 _DUMMY_HASH = hashlib.sha256(b"keystream-no-such-token").digest()
+#: Key in the ASGI ``scope["state"]`` under which a middleware that already verified the token leaves the
+#: :class:`Principal`, so the route's dependency does not verify it a second time. Only server code writes
+#: the scope; a client cannot set it.
+VERIFIED_PRINCIPAL = "keystream.principal"
 
 
 @dataclass(frozen=True)

@@ -163,3 +163,28 @@ async def test_python_backend_is_flagged_not_constant_time(
             async with running_api(settings_factory(enabled_backends=["aesni"])):
                 pass
         assert not [r for r in caplog.records if "constant-time" in r.getMessage()]
+
+
+async def test_json_routes_verify_the_token_once(api: Api) -> None:
+    """The body-limit middleware authenticates before reading the body; the route reuses its Principal
+    instead of hashing the secret and looking the token up a second time."""
+    tokens = api.app.state.keystream.tokens
+    real_verify = tokens.verify
+    calls: list[str | None] = []
+
+    def counting_verify(authorization: str | None) -> object:
+        calls.append(authorization)
+        return real_verify(authorization)
+
+    tokens.verify = counting_verify
+    try:
+        created = await api.client.post("/v1/keys", json={"name": "once"}, headers=api.auth())
+        assert created.status_code == 201, created.text
+        assert len(calls) == 1
+        calls.clear()
+        assert (await api.client.get("/v1/keys/once", headers=api.auth())).status_code == 200
+        assert len(calls) == 1
+        bad = await api.client.get("/v1/keys/once", headers={"Authorization": "Bearer ks_00_nope"})
+        assert bad.status_code == 401
+    finally:
+        del tokens.verify
