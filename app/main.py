@@ -28,7 +28,7 @@ from app.core.security import TokenVerifier, install_root_token
 from app.core.state import Backends, ServiceState
 from app.core.telemetry import HttpMetricsMiddleware, HwsimCollector, release_process_metrics
 from app.keycache import KeyCache
-from app.keystore import load_or_create_master_key, open_keystore
+from app.keystore import open_keystore_for
 
 logger = logging.getLogger("keystream")
 
@@ -107,9 +107,7 @@ def _hwsim_registry(backend: aescore.Backend) -> CollectorRegistry | None:
 
 def open_state(settings: Settings) -> ServiceState:
     """Open everything a request needs (blocking: call from a thread or at start-up)."""
-    master_key_env = settings.master_key.get_secret_value() if settings.master_key else None
-    master_key = load_or_create_master_key(settings.data_dir, master_key_env)
-    keystore = open_keystore(settings.data_dir, master_key)
+    keystore = open_keystore_for(settings)
     try:
         root = settings.root_token.get_secret_value() if settings.root_token else None
         if root is not None:

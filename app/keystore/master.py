@@ -32,12 +32,14 @@ __all__ = [
     "KeyUnwrapError",
     "MasterKeyError",
     "check_master_key",
+    "check_master_key_source",
     "ensure_data_dir",
     "key_associated_data",
     "load_or_create_master_key",
     "make_master_key_check",
     "master_key_matches",
     "parse_master_key",
+    "read_master_key_file",
     "unwrap_key_material",
     "wrap_key_material",
 ]
@@ -173,6 +175,38 @@ def _read_master_key_file(path: Path) -> bytes:
     if not data.isascii():  # checked, not caught: a UnicodeDecodeError would carry the file's bytes
         raise MasterKeyError(f"master key file {path} is not base64 text of {MASTER_KEY_SIZE} bytes")
     return parse_master_key(data.decode("ascii"), str(path))
+
+
+def read_master_key_file(path: Path) -> bytes:
+    """Read a master key file given explicitly (``KEYSTREAM_MASTER_KEY_FILE``, e.g. a mounted secret).
+
+    Raises:
+        MasterKeyError: the file cannot be opened, is not a regular file, is accessible to other users
+            (group or world bits set), or does not hold base64 of 32 bytes.
+    """
+    return _read_master_key_file(Path(path))
+
+
+def check_master_key_source(env_value: str | None, key_file: Path | None, *, shared_database: bool) -> None:
+    """Check that the master key comes from exactly one place, and from an explicit one for a shared database.
+
+    Args:
+        env_value: ``KEYSTREAM_MASTER_KEY``, or ``None``/empty.
+        key_file: ``KEYSTREAM_MASTER_KEY_FILE``, or ``None``.
+        shared_database: the keystore is a database several replicas share (PostgreSQL). Each replica
+            would otherwise generate its own ``master.key`` and the others could not unwrap its keys.
+
+    Raises:
+        MasterKeyError: both are set, or ``shared_database`` and neither is set.
+    """
+    has_env = env_value is not None and bool(env_value.strip())
+    if has_env and key_file is not None:
+        raise MasterKeyError("set only one of KEYSTREAM_MASTER_KEY and KEYSTREAM_MASTER_KEY_FILE")
+    if shared_database and not has_env and key_file is None:
+        raise MasterKeyError(
+            "with KEYSTREAM_DATABASE_URL (a PostgreSQL keystore shared by replicas) the master key must be "
+            "given: set KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE, the same on every replica"
+        )
 
 
 def _write_new_file(path: Path, content: bytes) -> None:
