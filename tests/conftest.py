@@ -25,6 +25,4 @@ def pg_cluster() -> Iterator[PgCluster]:
 @pytest.fixture
 def pg_url(pg_cluster: PgCluster) -> str:
     """A URL whose sessions work in a fresh, empty schema of the session's cluster."""
-    if not pg_cluster.is_running():  # a previous test's outage that did not end: start it again
-        pg_cluster.start()
     return pg_cluster.new_schema()
