@@ -9,6 +9,9 @@
 * Everything that means "the database cannot serve now" (refused or lost connections, no free connection
   within ``wait_timeout``, shutdown, disk full, a read-only standby) becomes
   :class:`~app.keystore.errors.KeystoreUnavailableError`; other database errors are bugs and surface as such.
+* During an outage calls fail fast: after a lost connection or a wait that timed out, calls wait at most
+  :data:`OUTAGE_WAIT_SECONDS` for a connection (not ``wait_timeout``) until one succeeds again, so requests
+  get their 503 within a second instead of piling up in threads for the full wait.
 * A ``Database`` opened before ``fork()`` stays usable in the child: the child opens its own pool and never
   touches the inherited connections (closing them would end the parent's sessions).
 
@@ -43,6 +46,8 @@ T = TypeVar("T")
 
 #: libpq's smallest useful connect timeout (it rounds lower values up to 2 s).
 _MIN_CONNECT_TIMEOUT = 2
+#: Longest wait for a connection while the database is known to be unreachable (see the module docstring).
+OUTAGE_WAIT_SECONDS = 1.0
 
 
 def _driver() -> tuple[Any, Any]:
@@ -80,6 +85,10 @@ class Database:
         self.description = describe_database_url(url)
         self._pool_size = pool_size
         self._wait_timeout = wait_timeout
+        self._outage_wait = min(wait_timeout, OUTAGE_WAIT_SECONDS)
+        # Set by a connection-level failure, cleared by the next success (a plain flag: a stale read only
+        # changes how long one call waits).
+        self._unreachable = False
         self._connect_timeout = max(_MIN_CONNECT_TIMEOUT, round(connect_timeout))
         self._lock = threading.Lock()
         self._closed = False
@@ -159,17 +168,23 @@ class Database:
             pool = self._current_pool()
             began = False
             conn: Connection | None = None
+            wait = self._outage_wait if self._unreachable else self._wait_timeout
             try:
-                with pool.connection() as conn:
-                    if not write:
-                        return work(conn)
-                    with conn.transaction():
-                        began = True
-                        return work(conn)
+                with pool.connection(timeout=wait) as conn:
+                    if write:
+                        with conn.transaction():
+                            began = True
+                            result = work(conn)
+                    else:
+                        result = work(conn)
+                self._unreachable = False
+                return result
             except pool_closed as exc:
                 raise ServiceUnavailableError("the keystore is closed") from exc
             except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction) as exc:
                 broken = conn is not None and conn.broken
+                if broken or isinstance(exc, self._pool_module.PoolTimeout):
+                    self._unreachable = True
                 if broken:
                     # The server dropped this connection: the idle ones are likely dead too. Replace them.
                     with contextlib.suppress(psycopg.Error):
@@ -189,7 +204,7 @@ class Database:
             redact(str(exc), self._url),
         )
         if isinstance(exc, self._pool_module.PoolTimeout):
-            reason = f"no database connection within {self._wait_timeout:g} s"
+            reason = "no database connection available"
         elif getattr(exc, "sqlstate", None):
             reason = type(exc).__name__
         else:

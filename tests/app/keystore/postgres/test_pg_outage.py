@@ -11,6 +11,7 @@ import pytest
 
 from app.keystore import KeystoreUnavailableError
 from app.keystore.postgres import PostgresKeyStore
+from app.keystore.postgres._database import OUTAGE_WAIT_SECONDS
 from tests.pg_cluster import PgCluster
 
 RECOVERY_SECONDS = 15
@@ -42,7 +43,7 @@ def eventually(call: Callable[[], object]) -> float:
 def test_calls_during_an_outage_get_keystore_unavailable_and_the_store_recovers(
     restarts: PgCluster, pg_url: str, master_key: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = PostgresKeyStore(pg_url, master_key, wait_timeout=0.5, connect_timeout=2)
+    store = PostgresKeyStore(pg_url, master_key, wait_timeout=3.0, connect_timeout=2)
     try:
         store.create_key("orders")
         store.key_material("orders", 1)
@@ -56,8 +57,11 @@ def test_calls_during_an_outage_get_keystore_unavailable_and_the_store_recovers(
             lambda: store.changes_since(0),
         ]
         for call in calls:
+            started = time.monotonic()
             with pytest.raises(KeystoreUnavailableError) as caught:
                 call()
+            # fails fast: waits OUTAGE_WAIT_SECONDS for a connection, not the 3 s wait_timeout
+            assert time.monotonic() - started < OUTAGE_WAIT_SECONDS + 1.0
             error = caught.value
             assert (error.status_code, error.code, error.retry_after_seconds) == (
                 503,
