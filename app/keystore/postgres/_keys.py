@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.errors import KeyNotFoundError
 
-from ..base import KeyInfo, KeyVersionInfo
+from ..base import KeyInfo, KeyVersionInfo, utc_now
 
 if TYPE_CHECKING:
     from ._database import Connection
@@ -32,6 +32,7 @@ __all__ = [
     "insert_key",
     "insert_version",
     "lock_key",
+    "new_info",
     "read_key",
     "read_keys",
     "read_wrapped",
@@ -64,6 +65,23 @@ def _info(row: Sequence[Any]) -> KeyInfo:
         created_at=_utc(created),
         updated_at=_utc(updated),
         versions=tuple(KeyVersionInfo(int(n), _utc(t)) for n, t in zip(numbers, times, strict=True)),
+    )
+
+
+def new_info(name: str, key_type: str, segment_size: int, deletion_allowed: bool, imported: bool) -> KeyInfo:
+    """The metadata of a key about to be created: version 1, created now."""
+    now = utc_now()
+    return KeyInfo(
+        name=name,
+        key_type=key_type,
+        segment_size=segment_size,
+        deletion_allowed=deletion_allowed,
+        min_decryption_version=1,
+        latest_version=1,
+        imported=imported,
+        created_at=now,
+        updated_at=now,
+        versions=(KeyVersionInfo(1, now),),
     )
 
 

@@ -27,7 +27,6 @@ from ..base import (
     KEY_TYPES,
     KeyInfo,
     KeyStore,
-    KeyVersionInfo,
     TokenRecord,
     check_bool,
     check_integer,
@@ -123,24 +122,6 @@ class PostgresKeyStore(KeyStore):
         self._database.write(work)
         return info
 
-    @staticmethod
-    def _new_info(
-        name: str, key_type: str, segment_size: int, deletion_allowed: bool, imported: bool
-    ) -> KeyInfo:
-        now = utc_now()
-        return KeyInfo(
-            name=name,
-            key_type=key_type,
-            segment_size=segment_size,
-            deletion_allowed=deletion_allowed,
-            min_decryption_version=1,
-            latest_version=1,
-            imported=imported,
-            created_at=now,
-            updated_at=now,
-            versions=(KeyVersionInfo(1, now),),
-        )
-
     def create_key(
         self,
         name: str,
@@ -154,7 +135,7 @@ class PostgresKeyStore(KeyStore):
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
         material = secrets.token_bytes(KEY_TYPES[key_type])
-        return self._insert(self._new_info(name, key_type, segment_size, deletion_allowed, False), material)
+        return self._insert(_keys.new_info(name, key_type, segment_size, deletion_allowed, False), material)
 
     def import_key(
         self,
@@ -168,7 +149,7 @@ class PostgresKeyStore(KeyStore):
         key_type, data = key_type_for_material(material)
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
-        return self._insert(self._new_info(name, key_type, segment_size, deletion_allowed, True), data)
+        return self._insert(_keys.new_info(name, key_type, segment_size, deletion_allowed, True), data)
 
     def get_key(self, name: str) -> KeyInfo:
         """See :meth:`KeyStore.get_key`."""
