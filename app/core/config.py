@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.core.token_format import parse_token
+
 #: Backends the service knows how to serve, in the order of preference for the default.
 KNOWN_BACKENDS: tuple[str, ...] = ("aesni", "python", "hwsim")
 MIB = 1 << 20
@@ -139,8 +141,6 @@ class Settings(BaseSettings):
     def _root_token_shape(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return None
-        from app.core.security import parse_token
-
         if parse_token(value.get_secret_value()) is None:
             raise ValueError(
                 "root_token must look like ks_<id>_<secret> (id: 4-32 hex digits, secret >= 16 chars)"

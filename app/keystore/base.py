@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from app.core.errors import BadRequestError
+from app.errors import BadRequestError
 
 __all__ = [
     "ALLOWED_SEGMENT_SIZES",
@@ -202,7 +202,7 @@ class TokenRecord:
     """A stored API token: the public id, the hash of its secret (never the secret), scopes and key patterns.
 
     The keystore stores and returns these fields as given; what they mean (hash function, scope names,
-    pattern syntax) is decided by ``app.core.security``.
+    pattern syntax) is decided by ``app.services.security``.
     """
 
     token_id: str
@@ -217,7 +217,7 @@ class KeyStore(abc.ABC):
     """Named AES keys with versions, and API tokens. Thread-safe; every change is one transaction.
 
     Implementations validate with the ``check_*`` functions of this module and raise the errors of
-    :mod:`app.core.errors` named below. No error message, log line or ``repr`` contains key material.
+    :mod:`app.errors` named below. No error message, log line or ``repr`` contains key material.
     """
 
     @abc.abstractmethod

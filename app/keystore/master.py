@@ -24,7 +24,7 @@ from pathlib import Path
 
 from Crypto.Cipher import AES
 
-from app.core.errors import ServiceUnavailableError
+from app.errors import ServiceUnavailableError
 
 __all__ = [
     "MASTER_KEY_FILE",

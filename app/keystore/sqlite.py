@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.core.errors import (
+from app.errors import (
     BadRequestError,
     ConflictError,
     DeletionNotAllowedError,

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.core.streaming import StreamAbortedError
+from app.api.streaming import StreamAbortedError
 from app.formats.sealed import ciphertext_length, header_length
 from tests.app.api.conftest import Api
 

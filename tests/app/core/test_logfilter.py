@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from app.core.logfilter import StreamAbortFilter, install_stream_abort_filter
-from app.core.streaming import StreamAbortedError
+from app.api.logfilter import StreamAbortFilter, install_stream_abort_filter
+from app.api.streaming import StreamAbortedError
 
 
 def _record(exc: BaseException) -> logging.LogRecord:

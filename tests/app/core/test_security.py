@@ -6,17 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import ForbiddenError, UnauthorizedError
-from app.core.security import (
+from app.core.token_format import parse_token
+from app.errors import ForbiddenError, UnauthorizedError
+from app.keystore import KeyStore, open_keystore
+from app.services.security import (
     SCOPES,
     Principal,
     TokenVerifier,
     hash_secret,
     install_root_token,
     new_token,
-    parse_token,
 )
-from app.keystore import KeyStore, open_keystore
 
 
 @pytest.fixture

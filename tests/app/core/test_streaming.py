@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.core.streaming import SEND_PIECE_BYTES, ByteChannel, pipeline
+from app.services.pipeline import SEND_PIECE_BYTES, ByteChannel, pipeline
 
 
 async def _source(chunks: list[bytes], log: list[str] | None = None) -> AsyncIterator[bytes]:

@@ -12,7 +12,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 import aescore
-from app.core.errors import DecryptionFailedError, PayloadTooLargeError
+from app.api.errors import http_status
+from app.errors import DecryptionFailedError, PayloadTooLargeError
 from app.formats import sealed
 from app.formats.sealed import (
     MAX_SEGMENTS,
@@ -25,6 +26,7 @@ from app.formats.sealed import (
     header_length,
     min_segment_size,
 )
+from app.formats.sealed import encryptor as sealed_encryptor
 
 AD = b"tenant=7;file=report.pdf"
 KEY_TYPES = ("aes128", "aes192", "aes256")
@@ -43,7 +45,7 @@ def data(size: int, seed: int = 3) -> bytes:
 def fixed_randomness(monkeypatch: pytest.MonkeyPatch) -> bytes:
     """Make salts and nonce prefixes reproducible; returns the byte stream they are cut from."""
     stream = bytes(range(100, 200))
-    monkeypatch.setattr(sealed, "_random_bytes", lambda n: stream[:n])
+    monkeypatch.setattr(sealed_encryptor, "_random_bytes", lambda n: stream[:n])
     return stream
 
 
@@ -246,7 +248,7 @@ def failure(
         released += decryptor.finalize()
     error = caught.value
     assert isinstance(error, DecryptionFailedError)
-    assert error.status_code == 400 and error.code == "decryption_failed"
+    assert http_status(error) == 400 and error.code == "decryption_failed"
     for _, material in candidates:
         assert material.hex() not in error.message and material.hex().upper() not in error.message
     with pytest.raises(AlreadyFinalizedError):  # a failed decryptor stays failed

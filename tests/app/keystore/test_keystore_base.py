@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from app.core.errors import BadRequestError
+from app.errors import BadRequestError
 from app.keystore import (
     ALLOWED_SEGMENT_SIZES,
     DEFAULT_SEGMENT_SIZE,

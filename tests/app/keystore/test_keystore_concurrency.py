@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from app.core.errors import KeyExistsError
+from app.errors import KeyExistsError
 from app.keystore import SqliteKeyStore, open_keystore
 
 THREADS = 8
@@ -93,7 +93,7 @@ def test_concurrent_mixed_work_on_many_keys(store: SqliteKeyStore) -> None:
 WORKER = """
 import base64, sys
 from pathlib import Path
-from app.core.errors import KeyExistsError
+from app.errors import KeyExistsError
 from app.keystore import open_keystore
 store = open_keystore(Path(sys.argv[1]), base64.b64decode(sys.argv[2]))
 try:

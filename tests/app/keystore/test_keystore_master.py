@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import ServiceUnavailableError
+from app.errors import ServiceUnavailableError
 from app.keystore import KeyUnwrapError, MasterKeyError, load_or_create_master_key
 from app.keystore.master import (
     check_master_key,

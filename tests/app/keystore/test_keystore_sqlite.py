@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import (
+from app.api.errors import http_status
+from app.errors import (
     BadRequestError,
     ConflictError,
     DeletionNotAllowedError,
@@ -99,7 +100,7 @@ def test_create_existing_key_conflicts(store: SqliteKeyStore) -> None:
     material = store.key_material("orders", 1)
     with pytest.raises(KeyExistsError, match="'orders' already exists") as caught:
         store.create_key("orders", "aes128")
-    assert caught.value.status_code == 409
+    assert http_status(caught.value) == 409
     with pytest.raises(KeyExistsError):
         store.import_key("orders", bytes(16))
     assert store.key_material("orders", 1) == material
@@ -153,7 +154,7 @@ def test_get_key(store: SqliteKeyStore) -> None:
     assert store.get_key("orders") == created
     with pytest.raises(KeyNotFoundError, match="'nothing' not found") as caught:
         store.get_key("nothing")
-    assert caught.value.status_code == 404
+    assert http_status(caught.value) == 404
     with pytest.raises(BadRequestError):
         store.get_key("no/such")
 
@@ -239,7 +240,7 @@ def test_delete_key_needs_deletion_allowed(store: SqliteKeyStore) -> None:
     store.rotate_key("orders")
     with pytest.raises(DeletionNotAllowedError, match="set deletion_allowed") as caught:
         store.delete_key("orders")
-    assert caught.value.status_code == 409
+    assert http_status(caught.value) == 409
     assert store.get_key("orders").latest_version == 2
     store.update_key("orders", deletion_allowed=True)
     store.delete_key("orders")
@@ -290,7 +291,7 @@ def test_token_conflict_and_not_found(store: SqliteKeyStore) -> None:
         store.create_token(token())
     with pytest.raises(TokenNotFoundError) as caught:
         store.get_token("other")
-    assert caught.value.status_code == 404
+    assert http_status(caught.value) == 404
     with pytest.raises(TokenNotFoundError):
         store.delete_token("other")
 
@@ -384,7 +385,7 @@ def test_rows_moved_between_keys_do_not_unwrap(store: SqliteKeyStore) -> None:
         )
     with pytest.raises(KeyUnwrapError, match="version 1 of key 'a'") as caught:
         store.key_material("a", 1)
-    assert caught.value.status_code == 503
+    assert http_status(caught.value) == 503
     assert len(store.key_material("b", 1)) == 32
 
 

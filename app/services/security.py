@@ -13,25 +13,19 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
-import re
 import secrets
 import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from app.core.errors import ForbiddenError, TokenNotFoundError, UnauthorizedError
+from app.core.token_format import TOKEN_PREFIX, parse_token
+from app.errors import ForbiddenError, TokenNotFoundError, UnauthorizedError
 from app.keystore import KeyStore, TokenRecord
 
 SCOPES: tuple[str, ...] = ("admin", "encrypt", "decrypt")
 ROOT_TOKEN_DESCRIPTION = "root"  # noqa: S105 (a label, not a secret)
-TOKEN_PREFIX = "ks_"  # noqa: S105 (a prefix, not a secret)
-_TOKEN_RE = re.compile(r"^ks_([0-9a-f]{4,32})_([A-Za-z0-9_-]{16,128})$")
 _DUMMY_HASH = hashlib.sha256(b"keystream-no-such-token").digest()
-#: Key in the ASGI ``scope["state"]`` under which a middleware that already verified the token leaves the
-#: :class:`Principal`, so the route's dependency does not verify it a second time. Only server code writes
-#: the scope; a client cannot set it.
-VERIFIED_PRINCIPAL = "keystream.principal"
 
 
 @dataclass(frozen=True)
@@ -66,14 +60,6 @@ class Principal:
 def hash_secret(secret: str) -> bytes:
     """SHA-256 of a token secret (what the keystore stores)."""
     return hashlib.sha256(secret.encode("utf-8")).digest()
-
-
-def parse_token(token: str) -> tuple[str, str] | None:
-    """Split ``ks_<id>_<secret>`` into ``(id, secret)``; ``None`` when malformed."""
-    match = _TOKEN_RE.match(token)
-    if match is None:
-        return None
-    return match.group(1), match.group(2)
 
 
 def new_token(

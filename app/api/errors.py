@@ -1,7 +1,33 @@
-"""The service's error hierarchy, mapped to HTTP in one place (:func:`install_error_handlers`).
+"""The one place where errors become HTTP: status codes, the JSON error shape, headers, handlers.
 
-Every error the service returns has the shape ``{"error": {"code": "...", "message": "..."}}``. Messages name
-what was wrong and what is allowed; they never contain key material, tokens or tracebacks.
+Every error the service returns has the shape ``{"error": {"code": "...", "message": "..."}}``. Domain code
+raises :mod:`app.errors` (and the few subclasses defined next to the code that raises them); this module
+gives each class its status::
+
+    KeystreamError                          400 (base; never raised itself)
+    ├── BadRequestError                     400 bad_request
+    ├── DecryptionFailedError               400 decryption_failed
+    │   └── SealedDecryptionError           400   (app.formats.sealed: names the failed segment)
+    ├── UnauthorizedError                   401 unauthorized         + WWW-Authenticate: Bearer
+    ├── ForbiddenError                      403 forbidden
+    ├── NotFoundError                       404 not_found
+    │   ├── KeyNotFoundError                404 key_not_found
+    │   ├── KeyVersionNotFoundError         404 key_version_not_found
+    │   └── TokenNotFoundError              404 token_not_found
+    ├── ConflictError                       409 conflict
+    │   ├── KeyExistsError                  409 key_exists
+    │   └── DeletionNotAllowedError         409 deletion_not_allowed
+    ├── PayloadTooLargeError                413 payload_too_large
+    ├── UnsupportedMediaTypeError           415 unsupported_media_type
+    ├── ValidationError                     422 validation_error
+    └── ServiceUnavailableError             503 unavailable
+        ├── BackendUnavailableError         503 backend_unavailable
+        └── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
+
+A subclass without an entry of its own takes its nearest ancestor's status. Besides the hierarchy, FastAPI's
+request validation becomes 422 ``validation_error``, Starlette's ``HTTPException`` (404 for unknown paths,
+405...) keeps its status, and any other exception becomes 500 ``internal_error`` without a traceback
+(:class:`UnexpectedErrorMiddleware`). Messages never contain key material, tokens or tracebacks.
 """
 
 from __future__ import annotations
@@ -9,7 +35,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,95 +43,34 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.errors import (
+    BadRequestError,
+    ConflictError,
+    DecryptionFailedError,
+    ForbiddenError,
+    KeystreamError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ServiceUnavailableError,
+    UnauthorizedError,
+    UnsupportedMediaTypeError,
+    ValidationError,
+)
 
-class KeystreamError(Exception):
-    """Base of every error the service turns into an HTTP response."""
-
-    status_code: ClassVar[int] = 400
-    code: ClassVar[str] = "bad_request"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class BadRequestError(KeystreamError):
-    status_code = 400
-    code = "bad_request"
-
-
-class DecryptionFailedError(KeystreamError):
-    """Ciphertext does not authenticate under any allowed key version, or is malformed/truncated."""
-
-    status_code = 400
-    code = "decryption_failed"
-
-
-class UnauthorizedError(KeystreamError):
-    status_code = 401
-    code = "unauthorized"
-
-
-class ForbiddenError(KeystreamError):
-    status_code = 403
-    code = "forbidden"
-
-
-class NotFoundError(KeystreamError):
-    status_code = 404
-    code = "not_found"
-
-
-class KeyNotFoundError(NotFoundError):
-    code = "key_not_found"
-
-
-class KeyVersionNotFoundError(NotFoundError):
-    code = "key_version_not_found"
-
-
-class TokenNotFoundError(NotFoundError):
-    code = "token_not_found"
-
-
-class ConflictError(KeystreamError):
-    status_code = 409
-    code = "conflict"
-
-
-class KeyExistsError(ConflictError):
-    code = "key_exists"
-
-
-class DeletionNotAllowedError(ConflictError):
-    code = "deletion_not_allowed"
-
-
-class PayloadTooLargeError(KeystreamError):
-    status_code = 413
-    code = "payload_too_large"
-
-
-class UnsupportedMediaTypeError(KeystreamError):
-    status_code = 415
-    code = "unsupported_media_type"
-
-
-class ValidationError(KeystreamError):
-    status_code = 422
-    code = "validation_error"
-
-
-class ServiceUnavailableError(KeystreamError):
-    status_code = 503
-    code = "unavailable"
-
-
-class BackendUnavailableError(ServiceUnavailableError):
-    code = "backend_unavailable"
-
-
-# HTTP mapping ---------------------------------------------------------------------------------------------
+#: HTTP status per error class; subclasses inherit their ancestor's (see :func:`http_status`).
+STATUS_BY_ERROR: dict[type[KeystreamError], int] = {
+    KeystreamError: 400,
+    BadRequestError: 400,
+    DecryptionFailedError: 400,
+    UnauthorizedError: 401,
+    ForbiddenError: 403,
+    NotFoundError: 404,
+    ConflictError: 409,
+    PayloadTooLargeError: 413,
+    UnsupportedMediaTypeError: 415,
+    ValidationError: 422,
+    ServiceUnavailableError: 503,
+}
 
 _HTTP_CODES: dict[int, str] = {
     400: "bad_request",
@@ -124,6 +89,16 @@ _HTTP_CODES: dict[int, str] = {
 _logger = logging.getLogger("keystream.errors")
 
 
+def http_status(exc: KeystreamError) -> int:
+    """The HTTP status of ``exc``: its class's entry in :data:`STATUS_BY_ERROR`, else its nearest ancestor's
+    (400 for a class outside the hierarchy's table)."""
+    for klass in type(exc).__mro__:
+        status = STATUS_BY_ERROR.get(klass)
+        if status is not None:
+            return status
+    return 400
+
+
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
     """The one error shape of the service."""
     return {"error": {"code": code, "message": message}}
@@ -136,10 +111,16 @@ def error_response(
     return JSONResponse(error_body(code, message), status_code=status_code, headers=headers)
 
 
+def keystream_error_response(exc: KeystreamError) -> Response:
+    """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``)."""
+    status = http_status(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return error_response(status, exc.code, exc.message, headers)
+
+
 def _keystream_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, KeystreamError)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
-    return error_response(exc.status_code, exc.code, exc.message, headers)
+    return keystream_error_response(exc)
 
 
 def _validation_message(errors: Sequence[Any]) -> str:
@@ -201,11 +182,11 @@ class UnexpectedErrorMiddleware:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every error to ``{"error": {"code", "message"}}``.
+    """Map every error to ``{"error": {"code", "message"}}`` (see the module docstring for the statuses).
 
-    :class:`KeystreamError` keeps its status and code; FastAPI's request validation becomes 422
-    ``validation_error``; Starlette's ``HTTPException`` (404 for unknown paths, 405...) keeps its status; any
-    other exception becomes 500 ``internal_error`` through :class:`UnexpectedErrorMiddleware`.
+    :class:`~app.errors.KeystreamError` gets :func:`http_status` and its code; FastAPI's request validation
+    becomes 422 ``validation_error``; Starlette's ``HTTPException`` keeps its status; any other exception
+    becomes 500 ``internal_error`` through :class:`UnexpectedErrorMiddleware`.
     """
     app.add_exception_handler(KeystreamError, _keystream_error)
     app.add_exception_handler(RequestValidationError, _request_validation_error)

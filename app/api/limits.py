@@ -20,10 +20,14 @@ import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.core.errors import KeystreamError, error_response
-from app.core.security import VERIFIED_PRINCIPAL
-from app.core.state import ServiceState
+from app.api.errors import error_response, keystream_error_response
+from app.api.state import ServiceState
+from app.errors import KeystreamError
 
+#: Key in the ASGI ``scope["state"]`` under which this middleware leaves the verified
+#: :class:`~app.services.security.Principal`, so the route's dependency does not verify it a second time.
+#: Only server code writes the scope; a client cannot set it.
+VERIFIED_PRINCIPAL = "keystream.principal"
 #: The streaming routes: they authenticate before reading and stream bodies of any size.
 STREAMING_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt)")
 #: The batch routes: bounded by ``batch_max_bytes``.
@@ -70,8 +74,7 @@ class BodyLimitMiddleware:
                 )
                 return
         except KeystreamError as exc:
-            headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
-            await error_response(exc.status_code, exc.code, exc.message, headers)(scope, receive, send)
+            await keystream_error_response(exc)(scope, receive, send)
             return
         if declared is not None and int(declared) > limit:
             await _too_large(scope, receive, send, f"request body is {declared} bytes; the limit is {limit}")

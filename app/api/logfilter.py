@@ -1,7 +1,7 @@
 """A logging filter that turns uvicorn's traceback for an aborted response stream into one WARNING line.
 
 A sealed decrypt whose later segment fails to verify must abort the connection (so no client mistakes a
-truncated body for success); the route does that by raising :class:`~app.core.streaming.StreamAbortedError`
+truncated body for success); the route does that by raising :class:`~app.api.streaming.StreamAbortedError`
 after the response started, which uvicorn logs as ``Exception in ASGI application`` with a full traceback at
 ERROR. Any ``decrypt`` token could flood the logs that way, so the record is rewritten to a single WARNING
 line holding the error's message (what failed and where, e.g. the segment index: never key material or
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from app.core.streaming import StreamAbortedError
+from app.api.streaming import StreamAbortedError
 
 #: The logger uvicorn's HTTP protocols report application exceptions on.
 UVICORN_ERROR_LOGGER = "uvicorn.error"

@@ -1,12 +1,14 @@
 """Where crypto runs so the event loop never stalls.
 
-* ``aesni``: work up to ``inline_crypto_max_bytes`` runs on the event loop (raw CTR: tens of microseconds
-  per MiB; a sealed 1 MiB segment: ~0.7 ms, mostly HMAC, still cheaper there than a worker thread that must
-  win the GIL back after each GIL-free call), bigger work in the thread pool.
+* A backend whose ``runs_inline`` is true (``aesni``): work up to ``inline_crypto_max_bytes`` runs on the
+  event loop (raw CTR: tens of microseconds per MiB; a sealed 1 MiB segment: ~0.7 ms, mostly HMAC, still
+  cheaper there than a worker thread that must win the GIL back after each GIL-free call), bigger work in
+  the thread pool.
 * ``python`` holds the GIL for its whole call, so a thread is not enough: :class:`ProcessOffloadBackend`
   stands in for it and runs each ``ctr_xor`` in a process pool. Formats call it from a worker thread, which
   just waits on the pool (releasing the GIL), so ``/healthz`` stays responsive.
-* ``hwsim`` and anything else run in the thread pool (``ctr_xor_async`` is awaited directly for raw CTR).
+* ``hwsim`` and anything else with ``runs_inline`` false run in the thread pool (``ctr_xor_async`` is
+  awaited directly for raw CTR).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import ClassVar, TypeVar
 from anyio import to_thread
 
 import aescore
-from app.core import _offload_worker
+from app.services import _offload_worker
 
 T = TypeVar("T")
 
@@ -55,6 +57,8 @@ class ProcessOffloadBackend(aescore.Backend):
 
     name: ClassVar[str] = "python"
     constant_time: ClassVar[bool] = False
+    #: Each call waits on a worker process: never on the event loop.
+    runs_inline: ClassVar[bool] = False
 
     def __init__(self, processes: int = 1) -> None:
         self._processes = processes
@@ -127,9 +131,9 @@ class ProcessOffloadBackend(aescore.Backend):
 async def run_crypto(backend: aescore.Backend, nbytes: int, inline_max: int, work: Callable[[], T]) -> T:
     """Run ``work`` (a synchronous crypto call over ``nbytes``) without stalling the event loop.
 
-    Small aesni calls run inline; everything else goes to the thread pool (for the python backend that thread
-    waits on the process pool).
+    Calls of at most ``inline_max`` bytes on a backend that ``runs_inline`` run on the loop; everything else
+    goes to the thread pool (for the python backend that thread waits on the process pool).
     """
-    if backend.name == "aesni" and nbytes <= inline_max:
+    if backend.runs_inline and nbytes <= inline_max:
         return work()
     return await to_thread.run_sync(work)
