@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.core.master_key_format import MasterKeyError, parse_master_key
 from app.core.token_format import parse_token
 
 #: Backends the service knows how to serve, in the order of preference for the default.
@@ -126,10 +127,8 @@ class Settings(BaseSettings):
     def _master_key_shape(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return None
-        # The keystore's own decoder, so that every key it accepts (standard or URL-safe alphabet,
-        # surrounding whitespace) passes here too; its messages never echo the value.
-        from app.keystore.master import MasterKeyError, parse_master_key
-
+        # The keystore's own decoder (app.core.master_key_format), so that every key it accepts (standard or
+        # URL-safe alphabet, surrounding whitespace) passes here too; its messages never echo the value.
         try:
             parse_master_key(value.get_secret_value(), "KEYSTREAM_MASTER_KEY")
         except MasterKeyError as exc:
