@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 import pytest
 
+from app import errors
+from app.api import errors as api_errors
 from app.core.config import Settings
+from app.formats.sealed import SealedDecryptionError
+from app.keystore import KeyUnwrapError
 from tests.app.api.conftest import Api, running_api
 
 
@@ -96,3 +101,46 @@ async def test_no_key_material_in_any_key_response(api: Api) -> None:
     for text in texts:
         assert material.hex() not in text
         assert "material" not in text
+
+
+def test_every_domain_error_has_a_status_and_the_docstring_tree_names_it() -> None:
+    """The mapping lives in app.api.errors alone: each class of app.errors (and the two defined next to
+    the code that raises them) gets the status its docstring tree shows."""
+    expected = {
+        errors.KeystreamError: 400,
+        errors.BadRequestError: 400,
+        errors.DecryptionFailedError: 400,
+        SealedDecryptionError: 400,
+        errors.UnauthorizedError: 401,
+        errors.ForbiddenError: 403,
+        errors.NotFoundError: 404,
+        errors.KeyNotFoundError: 404,
+        errors.KeyVersionNotFoundError: 404,
+        errors.TokenNotFoundError: 404,
+        errors.ConflictError: 409,
+        errors.KeyExistsError: 409,
+        errors.DeletionNotAllowedError: 409,
+        errors.PayloadTooLargeError: 413,
+        errors.UnsupportedMediaTypeError: 415,
+        errors.ValidationError: 422,
+        errors.ServiceUnavailableError: 503,
+        errors.BackendUnavailableError: 503,
+        KeyUnwrapError: 503,
+    }
+    domain = {
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, errors.KeystreamError)
+    }
+    assert domain <= set(expected)
+    tree = api_errors.__doc__ or ""
+    for klass, status in expected.items():
+        error = (
+            klass("x", segment_index=None, plaintext_released=False)
+            if klass is SealedDecryptionError
+            else klass("x")
+        )
+        assert api_errors.http_status(error) == status, klass
+        assert re.search(rf"\b{klass.__name__}\s+{status}\b", tree), f"{klass.__name__} missing from the tree"
+    unauthorized = api_errors.keystream_error_response(errors.UnauthorizedError("missing bearer token"))
+    assert unauthorized.status_code == 401 and unauthorized.headers["www-authenticate"] == "Bearer"

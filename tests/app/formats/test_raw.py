@@ -11,7 +11,7 @@ import aescore
 from aescore import MAX_STREAM_LENGTH
 from app.api.errors import http_status
 from app.errors import BadRequestError
-from app.formats.raw import RawCipher, format_iv, new_iv, parse_iv
+from app.formats.raw import AsyncRawCipher, RawCipher, check_range, format_iv, new_iv, parse_iv
 
 
 def reference(key: bytes, iv: bytes, offset: int, data: bytes) -> bytes:
@@ -115,3 +115,48 @@ def test_wrong_iv_or_foreign_key_is_a_programming_error(backend: aescore.Backend
         with pytest.raises(TypeError, match="expanded key comes from backend"):
             RawCipher(aescore.get_backend(other).expand_key(bytes(16)), backend, bytes(16))
     assert "offset=5" in repr(RawCipher(backend.expand_key(bytes(16)), backend, bytes(16), 5))
+
+
+class AsyncPython:
+    """The python backend with a ``ctr_xor_async`` (as hwsim offers), recording the offsets it was given."""
+
+    name = "python"
+
+    def __init__(self) -> None:
+        self.inner = aescore.get_backend("python")
+        self.offsets: list[int] = []
+
+    async def ctr_xor_async(
+        self, expanded: aescore.ExpandedKey, iv: bytes, data: bytes, offset: int
+    ) -> bytes:
+        self.offsets.append(offset)
+        result = self.inner.ctr_xor(expanded, iv, data, offset)
+        assert result is not None
+        return result
+
+
+async def test_async_raw_cipher_matches_raw_cipher_and_shares_its_range_rule() -> None:
+    fake = AsyncPython()
+    expanded = fake.inner.expand_key(bytes(range(16)))
+    iv = bytes(range(16, 32))
+    data = random.Random(5).randbytes(1000)
+    cipher = AsyncRawCipher(expanded, fake, iv, 7)  # type: ignore[arg-type]
+    out = await cipher.update(data[:300]) + await cipher.update(data[300:])
+    assert out == RawCipher(expanded, fake.inner, iv, 7).update(data)
+    assert fake.offsets == [7, 307] and cipher.offset == 1007
+    last = AsyncRawCipher(expanded, fake, iv, MAX_STREAM_LENGTH - 3)  # type: ignore[arg-type]
+    assert len(await last.update(b"abc")) == 3
+    with pytest.raises(BadRequestError, match=r"2\*\*64 bytes"):
+        await last.update(b"d")
+    with pytest.raises(BadRequestError, match=r"^offset must be between 0 and 2\*\*64-1"):
+        AsyncRawCipher(expanded, fake, iv, MAX_STREAM_LENGTH)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ctr_xor_async"):
+        AsyncRawCipher(expanded, fake.inner, iv)
+
+
+def test_check_range_is_the_one_2_64_rule() -> None:
+    check_range(MAX_STREAM_LENGTH - 10, 10)
+    check_range(0, MAX_STREAM_LENGTH)
+    with pytest.raises(BadRequestError, match=r"offset \d+ \+ 11 bytes"):
+        check_range(MAX_STREAM_LENGTH - 10, 11)
+    assert MAX_STREAM_LENGTH == 2**64
