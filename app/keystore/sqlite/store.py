@@ -12,12 +12,10 @@ from pathlib import Path
 
 from app.errors import BadRequestError, ServiceUnavailableError
 
-from ..base import (
+from ..base import KeyInfo, KeyStore, TokenRecord
+from ..checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
-    KeyInfo,
-    KeyStore,
-    TokenRecord,
     check_bool,
     check_key_name,
     check_key_type,

@@ -13,7 +13,8 @@ from typing import Any
 
 from app.errors import BadRequestError, ConflictError, TokenNotFoundError
 
-from ..base import TokenRecord, check_token_id
+from ..base import TokenRecord
+from ..checks import check_token_id
 from .schema import from_text, to_text
 
 

@@ -20,7 +20,7 @@ from app.keystore import (
     check_key_type,
     check_segment_size,
 )
-from app.keystore.base import check_token_id, key_type_for_material
+from app.keystore.checks import check_token_id, key_type_for_material
 
 
 def test_key_types_and_segment_limits() -> None:
