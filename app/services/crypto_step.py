@@ -50,6 +50,15 @@ def timed(seconds: Histogram, work: Callable[[], T]) -> T:
         seconds.observe(time.perf_counter() - start)
 
 
+async def timed_async(seconds: Histogram, work: Awaitable[T]) -> T:
+    """Await ``work`` and observe its duration in ``seconds`` (also when it raises)."""
+    start = time.perf_counter()
+    try:
+        return await work
+    finally:
+        seconds.observe(time.perf_counter() - start)
+
+
 async def run_timed(
     backend: aescore.Backend,
     operation: str,
@@ -133,11 +142,7 @@ class CryptoStep:
         """
         self._bytes.inc(len(data))
         if self._async_update is not None:
-            start = time.perf_counter()
-            try:
-                return await self._async_update(data)
-            finally:
-                self._seconds.observe(time.perf_counter() - start)
+            return await timed_async(self._seconds, self._async_update(data))
         held = len(data) + (self._buffered() if self._buffered is not None else 0)
         if held < self._buffer_only_below:
             return self._update(data)  # at most the 40-byte header comes out: no segment is complete yet
