@@ -23,7 +23,14 @@ class ServiceState:
 
 
 def open_state(settings: Settings) -> ServiceState:
-    """Open everything a request needs (blocking: call from a thread or at start-up)."""
+    """Open everything a request needs (blocking: call from a thread or at start-up).
+
+    Raises:
+        MasterKeyError: the master key is malformed or does not open the keystore.
+        KeystoreSchemaError: the database comes from a newer release.
+        ServiceUnavailableError: the keystore cannot be opened.
+        ValueError: ``root_token`` is not of the form ``ks_<id>_<secret>``.
+    """
     master_key_env = settings.master_key.get_secret_value() if settings.master_key else None
     master_key = load_or_create_master_key(settings.data_dir, master_key_env)
     keystore = open_keystore(settings.data_dir, master_key)
