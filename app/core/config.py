@@ -13,6 +13,9 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.core.master_key_format import MasterKeyError, parse_master_key
+from app.core.token_format import parse_token
+
 #: Backends the service knows how to serve, in the order of preference for the default.
 KNOWN_BACKENDS: tuple[str, ...] = ("aesni", "python", "hwsim")
 MIB = 1 << 20
@@ -124,10 +127,8 @@ class Settings(BaseSettings):
     def _master_key_shape(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return None
-        # The keystore's own decoder, so that every key it accepts (standard or URL-safe alphabet,
-        # surrounding whitespace) passes here too; its messages never echo the value.
-        from app.keystore.master import MasterKeyError, parse_master_key
-
+        # The keystore's own decoder (app.core.master_key_format), so that every key it accepts (standard or
+        # URL-safe alphabet, surrounding whitespace) passes here too; its messages never echo the value.
         try:
             parse_master_key(value.get_secret_value(), "KEYSTREAM_MASTER_KEY")
         except MasterKeyError as exc:
@@ -139,8 +140,6 @@ class Settings(BaseSettings):
     def _root_token_shape(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return None
-        from app.core.security import parse_token
-
         if parse_token(value.get_secret_value()) is None:
             raise ValueError(
                 "root_token must look like ks_<id>_<secret> (id: 4-32 hex digits, secret >= 16 chars)"

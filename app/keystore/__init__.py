@@ -6,25 +6,23 @@
 >>> store.create_key("orders", "aes256").latest_version           # doctest: +SKIP
 1
 
-See :mod:`app.keystore.base` for the interface, :mod:`app.keystore.sqlite` for the SQLite implementation and
-:mod:`app.keystore.master` for the master key and key wrapping.
+See :mod:`app.keystore.base` for the interface, :mod:`app.keystore.checks` for the validation rules,
+:mod:`app.keystore.sqlite` for the SQLite implementation and :mod:`app.keystore.master` for the master key
+and key wrapping.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .base import (
+from .base import KeyInfo, KeyStore, KeyVersionInfo, TokenRecord
+from .checks import (
     ALLOWED_SEGMENT_SIZES,
     DEFAULT_SEGMENT_SIZE,
     KEY_NAME_PATTERN,
     KEY_TYPES,
     MAX_SEGMENT_SIZE,
     MIN_SEGMENT_SIZE,
-    KeyInfo,
-    KeyStore,
-    KeyVersionInfo,
-    TokenRecord,
     check_key_name,
     check_key_type,
     check_segment_size,

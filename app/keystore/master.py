@@ -14,7 +14,6 @@ No function here puts key bytes into an exception, a log line or a ``repr``.
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import logging
 import os
@@ -24,7 +23,8 @@ from pathlib import Path
 
 from Crypto.Cipher import AES
 
-from app.core.errors import ServiceUnavailableError
+from app.core.master_key_format import MASTER_KEY_SIZE, MasterKeyError, parse_master_key
+from app.errors import ServiceUnavailableError
 
 __all__ = [
     "MASTER_KEY_FILE",
@@ -44,7 +44,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-MASTER_KEY_SIZE = 32
 MASTER_KEY_FILE = "master.key"
 DATA_DIR_MODE = 0o700
 MASTER_KEY_MODE = 0o600
@@ -54,16 +53,6 @@ _NONCE_SIZE = 12
 _TAG_SIZE = 16
 _CHECK_ASSOCIATED_DATA = b"keystream:master-key-check"
 _CHECK_PLAINTEXT = b"keystream master key check v1"
-_GENERATE_HINT = (
-    "python3 -c 'import base64,secrets; print(base64.b64encode(secrets.token_bytes(32)).decode())'"
-)
-
-
-class MasterKeyError(RuntimeError):
-    """The master key or the data directory is unusable (bad value, bad permissions, wrong key).
-
-    Raised at start-up; the message says what to fix and never contains key bytes.
-    """
 
 
 class KeyUnwrapError(ServiceUnavailableError):
@@ -84,37 +73,6 @@ def check_master_key(master_key: object) -> bytes:
     if len(key) != MASTER_KEY_SIZE:
         raise MasterKeyError(f"the master key must be {MASTER_KEY_SIZE} bytes long, got {len(key)} bytes")
     return key
-
-
-def parse_master_key(value: str, source: str) -> bytes:
-    """Decode a base64 (standard or URL-safe alphabet) master key.
-
-    Args:
-        value: the text, surrounding whitespace allowed.
-        source: where it came from, for the error message (``"KEYSTREAM_MASTER_KEY"``, a file path).
-
-    Raises:
-        MasterKeyError: not base64, or not 32 bytes once decoded. The message never echoes the value.
-    """
-    text = value.strip()
-    decoded: bytes | None = None
-    for altchars in (None, b"-_"):
-        try:
-            decoded = base64.b64decode(text, altchars=altchars, validate=True)
-            break
-        except (binascii.Error, ValueError):
-            continue
-    if decoded is None:
-        raise MasterKeyError(
-            f"the master key in {source} is not valid base64; it must be the base64 encoding of "
-            f"{MASTER_KEY_SIZE} random bytes, e.g. from: {_GENERATE_HINT}"
-        )
-    if len(decoded) != MASTER_KEY_SIZE:
-        raise MasterKeyError(
-            f"the master key in {source} decodes to {len(decoded)} bytes; it must be {MASTER_KEY_SIZE} "
-            f"random bytes, base64-encoded, e.g. from: {_GENERATE_HINT}"
-        )
-    return decoded
 
 
 def ensure_data_dir(data_dir: Path) -> Path:
