@@ -23,6 +23,7 @@ from collections.abc import Callable
 from importlib import metadata
 
 from ._interface import Backend, BytesLike, ExpandedKey
+from ._validate import MAX_STREAM_LENGTH
 from .errors import (
     AesCoreError,
     AesCoreTypeError,
@@ -35,6 +36,7 @@ from .stream import COUNTER_BITS, CtrStream
 
 __all__ = [
     "COUNTER_BITS",
+    "MAX_STREAM_LENGTH",
     "AesCoreError",
     "AesCoreTypeError",
     "AesCoreValueError",

@@ -56,6 +56,11 @@ class Backend(abc.ABC):
     key_sizes: ClassVar[tuple[int, ...]] = KEY_SIZES
     #: True only where the implementation's timing does not depend on key or data.
     constant_time: ClassVar[bool] = True
+    #: True when a call is cheap enough to make on an asyncio event loop (a short ``ctr_xor`` returns in
+    #: microseconds and holds no lock a loop could wait on); False when callers should move work to a
+    #: thread (slow, GIL-bound or device-bound implementations). Services decide where crypto runs from
+    #: this, never from the backend's name.
+    runs_inline: ClassVar[bool] = False
 
     @abc.abstractmethod
     def expand_key(self, key: BytesLike) -> ExpandedKey:

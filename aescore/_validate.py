@@ -10,8 +10,9 @@ from .errors import AesCoreTypeError, AesCoreValueError
 
 BLOCK_SIZE = 16
 KEY_SIZES = (16, 24, 32)
-#: Offsets and lengths are byte positions in a keystream addressed by a 64-bit byte counter.
-MAX_OFFSET = 2**64 - 1
+#: Bytes of keystream a 64-bit byte offset addresses: ``offset + length`` never exceeds this (the one home of
+#: the limit; exported as :data:`aescore.MAX_STREAM_LENGTH`).
+MAX_STREAM_LENGTH = 2**64
 
 BytesLike = bytes | bytearray | memoryview
 
@@ -49,13 +50,13 @@ def check_counter(initial_counter: object) -> bytes:
 def check_offset(offset: object) -> int:
     if isinstance(offset, bool) or not isinstance(offset, int):
         raise AesCoreTypeError(f"offset must be an int, got {_type_name(offset)}")
-    if offset < 0 or offset > MAX_OFFSET:
+    if offset < 0 or offset >= MAX_STREAM_LENGTH:
         raise AesCoreValueError(f"offset must be between 0 and 2**64-1, got {offset}")
     return offset
 
 
 def check_length(offset: int, length: int) -> None:
-    if offset + length > MAX_OFFSET + 1:
+    if offset + length > MAX_STREAM_LENGTH:
         raise AesCoreValueError("offset + len(data) must not exceed 2**64 bytes of keystream")
 
 

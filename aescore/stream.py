@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._interface import Backend, BytesLike, ExpandedKey
-from ._validate import BLOCK_SIZE, MAX_OFFSET, as_readable, as_writable, check_counter, check_offset
+from ._validate import BLOCK_SIZE, MAX_STREAM_LENGTH, as_readable, as_writable, check_counter, check_offset
 from .errors import AesCoreTypeError, AesCoreValueError, CounterOverflowError
 
 __all__ = ["COUNTER_BITS", "CtrStream"]
@@ -67,11 +67,11 @@ class CtrStream:
             self._expanded_key = backend.expand_key(key_or_expanded_key)
         self._counter = check_counter(initial_counter)
         if counter_bits == 128:
-            self._limit = MAX_OFFSET + 1
+            self._limit = MAX_STREAM_LENGTH
         else:
             low = int.from_bytes(self._counter, "big") & ((1 << counter_bits) - 1)
             blocks_left = (1 << counter_bits) - low
-            self._limit = min(blocks_left * BLOCK_SIZE, MAX_OFFSET + 1)
+            self._limit = min(blocks_left * BLOCK_SIZE, MAX_STREAM_LENGTH)
         self._offset = 0
 
     @property
@@ -103,7 +103,7 @@ class CtrStream:
         return start
 
     def _limit_bits(self) -> str:
-        return "128-bit" if self._limit == MAX_OFFSET + 1 else "fixed-width"
+        return "128-bit" if self._limit == MAX_STREAM_LENGTH else "fixed-width"
 
     def update(self, data: BytesLike) -> bytes:
         """Process ``data`` and return the result.

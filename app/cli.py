@@ -380,7 +380,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from app.core.config import get_settings
-    from app.core.errors import KeystreamError
+    from app.errors import KeystreamError
     from app.keystore import KeystoreSchemaError, MasterKeyError
     from app.server import serve
 

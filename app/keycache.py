@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.core import metrics
-from app.core.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
+from app.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
 from app.keystore import KeyInfo, KeyStore
 
 if TYPE_CHECKING:

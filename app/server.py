@@ -26,8 +26,8 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.core.config import Settings, get_settings
-from app.core.security import install_root_token
 from app.keystore import open_keystore_for
+from app.services.security import install_root_token
 
 
 class HeadersTooLargeError(Exception):

@@ -6,18 +6,14 @@ which would cost a thread hop on every request of the hot path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated
 
-from anyio import to_thread
 from fastapi import Depends, Request
 
-from app.core.errors import UnsupportedMediaTypeError
-from app.core.security import VERIFIED_PRINCIPAL, Principal
-from app.core.state import ServiceState
-from app.keycache import CacheMissError
-
-T = TypeVar("T")
+from app.api.limits import VERIFIED_PRINCIPAL
+from app.api.state import ServiceState
+from app.errors import UnsupportedMediaTypeError
+from app.services.security import Principal
 
 
 async def get_state(request: Request) -> ServiceState:
@@ -73,15 +69,3 @@ async def require_json(request: Request) -> None:
 
 
 JsonBody = Depends(require_json)
-
-
-async def from_cache(lookup: Callable[[bool], T]) -> T:
-    """Run a key cache ``lookup(cached_only)``: on the event loop when it hits, else in a worker thread.
-
-    A hit is a dict lookup; a miss reads SQLite and unwraps key material (about half a millisecond), which
-    would stall every other request on the loop.
-    """
-    try:
-        return lookup(True)
-    except CacheMissError:
-        return await to_thread.run_sync(lookup, False)

@@ -1,1 +1,4 @@
-"""Cross-cutting service code: settings, errors, security, metrics."""
+"""The bottom layer of the service: settings, metric definitions and their exposition.
+
+Nothing here imports another part of ``app`` or a web framework.
+"""

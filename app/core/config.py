@@ -13,6 +13,10 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.core.database_url import check_database_url
+from app.core.master_key_format import MasterKeyError, check_master_key_source, parse_master_key
+from app.core.token_format import parse_token
+
 #: Backends the service knows how to serve, in the order of preference for the default.
 KNOWN_BACKENDS: tuple[str, ...] = ("aesni", "python", "hwsim")
 MIB = 1 << 20
@@ -134,10 +138,8 @@ class Settings(BaseSettings):
     def _master_key_shape(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return None
-        # The keystore's own decoder, so that every key it accepts (standard or URL-safe alphabet,
-        # surrounding whitespace) passes here too; its messages never echo the value.
-        from app.keystore.master import MasterKeyError, parse_master_key
-
+        # The keystore's own decoder (app.core.master_key_format), so that every key it accepts (standard or
+        # URL-safe alphabet, surrounding whitespace) passes here too; its messages never echo the value.
         try:
             parse_master_key(value.get_secret_value(), "KEYSTREAM_MASTER_KEY")
         except MasterKeyError as exc:
@@ -154,8 +156,6 @@ class Settings(BaseSettings):
     def _database_url_shape(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return None
-        from app.keystore.postgres import check_database_url  # imports no database driver
-
         check_database_url(value.get_secret_value())  # its ValueError never quotes the URL
         return value
 
@@ -164,8 +164,6 @@ class Settings(BaseSettings):
     def _root_token_shape(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
             return None
-        from app.core.security import parse_token
-
         if parse_token(value.get_secret_value()) is None:
             raise ValueError(
                 "root_token must look like ks_<id>_<secret> (id: 4-32 hex digits, secret >= 16 chars)"
@@ -174,8 +172,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _master_key_source(self) -> Settings:
-        from app.keystore.master import MasterKeyError, check_master_key_source
-
         try:
             check_master_key_source(
                 self.master_key.get_secret_value() if self.master_key else None,

@@ -1,14 +1,11 @@
-"""HTTP metrics middleware and the ``/metrics`` exposition (single- and multi-process, plus hwsim devices).
+"""The ``/metrics`` exposition (single- and multi-process) and the hwsim device collector (no web imports).
 
-The request histogram is labelled by route *template* (``/v1/keys/{name}/encrypt``), never by the raw path,
-so key names never reach a label. Unmatched paths share the label ``unmatched``.
+The HTTP request metrics are recorded by :class:`app.api.http_metrics.HttpMetricsMiddleware`.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -16,53 +13,16 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
-    Histogram,
     Metric,
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from app.core.metrics import HTTP_REQUEST_SECONDS, INFLIGHT_REQUESTS
 
 HWSIM_PREFIX = "keystream_hwsim_"
 #: (name, type, labels, value) as produced by ``hwsim.prometheus_samples``.
 Sample = tuple[str, str, dict[str, str], float]
-
-
-class HttpMetricsMiddleware:
-    """Counts in-flight requests and times each one, from first byte received to last byte sent."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        status = 500
-
-        async def timed_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        INFLIGHT_REQUESTS.inc()
-        try:
-            await self.app(scope, receive, timed_send)
-        finally:
-            INFLIGHT_REQUESTS.dec()
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            _request_seconds(route, scope.get("method", ""), status).observe(time.perf_counter() - start)
-
-
-@functools.lru_cache(maxsize=1024)  # bounded like the label set: route templates x methods x statuses
-def _request_seconds(route: str, method: str, status: int) -> Histogram:
-    return HTTP_REQUEST_SECONDS.labels(route=route, method=method, status=str(status))
 
 
 class HwsimCollector(Collector):

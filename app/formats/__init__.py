@@ -4,12 +4,14 @@
   ``AesCtrHmacStreaming`` streaming AEAD (segments of a key-defined size, each with an HMAC-SHA256 tag).
 - :mod:`app.formats.raw`: plain AES-CTR with a caller-visible IV and random access by byte offset.
 
-Both are synchronous, with no shared state between instances: the HTTP layer decides where they run.
+Both are synchronous (raw also has :class:`~app.formats.raw.AsyncRawCipher` for backends with
+``ctr_xor_async``), with no shared state between instances: the services layer decides where they run.
+The stream limit is :data:`aescore.MAX_STREAM_LENGTH`; errors are :mod:`app.errors` (no web imports).
 """
 
 from __future__ import annotations
 
-from .raw import IV_SIZE, MAX_STREAM_LENGTH, RawCipher, format_iv, new_iv, parse_iv
+from .raw import IV_SIZE, AsyncRawCipher, RawCipher, format_iv, new_iv, parse_iv
 from .sealed import (
     DERIVED_KEY_SIZE,
     MAX_SEGMENT_SIZE,
@@ -30,9 +32,9 @@ __all__ = [
     "IV_SIZE",
     "MAX_SEGMENTS",
     "MAX_SEGMENT_SIZE",
-    "MAX_STREAM_LENGTH",
     "TAG_SIZE",
     "AlreadyFinalizedError",
+    "AsyncRawCipher",
     "RawCipher",
     "SealedDecryptionError",
     "SealedDecryptor",

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Awaitable, Callable
 
 import aescore
-from aescore import CounterOverflowError, CtrStream
-from app.core.errors import BadRequestError
+from aescore import MAX_STREAM_LENGTH, CounterOverflowError, CtrStream
+from app.errors import BadRequestError
 
-__all__ = ["IV_SIZE", "MAX_STREAM_LENGTH", "RawCipher", "format_iv", "new_iv", "parse_iv"]
+__all__ = [
+    "IV_SIZE",
+    "AsyncRawCipher",
+    "RawCipher",
+    "check_offset",
+    "check_range",
+    "format_iv",
+    "new_iv",
+    "parse_iv",
+]
 
 #: AES block size: the IV is one counter block.
 IV_SIZE = 16
-#: aescore addresses a keystream with 64-bit byte offsets: offset + length never exceeds this.
-MAX_STREAM_LENGTH = 2**64
 
 _IV_PATTERN = re.compile(r"[0-9A-Fa-f]{32}")
 
@@ -50,12 +58,34 @@ def new_iv() -> bytes:
     return os.urandom(IV_SIZE)
 
 
-def _check_offset(offset: int) -> int:
+def check_offset(offset: int) -> int:
+    """Check a stream position: an integer from 0 to ``aescore.MAX_STREAM_LENGTH - 1``.
+
+    Raises:
+        BadRequestError: ``offset`` is not an integer, negative, or not below 2**64.
+    """
     if isinstance(offset, bool) or not isinstance(offset, int):
         raise BadRequestError(f"offset must be an integer, got {type(offset).__name__}")
     if not 0 <= offset < MAX_STREAM_LENGTH:
         raise BadRequestError(f"offset must be between 0 and 2**64-1, got {offset}")
     return offset
+
+
+def check_range(offset: int, length: int) -> None:
+    """Refuse ``length`` bytes at ``offset`` when they run past the last keystream byte (2**64 - 1).
+
+    Raises:
+        BadRequestError: ``offset + length`` exceeds ``aescore.MAX_STREAM_LENGTH`` (the message names both).
+    """
+    if offset + length > MAX_STREAM_LENGTH:
+        raise _past_end(offset, length)
+
+
+def _past_end(offset: int, length: int) -> BadRequestError:
+    return BadRequestError(
+        f"offset + length must not exceed 2**64 bytes: offset {offset} + {length} bytes goes past "
+        "the end of the keystream"
+    )
 
 
 class RawCipher:
@@ -81,18 +111,12 @@ class RawCipher:
         self, expanded: aescore.ExpandedKey, backend: aescore.Backend, iv: bytes, offset: int = 0
     ) -> None:
         self._stream = CtrStream(backend, expanded, iv, counter_bits=128)
-        self._stream.seek(_check_offset(offset))
+        self._stream.seek(check_offset(offset))
 
     @property
     def offset(self) -> int:
         """The stream byte position of the next byte to process."""
         return self._stream.offset
-
-    def _past_end(self, length: int) -> BadRequestError:
-        return BadRequestError(
-            f"offset + length must not exceed 2**64 bytes: offset {self.offset} + {length} bytes goes past "
-            "the end of the keystream"
-        )
 
     def update(self, data: bytes | bytearray | memoryview) -> bytes:
         """Transform ``data`` and advance :attr:`offset` by its length.
@@ -104,7 +128,7 @@ class RawCipher:
         try:
             return self._stream.update(data)
         except CounterOverflowError as exc:
-            raise self._past_end(len(data)) from exc
+            raise _past_end(self.offset, len(data)) from exc
 
     def update_into(self, data: bytes | bytearray | memoryview, out: bytearray | memoryview) -> None:
         """Transform ``data`` into the first ``len(data)`` bytes of ``out`` (which may be ``data`` itself).
@@ -117,7 +141,50 @@ class RawCipher:
         try:
             self._stream.update_into(data, out)
         except CounterOverflowError as exc:
-            raise self._past_end(len(data)) from exc
+            raise _past_end(self.offset, len(data)) from exc
 
     def __repr__(self) -> str:
         return f"<RawCipher backend={self._stream.backend.name!r} offset={self.offset}>"
+
+
+class AsyncRawCipher:
+    """:class:`RawCipher` through a backend's ``ctr_xor_async`` (hwsim: a loop turn's jobs share a doorbell).
+
+    Same arguments, same output, same range rule; :meth:`update` is awaited instead of called.
+
+    Raises:
+        BadRequestError: ``offset`` is negative or not below 2**64.
+        TypeError: ``backend`` has no ``ctr_xor_async``.
+    """
+
+    __slots__ = ("_ctr_xor_async", "_expanded", "_iv", "_offset")
+
+    def __init__(
+        self, expanded: aescore.ExpandedKey, backend: aescore.Backend, iv: bytes, offset: int = 0
+    ) -> None:
+        ctr_xor_async = getattr(backend, "ctr_xor_async", None)
+        if ctr_xor_async is None:
+            raise TypeError(f"backend {backend.name!r} has no ctr_xor_async; use RawCipher")
+        self._ctr_xor_async: Callable[..., Awaitable[bytes]] = ctr_xor_async
+        self._expanded = expanded
+        self._iv = iv
+        self._offset = check_offset(offset)
+
+    @property
+    def offset(self) -> int:
+        """The stream byte position of the next byte to process."""
+        return self._offset
+
+    async def update(self, data: bytes) -> bytes:
+        """Transform ``data`` at the current position and advance.
+
+        Raises:
+            BadRequestError: the data would run past byte 2**64 of the keystream.
+        """
+        check_range(self._offset, len(data))
+        out = await self._ctr_xor_async(self._expanded, self._iv, data, self._offset)
+        self._offset += len(data)
+        return out
+
+    def __repr__(self) -> str:
+        return f"<AsyncRawCipher offset={self._offset}>"

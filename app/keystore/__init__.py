@@ -1,15 +1,15 @@
 """Keystream's keystore: named AES keys with versions, stored wrapped under a master key, and API tokens.
 
 >>> from pathlib import Path
-from typing import TYPE_CHECKING
 >>> master_key = load_or_create_master_key(Path("data"), None)   # doctest: +SKIP
 >>> store = open_keystore(Path("data"), master_key)              # doctest: +SKIP
 >>> store.create_key("orders", "aes256").latest_version           # doctest: +SKIP
 1
 
-See :mod:`app.keystore.base` for the interface, :mod:`app.keystore.sqlite` for the SQLite implementation (the
-embedded default), :mod:`app.keystore.postgres` for the PostgreSQL one (several replicas, selected by a
-database URL) and :mod:`app.keystore.master` for the master key and key wrapping.
+See :mod:`app.keystore.base` for the interface, :mod:`app.keystore.checks` for the validation rules,
+:mod:`app.keystore.sqlite` for the SQLite implementation (the embedded default), :mod:`app.keystore.postgres`
+for the PostgreSQL one (several replicas, selected by a database URL) and :mod:`app.keystore.master` for the
+master key and key wrapping.
 """
 
 from __future__ import annotations
@@ -17,17 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .base import (
+from .base import KeyInfo, KeyStore, KeyVersionInfo, TokenRecord
+from .checks import (
     ALLOWED_SEGMENT_SIZES,
     DEFAULT_SEGMENT_SIZE,
     KEY_NAME_PATTERN,
     KEY_TYPES,
     MAX_SEGMENT_SIZE,
     MIN_SEGMENT_SIZE,
-    KeyInfo,
-    KeyStore,
-    KeyVersionInfo,
-    TokenRecord,
     check_key_name,
     check_key_type,
     check_segment_size,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from app.core.errors import ServiceUnavailableError
+from app.errors import ServiceUnavailableError
 
 __all__ = ["KeystoreUnavailableError"]
 

@@ -14,7 +14,6 @@ No function here puts key bytes into an exception, a log line or a ``repr``.
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import logging
 import os
@@ -24,7 +23,13 @@ from pathlib import Path
 
 from Crypto.Cipher import AES
 
-from app.core.errors import ServiceUnavailableError
+from app.core.master_key_format import (
+    MASTER_KEY_SIZE,
+    MasterKeyError,
+    check_master_key_source,
+    parse_master_key,
+)
+from app.errors import ServiceUnavailableError
 
 __all__ = [
     "MASTER_KEY_FILE",
@@ -46,7 +51,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-MASTER_KEY_SIZE = 32
 MASTER_KEY_FILE = "master.key"
 DATA_DIR_MODE = 0o700
 MASTER_KEY_MODE = 0o600
@@ -56,16 +60,6 @@ _NONCE_SIZE = 12
 _TAG_SIZE = 16
 _CHECK_ASSOCIATED_DATA = b"keystream:master-key-check"
 _CHECK_PLAINTEXT = b"keystream master key check v1"
-_GENERATE_HINT = (
-    "python3 -c 'import base64,secrets; print(base64.b64encode(secrets.token_bytes(32)).decode())'"
-)
-
-
-class MasterKeyError(RuntimeError):
-    """The master key or the data directory is unusable (bad value, bad permissions, wrong key).
-
-    Raised at start-up; the message says what to fix and never contains key bytes.
-    """
 
 
 class KeyUnwrapError(ServiceUnavailableError):
@@ -86,37 +80,6 @@ def check_master_key(master_key: object) -> bytes:
     if len(key) != MASTER_KEY_SIZE:
         raise MasterKeyError(f"the master key must be {MASTER_KEY_SIZE} bytes long, got {len(key)} bytes")
     return key
-
-
-def parse_master_key(value: str, source: str) -> bytes:
-    """Decode a base64 (standard or URL-safe alphabet) master key.
-
-    Args:
-        value: the text, surrounding whitespace allowed.
-        source: where it came from, for the error message (``"KEYSTREAM_MASTER_KEY"``, a file path).
-
-    Raises:
-        MasterKeyError: not base64, or not 32 bytes once decoded. The message never echoes the value.
-    """
-    text = value.strip()
-    decoded: bytes | None = None
-    for altchars in (None, b"-_"):
-        try:
-            decoded = base64.b64decode(text, altchars=altchars, validate=True)
-            break
-        except (binascii.Error, ValueError):
-            continue
-    if decoded is None:
-        raise MasterKeyError(
-            f"the master key in {source} is not valid base64; it must be the base64 encoding of "
-            f"{MASTER_KEY_SIZE} random bytes, e.g. from: {_GENERATE_HINT}"
-        )
-    if len(decoded) != MASTER_KEY_SIZE:
-        raise MasterKeyError(
-            f"the master key in {source} decodes to {len(decoded)} bytes; it must be {MASTER_KEY_SIZE} "
-            f"random bytes, base64-encoded, e.g. from: {_GENERATE_HINT}"
-        )
-    return decoded
 
 
 def ensure_data_dir(data_dir: Path) -> Path:
@@ -185,28 +148,6 @@ def read_master_key_file(path: Path) -> bytes:
             (group or world bits set), or does not hold base64 of 32 bytes.
     """
     return _read_master_key_file(Path(path))
-
-
-def check_master_key_source(env_value: str | None, key_file: Path | None, *, shared_database: bool) -> None:
-    """Check that the master key comes from exactly one place, and from an explicit one for a shared database.
-
-    Args:
-        env_value: ``KEYSTREAM_MASTER_KEY``, or ``None``/empty.
-        key_file: ``KEYSTREAM_MASTER_KEY_FILE``, or ``None``.
-        shared_database: the keystore is a database several replicas share (PostgreSQL). Each replica
-            would otherwise generate its own ``master.key`` and the others could not unwrap its keys.
-
-    Raises:
-        MasterKeyError: both are set, or ``shared_database`` and neither is set.
-    """
-    has_env = env_value is not None and bool(env_value.strip())
-    if has_env and key_file is not None:
-        raise MasterKeyError("set only one of KEYSTREAM_MASTER_KEY and KEYSTREAM_MASTER_KEY_FILE")
-    if shared_database and not has_env and key_file is None:
-        raise MasterKeyError(
-            "with KEYSTREAM_DATABASE_URL (a PostgreSQL keystore shared by replicas) the master key must be "
-            "given: set KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE, the same on every replica"
-        )
 
 
 def _write_new_file(path: Path, content: bytes) -> None:

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 import aescore
-from app.core.errors import (
+from app.errors import (
     BadRequestError,
     KeyNotFoundError,
     KeyVersionNotFoundError,

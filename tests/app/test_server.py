@@ -8,9 +8,9 @@ import stat
 from pathlib import Path
 
 from app.core.config import Settings
-from app.core.security import TokenVerifier
 from app.keystore import load_or_create_master_key, open_keystore
 from app.server import _export_settings, bootstrap
+from app.services.security import TokenVerifier
 
 
 def test_first_start_creates_files_and_prints_token_once(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """deploy/k8s: schema validation (kubernetes-validate ships the Kubernetes JSON schemas, so it runs offline)
-and the fields the README (Operating Keystream) relies on."""
+and the fields docs/operations.md (Kubernetes) relies on."""
 
 from __future__ import annotations
 

@@ -9,9 +9,6 @@ is read up to ``batch_max_bytes`` (413 beyond, checked on Content-Length first) 
 from __future__ import annotations
 
 import base64
-import binascii
-import functools
-import time
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
@@ -21,14 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 from starlette.requests import ClientDisconnect
 
-import aescore
-from app.api.deps import JsonBody, PrincipalDep, StateDep, from_cache
-from app.core.errors import BadRequestError, KeystreamError, PayloadTooLargeError, error_body
-from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
-from app.core.offload import run_crypto
-from app.core.state import ServiceState
-from app.formats.sealed import SealedDecryptor, SealedEncryptor
-from app.keycache import ResolvedKey
+from app.api.deps import JsonBody, PrincipalDep, StateDep
+from app.api.errors import error_body
+from app.api.params import BACKEND_DESCRIPTION, check_associated_data, decode_base64
+from app.api.state import ServiceState
+from app.errors import BadRequestError, KeystreamError, PayloadTooLargeError
+from app.services.crypto_step import run_timed
+from app.services.keys import decryption_keys, encryption_key, sealed_encryptor
 
 router = APIRouter(prefix="/v1/keys", tags=["batch"])
 
@@ -36,15 +32,7 @@ router = APIRouter(prefix="/v1/keys", tags=["batch"])
 BATCH_INLINE_MAX_ITEMS = 4
 BATCH_INLINE_MAX_BYTES = 16 * 1024
 
-BackendQuery = Annotated[
-    str | None,
-    Query(
-        description=(
-            "backend to use; default from settings. `python` is NOT constant-time (table-based AES, "
-            "cache-timing exposure on shared hosts): disable it with KEYSTREAM_ENABLED_BACKENDS"
-        )
-    ),
-]
+BackendQuery = Annotated[str | None, Query(description=BACKEND_DESCRIPTION)]
 VersionQuery = Annotated[int | None, Query(ge=1, description="key version (default: latest / try all)")]
 
 
@@ -93,15 +81,6 @@ async def read_limited(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def _b64(field: str, value: str | None) -> bytes:
-    if value is None:
-        return b""
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRequestError(f"{field} must be base64") from None
-
-
 def _item_error(exc: KeystreamError, reference: str | None) -> dict[str, Any]:
     result: dict[str, Any] = error_body(exc.code, exc.message)
     result["reference"] = reference
@@ -125,30 +104,9 @@ async def _parse(request: Request, state: ServiceState, model: type[BaseModel]) 
     return parsed
 
 
-async def _run_timed(
-    backend: aescore.Backend, operation: str, items: int, nbytes: int, work: Callable[[], list[Any]]
-) -> list[Any]:
-    seconds = CRYPTO_SECONDS.labels(backend=backend.name, operation=operation, format="sealed")
-    CRYPTO_BYTES.labels(backend=backend.name, operation=operation).inc(nbytes)
-
-    def timed() -> list[Any]:
-        start = time.perf_counter()
-        try:
-            return work()
-        finally:
-            seconds.observe(time.perf_counter() - start)
-
-    # Each item costs tens of microseconds of Python (HKDF, HMAC setup): only a handful run inline.
-    return await run_crypto(
-        backend, nbytes, BATCH_INLINE_MAX_BYTES if items <= BATCH_INLINE_MAX_ITEMS else -1, timed
-    )
-
-
-def _check_ad(state: ServiceState, ad: bytes) -> None:
-    if len(ad) > state.settings.max_associated_data:
-        raise PayloadTooLargeError(
-            f"associated data is {len(ad)} bytes; the limit is {state.settings.max_associated_data}"
-        )
+def _inline_max(items: int) -> int:
+    """Each item costs tens of microseconds of Python (HKDF, HMAC setup): only a handful run inline."""
+    return BATCH_INLINE_MAX_BYTES if items <= BATCH_INLINE_MAX_ITEMS else -1
 
 
 def _each_item(
@@ -162,9 +120,9 @@ def _each_item(
     results: list[dict[str, Any]] = []
     for item in items:
         try:
-            data = _b64(input_field, getattr(item, input_field))
-            ad = _b64("associated_data", item.associated_data)
-            _check_ad(state, ad)
+            data = decode_base64(input_field, getattr(item, input_field))
+            ad = decode_base64("associated_data", item.associated_data)
+            check_associated_data(ad, state.settings.max_associated_data)
             output, version = transform(data, ad)
         except KeystreamError as exc:
             results.append(_item_error(exc, item.reference))
@@ -196,25 +154,18 @@ async def encrypt_batch(
     principal.require("encrypt", name)
     chosen = state.backends.get(backend)
     batch: EncryptBatch = await _parse(request, state, EncryptBatch)
-    if key_version is not None:
-        candidates = await from_cache(
-            lambda cached: state.keycache.decryption_candidates(name, chosen, key_version, cached_only=cached)
-        )
-        resolved = candidates[0]
-    else:
-        resolved = await from_cache(
-            lambda cached: state.keycache.resolve(name, None, chosen, cached_only=cached)
-        )
+    resolved = await encryption_key(state.keycache, name, chosen, key_version)
 
     def seal(plaintext: bytes, ad: bytes) -> tuple[bytes, int | None]:
-        encryptor = SealedEncryptor(resolved.material, resolved.key_type, resolved.segment_size, ad, chosen)
+        encryptor = sealed_encryptor(resolved, ad, chosen)
         return encryptor.update(plaintext) + encryptor.finalize(), resolved.version
 
     def work() -> list[dict[str, Any]]:
         return _each_item(state, batch.items, "plaintext", "ciphertext", seal)
 
     nbytes = sum(len(item.plaintext) * 3 // 4 for item in batch.items)
-    return {"results": await _run_timed(chosen, "encrypt", len(batch.items), nbytes, work)}
+    inline_max = _inline_max(len(batch.items))
+    return {"results": await run_timed(chosen, "encrypt", "sealed", nbytes, inline_max, work)}
 
 
 @router.post("/{name}/decrypt/batch", dependencies=[JsonBody])
@@ -234,24 +185,17 @@ async def decrypt_batch(
     principal.require("decrypt", name)
     chosen = state.backends.get(backend)
     batch: DecryptBatch = await _parse(request, state, DecryptBatch)
-    candidates: list[ResolvedKey] = await from_cache(
-        lambda cached: state.keycache.decryption_candidates(name, chosen, key_version, cached_only=cached)
-    )
-    pairs = [(candidate.version, candidate.material) for candidate in candidates]
-    first = candidates[0]
     # Cached metadata may predate a rotation by another worker: an item that verifies under no cached version
-    # triggers one fresh read of the key's versions for the whole batch (functools.cache), not one per item.
-    refreshed = functools.cache(functools.partial(state.keycache.refreshed_candidates, name, chosen))
-    more = refreshed if key_version is None else None
+    # triggers one fresh read of the key's versions for the whole batch, not one per item.
+    keys = await decryption_keys(state.keycache, name, chosen, key_version)
 
     def open_(ciphertext: bytes, ad: bytes) -> tuple[bytes, int | None]:
-        decryptor = SealedDecryptor(
-            pairs, first.key_type, first.segment_size, ad, chosen, more_candidates=more
-        )
+        decryptor = keys.sealed_decryptor(ad, chosen)
         return decryptor.update(ciphertext) + decryptor.finalize(), decryptor.version
 
     def work() -> list[dict[str, Any]]:
         return _each_item(state, batch.items, "ciphertext", "plaintext", open_)
 
     nbytes = sum(len(item.ciphertext) * 3 // 4 for item in batch.items)
-    return {"results": await _run_timed(chosen, "decrypt", len(batch.items), nbytes, work)}
+    inline_max = _inline_max(len(batch.items))
+    return {"results": await run_timed(chosen, "decrypt", "sealed", nbytes, inline_max, work)}

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
-from app.core.errors import BadRequestError, ForbiddenError
-from app.keystore.base import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
+from app.errors import BadRequestError, ForbiddenError
+from app.keystore import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 

@@ -12,9 +12,9 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.api.deps import PrincipalDep, StateDep
-from app.core.errors import ServiceUnavailableError
-from app.core.streaming import DuplexStreamingResponse
+from app.api.streaming import DuplexStreamingResponse
 from app.core.telemetry import render_metrics
+from app.errors import ServiceUnavailableError
 
 router = APIRouter(tags=["ops"])
 echo_router = APIRouter(tags=["bench"])

@@ -15,9 +15,9 @@ from fastapi import APIRouter, Depends, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import AdminDep, JsonBody, StateDep
-from app.core.errors import ForbiddenError
-from app.core.security import Principal, new_token
+from app.errors import ForbiddenError
 from app.keystore import TokenRecord
+from app.services.security import Principal, new_token
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 

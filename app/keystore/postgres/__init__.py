@@ -7,15 +7,16 @@
 
 Modules: :mod:`.store` (the :class:`PostgresKeyStore`), :mod:`._database` (pool, retries, outage errors),
 :mod:`._schema` (migrations under an advisory lock, master-key check), :mod:`._keys` and :mod:`._tokens`
-(SQL), :mod:`._changes` (the ordered change log), :mod:`._url` (URLs kept out of messages). Importing this
-package does not import psycopg; opening a store does.
+(SQL), :mod:`._changes` (the ordered change log); :mod:`app.core.database_url` keeps URLs out of messages.
+Importing this package does not import psycopg; opening a store does.
 """
 
 from __future__ import annotations
 
+from app.core.database_url import check_database_url, describe_database_url
+
 from ._changes import CHANGE_KINDS, Change, ChangeBatch
 from ._schema import MIGRATIONS, SCHEMA_VERSION
-from ._url import check_database_url, describe_database_url
 from .store import PostgresKeyStore
 
 __all__ = [

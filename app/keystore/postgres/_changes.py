@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from app.core.errors import BadRequestError
+from app.errors import BadRequestError
 
-from ..base import check_integer, utc_now
+from ..base import utc_now
+from ..checks import check_integer
 
 if TYPE_CHECKING:
     from ._database import Connection

@@ -27,10 +27,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from app.core.errors import ServiceUnavailableError
+from app.core.database_url import describe_database_url, redact
+from app.errors import ServiceUnavailableError
 
 from ..errors import KeystoreUnavailableError
-from ._url import describe_database_url, redact
 
 if TYPE_CHECKING:
     import psycopg
@@ -70,7 +70,7 @@ class Database:
     """A pool of connections to one PostgreSQL database.
 
     Args:
-        url: a ``postgresql://`` URL; kept private (see :mod:`._url`).
+        url: a ``postgresql://`` URL; kept private (see :mod:`app.core.database_url`).
         pool_size: most connections open at once.
         wait_timeout: seconds a unit of work waits for a free connection before giving up.
         connect_timeout: seconds one connection attempt may take.

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from app.core.errors import KeyNotFoundError
+from app.errors import KeyNotFoundError
 
 from ..base import KeyInfo, KeyVersionInfo, utc_now
 

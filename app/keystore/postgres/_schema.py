@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..base import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE, utc_now
+from ..base import utc_now
+from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 from ..master import MasterKeyError, make_master_key_check, master_key_matches
 from ..sqlite import KeystoreSchemaError, Migration
 from ._changes import CHANGE_KINDS

@@ -13,7 +13,8 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from app.core.errors import (
+from app.core.database_url import check_database_url
+from app.errors import (
     ConflictError,
     DeletionNotAllowedError,
     KeyExistsError,
@@ -22,12 +23,10 @@ from app.core.errors import (
     TokenNotFoundError,
 )
 
-from ..base import (
+from ..base import KeyInfo, KeyStore, TokenRecord, utc_now
+from ..checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
-    KeyInfo,
-    KeyStore,
-    TokenRecord,
     check_bool,
     check_integer,
     check_key_name,
@@ -37,14 +36,12 @@ from ..base import (
     check_token_id,
     check_token_record,
     key_type_for_material,
-    utc_now,
 )
 from ..master import check_master_key, unwrap_key_material, wrap_key_material
 from ..sqlite import Migration
 from . import _changes, _keys, _schema, _tokens
 from ._changes import ChangeBatch
 from ._database import Database
-from ._url import check_database_url
 
 if TYPE_CHECKING:
     from ._database import Connection

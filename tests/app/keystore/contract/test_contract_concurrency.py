@@ -2,7 +2,7 @@
 writers, whether they are threads sharing one store or two stores (two workers, two replicas).
 
 Runs against each implementation (see ``conftest.py``). The one-store tests repeat the ones of
-``test_keystore_concurrency.py``; the two-store ones are new.
+``tests/app/keystore/sqlite/test_concurrency.py``; the two-store ones are new.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from app.core.errors import KeyExistsError
+from app.errors import KeyExistsError
 from app.keystore import KeyStore
 from tests.app.keystore.contract.conftest import Backing
 
@@ -80,7 +80,7 @@ def test_concurrent_creates_of_one_name_let_exactly_one_win(backing: Backing, ma
                     stores[index % 2].import_key(name, bytes([index]) * 32)
                 winners.append(index)
             except KeyExistsError as exc:
-                assert exc.status_code == 409
+                assert exc.code == "key_exists"
                 losers.append(index)
 
         assert run_threads(THREADS, create) == []

@@ -1,7 +1,7 @@
 """The keystore contract for keys: every method, its validation and errors, persistence and the master key.
 
 Runs against each implementation (see ``conftest.py``). Built from the implementation-neutral tests of
-``test_keystore_sqlite.py``.
+``tests/app/keystore/sqlite/test_store.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.core.errors import (
+from app.errors import (
     BadRequestError,
     DeletionNotAllowedError,
     KeyExistsError,
@@ -60,7 +60,7 @@ def test_create_existing_key_conflicts(store: KeyStore) -> None:
     material = store.key_material("orders", 1)
     with pytest.raises(KeyExistsError, match="'orders' already exists") as caught:
         store.create_key("orders", "aes128")
-    assert caught.value.status_code == 409
+    assert caught.value.code == "key_exists"
     with pytest.raises(KeyExistsError):
         store.import_key("orders", bytes(16))
     assert store.key_material("orders", 1) == material
@@ -121,7 +121,7 @@ def test_get_key(store: KeyStore) -> None:
     assert store.get_key("orders") == created
     with pytest.raises(KeyNotFoundError, match="'nothing' not found") as caught:
         store.get_key("nothing")
-    assert caught.value.status_code == 404
+    assert caught.value.code == "key_not_found"
     with pytest.raises(BadRequestError):
         store.get_key("no/such")
 
@@ -160,7 +160,7 @@ def test_key_material_errors(store: KeyStore) -> None:
     store.create_key("orders")
     with pytest.raises(KeyVersionNotFoundError, match="no version 2 \\(versions 1 to 1\\)") as caught:
         store.key_material("orders", 2)
-    assert caught.value.status_code == 404
+    assert caught.value.code == "key_version_not_found"
     with pytest.raises(KeyVersionNotFoundError):
         store.key_material("orders", 0)
     with pytest.raises(KeyVersionNotFoundError):
@@ -218,7 +218,7 @@ def test_delete_key_needs_deletion_allowed(store: KeyStore) -> None:
     store.rotate_key("orders")
     with pytest.raises(DeletionNotAllowedError, match="set deletion_allowed") as caught:
         store.delete_key("orders")
-    assert caught.value.status_code == 409
+    assert caught.value.code == "deletion_not_allowed"
     assert store.get_key("orders").latest_version == 2
     store.update_key("orders", deletion_allowed=True)
     store.delete_key("orders")

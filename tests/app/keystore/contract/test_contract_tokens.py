@@ -1,7 +1,7 @@
 """The keystore contract for API tokens: stored as given (a hash, never a secret), listed oldest first.
 
 Runs against each implementation (see ``conftest.py``). Built from the implementation-neutral tests of
-``test_keystore_sqlite.py``.
+``tests/app/keystore/sqlite/test_store.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from app.core.errors import BadRequestError, ConflictError, TokenNotFoundError
+from app.errors import BadRequestError, ConflictError, TokenNotFoundError
 from app.keystore import KeyStore, TokenRecord
 from tests.app.keystore.contract.conftest import Backing
 
@@ -50,11 +50,11 @@ def test_token_conflict_and_not_found(store: KeyStore) -> None:
     store.create_token(first)
     with pytest.raises(ConflictError, match="'tok1' already exists") as conflict:
         store.create_token(token())
-    assert conflict.value.status_code == 409
+    assert conflict.value.code == "conflict"
     assert store.get_token("tok1") == first  # the second hash did not overwrite the first
     with pytest.raises(TokenNotFoundError) as caught:
         store.get_token("other")
-    assert caught.value.status_code == 404
+    assert caught.value.code == "token_not_found"
     with pytest.raises(TokenNotFoundError):
         store.delete_token("other")
     with pytest.raises(BadRequestError, match="invalid token id"):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from app.core.errors import BadRequestError, DeletionNotAllowedError, KeyExistsError, KeyNotFoundError
+from app.errors import BadRequestError, DeletionNotAllowedError, KeyExistsError, KeyNotFoundError
 from app.keystore import TokenRecord
 from app.keystore.postgres import Change, PostgresKeyStore
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from app.core.errors import KeyExistsError
+from app.errors import KeyExistsError
 from app.keystore.postgres import PostgresKeyStore
 
 Raw = psycopg.Connection[tuple[object, ...]]

@@ -54,7 +54,7 @@ def test_rows_moved_between_keys_do_not_unwrap(pg_store: PostgresKeyStore, raw: 
     )
     with pytest.raises(KeyUnwrapError, match="version 1 of key 'a'") as caught:
         pg_store.key_material("a", 1)
-    assert caught.value.status_code == 503
+    assert caught.value.code == "key_unwrap_failed"
     assert len(pg_store.key_material("b", 1)) == 32
 
 
@@ -105,3 +105,9 @@ def test_the_sqlite_keystore_never_imports_psycopg(tmp_path: Path) -> None:
         "assert not [name for name in sys.modules if name.startswith('psycopg')], sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=60)
+
+
+def test_a_missing_driver_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, master_key: bytes) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg_pool", None)  # as if the postgres extra were not installed
+    with pytest.raises(KeystoreUnavailableError, match=r"pip install 'keystream\[postgres\]'"):
+        PostgresKeyStore("postgresql://ks:pw@127.0.0.1:1/keys", master_key)

@@ -1,0 +1,201 @@
+"""The one place where errors become HTTP: status codes, the JSON error shape, headers, handlers.
+
+Every error the service returns has the shape ``{"error": {"code": "...", "message": "..."}}``. Domain code
+raises :mod:`app.errors` (and the few subclasses defined next to the code that raises them); this module
+gives each class its status::
+
+    KeystreamError                          400 (base; never raised itself)
+    ├── BadRequestError                     400 bad_request
+    ├── DecryptionFailedError               400 decryption_failed
+    │   └── SealedDecryptionError           400   (app.formats.sealed: names the failed segment)
+    ├── UnauthorizedError                   401 unauthorized         + WWW-Authenticate: Bearer
+    ├── ForbiddenError                      403 forbidden
+    ├── NotFoundError                       404 not_found
+    │   ├── KeyNotFoundError                404 key_not_found
+    │   ├── KeyVersionNotFoundError         404 key_version_not_found
+    │   └── TokenNotFoundError              404 token_not_found
+    ├── ConflictError                       409 conflict
+    │   ├── KeyExistsError                  409 key_exists
+    │   └── DeletionNotAllowedError         409 deletion_not_allowed
+    ├── PayloadTooLargeError                413 payload_too_large
+    ├── UnsupportedMediaTypeError           415 unsupported_media_type
+    ├── ValidationError                     422 validation_error
+    └── ServiceUnavailableError             503 unavailable
+        ├── BackendUnavailableError         503 backend_unavailable
+        ├── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
+        └── KeystoreUnavailableError        503 keystore_unavailable + Retry-After (app.keystore.errors)
+
+A subclass without an entry of its own takes its nearest ancestor's status. Besides the hierarchy, FastAPI's
+request validation becomes 422 ``validation_error``, Starlette's ``HTTPException`` (404 for unknown paths,
+405...) keeps its status, and any other exception becomes 500 ``internal_error`` without a traceback
+(:class:`UnexpectedErrorMiddleware`). Messages never contain key material, tokens or tracebacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import (
+    BadRequestError,
+    ConflictError,
+    DecryptionFailedError,
+    ForbiddenError,
+    KeystreamError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ServiceUnavailableError,
+    UnauthorizedError,
+    UnsupportedMediaTypeError,
+    ValidationError,
+)
+from app.keystore.errors import KeystoreUnavailableError
+
+#: HTTP status per error class; subclasses inherit their ancestor's (see :func:`http_status`).
+STATUS_BY_ERROR: dict[type[KeystreamError], int] = {
+    KeystreamError: 400,
+    BadRequestError: 400,
+    DecryptionFailedError: 400,
+    UnauthorizedError: 401,
+    ForbiddenError: 403,
+    NotFoundError: 404,
+    ConflictError: 409,
+    PayloadTooLargeError: 413,
+    UnsupportedMediaTypeError: 415,
+    ValidationError: 422,
+    ServiceUnavailableError: 503,
+}
+
+_HTTP_CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+_logger = logging.getLogger("keystream.errors")
+
+
+def http_status(exc: KeystreamError) -> int:
+    """The HTTP status of ``exc``: its class's entry in :data:`STATUS_BY_ERROR`, else its nearest ancestor's
+    (400 for a class outside the hierarchy's table)."""
+    for klass in type(exc).__mro__:
+        status = STATUS_BY_ERROR.get(klass)
+        if status is not None:
+            return status
+    return 400
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    """The one error shape of the service."""
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(
+    status_code: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    """A JSON error response in the service's shape."""
+    return JSONResponse(error_body(code, message), status_code=status_code, headers=headers)
+
+
+def keystream_error_response(exc: KeystreamError) -> Response:
+    """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``, an
+    unavailable keystore ``Retry-After``)."""
+    status = http_status(exc)
+    headers: dict[str, str] = {}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, KeystoreUnavailableError):
+        headers["Retry-After"] = str(exc.retry_after_seconds)
+    return error_response(status, exc.code, exc.message, headers or None)
+
+
+def _keystream_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, KeystreamError)
+    return keystream_error_response(exc)
+
+
+def _validation_message(errors: Sequence[Any]) -> str:
+    """Summarise pydantic errors by location and message only: inputs are never echoed (they may be keys)."""
+    parts = []
+    for error in list(errors)[:5]:
+        location = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "request"
+        parts.append(f"{location}: {error.get('msg', 'invalid')}")
+    more = len(errors) - 5
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _request_validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(422, "validation_error", _validation_message(exc.errors()))
+
+
+def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    return error_response(exc.status_code, code, message, dict(exc.headers) if exc.headers else None)
+
+
+class UnexpectedErrorMiddleware:
+    """Outermost user middleware: an unexpected exception becomes a 500 JSON error without traceback.
+
+    The log line names the exception type and the route and carries the traceback's frames, never the
+    exception's message (which could quote request data). When the response has already started the
+    exception is re-raised so the server aborts the connection: a client must never see a cleanly ended body
+    after a failure (the sealed-decrypt rule).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:
+                raise
+            route = getattr(scope.get("route"), "path", "unmatched")
+            frames = "".join(traceback.format_tb(exc.__traceback__))
+            _logger.error("unhandled %s on %s %s\n%s", type(exc).__name__, scope.get("method"), route, frames)
+            response = error_response(500, "internal_error", "internal server error")
+            await response(scope, receive, send)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every error to ``{"error": {"code", "message"}}`` (see the module docstring for the statuses).
+
+    :class:`~app.errors.KeystreamError` gets :func:`http_status` and its code; FastAPI's request validation
+    becomes 422 ``validation_error``; Starlette's ``HTTPException`` keeps its status; any other exception
+    becomes 500 ``internal_error`` through :class:`UnexpectedErrorMiddleware`.
+    """
+    app.add_exception_handler(KeystreamError, _keystream_error)
+    app.add_exception_handler(RequestValidationError, _request_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_middleware(UnexpectedErrorMiddleware)

@@ -1,0 +1,48 @@
+"""HTTP request metrics: in-flight requests and durations, labelled by route template.
+
+The request histogram is labelled by route *template* (``/v1/keys/{name}/encrypt``), never by the raw path,
+so key names never reach a label. Unmatched paths share the label ``unmatched``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from prometheus_client import Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.core.metrics import HTTP_REQUEST_SECONDS, INFLIGHT_REQUESTS
+
+
+class HttpMetricsMiddleware:
+    """Counts in-flight requests and times each one, from first byte received to last byte sent."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def timed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        INFLIGHT_REQUESTS.inc()
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            INFLIGHT_REQUESTS.dec()
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            _request_seconds(route, scope.get("method", ""), status).observe(time.perf_counter() - start)
+
+
+@functools.lru_cache(maxsize=1024)  # bounded like the label set: route templates x methods x statuses
+def _request_seconds(route: str, method: str, status: int) -> Histogram:
+    return HTTP_REQUEST_SECONDS.labels(route=route, method=method, status=str(status))

@@ -1,0 +1,125 @@
+"""The streaming pump: request body in, transformed body out, through a
+:class:`~app.services.crypto_step.CryptoStep`.
+
+Bodies are never buffered whole. Work that leaves the event loop (sealed segments, slow backends) runs in a
+three-stage :func:`~app.services.pipeline.pipeline` (receive, transform in a worker thread, send), each stage
+holding about one segment; inline work (raw AES-NI) transforms each chunk before the next is read. Either way
+memory stays flat and backpressure reaches the client through TCP. Small bodies (Content-Length up to
+``small_body_max_bytes``) skip the machinery and are transformed in one call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from app.api.errors import error_response
+from app.api.params import CryptoParams
+from app.api.streaming import DuplexStreamingResponse, StreamAbortedError
+from app.errors import KeystreamError
+from app.services.crypto_step import CryptoStep
+from app.services.pipeline import pipeline, send_pieces
+
+
+async def pump(
+    step: CryptoStep, chunks: AsyncGenerator[bytes, None], ready: list[bytes], finished: bool
+) -> AsyncIterator[bytes]:
+    """Yield ``ready`` output, then transform the rest of the request body chunk by chunk.
+
+    A client disconnect ends the generator quietly (no state survives it); a crypto or format error after the
+    response started becomes :class:`~app.api.streaming.StreamAbortedError` so the server drops the
+    connection.
+
+    Raises:
+        StreamAbortedError: the transform failed after output was sent.
+    """
+    try:
+        for chunk in ready:
+            yield chunk
+        ready.clear()
+        if finished:
+            return
+        if step.offloads:
+            # Receive, transform (in a worker thread) and send overlap: see pipeline().
+            staged = pipeline(chunks, step.update, step.finalize, step.pipeline_bytes)
+            async with contextlib.aclosing(staged) as outputs:
+                async for out in outputs:
+                    yield out
+            return
+        async for chunk in chunks:
+            for piece in send_pieces(await step.update(chunk)):
+                yield piece
+        for piece in send_pieces(await step.finalize()):
+            yield piece
+    except ClientDisconnect:
+        return
+    except KeystreamError as exc:
+        raise StreamAbortedError(f"{exc.code}: {exc.message}") from exc
+    finally:
+        await chunks.aclose()
+
+
+async def small_body(request: Request, params: CryptoParams, limit: int) -> bytes | None:
+    """The whole body when its Content-Length is at most ``limit`` (a bounded read), else ``None``.
+
+    Small requests skip the streaming machinery (read-ahead task, chunked response): for 1 KiB messages
+    that machinery costs more than the crypto.
+
+    Raises:
+        ClientDisconnect: the client went away while the body was read.
+    """
+    if params.content_length is None or params.content_length > limit:
+        return None
+    return await request.body()
+
+
+def disconnected() -> Response:
+    """The answer to a client that closed the connection before its body was read (nobody will see it)."""
+    return error_response(400, "client_disconnected", "the client closed the connection")
+
+
+async def respond(
+    request: Request, params: CryptoParams, step: CryptoStep, headers: dict[str, str], limit: int
+) -> Response:
+    """Transform the body: in one call when small, else as a stream.
+
+    Raises:
+        KeystreamError: a small body failed to transform (a clean 4xx; nothing was sent).
+    """
+    try:
+        body = await small_body(request, params, limit)
+    except ClientDisconnect:
+        return disconnected()
+    if body is not None:
+        return Response(await step.run_whole(body), headers=headers, media_type="application/octet-stream")
+    return DuplexStreamingResponse(pump(step, request.stream(), [], False), headers=headers)
+
+
+async def first_output(
+    step: CryptoStep, chunks: AsyncGenerator[bytes, None]
+) -> tuple[list[bytes], bool] | None:
+    """Read until the step produced output (a sealed decrypt: the first segment verified) or the body ended.
+
+    Returns ``(ready output, finished)``, or ``None`` when the client disconnected (``chunks`` is closed).
+    So a bad first segment is a clean 400 before any response starts.
+
+    Raises:
+        KeystreamError: the transform failed (``chunks`` is closed).
+    """
+    ready: list[bytes] = []
+    try:
+        async for chunk in chunks:
+            ready += send_pieces(await step.update(chunk))
+            if ready:
+                return ready, False
+        ready += send_pieces(await step.finalize())
+        return ready, True
+    except ClientDisconnect:
+        await chunks.aclose()
+        return None
+    except BaseException:
+        await chunks.aclose()
+        raise

@@ -1,0 +1,58 @@
+"""What a running app holds (:class:`ServiceState`), and how the lifespan opens and closes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.config import Settings
+from app.keycache import KeyCache
+from app.keystore import KeyStore, open_keystore_for
+from app.services.backends import Backends, open_backends
+from app.services.security import TokenVerifier, install_root_token
+
+
+@dataclass
+class ServiceState:
+    """Everything a request handler needs; stored on ``app.state.keystream`` by the lifespan."""
+
+    settings: Settings
+    keystore: KeyStore
+    keycache: KeyCache
+    tokens: TokenVerifier
+    backends: Backends
+
+
+def open_state(settings: Settings) -> ServiceState:
+    """Open everything a request needs (blocking: call from a thread or at start-up).
+
+    Raises:
+        MasterKeyError: the master key is malformed or does not open the keystore.
+        KeystoreSchemaError: the database comes from a newer release.
+        ServiceUnavailableError: the keystore cannot be opened.
+        ValueError: ``root_token`` is not of the form ``ks_<id>_<secret>``.
+    """
+    keystore = open_keystore_for(settings)
+    try:
+        root = settings.root_token.get_secret_value() if settings.root_token else None
+        if root is not None:
+            install_root_token(keystore, root)
+        keycache = KeyCache(keystore, settings.key_cache_size, settings.key_metadata_ttl)
+        backends = open_backends(settings)
+    except BaseException:
+        keystore.close()
+        raise
+    return ServiceState(
+        settings=settings,
+        keystore=keystore,
+        keycache=keycache,
+        tokens=TokenVerifier(keystore, settings.token_cache_ttl),
+        backends=backends,
+    )
+
+
+def close_state(state: ServiceState) -> None:
+    """Stop the python-backend processes and close the keystore."""
+    if state.backends.offload is not None:
+        state.backends.offload.shutdown()
+    state.keycache.clear()
+    state.keystore.close()

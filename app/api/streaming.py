@@ -1,0 +1,62 @@
+"""A streaming response that only streams, for bodies produced while the request body is still being read.
+
+Starlette's ``StreamingResponse`` under ASGI spec < 2.4 (uvicorn advertises 2.3) runs a second task that
+reads ``receive()`` to watch for a disconnect. When the response is computed *from* the request body, that
+task steals ``http.request`` messages from the handler's ``request.stream()``: bytes go missing or the
+request hangs. :class:`DuplexStreamingResponse` never calls ``receive()``; the body generator reads the
+request itself and sees a disconnect as :class:`starlette.requests.ClientDisconnect`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
+
+from starlette.background import BackgroundTask
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+
+class StreamAbortedError(Exception):
+    """Raised after the response has started to make the server drop the connection without a clean end.
+
+    The message says what failed (e.g. which segment did not verify), never key material.
+    """
+
+
+class DuplexStreamingResponse(Response):
+    """Send ``content`` chunk by chunk; never listens on ``receive()``.
+
+    The generator owns the request stream: it must stop (return) on ``ClientDisconnect``. An exception raised
+    by the generator propagates after the headers were sent, so the server aborts the connection and the
+    client sees a truncated (invalid) chunked body rather than a clean end.
+    """
+
+    media_type = "application/octet-stream"
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+        background: BackgroundTask | None = None,
+    ) -> None:
+        self.body_iterator = content
+        self.status_code = status_code
+        if media_type is not None:
+            self.media_type = media_type
+        self.background = background
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with aclosing(self.body_iterator) as chunks:  # type: ignore[type-var]
+            await send(
+                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            )
+            async for chunk in chunks:
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if self.background is not None:
+            await self.background()

@@ -1,0 +1,109 @@
+"""The service's domain errors: what went wrong, in words a caller can act on, with no notion of HTTP.
+
+Formats, the keystore, the key cache and the services raise these; only :mod:`app.api.errors` turns them into
+HTTP responses (status, the ``{"error": {"code", "message"}}`` shape, headers), as Tink raises ``TinkError``
+and lets its caller decide. The tree and each class's HTTP status are drawn in that module's docstring.
+
+Every error carries a stable machine-readable :attr:`KeystreamError.code` and a :attr:`KeystreamError.message`
+that names what was wrong and what is allowed; a message never contains key material, tokens or tracebacks.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class KeystreamError(Exception):
+    """Base of every error the service reports to its caller."""
+
+    code: ClassVar[str] = "bad_request"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequestError(KeystreamError):
+    """The request is malformed or asks for something the key or format does not allow."""
+
+    code = "bad_request"
+
+
+class DecryptionFailedError(KeystreamError):
+    """Ciphertext does not authenticate under any allowed key version, or is malformed/truncated."""
+
+    code = "decryption_failed"
+
+
+class UnauthorizedError(KeystreamError):
+    """No bearer token, or one that does not verify."""
+
+    code = "unauthorized"
+
+
+class ForbiddenError(KeystreamError):
+    """The token verified but lacks the scope or key pattern the operation needs."""
+
+    code = "forbidden"
+
+
+class NotFoundError(KeystreamError):
+    """Something named in the request does not exist."""
+
+    code = "not_found"
+
+
+class KeyNotFoundError(NotFoundError):
+    code = "key_not_found"
+
+
+class KeyVersionNotFoundError(NotFoundError):
+    code = "key_version_not_found"
+
+
+class TokenNotFoundError(NotFoundError):
+    code = "token_not_found"
+
+
+class ConflictError(KeystreamError):
+    """The request conflicts with the stored state."""
+
+    code = "conflict"
+
+
+class KeyExistsError(ConflictError):
+    code = "key_exists"
+
+
+class DeletionNotAllowedError(ConflictError):
+    code = "deletion_not_allowed"
+
+
+class PayloadTooLargeError(KeystreamError):
+    """A body, an item or a message exceeds a configured or format limit."""
+
+    code = "payload_too_large"
+
+
+class UnsupportedMediaTypeError(KeystreamError):
+    """The body's content type is not the one the operation reads."""
+
+    code = "unsupported_media_type"
+
+
+class ValidationError(KeystreamError):
+    """A parameter has the wrong type or is out of range (the message names it and the allowed values)."""
+
+    code = "validation_error"
+
+
+class ServiceUnavailableError(KeystreamError):
+    """The service cannot do this right now (storage unavailable, key material unusable...)."""
+
+    code = "unavailable"
+
+
+class BackendUnavailableError(ServiceUnavailableError):
+    """The chosen crypto backend is enabled but cannot run on this machine."""
+
+    code = "backend_unavailable"

@@ -1,0 +1,67 @@
+"""The sealed format: Google Tink's ``AesCtrHmacStreaming`` streaming AEAD, byte for byte.
+
+Wire format (all integers big-endian)::
+
+    ciphertext = header | segment_0 | segment_1 | ... | segment_n
+    header     = header_length (1 byte, = 1 + D + 7) | salt (D bytes, random) | nonce_prefix (7 bytes, random)
+    segment_i  = AES-CTR(aes_key, nonce_i, plaintext_i) | HMAC-SHA256(mac_key, nonce_i | ciphertext_i)
+    nonce_i    = nonce_prefix (7) | i (u32) | last (1 byte: 1 for segment_n, else 0) | 0x00000000 (4)
+
+``D`` is the derived key size: 16 for aes128 keys, 32 for aes256 keys (Tink's ``AES128_CTR_HMAC_SHA256_*`` and
+``AES256_CTR_HMAC_SHA256_*`` templates) and 24 for aes192 keys (the same construction, but Tink has no such
+template, so aes192 ciphertexts do not decrypt with Tink). Per message, ``HKDF-SHA256(ikm = key material,
+salt, info = associated data)`` yields ``D + 32`` bytes: the AES key, then the HMAC key. ``nonce_i`` is the
+initial counter block of segment ``i``; the counter counts AES blocks in its low 32 bits, which a segment of
+at most 2**31 bytes never carries out of.
+
+Every ciphertext segment is ``segment_size`` bytes (a property of the key, tag included) except the first,
+which is ``header_length`` bytes shorter so that header and first segment together fill one segment, and
+the last, which may be shorter (at least the 32-byte tag: an empty plaintext is one empty last segment).
+Since the last-segment flag is authenticated, truncation at a segment boundary, appended data and reordered
+segments all fail the tag check.
+
+The package: :mod:`.format` (sizes, header, nonces, HKDF, the format's errors), :mod:`.segments` (per-message
+keys and the segment buffer), :mod:`.encryptor` and :mod:`.decryptor`. Import from here.
+"""
+
+from __future__ import annotations
+
+from .decryptor import SealedDecryptor
+from .encryptor import SealedEncryptor
+from .format import (
+    DERIVED_KEY_SIZE,
+    HMAC_KEY_SIZE,
+    MAX_SEGMENT_SIZE,
+    MAX_SEGMENTS,
+    NONCE_PREFIX_SIZE,
+    PIECE_SIZE,
+    TAG_SIZE,
+    AlreadyFinalizedError,
+    SealedDecryptionError,
+    ciphertext_length,
+    derive_keys,
+    header_length,
+    min_segment_size,
+    segment_nonce,
+    validate_segment_size,
+)
+
+__all__ = [
+    "DERIVED_KEY_SIZE",
+    "HMAC_KEY_SIZE",
+    "MAX_SEGMENTS",
+    "MAX_SEGMENT_SIZE",
+    "NONCE_PREFIX_SIZE",
+    "PIECE_SIZE",
+    "TAG_SIZE",
+    "AlreadyFinalizedError",
+    "SealedDecryptionError",
+    "SealedDecryptor",
+    "SealedEncryptor",
+    "ciphertext_length",
+    "derive_keys",
+    "header_length",
+    "min_segment_size",
+    "segment_nonce",
+    "validate_segment_size",
+]

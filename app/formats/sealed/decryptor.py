@@ -1,0 +1,291 @@
+"""Decrypt and verify a sealed stream (see :mod:`app.formats.sealed` for the wire format)."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Iterable, Sequence
+
+import aescore
+
+from .format import (
+    MAX_SEGMENTS,
+    PIECE_SIZE,
+    SHA256,
+    TAG_SIZE,
+    AlreadyFinalizedError,
+    SealedDecryptionError,
+    as_bytes,
+    as_view,
+    check_ikm,
+    derive_keys,
+    derived_key_size_of,
+    header_length,
+    segment_nonce,
+    validate_segment_size,
+)
+from .segments import SegmentBuffer, SegmentKeys
+
+__all__ = ["SealedDecryptor"]
+
+
+class SealedDecryptor:
+    """Decrypt and verify a sealed stream; plaintext leaves only after its segment's tag verifies.
+
+    A full-length segment is opened only once a byte beyond it has arrived (then it is not the last) or at
+    :meth:`finalize` (then it is the last), so the last-segment flag is checked exactly as written. The first
+    segment's tag is tried against each candidate key version, newest first; the version that verifies is
+    kept for the rest of the message.
+
+    Args:
+        candidates: ``(version, ikm)`` pairs, newest first; at least one.
+        key_type: ``aes128``, ``aes192`` or ``aes256``.
+        segment_size: the key's ciphertext segment size (all versions of a key share it).
+        associated_data: must equal the encryptor's.
+        backend: the aescore backend doing the CTR work.
+        more_candidates: called at most once, when the first segment verifies under none of ``candidates``
+            (so before any plaintext was released); returns ``(version, ikm)`` pairs to try as well, e.g. the
+            versions of a fresh read of the key's metadata when the caller's copy may be stale (another
+            worker process rotated the key). Pairs already tried are skipped. Its exceptions propagate.
+
+    Raises:
+        TypeError: wrong argument types.
+        ValueError: no candidates, unknown ``key_type``, too short key material or unusable ``segment_size``.
+    """
+
+    __slots__ = (
+        "_associated_data",
+        "_backend",
+        "_candidates",
+        "_derived_size",
+        "_done",
+        "_first_size",
+        "_header_size",
+        "_index",
+        "_key_type",
+        "_keys",
+        "_more_candidates",
+        "_nonce_prefix",
+        "_pending",
+        "_salt",
+        "_segment_size",
+        "_version",
+    )
+
+    def __init__(
+        self,
+        candidates: Sequence[tuple[int, bytes]],
+        key_type: str,
+        segment_size: int,
+        associated_data: bytes,
+        backend: aescore.Backend,
+        *,
+        more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None = None,
+    ) -> None:
+        self._derived_size = derived_key_size_of(key_type)
+        validate_segment_size(key_type, segment_size)
+        if not candidates:
+            raise ValueError("candidates must hold at least one (version, key material) pair")
+        self._candidates = self._checked(candidates)
+        self._more_candidates = more_candidates
+        self._associated_data = as_bytes("associated_data", associated_data)
+        self._backend = backend
+        self._key_type = key_type
+        self._segment_size = segment_size
+        self._header_size = header_length(key_type)
+        self._first_size = segment_size - self._header_size
+        self._pending = SegmentBuffer(segment_size)
+        self._salt: bytes | None = None
+        self._nonce_prefix = b""
+        self._keys: SegmentKeys | None = None
+        self._version: int | None = None
+        self._index = 0
+        self._done = False
+
+    def _checked(self, candidates: Iterable[tuple[int, bytes]]) -> tuple[tuple[int, bytes], ...]:
+        checked: list[tuple[int, bytes]] = []
+        for version, ikm in candidates:
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise TypeError(f"key version must be an int, got {type(version).__name__}")
+            material = as_bytes("ikm", ikm)
+            check_ikm(material, self._derived_size)
+            checked.append((version, material))
+        return tuple(checked)
+
+    @property
+    def version(self) -> int | None:
+        """The key version whose key verified the first segment (``None`` until then)."""
+        return self._version
+
+    @property
+    def segments_verified(self) -> int:
+        """Segments verified (and released) so far."""
+        return self._index
+
+    @property
+    def buffered(self) -> int:
+        """Ciphertext bytes held until their segment is complete (at most one segment)."""
+        return self._pending.fill
+
+    def _fail(self, message: str, segment_index: int | None) -> SealedDecryptionError:
+        self._done = True
+        return SealedDecryptionError(message, segment_index=segment_index, plaintext_released=self._index > 0)
+
+    def update(self, data: bytes | bytearray | memoryview) -> bytes:
+        """Feed ciphertext; returns the plaintext of every segment verified by this call (maybe empty).
+
+        Raises:
+            TypeError: ``data`` is not bytes-like.
+            AlreadyFinalizedError: called after :meth:`finalize` or after a failure.
+            SealedDecryptionError: (a :class:`DecryptionFailedError`) bad header, a segment that does not
+                verify (wrong key or associated data, tampering, reordering) or too many segments; the message
+                names the segment, ``plaintext_released`` says whether earlier plaintext was returned.
+        """
+        return b"".join(self.update_pieces(data))
+
+    def update_pieces(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """:meth:`update`, the plaintext as pieces of at most :data:`PIECE_SIZE` bytes (their concatenation).
+
+        Raises:
+            TypeError, AlreadyFinalizedError, SealedDecryptionError: as :meth:`update`.
+        """
+        view = as_view(data)
+        if self._done:
+            raise AlreadyFinalizedError("this SealedDecryptor is finalized (or failed); start a new one")
+        parts: list[bytes] = []
+        try:
+            self._consume(view, parts)
+        except BaseException:
+            self._done = True
+            raise
+        return parts
+
+    def _consume(self, view: memoryview, parts: list[bytes]) -> None:
+        position, end = 0, len(view)
+        pending = self._pending
+        if self._salt is None:
+            position = min(self._header_size - pending.fill, end)
+            pending.append(view[:position])
+            if pending.fill < self._header_size:
+                return
+            self._parse_header(bytes(pending.contents()))
+            pending.fill = 0
+        while True:
+            size = self._first_size if self._index == 0 else self._segment_size
+            if pending.fill:
+                take = min(size - pending.fill, end - position)
+                pending.append(view[position : position + take])
+                position += take
+                if pending.fill < size or position == end:
+                    return  # wait for a byte beyond this segment, or for finalize()
+                parts += self._open(pending.contents(), False)
+                pending.fill = 0
+            elif end - position > size:
+                parts += self._open(view[position : position + size], False)
+                position += size
+            else:
+                pending.append(view[position:])
+                return
+
+    def _parse_header(self, header: bytes) -> None:
+        if header[0] != self._header_size:
+            raise self._fail(
+                f"sealed ciphertext header is invalid: its length byte says {header[0]}, a {self._key_type} "
+                f"key needs {self._header_size} (wrong key type, or not a sealed ciphertext)",
+                None,
+            )
+        self._salt = header[1 : 1 + self._derived_size]
+        self._nonce_prefix = header[1 + self._derived_size :]
+
+    def _select_keys(self, index: int, nonce: bytes, body: memoryview, tag: memoryview) -> SegmentKeys:
+        keys = self._try_candidates(self._candidates, nonce, body, tag)
+        if keys is None and self._more_candidates is not None:
+            more, self._more_candidates = self._more_candidates, None
+            fresh = tuple(pair for pair in self._checked(more()) if pair not in self._candidates)
+            self._candidates += fresh
+            keys = self._try_candidates(fresh, nonce, body, tag)
+        if keys is not None:
+            return keys
+        versions = ", ".join(
+            str(version) for version in sorted({v for v, _ in self._candidates}, reverse=True)
+        )
+        raise self._fail(
+            f"segment {index} does not authenticate under any allowed key version (tried {versions}): wrong "
+            "key, wrong associated data, or a tampered or truncated ciphertext",
+            index,
+        )
+
+    def _try_candidates(
+        self, candidates: Sequence[tuple[int, bytes]], nonce: bytes, body: memoryview, tag: memoryview
+    ) -> SegmentKeys | None:
+        """The keys of the first candidate whose HMAC key verifies ``tag`` (kept for the message), or None."""
+        assert self._salt is not None
+        for version, ikm in candidates:
+            aes_key, mac_key = derive_keys(ikm, self._salt, self._associated_data, self._derived_size)
+            expected = hmac.new(mac_key, nonce, SHA256)
+            expected.update(body)
+            if hmac.compare_digest(expected.digest(), tag):
+                self._keys = SegmentKeys(aes_key, mac_key, self._nonce_prefix, self._backend)
+                self._version = version
+                return self._keys
+        return None
+
+    def _open(self, segment: memoryview, last: bool) -> list[bytes]:
+        index = self._index
+        if index >= MAX_SEGMENTS:
+            raise self._fail(f"segment {index} is past the 2**32-segment limit of the sealed format", index)
+        if len(segment) < TAG_SIZE:
+            raise self._fail(
+                f"segment {index} is truncated: {len(segment)} bytes, shorter than its {TAG_SIZE}-byte tag",
+                index,
+            )
+        nonce = segment_nonce(self._nonce_prefix, index, last)
+        body, tag = segment[:-TAG_SIZE], segment[-TAG_SIZE:]
+        keys = self._keys
+        if keys is None:
+            keys = self._select_keys(index, nonce, body, tag)
+        elif not hmac.compare_digest(keys.tag(nonce, body), tag):
+            raise self._fail(
+                f"segment {index} failed authentication: the ciphertext was tampered with, reordered or "
+                "truncated",
+                index,
+            )
+        plaintext = keys.transform_pieces(nonce, body, PIECE_SIZE)
+        self._index = index + 1
+        return plaintext
+
+    def finalize(self) -> bytes:
+        """Verify the last segment and return its plaintext; the ciphertext must end here.
+
+        Raises:
+            AlreadyFinalizedError: called twice, or after a failure.
+            SealedDecryptionError: the ciphertext is truncated (short header, header only, a last segment
+                missing or shorter than its tag) or its last segment does not verify.
+        """
+        return b"".join(self.finalize_pieces())
+
+    def finalize_pieces(self) -> list[bytes]:
+        """:meth:`finalize`, the plaintext as pieces of at most :data:`PIECE_SIZE` bytes.
+
+        Raises:
+            AlreadyFinalizedError, SealedDecryptionError: as :meth:`finalize`.
+        """
+        if self._done:
+            raise AlreadyFinalizedError("this SealedDecryptor is finalized (or failed); start a new one")
+        self._done = True
+        if self._salt is None:
+            raise self._fail(
+                f"sealed ciphertext is truncated: {self._pending.fill} bytes, shorter than the "
+                f"{self._header_size}-byte header",
+                None,
+            )
+        if not self._pending.fill:
+            raise self._fail(f"sealed ciphertext is truncated: segment {self._index} is missing", self._index)
+        plaintext = self._open(self._pending.contents(), True)
+        self._pending.fill = 0
+        return plaintext
+
+    def __repr__(self) -> str:
+        return (
+            f"<SealedDecryptor key_type={self._key_type} segment_size={self._segment_size} "
+            f"version={self._version} segments_verified={self._index} finalized={self._done}>"
+        )

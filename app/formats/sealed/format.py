@@ -1,0 +1,207 @@
+"""The sealed format's facts: sizes, header, segment nonces, HKDF, argument checks and the format's errors.
+
+The wire format is described in :mod:`app.formats.sealed`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from app.errors import DecryptionFailedError, PayloadTooLargeError
+
+#: Bytes of AES key derived per message, by key type.
+DERIVED_KEY_SIZE: dict[str, int] = {"aes128": 16, "aes192": 24, "aes256": 32}
+#: HMAC-SHA256 tag after every segment (Tink's templates use the full 32 bytes).
+TAG_SIZE = 32
+#: HMAC key derived per message, after the AES key.
+HMAC_KEY_SIZE = 32
+#: Random nonce prefix in the header.
+NONCE_PREFIX_SIZE = 7
+#: The segment number is a u32 in the nonce: segments 0 .. 2**32 - 1.
+MAX_SEGMENTS = 2**32
+#: Tink stores the ciphertext segment size as a signed 32-bit int.
+MAX_SEGMENT_SIZE = 2**31 - 1
+#: Tink refuses input key material shorter than this (or than the derived key).
+MIN_IKM_SIZE = 16
+
+SHA256 = hashlib.sha256
+NONCE_SUFFIX = bytes(4)
+
+
+def derived_key_size_of(key_type: str) -> int:
+    """AES key bytes derived per message for ``key_type``.
+
+    Raises:
+        ValueError: unknown ``key_type`` (the message lists the allowed ones).
+    """
+    size = DERIVED_KEY_SIZE.get(key_type) if isinstance(key_type, str) else None
+    if size is None:
+        raise ValueError(f"key_type must be one of {', '.join(DERIVED_KEY_SIZE)}, got {key_type!r}")
+    return size
+
+
+def header_length(key_type: str) -> int:
+    """Header bytes for ``key_type``: 1 length byte + salt (derived key size) + 7-byte nonce prefix.
+
+    Raises:
+        ValueError: unknown ``key_type``.
+    """
+    return 1 + derived_key_size_of(key_type) + NONCE_PREFIX_SIZE
+
+
+def min_segment_size(key_type: str) -> int:
+    """Smallest ciphertext segment size for ``key_type`` (Tink's rule: header + tag + at least 1 byte).
+
+    Raises:
+        ValueError: unknown ``key_type``.
+    """
+    return header_length(key_type) + TAG_SIZE + 1
+
+
+def validate_segment_size(key_type: str, segment_size: int) -> None:
+    """Check that ``segment_size`` works for ``key_type``.
+
+    Raises:
+        TypeError: ``segment_size`` is not an int.
+        ValueError: unknown ``key_type``, or ``segment_size`` outside
+            ``min_segment_size(key_type) .. MAX_SEGMENT_SIZE``.
+    """
+    minimum = min_segment_size(key_type)
+    if isinstance(segment_size, bool) or not isinstance(segment_size, int):
+        raise TypeError(f"segment_size must be an int, got {type(segment_size).__name__}")
+    if not minimum <= segment_size <= MAX_SEGMENT_SIZE:
+        raise ValueError(
+            f"segment_size must be between {minimum} (header + {TAG_SIZE}-byte tag + 1 byte) and "
+            f"{MAX_SEGMENT_SIZE} for {key_type} keys, got {segment_size}"
+        )
+
+
+def ciphertext_length(plaintext_length: int, key_type: str, segment_size: int) -> int:
+    """Exact sealed ciphertext length for a plaintext of ``plaintext_length`` bytes (header included).
+
+    Raises:
+        TypeError: ``plaintext_length`` or ``segment_size`` is not an int.
+        ValueError: a negative length, an unknown ``key_type`` or an unusable ``segment_size``.
+        PayloadTooLargeError: the plaintext needs more than 2**32 segments.
+    """
+    validate_segment_size(key_type, segment_size)
+    if isinstance(plaintext_length, bool) or not isinstance(plaintext_length, int):
+        raise TypeError(f"plaintext_length must be an int, got {type(plaintext_length).__name__}")
+    if plaintext_length < 0:
+        raise ValueError(f"plaintext_length must be >= 0, got {plaintext_length}")
+    plaintext_segment = segment_size - TAG_SIZE
+    # As Tink: the header occupies the front of segment 0, so count it with the plaintext.
+    full_segments, rest = divmod(plaintext_length + header_length(key_type), plaintext_segment)
+    segments = full_segments + (1 if rest else 0)
+    if segments > MAX_SEGMENTS:
+        raise PayloadTooLargeError(too_many_segments_message(segment_size))
+    return full_segments * segment_size + (rest + TAG_SIZE if rest else 0)
+
+
+def too_many_segments_message(segment_size: int) -> str:
+    """The error text for a message that would need segment number 2**32."""
+    return (
+        f"the sealed format numbers segments with 32 bits: at most {MAX_SEGMENTS} segments of "
+        f"{segment_size} bytes per message"
+    )
+
+
+def segment_nonce(nonce_prefix: bytes, index: int, last: bool) -> bytes:
+    """The 16-byte nonce (= AES-CTR initial counter block) of segment ``index``.
+
+    Raises:
+        ValueError: ``nonce_prefix`` is not 7 bytes or ``index`` is outside ``0 .. 2**32 - 1``.
+    """
+    if len(nonce_prefix) != NONCE_PREFIX_SIZE:
+        raise ValueError(f"nonce_prefix must be {NONCE_PREFIX_SIZE} bytes, got {len(nonce_prefix)}")
+    if not 0 <= index < MAX_SEGMENTS:
+        raise ValueError(f"segment index must be between 0 and {MAX_SEGMENTS - 1}, got {index}")
+    return bytes(nonce_prefix) + index.to_bytes(4, "big") + (b"\x01" if last else b"\x00") + NONCE_SUFFIX
+
+
+def derive_keys(
+    ikm: bytes, salt: bytes, associated_data: bytes, derived_key_size: int
+) -> tuple[bytes, bytes]:
+    """HKDF-SHA256 (RFC 5869) as Tink uses it: one output of ``derived_key_size + 32`` bytes, split in two.
+
+    Args:
+        ikm: the key's material.
+        salt: the header's salt.
+        associated_data: the HKDF ``info``.
+        derived_key_size: AES key bytes (16, 24 or 32).
+
+    Returns:
+        ``(aes_key, hmac_key)``.
+    """
+    length = derived_key_size + HMAC_KEY_SIZE
+    prk = hmac.digest(salt, ikm, SHA256)
+    output = bytearray()
+    block = b""
+    counter = 1
+    while len(output) < length:
+        block = hmac.digest(prk, block + associated_data + bytes([counter]), SHA256)
+        output += block
+        counter += 1
+    return bytes(output[:derived_key_size]), bytes(output[derived_key_size:length])
+
+
+def as_bytes(name: str, value: object) -> bytes:
+    """A ``bytes`` copy of a bytes-like ``value``.
+
+    Raises:
+        TypeError: ``value`` is not bytes-like (the message names ``name``).
+    """
+    if isinstance(value, str) or not isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError(f"{name} must be bytes-like, got {type(value).__name__}")
+    return bytes(value)
+
+
+def as_view(data: object) -> memoryview:
+    """A flat unsigned-byte view of ``data`` (no copy).
+
+    Raises:
+        TypeError: ``data`` is not bytes-like.
+    """
+    if isinstance(data, str) or not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(
+            f"data must be bytes-like (bytes, bytearray or memoryview), got {type(data).__name__}"
+        )
+    view = memoryview(data)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def check_ikm(ikm: bytes, derived_key_size: int) -> None:
+    """Tink's rule for input key material: at least 16 bytes and at least the derived key size.
+
+    Raises:
+        ValueError: ``ikm`` is too short (the message gives lengths only, never bytes).
+    """
+    needed = max(MIN_IKM_SIZE, derived_key_size)
+    if len(ikm) < needed:
+        raise ValueError(f"key material must be at least {needed} bytes, got {len(ikm)}")
+
+
+#: ``update_pieces``/``finalize_pieces`` return output in pieces of at most this many bytes (tags and the
+#: header are pieces of their own).
+PIECE_SIZE = 256 * 1024
+
+
+class AlreadyFinalizedError(RuntimeError):
+    """``update`` or ``finalize`` was called after ``finalize`` (or after a failure)."""
+
+
+class SealedDecryptionError(DecryptionFailedError):
+    """A sealed ciphertext failed to decrypt.
+
+    Attributes:
+        segment_index: the segment that failed (``None`` when the header itself is bad or missing).
+        plaintext_released: ``True`` when earlier segments were verified and their plaintext returned, i.e.
+            the caller may already have sent output: an HTTP response must then be aborted, not completed
+            (before any output a clean 400 is possible).
+    """
+
+    def __init__(self, message: str, *, segment_index: int | None, plaintext_released: bool) -> None:
+        super().__init__(message)
+        self.segment_index = segment_index
+        self.plaintext_released = plaintext_released

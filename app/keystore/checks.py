@@ -1,0 +1,197 @@
+"""The keystore's rules for names, key types, segment sizes and flags: one set for every implementation.
+
+Each ``check_*`` returns the value when it is valid and raises :class:`~app.errors.BadRequestError` naming the
+field and what is allowed (never echoing key material) when it is not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from app.errors import BadRequestError
+
+if TYPE_CHECKING:
+    from .base import TokenRecord
+
+__all__ = [
+    "ALLOWED_SEGMENT_SIZES",
+    "DEFAULT_SEGMENT_SIZE",
+    "KEY_NAME_PATTERN",
+    "KEY_TYPES",
+    "MAX_SEGMENT_SIZE",
+    "MIN_SEGMENT_SIZE",
+    "TOKEN_ID_PATTERN",
+    "check_bool",
+    "check_integer",
+    "check_key_name",
+    "check_key_type",
+    "check_min_decryption_version",
+    "check_segment_size",
+    "check_token_id",
+    "check_token_record",
+    "key_type_for_material",
+]
+
+#: Key type -> key size in bytes.
+KEY_TYPES: dict[str, int] = {"aes128": 16, "aes192": 24, "aes256": 32}
+
+#: Smallest ciphertext segment size a key may have (Tink accepts this for every derived key size).
+MIN_SEGMENT_SIZE = 4096
+#: Largest ciphertext segment size: a decrypting server buffers one segment, so this bounds its memory.
+MAX_SEGMENT_SIZE = 1 << 24
+#: Default ciphertext segment size, as Tink's ``AES256_CTR_HMAC_SHA256_1MB``.
+DEFAULT_SEGMENT_SIZE = 1 << 20
+#: Every allowed segment size (``size in ALLOWED_SEGMENT_SIZES``).
+ALLOWED_SEGMENT_SIZES = range(MIN_SEGMENT_SIZE, MAX_SEGMENT_SIZE + 1)
+
+#: Key names: safe in URLs, file names and logs.
+KEY_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+#: Token ids (the public half of a token): URL-safe base64 alphabet plus ``.``, at most 128 characters.
+TOKEN_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def check_key_name(name: object) -> str:
+    """Return ``name`` if it is a valid key name.
+
+    Raises:
+        BadRequestError: ``name`` is not a str matching ``^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$``.
+    """
+    if not isinstance(name, str) or KEY_NAME_PATTERN.fullmatch(name) is None:
+        shown = repr(name)[:140] if isinstance(name, str) else f"a {type(name).__name__}"
+        raise BadRequestError(
+            f"invalid key name {shown}: use 1 to 128 characters from A-Z a-z 0-9 _ . -, "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_token_id(token_id: object) -> str:
+    """Return ``token_id`` if it is a valid token id.
+
+    Raises:
+        BadRequestError: ``token_id`` is not a str of 1 to 128 characters from ``A-Z a-z 0-9 _ . -``.
+    """
+    if not isinstance(token_id, str) or TOKEN_ID_PATTERN.fullmatch(token_id) is None:
+        raise BadRequestError("invalid token id: use 1 to 128 characters from A-Z a-z 0-9 _ . -")
+    return token_id
+
+
+def check_key_type(key_type: object) -> str:
+    """Return ``key_type`` if it is one of :data:`KEY_TYPES`.
+
+    Raises:
+        BadRequestError: any other value; the message lists the allowed types.
+    """
+    if not isinstance(key_type, str) or key_type not in KEY_TYPES:
+        allowed = ", ".join(KEY_TYPES)
+        raise BadRequestError(f"invalid key type {key_type!r}: allowed types are {allowed}")
+    return key_type
+
+
+def check_segment_size(segment_size: object) -> int:
+    """Return ``segment_size`` if it is an int in :data:`ALLOWED_SEGMENT_SIZES`.
+
+    Raises:
+        BadRequestError: not an int, or outside 4096..16777216 (16 MiB).
+    """
+    if isinstance(segment_size, bool) or not isinstance(segment_size, int):
+        raise BadRequestError(f"segment_size must be an integer, got {type(segment_size).__name__}")
+    if segment_size not in ALLOWED_SEGMENT_SIZES:
+        raise BadRequestError(
+            f"segment_size must be between {MIN_SEGMENT_SIZE} and {MAX_SEGMENT_SIZE} bytes "
+            f"(16 MiB), got {segment_size}"
+        )
+    return segment_size
+
+
+def key_type_for_material(material: object) -> tuple[str, bytes]:
+    """Return the key type that fits imported ``material`` and the material as ``bytes``.
+
+    Raises:
+        BadRequestError: ``material`` is not bytes-like, or not 16, 24 or 32 bytes long. The message gives the
+            length, never the bytes.
+    """
+    if not isinstance(material, bytes | bytearray | memoryview):
+        raise BadRequestError(f"key material must be bytes, got {type(material).__name__}")
+    data = bytes(material)
+    for key_type, size in KEY_TYPES.items():
+        if len(data) == size:
+            return key_type, data
+    allowed = ", ".join(f"{size} ({key_type})" for key_type, size in KEY_TYPES.items())
+    raise BadRequestError(f"imported key must be {allowed} bytes long, got {len(data)} bytes")
+
+
+def check_bool(field_name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool.
+
+    Raises:
+        BadRequestError: any other type (``1`` and ``"true"`` included).
+    """
+    if not isinstance(value, bool):
+        raise BadRequestError(f"{field_name} must be a boolean, got {type(value).__name__}")
+    return value
+
+
+def check_integer(field_name: str, value: object) -> int:
+    """Return ``value`` if it is an int (``bool`` excluded).
+
+    Raises:
+        BadRequestError: any other type.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequestError(f"{field_name} must be an integer, got {type(value).__name__}")
+    return value
+
+
+def check_min_decryption_version(name: str, value: int, latest_version: int) -> int:
+    """Return ``value`` if it is a version key ``name`` has (1 .. ``latest_version``).
+
+    Raises:
+        BadRequestError: outside that range; the message gives the range.
+    """
+    if not 1 <= value <= latest_version:
+        raise BadRequestError(
+            f"min_decryption_version must be between 1 and the latest version ({latest_version}) of key "
+            f"{name!r}, got {value}"
+        )
+    return value
+
+
+def _string_tuple(field_name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, tuple | list):
+        raise BadRequestError(f"{field_name} must be a tuple of strings, got {type(value).__name__}")
+    if not all(isinstance(item, str) for item in value):
+        raise BadRequestError(f"{field_name} must contain only strings")
+    return tuple(value)
+
+
+def check_token_record(record: TokenRecord) -> TokenRecord:
+    """Return ``record`` with checked fields: a bytes hash, tuples of str, ``created_at`` in UTC.
+
+    A naive ``created_at`` is taken as UTC.
+
+    Raises:
+        BadRequestError: invalid token id, an empty or non-bytes ``secret_hash``, scopes or key patterns that
+            are not sequences of str, a non-str description or a non-datetime ``created_at``. The message
+            names the field, never the hash.
+    """
+    check_token_id(record.token_id)
+    if not isinstance(record.secret_hash, bytes | bytearray) or not record.secret_hash:
+        raise BadRequestError("secret_hash must be non-empty bytes")
+    scopes = _string_tuple("scopes", record.scopes)
+    patterns = _string_tuple("key_patterns", record.key_patterns)
+    if not isinstance(record.description, str):
+        raise BadRequestError(f"description must be a string, got {type(record.description).__name__}")
+    if not isinstance(record.created_at, datetime):
+        raise BadRequestError(f"created_at must be a datetime, got {type(record.created_at).__name__}")
+    created = record.created_at if record.created_at.tzinfo else record.created_at.replace(tzinfo=UTC)
+    return dataclasses.replace(
+        record,
+        secret_hash=bytes(record.secret_hash),
+        scopes=scopes,
+        key_patterns=patterns,
+        created_at=created.astimezone(UTC),
+    )

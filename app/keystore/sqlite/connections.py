@@ -1,0 +1,150 @@
+"""The SQLite connection pool and transactions of the keystore (see :mod:`app.keystore.sqlite`).
+
+Connections come from a small pool (one connection is never used by two threads at once); after ``fork()``
+the child opens its own and never touches the inherited ones. SQLite errors that mean "cannot serve right
+now" become :class:`~app.errors.ServiceUnavailableError`; anything else surfaces as the bug it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from app.errors import ServiceUnavailableError
+
+logger = logging.getLogger("app.keystore.sqlite")
+
+DATABASE_FILE = "keystore.db"
+DATABASE_MODE = 0o600
+#: SQLite result codes that mean "the database cannot serve right now" (HTTP 503), not a bug.
+_UNAVAILABLE_CODES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_PERM,
+        sqlite3.SQLITE_NOLFS,
+    }
+)
+
+
+def prepare_database_file(path: Path) -> None:
+    """Create the database file 0600 before SQLite does (SQLite copies its mode to the -wal/-shm files)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, DATABASE_MODE)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode != DATABASE_MODE:
+            os.fchmod(fd, DATABASE_MODE)
+            if mode & 0o077:
+                logger.warning("keystore %s was open to other users (mode %#o); made it 0600", path, mode)
+    finally:
+        os.close(fd)
+
+
+class SqliteConnections:
+    """A pool of connections to one SQLite file and the transactions built on it.
+
+    Args:
+        path: the database file.
+        busy_timeout: seconds a writer waits for another writer before giving up.
+        pool_size: idle connections kept for reuse.
+    """
+
+    def __init__(self, path: Path, busy_timeout: float, pool_size: int) -> None:
+        self.path = Path(path)
+        self._busy_timeout = busy_timeout
+        self._pool_size = pool_size
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._closed = False
+        self._pid = os.getpid()
+        # Connections inherited through fork(): never used or closed in the child (closing one could make
+        # SQLite checkpoint and remove the WAL file under the parent), just kept referenced.
+        self._inherited: list[sqlite3.Connection] = []
+
+    def _new_connection(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA secure_delete = ON")
+        conn.execute("PRAGMA synchronous = FULL")
+        return conn
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise ServiceUnavailableError("the keystore is closed")
+            if self._pid != os.getpid():
+                self._inherited.extend(self._idle)
+                self._idle = []
+                self._pid = os.getpid()
+            conn = self._idle.pop() if self._idle else None
+        try:
+            if conn is None:
+                conn = self._new_connection()
+        except sqlite3.Error as exc:
+            logger.error("cannot open keystore %s: %s", self.path, exc)
+            raise ServiceUnavailableError(f"cannot open the keystore: {exc}") from exc
+        try:
+            yield conn
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _UNAVAILABLE_CODES:
+                raise  # a bug (bad SQL, schema mismatch): let it surface as one
+            # "database is locked" after busy_timeout, disk full, read-only file...: none carry key bytes.
+            # SQLite's messages for these codes are fixed texts ("database is locked"), never file names.
+            logger.warning("keystore %s: %s", self.path, exc)
+            raise ServiceUnavailableError(f"keystore database error: {exc}") from exc
+        finally:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            with self._lock:
+                forked = self._pid != os.getpid()
+                keep = not forked and not self._closed and len(self._idle) < self._pool_size
+                if keep:
+                    self._idle.append(conn)
+                elif forked:
+                    self._inherited.append(conn)
+            if not keep and not forked:
+                conn.close()
+
+    @contextlib.contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        """``begin`` ... ``COMMIT`` on one pooled connection, rolled back on any exception."""
+        with self._connection() as conn:
+            conn.execute(begin)
+            yield conn
+            conn.execute("COMMIT")
+
+    def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction: ``BEGIN IMMEDIATE`` takes the write lock before the first read."""
+        return self._transaction("BEGIN IMMEDIATE")
+
+    def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One read transaction: every statement inside sees the same snapshot."""
+        return self._transaction("BEGIN")
+
+    def close(self) -> None:
+        """Close every idle connection; connections in use close when their call returns. Idempotent."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            if self._pid != os.getpid():
+                self._inherited.extend(idle)
+                idle = []
+        for conn in idle:
+            conn.close()

@@ -1,0 +1,180 @@
+"""The SQL of the ``keys`` and ``key_versions`` tables; every function runs on a connection inside the
+caller's transaction (:class:`~app.keystore.sqlite.store.SqliteKeyStore` validates arguments first).
+
+Key material is stored wrapped under the master key (:mod:`app.keystore.master`), bound to its key name and
+version; it is unwrapped only by :func:`key_material`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from app.errors import (
+    BadRequestError,
+    DeletionNotAllowedError,
+    KeyExistsError,
+    KeyNotFoundError,
+    KeyVersionNotFoundError,
+)
+
+from ..base import KeyInfo, KeyVersionInfo, utc_now
+from ..master import unwrap_key_material, wrap_key_material
+from .schema import from_text, to_text
+
+
+def key_info(conn: sqlite3.Connection, name: str) -> KeyInfo | None:
+    """Key ``name`` with its versions, or ``None``."""
+    row = conn.execute(
+        "SELECT name, key_type, segment_size, deletion_allowed, min_decryption_version, latest_version, "
+        "imported, created_at, updated_at FROM keys WHERE name = ?",
+        (name,),
+    ).fetchone()
+    if row is None:
+        return None
+    versions = conn.execute(
+        "SELECT version, created_at FROM key_versions WHERE key_name = ? ORDER BY version", (name,)
+    ).fetchall()
+    return _info_from_row(row, [KeyVersionInfo(v, from_text(created)) for v, created in versions])
+
+
+def require_key(conn: sqlite3.Connection, name: str) -> KeyInfo:
+    """Key ``name`` with its versions.
+
+    Raises:
+        KeyNotFoundError: no such key.
+    """
+    info = key_info(conn, name)
+    if info is None:
+        raise KeyNotFoundError(f"key {name!r} not found")
+    return info
+
+
+def insert_key(
+    conn: sqlite3.Connection,
+    master_key: bytes,
+    name: str,
+    key_type: str,
+    material: bytes,
+    segment_size: int,
+    deletion_allowed: bool,
+    imported: bool,
+) -> KeyInfo:
+    """Store a new key with ``material`` as version 1.
+
+    Raises:
+        KeyExistsError: a key called ``name`` exists.
+    """
+    now = to_text(utc_now())
+    if conn.execute("SELECT 1 FROM keys WHERE name = ?", (name,)).fetchone() is not None:
+        raise KeyExistsError(f"key {name!r} already exists")
+    conn.execute(
+        "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+        "latest_version, imported, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, ?, ?)",
+        (name, key_type, segment_size, int(deletion_allowed), int(imported), now, now),
+    )
+    conn.execute(
+        "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, 1, ?, ?)",
+        (name, wrap_key_material(master_key, name, 1, material), now),
+    )
+    return require_key(conn, name)
+
+
+def list_keys(conn: sqlite3.Connection) -> list[KeyInfo]:
+    """Every key with its versions, by name."""
+    rows = conn.execute(
+        "SELECT name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+        "latest_version, imported, created_at, updated_at FROM keys ORDER BY name"
+    ).fetchall()
+    versions: dict[str, list[KeyVersionInfo]] = {}
+    for key_name, version, created in conn.execute(
+        "SELECT key_name, version, created_at FROM key_versions ORDER BY key_name, version"
+    ):
+        versions.setdefault(key_name, []).append(KeyVersionInfo(version, from_text(created)))
+    return [_info_from_row(row, versions.get(row[0], [])) for row in rows]
+
+
+def add_version(conn: sqlite3.Connection, master_key: bytes, info: KeyInfo, material: bytes) -> KeyInfo:
+    """Store ``material`` as the next version of key ``info`` and make it the latest."""
+    name = info.name
+    version = info.latest_version + 1
+    now = to_text(utc_now())
+    conn.execute(
+        "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, ?, ?, ?)",
+        (name, version, wrap_key_material(master_key, name, version, material), now),
+    )
+    conn.execute("UPDATE keys SET latest_version = ?, updated_at = ? WHERE name = ?", (version, now, name))
+    return require_key(conn, name)
+
+
+def update_policy(
+    conn: sqlite3.Connection, info: KeyInfo, min_decryption_version: int, deletion_allowed: bool
+) -> KeyInfo:
+    """Set key ``info``'s ``min_decryption_version`` and ``deletion_allowed``.
+
+    Raises:
+        BadRequestError: ``min_decryption_version`` is outside 1 .. the latest version.
+    """
+    if not 1 <= min_decryption_version <= info.latest_version:
+        raise BadRequestError(
+            f"min_decryption_version must be between 1 and the latest version "
+            f"({info.latest_version}) of key {info.name!r}, got {min_decryption_version}"
+        )
+    conn.execute(
+        "UPDATE keys SET min_decryption_version = ?, deletion_allowed = ?, updated_at = ? WHERE name = ?",
+        (min_decryption_version, int(deletion_allowed), to_text(utc_now()), info.name),
+    )
+    return require_key(conn, info.name)
+
+
+def delete_key(conn: sqlite3.Connection, name: str) -> None:
+    """Delete key ``name`` and every version of it.
+
+    Raises:
+        KeyNotFoundError: no such key.
+        DeletionNotAllowedError: the key's ``deletion_allowed`` is false.
+    """
+    row = conn.execute("SELECT deletion_allowed FROM keys WHERE name = ?", (name,)).fetchone()
+    if row is None:
+        raise KeyNotFoundError(f"key {name!r} not found")
+    if not row[0]:
+        raise DeletionNotAllowedError(f"key {name!r} cannot be deleted: set deletion_allowed to true first")
+    conn.execute("DELETE FROM key_versions WHERE key_name = ?", (name,))
+    conn.execute("DELETE FROM keys WHERE name = ?", (name,))
+
+
+def key_material(conn: sqlite3.Connection, master_key: bytes, name: str, version: int) -> bytes:
+    """The unwrapped material of key ``name`` at ``version``.
+
+    Raises:
+        KeyNotFoundError: no such key.
+        KeyVersionNotFoundError: the key has no such version.
+        KeyUnwrapError: the stored material does not unwrap under ``master_key``.
+    """
+    row = conn.execute(
+        "SELECT wrapped FROM key_versions WHERE key_name = ? AND version = ?", (name, version)
+    ).fetchone()
+    if row is None:
+        latest = conn.execute("SELECT latest_version FROM keys WHERE name = ?", (name,)).fetchone()
+        if latest is None:
+            raise KeyNotFoundError(f"key {name!r} not found")
+        raise KeyVersionNotFoundError(f"key {name!r} has no version {version} (versions 1 to {latest[0]})")
+    wrapped: bytes = row[0]
+    return unwrap_key_material(master_key, name, version, wrapped)
+
+
+def _info_from_row(row: Sequence[Any], versions: list[KeyVersionInfo]) -> KeyInfo:
+    name, key_type, segment_size, deletion_allowed, min_dv, latest, imported, created, updated = row
+    return KeyInfo(
+        name=name,
+        key_type=key_type,
+        segment_size=int(segment_size),
+        deletion_allowed=bool(deletion_allowed),
+        min_decryption_version=int(min_dv),
+        latest_version=int(latest),
+        imported=bool(imported),
+        created_at=from_text(created),
+        updated_at=from_text(updated),
+        versions=tuple(versions),
+    )

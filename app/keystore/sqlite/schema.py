@@ -1,0 +1,132 @@
+"""The keystore's schema: versioned migrations applied in order at open, and the master-key check.
+
+``PRAGMA user_version`` holds the current version and the ``schema_version`` table records when each
+migration ran. A database from a newer release is refused (:class:`KeystoreSchemaError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..base import utc_now
+from ..master import MasterKeyError, make_master_key_check, master_key_matches
+
+logger = logging.getLogger("app.keystore.sqlite")
+
+_MASTER_CHECK = "master_key_check"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: the statements that take the database from ``version - 1`` to ``version``."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "keys, wrapped key versions, token hashes, keystore metadata",
+        (
+            """CREATE TABLE schema_version (
+                version     INTEGER PRIMARY KEY,
+                description TEXT NOT NULL,
+                applied_at  TEXT NOT NULL
+            )""",
+            """CREATE TABLE meta (
+                name  TEXT PRIMARY KEY,
+                value BLOB NOT NULL
+            )""",
+            """CREATE TABLE keys (
+                name                   TEXT PRIMARY KEY,
+                key_type               TEXT NOT NULL CHECK (key_type IN ('aes128', 'aes192', 'aes256')),
+                segment_size           INTEGER NOT NULL,
+                deletion_allowed       INTEGER NOT NULL CHECK (deletion_allowed IN (0, 1)),
+                min_decryption_version INTEGER NOT NULL CHECK (min_decryption_version >= 1),
+                latest_version         INTEGER NOT NULL CHECK (latest_version >= min_decryption_version),
+                imported               INTEGER NOT NULL CHECK (imported IN (0, 1)),
+                created_at             TEXT NOT NULL,
+                updated_at             TEXT NOT NULL
+            )""",
+            """CREATE TABLE key_versions (
+                key_name   TEXT NOT NULL REFERENCES keys (name) ON DELETE CASCADE,
+                version    INTEGER NOT NULL CHECK (version >= 1),
+                wrapped    BLOB NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (key_name, version)
+            )""",
+            """CREATE TABLE tokens (
+                token_id     TEXT PRIMARY KEY,
+                secret_hash  BLOB NOT NULL,
+                scopes       TEXT NOT NULL,
+                key_patterns TEXT NOT NULL,
+                description  TEXT NOT NULL,
+                created_at   TEXT NOT NULL
+            )""",
+        ),
+    ),
+)
+#: The schema version this code writes and expects.
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+class KeystoreSchemaError(RuntimeError):
+    """The database's schema version is newer than this release understands."""
+
+
+def to_text(moment: datetime) -> str:
+    """A timestamp as stored: ISO 8601 in UTC with microseconds."""
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def from_text(text: str) -> datetime:
+    """A stored timestamp back as an aware UTC ``datetime``."""
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def migrate(conn: sqlite3.Connection, path: Path, master_key: bytes, migrations: Sequence[Migration]) -> None:
+    """Apply the ``migrations`` newer than the database, then check (or record) the master key.
+
+    Call inside one write transaction, so several workers starting together migrate once.
+
+    Raises:
+        KeystoreSchemaError: the database is newer than the newest of ``migrations``.
+        MasterKeyError: ``master_key`` is not the key the database was created with.
+    """
+    latest = migrations[-1].version if migrations else 0
+    current = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if current > latest:
+        raise KeystoreSchemaError(
+            f"keystore {path} has schema version {current}, newer than this release "
+            f"supports ({latest}); upgrade Keystream"
+        )
+    for migration in migrations:
+        if migration.version <= current:
+            continue
+        for statement in migration.statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+            (migration.version, migration.description, to_text(utc_now())),
+        )
+        conn.execute(f"PRAGMA user_version = {int(migration.version)}")
+        if current:
+            logger.info("keystore %s migrated to schema version %d", path, migration.version)
+    row = conn.execute("SELECT value FROM meta WHERE name = ?", (_MASTER_CHECK,)).fetchone()
+    if row is None:
+        conn.execute(
+            "INSERT INTO meta (name, value) VALUES (?, ?)",
+            (_MASTER_CHECK, make_master_key_check(master_key)),
+        )
+    elif not master_key_matches(master_key, row[0]):
+        raise MasterKeyError(
+            f"the master key does not match keystore {path}: it was created with another master "
+            "key. Restore the original master.key or KEYSTREAM_MASTER_KEY"
+        )

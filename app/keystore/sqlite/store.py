@@ -1,0 +1,220 @@
+""":class:`SqliteKeyStore`: the :class:`~app.keystore.base.KeyStore` interface over one SQLite file.
+
+It validates arguments, opens one transaction per call (:mod:`.connections`) and leaves the SQL to
+:mod:`.keys` and :mod:`.tokens`. The concurrency model is described in :mod:`app.keystore.sqlite`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.errors import BadRequestError, ServiceUnavailableError
+
+from ..base import KeyInfo, KeyStore, TokenRecord
+from ..checks import (
+    DEFAULT_SEGMENT_SIZE,
+    KEY_TYPES,
+    check_bool,
+    check_key_name,
+    check_key_type,
+    check_segment_size,
+    check_token_id,
+    key_type_for_material,
+)
+from ..master import check_master_key
+from . import keys, tokens
+from .connections import SqliteConnections, logger, prepare_database_file
+from .schema import MIGRATIONS, Migration, migrate
+
+__all__ = ["SqliteKeyStore"]
+
+
+class SqliteKeyStore(SqliteConnections, KeyStore):
+    """A :class:`~app.keystore.base.KeyStore` in one SQLite file.
+
+    Args:
+        path: the database file (created 0600 when missing).
+        master_key: 32 bytes; wraps every stored key version.
+        busy_timeout: seconds a writer waits for another writer (thread or process) before giving up with
+            ``ServiceUnavailableError``.
+        pool_size: idle connections kept for reuse.
+        migrations: the schema steps to apply (tests pass extra ones).
+
+    Raises:
+        MasterKeyError: ``master_key`` is not 32 bytes, or is not the key this database was created with.
+        KeystoreSchemaError: the database comes from a newer release.
+        ServiceUnavailableError: the file cannot be opened or stays locked longer than ``busy_timeout``.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        master_key: bytes,
+        *,
+        busy_timeout: float = 10.0,
+        pool_size: int = 8,
+        migrations: Sequence[Migration] = MIGRATIONS,
+    ) -> None:
+        super().__init__(path, busy_timeout, pool_size)
+        self._master_key = check_master_key(master_key)
+        try:
+            prepare_database_file(self.path)
+        except OSError as exc:
+            # The path goes to the server log only: error bodies never name files.
+            logger.error("cannot open keystore %s: %s", self.path, exc.strerror)
+            raise ServiceUnavailableError(f"cannot open the keystore: {exc.strerror}") from exc
+        try:
+            with self._connection() as conn:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    logger.warning("keystore %s: no WAL mode, journal mode is %s", self.path, mode)
+            with self._write() as conn:
+                migrate(conn, self.path, self._master_key, migrations)
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"<SqliteKeyStore path={str(self.path)!r}>"
+
+    def schema_version(self) -> int:
+        """The schema version of the open database (``PRAGMA user_version``)."""
+        with self._connection() as conn:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+    # -- keys ---------------------------------------------------------------------------------------------
+
+    def _insert_key(
+        self,
+        name: str,
+        key_type: str,
+        material: bytes,
+        segment_size: int,
+        deletion_allowed: bool,
+        imported: bool,
+    ) -> KeyInfo:
+        with self._write() as conn:
+            return keys.insert_key(
+                conn, self._master_key, name, key_type, material, segment_size, deletion_allowed, imported
+            )
+
+    def create_key(
+        self,
+        name: str,
+        key_type: str = "aes256",
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        deletion_allowed: bool = False,
+    ) -> KeyInfo:
+        """See :meth:`KeyStore.create_key`."""
+        check_key_name(name)
+        check_key_type(key_type)
+        check_segment_size(segment_size)
+        check_bool("deletion_allowed", deletion_allowed)
+        material = secrets.token_bytes(KEY_TYPES[key_type])
+        return self._insert_key(name, key_type, material, segment_size, deletion_allowed, imported=False)
+
+    def import_key(
+        self,
+        name: str,
+        material: bytes,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        deletion_allowed: bool = False,
+    ) -> KeyInfo:
+        """See :meth:`KeyStore.import_key`."""
+        check_key_name(name)
+        key_type, data = key_type_for_material(material)
+        check_segment_size(segment_size)
+        check_bool("deletion_allowed", deletion_allowed)
+        return self._insert_key(name, key_type, data, segment_size, deletion_allowed, imported=True)
+
+    def get_key(self, name: str) -> KeyInfo:
+        """See :meth:`KeyStore.get_key`."""
+        check_key_name(name)
+        with self._read() as conn:
+            return keys.require_key(conn, name)
+
+    def list_keys(self) -> list[KeyInfo]:
+        """See :meth:`KeyStore.list_keys`."""
+        with self._read() as conn:
+            return keys.list_keys(conn)
+
+    def rotate_key(self, name: str) -> KeyInfo:
+        """See :meth:`KeyStore.rotate_key`."""
+        check_key_name(name)
+        with self._write() as conn:
+            info = keys.require_key(conn, name)
+            material = secrets.token_bytes(KEY_TYPES[info.key_type])
+            return keys.add_version(conn, self._master_key, info, material)
+
+    def update_key(
+        self,
+        name: str,
+        *,
+        min_decryption_version: int | None = None,
+        deletion_allowed: bool | None = None,
+    ) -> KeyInfo:
+        """See :meth:`KeyStore.update_key`."""
+        check_key_name(name)
+        if min_decryption_version is not None and (
+            isinstance(min_decryption_version, bool) or not isinstance(min_decryption_version, int)
+        ):
+            raise BadRequestError(
+                f"min_decryption_version must be an integer, got {type(min_decryption_version).__name__}"
+            )
+        if deletion_allowed is not None:
+            check_bool("deletion_allowed", deletion_allowed)
+        with self._write() as conn:
+            info = keys.require_key(conn, name)
+            if min_decryption_version is None and deletion_allowed is None:
+                return info
+            new_min = (
+                info.min_decryption_version if min_decryption_version is None else min_decryption_version
+            )
+            new_deletion = info.deletion_allowed if deletion_allowed is None else deletion_allowed
+            return keys.update_policy(conn, info, new_min, new_deletion)
+
+    def delete_key(self, name: str) -> None:
+        """See :meth:`KeyStore.delete_key`."""
+        check_key_name(name)
+        with self._write() as conn:
+            keys.delete_key(conn, name)
+
+    def key_material(self, name: str, version: int) -> bytes:
+        """See :meth:`KeyStore.key_material`."""
+        check_key_name(name)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise BadRequestError(f"key version must be an integer, got {type(version).__name__}")
+        with self._read() as conn:
+            return keys.key_material(conn, self._master_key, name, version)
+
+    # -- tokens -------------------------------------------------------------------------------------------
+
+    def create_token(self, record: TokenRecord) -> None:
+        """See :meth:`KeyStore.create_token`."""
+        tokens.token_values(record)  # a malformed record is refused before the write lock is taken
+        with self._write() as conn:
+            tokens.insert_token(conn, record)
+
+    def get_token(self, token_id: str) -> TokenRecord:
+        """See :meth:`KeyStore.get_token`."""
+        check_token_id(token_id)
+        with self._connection() as conn:
+            return tokens.get_token(conn, token_id)
+
+    def list_tokens(self) -> list[TokenRecord]:
+        """See :meth:`KeyStore.list_tokens`."""
+        with self._connection() as conn:
+            return tokens.list_tokens(conn)
+
+    def delete_token(self, token_id: str) -> None:
+        """See :meth:`KeyStore.delete_token`."""
+        check_token_id(token_id)
+        with self._write() as conn:
+            tokens.delete_token(conn, token_id)
+
+    def count_tokens(self) -> int:
+        """See :meth:`KeyStore.count_tokens`."""
+        with self._connection() as conn:
+            return tokens.count_tokens(conn)

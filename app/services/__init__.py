@@ -1,0 +1,11 @@
+"""The service layer, between the routes and the domain: what the streaming and batch routes share.
+
+- :mod:`.keys`: which key versions an encrypt or a decrypt uses (through the key cache).
+- :mod:`.crypto_step`: where each crypto call runs and its timing/metrics.
+- :mod:`.pipeline`: bounded receive/transform/send stages for streams.
+- :mod:`.offload`: the python backend in a process pool, and ``run_crypto`` (inline vs thread).
+- :mod:`.backends`: the enabled backends of a running service.
+- :mod:`.security`: bearer tokens (verification, generation, the root token).
+
+Nothing here imports fastapi or starlette; errors are :mod:`app.errors`.
+"""

@@ -1,0 +1,139 @@
+"""Where crypto runs so the event loop never stalls.
+
+* A backend whose ``runs_inline`` is true (``aesni``): work up to ``inline_crypto_max_bytes`` runs on the
+  event loop (raw CTR: tens of microseconds per MiB; a sealed 1 MiB segment: ~0.7 ms, mostly HMAC, still
+  cheaper there than a worker thread that must win the GIL back after each GIL-free call), bigger work in
+  the thread pool.
+* ``python`` holds the GIL for its whole call, so a thread is not enough: :class:`ProcessOffloadBackend`
+  stands in for it and runs each ``ctr_xor`` in a process pool. Formats call it from a worker thread, which
+  just waits on the pool (releasing the GIL), so ``/healthz`` stays responsive.
+* ``hwsim`` and anything else with ``runs_inline`` false run in the thread pool (``ctr_xor_async`` is
+  awaited directly for raw CTR).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import ClassVar, TypeVar
+
+from anyio import to_thread
+
+import aescore
+from app.services import _offload_worker
+
+T = TypeVar("T")
+
+
+class _MaterialKey(aescore.ExpandedKey):
+    """The raw key, carried to the worker process, which expands it there. Never shown in ``repr``."""
+
+    __slots__ = ("_material",)
+
+    def __init__(self, material: bytes) -> None:
+        self._material = material
+
+    @property
+    def backend_name(self) -> str:
+        return "python"
+
+    @property
+    def key_size(self) -> int:
+        return len(self._material)
+
+    @property
+    def material(self) -> bytes:
+        return self._material
+
+
+class ProcessOffloadBackend(aescore.Backend):
+    """The ``python`` backend, executed in a pool of worker processes.
+
+    Same results as ``aescore.get_backend("python")``; each call ships the key material and the data to a
+    worker process and waits for the result.
+    """
+
+    name: ClassVar[str] = "python"
+    constant_time: ClassVar[bool] = False
+    #: Each call waits on a worker process: never on the event loop.
+    runs_inline: ClassVar[bool] = False
+
+    def __init__(self, processes: int = 1) -> None:
+        self._processes = processes
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._inner = aescore.get_backend("python")
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self._processes, mp_context=multiprocessing.get_context("spawn")
+                )
+            return self._pool
+
+    def start(self) -> None:
+        """Start the worker processes now rather than on the first request."""
+        pool = self._get_pool()
+        for future in [pool.submit(_offload_worker.ping) for _ in range(self._processes)]:
+            future.result()
+
+    def shutdown(self) -> None:
+        """Stop the worker processes (waits for running calls)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def expand_key(self, key: aescore.BytesLike) -> aescore.ExpandedKey:
+        """Validate ``key`` and keep it for the worker processes.
+
+        Raises:
+            TypeError: ``key`` is not bytes-like.
+            ValueError: ``key`` is not 16, 24 or 32 bytes.
+        """
+        self._inner.expand_key(key)  # validation only, same errors as the real backend
+        return _MaterialKey(bytes(key))
+
+    def ctr_xor(
+        self,
+        expanded_key: aescore.ExpandedKey,
+        initial_counter: aescore.BytesLike,
+        data: aescore.BytesLike,
+        offset: int = 0,
+        out: bytearray | memoryview | None = None,
+    ) -> bytes | None:
+        """Run :meth:`aescore.Backend.ctr_xor` in a worker process; blocks the calling thread only.
+
+        Raises:
+            TypeError: ``expanded_key`` does not come from this backend.
+            aescore.AesCoreError: as the python backend raises.
+        """
+        if not isinstance(expanded_key, _MaterialKey):
+            raise aescore.AesCoreTypeError("expanded_key was not made by this backend")
+        future = self._get_pool().submit(
+            _offload_worker.ctr_xor, expanded_key.material, bytes(initial_counter), bytes(data), offset
+        )
+        result = future.result()
+        if out is None:
+            return result
+        memoryview(out)[: len(result)] = result
+        return None
+
+    def info(self) -> dict[str, str | int | bool | None]:
+        info = dict(self._inner.info())
+        info.update({"execution": "process_pool", "processes": self._processes})
+        return info
+
+
+async def run_crypto(backend: aescore.Backend, nbytes: int, inline_max: int, work: Callable[[], T]) -> T:
+    """Run ``work`` (a synchronous crypto call over ``nbytes``) without stalling the event loop.
+
+    Calls of at most ``inline_max`` bytes on a backend that ``runs_inline`` run on the loop; everything else
+    goes to the thread pool (for the python backend that thread waits on the process pool).
+    """
+    if backend.runs_inline and nbytes <= inline_max:
+        return work()
+    return await to_thread.run_sync(work)

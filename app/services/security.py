@@ -1,0 +1,180 @@
+"""Bearer tokens: ``ks_<id>_<secret>`` with scopes and key-name glob patterns.
+
+Only ``SHA-256(secret)`` is stored (in the keystore's token table); verification hashes the presented secret
+and compares with :func:`hmac.compare_digest`. Scopes: ``admin`` (key management, tokens), ``encrypt``,
+``decrypt``. Key patterns are :func:`fnmatch.fnmatchcase` globs (``*`` = every key). Verified tokens are
+cached
+for ``token_cache_ttl`` seconds so the hot path of an encrypt does not touch SQLite; a token deleted through
+this process is forgotten at once, one deleted through another worker within the TTL.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from app.core.token_format import TOKEN_PREFIX, parse_token
+from app.errors import ForbiddenError, TokenNotFoundError, UnauthorizedError
+from app.keystore import KeyStore, TokenRecord
+
+SCOPES: tuple[str, ...] = ("admin", "encrypt", "decrypt")
+ROOT_TOKEN_DESCRIPTION = "root"  # noqa: S105 (a label, not a secret)
+_DUMMY_HASH = hashlib.sha256(b"keystream-no-such-token").digest()
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The verified caller: which token, what it may do, on which keys."""
+
+    token_id: str
+    scopes: tuple[str, ...]
+    key_patterns: tuple[str, ...]
+
+    def has_scope(self, scope: str) -> bool:
+        """True when the token carries ``scope``."""
+        return scope in self.scopes
+
+    def matches_key(self, name: str) -> bool:
+        """True when ``name`` matches one of the token's key patterns."""
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.key_patterns)
+
+    def require(self, scope: str, key_name: str | None = None) -> None:
+        """Check the scope and, when given, the key name.
+
+        Raises:
+            ForbiddenError: the token lacks ``scope`` or no pattern matches ``key_name`` (the message names
+                the scope, never the token).
+        """
+        if scope not in self.scopes:
+            raise ForbiddenError(f"this token lacks the {scope!r} scope")
+        if key_name is not None and not self.matches_key(key_name):
+            raise ForbiddenError("this token may not use that key (no key pattern matches)")
+
+
+def hash_secret(secret: str) -> bytes:
+    """SHA-256 of a token secret (what the keystore stores)."""
+    return hashlib.sha256(secret.encode("utf-8")).digest()
+
+
+def new_token(
+    scopes: tuple[str, ...], key_patterns: tuple[str, ...], description: str = ""
+) -> tuple[str, TokenRecord]:
+    """Generate a token; returns the full token string (show it once) and the record to store."""
+    token_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    record = TokenRecord(
+        token_id=token_id,
+        secret_hash=hash_secret(secret),
+        scopes=scopes,
+        key_patterns=key_patterns,
+        description=description,
+        created_at=datetime.now(UTC),
+    )
+    return f"{TOKEN_PREFIX}{token_id}_{secret}", record
+
+
+def install_root_token(keystore: KeyStore, token: str | None) -> str | None:
+    """Make sure a root token exists.
+
+    With ``token`` (``KEYSTREAM_ROOT_TOKEN``), installs exactly that token with every scope on every key
+    (replacing a stored token of the same id whose secret differs). Without it, generates a root token only
+    when the keystore holds no token at all (first start).
+
+    Returns:
+        The newly generated token string (print it once), or ``None`` when nothing was generated.
+
+    Raises:
+        ValueError: ``token`` is not of the form ``ks_<id>_<secret>``.
+    """
+    if token is not None:
+        parsed = parse_token(token)
+        if parsed is None:
+            raise ValueError("root token must look like ks_<id>_<secret>")
+        token_id, secret = parsed
+        wanted = hash_secret(secret)
+        try:
+            existing = keystore.get_token(token_id)
+        except TokenNotFoundError:
+            existing = None
+        if existing is not None:
+            if hmac.compare_digest(existing.secret_hash, wanted) and set(existing.scopes) == set(SCOPES):
+                return None
+            keystore.delete_token(token_id)
+        keystore.create_token(
+            TokenRecord(
+                token_id=token_id,
+                secret_hash=wanted,
+                scopes=SCOPES,
+                key_patterns=("*",),
+                description=ROOT_TOKEN_DESCRIPTION,
+                created_at=datetime.now(UTC),
+            )
+        )
+        return None
+    if keystore.count_tokens() > 0:
+        return None
+    generated, record = new_token(SCOPES, ("*",), ROOT_TOKEN_DESCRIPTION)
+    keystore.create_token(record)
+    return generated
+
+
+class TokenVerifier:
+    """Verifies bearer tokens against the keystore with a short-lived cache of records."""
+
+    def __init__(self, keystore: KeyStore, ttl: float = 1.0) -> None:
+        self._keystore = keystore
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, TokenRecord]] = {}
+
+    def _record(self, token_id: str) -> TokenRecord | None:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(token_id)
+        if cached is not None and now - cached[0] < self._ttl:
+            return cached[1]
+        try:
+            record = self._keystore.get_token(token_id)
+        except TokenNotFoundError:
+            with self._lock:
+                self._cache.pop(token_id, None)
+            return None
+        with self._lock:
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[token_id] = (now, record)
+        return record
+
+    def forget(self, token_id: str) -> None:
+        """Drop a cached record (call after deleting the token)."""
+        with self._lock:
+            self._cache.pop(token_id, None)
+
+    def verify(self, authorization: str | None) -> Principal:
+        """Check an ``Authorization`` header value.
+
+        Raises:
+            UnauthorizedError: no bearer token, a malformed one, an unknown id or a wrong secret (one message
+                for all, so the response does not tell which part was wrong).
+        """
+        if not authorization:
+            raise UnauthorizedError("missing bearer token (Authorization: Bearer ks_...)")
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise UnauthorizedError("missing bearer token (Authorization: Bearer ks_...)")
+        parsed = parse_token(value.strip())
+        if parsed is None:
+            raise UnauthorizedError("invalid token")
+        token_id, secret = parsed
+        record = self._record(token_id)
+        presented = hash_secret(secret)
+        stored = record.secret_hash if record is not None else _DUMMY_HASH
+        if not hmac.compare_digest(presented, stored) or record is None:
+            raise UnauthorizedError("invalid token")
+        return Principal(token_id=record.token_id, scopes=record.scopes, key_patterns=record.key_patterns)

@@ -1,0 +1,81 @@
+"""Key-version resolution for encrypt and decrypt (app.services.keys), shared by streaming and batch."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import aescore
+from app.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
+from app.formats.sealed import SealedDecryptionError
+from app.keycache import KeyCache
+from app.keystore import KeyStore, open_keystore
+from app.services.keys import decryption_keys, encryption_key, sealed_encryptor
+
+BACKEND = aescore.get_backend("python")
+
+
+@pytest.fixture
+def keystore(tmp_path: Path) -> Iterator[KeyStore]:
+    store = open_keystore(tmp_path / "data", secrets.token_bytes(32))
+    store.create_key("k", "aes128", segment_size=4096)
+    store.rotate_key("k")
+    store.rotate_key("k")  # versions 1..3
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def cache(keystore: KeyStore) -> KeyCache:
+    return KeyCache(keystore, metadata_ttl=60.0)
+
+
+async def test_encrypt_uses_the_latest_version_or_the_one_asked_for(cache: KeyCache) -> None:
+    assert (await encryption_key(cache, "k", BACKEND, None)).version == 3
+    assert (await encryption_key(cache, "k", BACKEND, 2)).version == 2
+
+
+async def test_encrypt_refuses_a_version_nobody_may_decrypt(keystore: KeyStore, cache: KeyCache) -> None:
+    keystore.update_key("k", min_decryption_version=2)
+    cache.invalidate("k")
+    with pytest.raises(BadRequestError, match="below its min_decryption_version"):
+        await encryption_key(cache, "k", BACKEND, 1)
+    with pytest.raises(KeyVersionNotFoundError):
+        await encryption_key(cache, "k", BACKEND, 4)
+    with pytest.raises(KeyNotFoundError):
+        await encryption_key(cache, "missing", BACKEND, None)
+
+
+async def test_decrypt_tries_newest_first_down_to_min_decryption_version(
+    keystore: KeyStore, cache: KeyCache
+) -> None:
+    keys = await decryption_keys(cache, "k", BACKEND, None)
+    assert [key.version for key in keys.candidates] == [3, 2, 1]
+    assert keys.more is not None  # no explicit version: a stale cache gets one fresh look
+    keystore.update_key("k", min_decryption_version=2)
+    cache.invalidate("k")
+    assert [key.version for key in (await decryption_keys(cache, "k", BACKEND, None)).candidates] == [3, 2]
+    explicit = await decryption_keys(cache, "k", BACKEND, 2)
+    assert [key.version for key in explicit.candidates] == [2] and explicit.more is None
+    assert explicit.first.version == 2
+
+
+async def test_a_ciphertext_of_a_version_added_elsewhere_is_found_by_the_fresh_look(
+    keystore: KeyStore, cache: KeyCache
+) -> None:
+    keys = await decryption_keys(cache, "k", BACKEND, None)  # cached: versions 3, 2, 1
+    keystore.rotate_key("k")  # "another worker" adds version 4; this cache's metadata is still fresh
+    newest = (await decryption_keys(KeyCache(keystore), "k", BACKEND, None)).first
+    assert newest.version == 4
+    encryptor = sealed_encryptor(newest, b"ad", BACKEND)
+    ciphertext = encryptor.update(b"hello") + encryptor.finalize()
+    decryptor = keys.sealed_decryptor(b"ad", BACKEND)
+    assert decryptor.update(ciphertext) + decryptor.finalize() == b"hello"
+    assert decryptor.version == 4
+    pinned = (await decryption_keys(cache, "k", BACKEND, 3)).sealed_decryptor(b"ad", BACKEND)
+    with pytest.raises(SealedDecryptionError):
+        pinned.update(ciphertext)
+        pinned.finalize()

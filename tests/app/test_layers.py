@@ -1,0 +1,131 @@
+"""The service's layers point one way, and nothing below ``app/api`` imports the web framework.
+
+Imports are read from the source with :mod:`ast` (every ``import``, including ones inside functions and
+under ``TYPE_CHECKING``), so a module that is never imported by the tests is checked too.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "app"
+WEB = ("fastapi", "starlette")
+
+#: Which of app's layered packages each may import (besides itself). Arrows point down only:
+#: routes -> services -> formats / keycache -> keystore -> aescore; errors and core are the bottom.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "core": set(),
+    "keystore": {"errors", "core"},
+    "formats": {"errors", "core"},
+    "keycache": {"errors", "core", "keystore"},
+    "services": {"errors", "core", "keystore", "keycache", "formats"},
+    "api": {"errors", "core", "keystore", "keycache", "formats", "services"},
+}
+#: Layers that must not reach fastapi/starlette, even through another app module.
+NO_WEB = ("errors", "core", "keystore", "formats", "keycache", "services")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def app_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(APP.rglob("*.py"))}
+
+
+@cache
+def imports_of(name: str) -> frozenset[str]:
+    """Absolute names of every module ``name`` imports (relative imports resolved)."""
+    path = app_modules()[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from app.x import module`
+    return frozenset(found)
+
+
+def layer_of(name: str) -> str | None:
+    """The layered package of an ``app`` module (``None`` for entry points such as ``app.main``)."""
+    parts = name.split(".")
+    if parts[0] != "app" or len(parts) < 2:
+        return None
+    return parts[1] if parts[1] in ALLOWED else None
+
+
+def internal_imports(name: str) -> set[str]:
+    modules = app_modules()
+    return {imported for imported in imports_of(name) if imported in modules}
+
+
+def reaches_web(name: str) -> list[str] | None:
+    """An import chain from ``name`` to fastapi/starlette through app's modules, or ``None``."""
+    seen: set[str] = set()
+    stack: list[list[str]] = [[name]]
+    while stack:
+        chain = stack.pop()
+        current = chain[-1]
+        if current in seen:
+            continue
+        seen.add(current)
+        web = [imported for imported in imports_of(current) if imported.split(".")[0] in WEB]
+        if web:
+            return [*chain, web[0]]
+        stack.extend([*chain, imported] for imported in sorted(internal_imports(current)))
+    return None
+
+
+@pytest.mark.parametrize("name", [name for name in app_modules() if layer_of(name) in NO_WEB])
+def test_nothing_below_the_api_imports_the_web_framework(name: str) -> None:
+    chain = reaches_web(name)
+    assert chain is None, " -> ".join(chain or [])
+
+
+@pytest.mark.parametrize("name", [name for name in app_modules() if layer_of(name) is not None])
+def test_layers_import_only_the_layers_below(name: str) -> None:
+    layer = layer_of(name)
+    assert layer is not None
+    wrong = sorted(
+        imported
+        for imported in internal_imports(name)
+        if layer_of(imported) != layer and layer_of(imported) not in ALLOWED[layer]
+    )
+    assert not wrong, f"{name} ({layer}) imports {wrong}; {layer} may import {sorted(ALLOWED[layer])}"
+
+
+@pytest.mark.parametrize("package", ["aescore", "hwsim"])
+def test_the_crypto_packages_never_import_the_service(package: str) -> None:
+    for path in sorted((ROOT / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            assert not [n for n in names if n.split(".")[0] == "app"], f"{path} imports app"
+
+
+def test_the_checker_sees_a_web_import_through_another_module() -> None:
+    """The transitive check follows app's own imports: the API layer reaches starlette through a route."""
+    chain = reaches_web("app.main")
+    assert chain is not None and chain[-1].split(".")[0] in WEB and len(chain) >= 2
+    assert "app.api.errors" in internal_imports("app.main")

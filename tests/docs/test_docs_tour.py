@@ -1,0 +1,268 @@
+"""The README's five-minute tour, read from the README itself and run as written against a real server.
+
+The fenced blocks under ``## Five-minute tour`` are the test: the ``sh`` blocks run in order as one bash
+script (``set -euo pipefail``) in a fresh directory, then the ``python`` block runs in that directory. Two
+things are the test's job instead of the reader's: the block that starts the service (``make run``) is
+replaced by a server this test starts on a free port, and the ``export KEYSTREAM_URL=...`` and
+``export KEYSTREAM_TOKEN=...`` lines by the real URL and token in the environment. Everything else runs
+verbatim.
+
+Three names below stand for commands that move in the layout change; switch them after the merge:
+
+* ``SERVER_COMMAND``: how the service starts (``keystream-server serve`` after the merge);
+* ``CLI_COMMAND``: what ``keystream`` in the tour runs (a shim on PATH; after the merge the client
+  distribution's console script ``keystream`` itself);
+* ``CLIENT_SHIM``: a stand-in ``keystream_client`` module over ``app.client`` (``None`` after the merge, so
+  the tour imports the real package).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.keystream_server import MASTER_KEY, ROOT_TOKEN, free_port, stop
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+TOUR_HEADING = "## Five-minute tour"
+STARTUP_SECONDS = 30
+RUN_TIMEOUT = 120
+
+# -- switch these after the layout merge ---------------------------------------------------------------------
+SERVER_COMMAND = [sys.executable, "-m", "app.cli", "serve"]  # -> [<venv>/bin/keystream-server, "serve"]
+CLI_COMMAND = [sys.executable, "-m", "app.cli"]  # -> [<venv>/bin/keystream] (keystream_client's CLI)
+CLIENT_SHIM: str | None = '''"""Stand-in for keystream_client until the client distribution is merged."""
+import os
+from typing import Any
+
+from app import client as _client
+from app.client import *  # noqa: F403
+
+
+class KeystreamClient(_client.KeystreamClient):
+    def __init__(self, base_url: str | None = None, token: str | None = None, **options: Any) -> None:
+        super().__init__(
+            base_url or os.environ.get("KEYSTREAM_URL", "http://127.0.0.1:8000"),
+            token if token is not None else os.environ.get("KEYSTREAM_TOKEN"),
+            **options,
+        )
+'''  # -> None
+# ------------------------------------------------------------------------------------------------------------
+
+FENCE = re.compile(r"^```(\w*)\s*$")
+EXPORT = re.compile(r"^export (KEYSTREAM_URL|KEYSTREAM_TOKEN)=")
+
+
+@dataclass
+class Tour:
+    """The tour's code blocks, as the test will run them."""
+
+    shell: list[str]
+    python: list[str]
+    start_block: str
+    exported: set[str]
+
+
+def tour_section(text: str) -> str:
+    """The README text from the tour heading to the next heading of the same level."""
+    start = text.index(TOUR_HEADING + "\n")
+    end = text.find("\n## ", start + len(TOUR_HEADING))
+    return text[start : end if end != -1 else len(text)]
+
+
+def code_blocks(section: str) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block in ``section``, in order."""
+    blocks: list[tuple[str, str]] = []
+    language: str | None = None
+    lines: list[str] = []
+    for line in section.splitlines():
+        match = FENCE.match(line)
+        if match and language is None:
+            language, lines = match.group(1), []
+        elif line.startswith("```") and language is not None:
+            blocks.append((language, "\n".join(lines) + "\n"))
+            language = None
+        elif language is not None:
+            lines.append(line)
+    assert language is None, "unclosed code block in the tour"
+    return blocks
+
+
+def parse_tour(text: str) -> Tour:
+    """Split the tour into the start block, the shell blocks (exports removed) and the Python blocks."""
+    shell, python, starts, exported = [], [], [], set()
+    for language, code in code_blocks(tour_section(text)):
+        if language == "python":
+            python.append(code)
+        elif language == "sh" and re.search(r"^make run\b", code, re.MULTILINE):
+            starts.append(code)
+        elif language == "sh":
+            kept = []
+            for line in code.splitlines():
+                match = EXPORT.match(line)
+                if match:
+                    exported.add(match.group(1))
+                else:
+                    kept.append(line)
+            shell.append("\n".join(kept) + "\n")
+        else:
+            raise AssertionError(f"tour block in an unexpected language {language!r}: {code[:80]!r}")
+    assert len(starts) == 1, f"the tour must start the service with one `make run` block, found {starts}"
+    return Tour(shell, python, starts[0], exported)
+
+
+@dataclass
+class Served:
+    """A running server for the tour."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """Start ``SERVER_COMMAND`` on a free port; fail (never skip) when it does not answer /healthz."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env.update(
+        {
+            "KEYSTREAM_ROOT_TOKEN": ROOT_TOKEN,
+            "KEYSTREAM_MASTER_KEY": MASTER_KEY,
+            "KEYSTREAM_LOG_LEVEL": "warning",
+            "KEYSTREAM_TIMEOUT_GRACEFUL_SHUTDOWN": "3",
+            "PYTHONPATH": str(REPO),
+        }
+    )
+    data_dir = tmp_path / "data"
+    command = [*SERVER_COMMAND, "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)]
+    log = tmp_path / "server.log"
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"server exited with {process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"server did not answer in {STARTUP_SECONDS} s: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield Served(process, url, log)
+    finally:
+        stop(process)
+
+
+def tour_environment(served: Served, bin_dir: Path, shim_dir: Path) -> dict[str, str]:
+    """The environment a reader has after the tour's exports, with ``keystream`` and ``keystream_client``
+    resolved through this test's switches."""
+    bin_dir.mkdir()
+    shim_dir.mkdir()
+    script = bin_dir / "keystream"
+    script.write_text(f'#!/bin/sh\nexec {shlex.join(CLI_COMMAND)} "$@"\n')
+    script.chmod(0o755)
+    if CLIENT_SHIM is not None:
+        (shim_dir / "keystream_client.py").write_text(CLIENT_SHIM)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+    env.update(
+        {
+            "KEYSTREAM_URL": served.url,
+            "KEYSTREAM_TOKEN": ROOT_TOKEN,
+            "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            "PYTHONPATH": f"{shim_dir}{os.pathsep}{REPO}",
+        }
+    )
+    return env
+
+
+def test_tour_is_parsed_from_the_readme() -> None:
+    tour = parse_tour(README.read_text(encoding="utf-8"))
+    assert tour.start_block.strip() == "make run"
+    assert tour.exported == {"KEYSTREAM_URL", "KEYSTREAM_TOKEN"}
+    shell = "".join(tour.shell)
+    assert re.search(r"^curl .*/encrypt", shell, re.MULTILINE), "the tour encrypts with curl"
+    assert re.search(r"^curl .*/decrypt", shell, re.MULTILINE), "the tour decrypts with curl"
+    assert re.search(r"^keystream encrypt ", shell, re.MULTILINE), "the tour encrypts with keystream"
+    assert re.search(r"^keystream decrypt ", shell, re.MULTILINE), "the tour decrypts with keystream"
+    assert len(tour.python) == 1 and "from keystream_client import" in tour.python[0]
+    for line in shell.splitlines():
+        if line.startswith("curl ") and " -o " in line:
+            assert "--fail" in line, f"a curl example that writes a file must use --fail: {line}"
+
+
+def test_parser_separates_the_blocks() -> None:
+    text = (
+        "# X\n\n## Five-minute tour\n\n```sh\nmake run\n```\n\n```sh\nexport KEYSTREAM_URL=u\necho a\n```\n"
+        "\n```python\nprint(1)\n```\n\n## Next\n\n```sh\necho never\n```\n"
+    )
+    tour = parse_tour(text)
+    assert tour.shell == ["echo a\n"] and tour.python == ["print(1)\n"]
+    assert tour.exported == {"KEYSTREAM_URL"}
+
+
+def test_readme_tour_runs_against_a_real_server(served: Served, tmp_path: Path) -> None:
+    assert shutil.which("curl") is not None, "curl is missing (scripts/install-tools.sh installs it)"
+    tour = parse_tour(README.read_text(encoding="utf-8"))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = tour_environment(served, tmp_path / "bin", tmp_path / "shim")
+
+    shell = subprocess.run(
+        ["bash", "-c", "set -euo pipefail\n" + "\n".join(tour.shell)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    assert shell.returncode == 0, f"stdout:\n{shell.stdout}\nstderr:\n{shell.stderr}"
+    for said in ("curl round trip ok", "keystream round trip ok", "curl ciphertext decrypted by keystream"):
+        assert said in shell.stdout, shell.stdout
+
+    (work / "tour.py").write_text("\n".join(tour.python))
+    python = subprocess.run(
+        [sys.executable, "tour.py"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    assert python.returncode == 0, f"stdout:\n{python.stdout}\nstderr:\n{python.stderr}"
+    assert "python round trip ok" in python.stdout
+
+    plaintext = (work / "numbers.txt").read_bytes()
+    assert len(plaintext) > 1_000_000
+    for name in ("numbers.curl.ks", "numbers.cli.ks", "numbers.py.ks"):
+        ciphertext = (work / name).read_bytes()
+        assert ciphertext[0] == 40, f"{name} does not start with an aes256 sealed header (L = 40)"
+        assert len(ciphertext) > len(plaintext), f"{name} is shorter than its plaintext"
+        assert plaintext[:4096] not in ciphertext
+    for name in ("numbers.curl.out", "numbers.cli.out", "numbers.cross.out", "numbers.py.out"):
+        assert (work / name).read_bytes() == plaintext, name
+    listing = httpx.get(
+        f"{served.url}/v1/keys", headers={"Authorization": f"Bearer {ROOT_TOKEN}"}, timeout=10
+    ).json()
+    assert {"tour", "tour-cli", "tour-py"} <= {key["name"] for key in listing["keys"]}
