@@ -29,10 +29,12 @@ extern "C" {
  * GHASH key material: H^16, H^15, ..., H^1, each multiplied by x^-1 and stored bit-reflected (the block
  * byte-reversed and read as a little-endian 128-bit integer, so a carry-less multiply of two such values is
  * the field product without the one-bit shift), followed by three zero blocks so vector loads for a short
- * tail stay inside the array. Immutable after ks_ghash_init; safe to share between threads.
+ * tail stay inside the array; and the same powers with their two halves XORed, for Karatsuba. Immutable after ks_ghash_init; safe to share between threads.
  */
 typedef struct {
     uint8_t powers[(KS_GCM_POWERS + 3) * KS_BLOCK_SIZE];
+    /* For Karatsuba: entry i holds (high qword ^ low qword) of powers[i] in both qwords. */
+    uint8_t folded[(KS_GCM_POWERS + 3) * KS_BLOCK_SIZE];
 } ks_ghash_key;
 
 /* An AES-GCM key: the expanded AES key and the GHASH key for H = AES_K(0^128). */
