@@ -1,4 +1,4 @@
-# C declarations for the aesni backend: the intrinsics files (aesni_ctr.h, aesni_gcm.h), and the few pthread calls and
+# C declarations for the aesni backend: the intrinsics files (aesni_ctr.h, aesni_gcm.h, aesni_probe.h), and the few pthread calls and
 # GCC atomic builtins the Cython module uses to split large inputs across threads.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -61,6 +61,11 @@ cdef extern from "aesni_gcm.h" nogil:
                           size_t aad_len, const uint8_t *src, uint8_t *dst, size_t length, const uint8_t *tag)
     void ks_gcm_wipe(ks_gcm_key *key)
     void ks_ghash_wipe(ks_ghash_key *key)
+
+
+cdef extern from "aesni_probe.h" nogil:
+    ks_status ks_probe_aes128(ks_isa isa, uint64_t iterations, uint64_t *blocks, uint8_t *sink)
+    ks_status ks_probe_clmul(ks_isa isa, uint64_t iterations, uint64_t *blocks, uint8_t *sink)
 
 
 cdef extern from "<pthread.h>" nogil:

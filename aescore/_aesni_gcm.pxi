@@ -334,3 +334,32 @@ cdef class AesniGhash:
         if status != KS_OK:
             _raise_status(status)
         return PyBytes_FromStringAndSize(<char *>result, 16)
+
+
+def probe(str kind, str isa, uint64_t iterations):
+    """Benchmark support: run the instruction-throughput probe ``kind`` on path ``isa``; the caller times it.
+
+    ``aes128``: independent AESENC/AESENCLAST chains; ``clmul``: independent carry-less multiplies (see
+    ``aesni_probe.h``). Runs without the GIL.
+
+    Returns:
+        The number of 16-byte blocks the work stands for (AES-128 encryptions, or Karatsuba GHASH blocks).
+
+    Raises:
+        ValueError: an unknown ``kind``, or a path this CPU cannot run.
+    """
+    cdef uint64_t blocks = 0
+    cdef uint8_t sink[16]
+    cdef ks_status status
+    cdef ks_isa path = _pick_isa(isa, _cpu_isas)
+    if kind not in ("aes128", "clmul"):
+        raise AesCoreValueError(f"kind must be 'aes128' or 'clmul', got {kind!r}")
+    cdef bint aes = kind == "aes128"
+    with nogil:
+        if aes:
+            status = ks_probe_aes128(path, iterations, &blocks, sink)
+        else:
+            status = ks_probe_clmul(path, iterations, &blocks, sink)
+    if status != KS_OK:
+        _raise_status(status)
+    return blocks
