@@ -11,6 +11,9 @@ backends are much slower than AES-NI, so they run fewer examples (the same strat
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -113,3 +116,32 @@ def reference_ctr() -> ReferenceCtr:
     """``reference_ctr(key, initial_counter_int, data, offset)``: pycryptodome's AES-CTR with a full 128-bit
     counter (wrapping mod 2**128), from keystream byte ``offset``."""
     return _reference_ctr
+
+
+def _tick_until(stop: threading.Event, ticks: list[float]) -> None:
+    while not stop.is_set():
+        ticks.append(time.perf_counter())
+        time.sleep(0)  # hand the GIL back at once whenever the main thread wants it
+
+
+def ticks_during(call: Callable[[], object]) -> int:
+    """How often a helper thread ran Python code while ``call()`` executed.
+
+    The switch interval is set far beyond the test's length, so the main thread never gives the GIL up at a
+    bytecode boundary: the helper can only run while ``call`` itself has released the GIL.
+    """
+    stop = threading.Event()
+    ticks: list[float] = []
+    helper = threading.Thread(target=_tick_until, args=(stop, ticks))
+    previous_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        helper.start()
+        time.sleep(0.005)  # let the helper start spinning
+        before = len(ticks)
+        call()
+        return len(ticks) - before
+    finally:
+        stop.set()
+        helper.join()
+        sys.setswitchinterval(previous_interval)
