@@ -22,7 +22,8 @@ class AesGcm:
     """AES-128/192/256-GCM with 12-byte nonces and 16-byte tags (NIST SP 800-38D); thread-safe.
 
     The key schedule and the GHASH key material (powers of ``H`` on ``aesni``) are computed once here, so
-    each call only pays for its message.
+    each call only pays for its message. Timing properties are the backend's: ``aesni`` is constant-time,
+    ``python`` (table-driven AES and GHASH) is not.
 
     Args:
         backend: an :class:`aescore.Backend` or a backend name (``aesni``, ``python``, ``hwsim``...).
