@@ -15,6 +15,8 @@ Steps (each a subprocess, so one failing benchmark does not stop the others):
 Then it reads the JSON files (schemas are documented in those scripts), draws
 
 * ``aescore_throughput.png``: throughput vs message size, one line per backend and library;
+* ``aescore_gcm.png``: AES-GCM (aescore, cryptography) vs AES-CTR with and without HMAC, with this core's
+  AES-128 cap (``bench/report_gcm.py``);
 * ``service_latency_cdf.png``: the latency CDF of each backend;
 * ``hwsim_model_vs_measured.png``: modeled (presets) vs measured (backends) latency and throughput vs size;
 
@@ -41,6 +43,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use("Agg"): the backend must be chosen first
 import matplotlib.ticker
+
+from .report_gcm import gcm_section
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = ROOT / "bench" / "results"
@@ -201,6 +205,9 @@ def aescore_section(data: dict[str, Any], report: Report) -> None:
                 f"{float(row['bytes_per_s']) / 1e9:.3f} | {shown} |"
             )
     report.sections.append(lines)
+    gcm_lines = gcm_section(data, report.results)
+    if gcm_lines:
+        report.sections.append(gcm_lines)
 
 
 # -- service -------------------------------------------------------------------------------------------------
