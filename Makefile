@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean
+.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean prometheus
 
 $(STAMP): pyproject.toml setup.py scripts/bootstrap-venv.sh
 	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
@@ -56,6 +56,11 @@ load: build
 # missing; ~6 min on a fresh machine, ~1 min warm.
 docker-test: build
 	KEYSTREAM_HOST_PYTHON=$(PY) deploy/docker-test.sh
+
+# Debian's Prometheus on 127.0.0.1:9090 scraping a local Keystream (`make run`) with deploy/prometheus's rules;
+# config and data in build/prometheus. E.g. make prometheus PROMETHEUS_ARGS="--target 127.0.0.1:8001".
+prometheus: tools $(STAMP)
+	$(PY) scripts/prometheus_local.py $(PROMETHEUS_ARGS)
 
 bench: build
 	$(PY) -m bench.bench_aescore
