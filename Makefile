@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean prometheus
+.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean prometheus compose-up compose-down compose-test
 
 $(STAMP): pyproject.toml setup.py scripts/bootstrap-venv.sh
 	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
@@ -56,6 +56,18 @@ load: build
 # missing; ~6 min on a fresh machine, ~1 min warm.
 docker-test: build
 	KEYSTREAM_HOST_PYTHON=$(PY) deploy/docker-test.sh
+
+# The docker-compose stack without an image registry (deploy/compose.sh): builds the image as docker-test
+# does plus a Prometheus image from Debian's package, then `docker-compose up -d keystream prometheus`.
+# compose-test: up, /healthz, a sealed round trip, Prometheus scraping, down -v (~75 s warm).
+compose-up: build
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh up
+
+compose-down:
+	deploy/compose.sh down
+
+compose-test: build
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh test
 
 # Debian's Prometheus on 127.0.0.1:9090 scraping a local Keystream (`make run`) with deploy/prometheus's rules;
 # config and data in build/prometheus. E.g. make prometheus PROMETHEUS_ARGS="--target 127.0.0.1:8001".

@@ -194,7 +194,7 @@ def test_the_debian_mirror_comes_from_the_apt_sources(tmp_path: Path) -> None:
 
 
 def test_docker_scripts_use_the_library() -> None:
-    for name in ("docker-test.sh",):
+    for name in ("docker-test.sh", "compose.sh"):
         text = (REPO / "deploy" / name).read_text()
         assert 'source "$repo/deploy/docker-lib.sh"' in text, name
         for function in ("docker_ensure_packages", "docker_daemon_start", "docker_build_image"):
