@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean prometheus compose-up compose-down compose-test
+.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean prometheus compose-up compose-down compose-test load-figures
 
 $(STAMP): pyproject.toml setup.py scripts/bootstrap-venv.sh
 	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
@@ -73,6 +73,11 @@ compose-test: build
 # config and data in build/prometheus. E.g. make prometheus PROMETHEUS_ARGS="--target 127.0.0.1:8001".
 prometheus: tools $(STAMP)
 	$(PY) scripts/prometheus_local.py $(PROMETHEUS_ARGS)
+
+# The docs' load-test figures (docs/img/prometheus-crypto-p99-by-backend.png, locust-report.png) from a real
+# step load with Prometheus scraping (scripts/load_figures.py, ~5 min; needs chromium: apt-get install chromium).
+load-figures: tools build
+	$(PY) scripts/load_figures.py $(FIGURE_ARGS)
 
 bench: build
 	$(PY) -m bench.bench_aescore
