@@ -51,7 +51,7 @@ load_root_token() {
     log "root token in ${state#"$repo"/}/root-token (set KEYSTREAM_ROOT_TOKEN to choose one)"
 }
 
-# Seconds until every service in "${services[@]}" reports healthy, or fail with their logs.
+# Wait until every service in "${services[@]}" reports healthy (180 s at most), or fail with their logs.
 wait_healthy() {
     local deadline=$((SECONDS + 180)) service id health unhealthy
     while :; do
@@ -79,6 +79,8 @@ up() {
     if ! docker info >/dev/null 2>&1; then
         docker_daemon_start "$state/dockerd.log"
         started_dockerd="$DOCKERD_STARTED_PID"
+        # Recorded at once, so `down` also stops it after an `up` that failed later on.
+        echo "$started_dockerd" >"$state/dockerd.pid"
     fi
     docker_base_image "$base_image" "$rootfs" "$work/debootstrap.log"
     docker_wheelhouse "$python" build/wheelhouse "$work"
@@ -155,6 +157,7 @@ finish_test() {
     if [ -n "$started_dockerd" ]; then
         log "stopping the dockerd this test started (pid $started_dockerd)"
         docker_daemon_stop "$started_dockerd"
+        rm -f "$state/dockerd.pid"
     fi
     if [ "$status" -eq 0 ]; then log "PASS"; else log "FAIL (exit $status)"; fi
     exit "$status"
@@ -165,10 +168,7 @@ free_port() {
 }
 
 case "${1:-}" in
-    up)
-        up
-        # The daemon keeps serving the stack; `down` stops it.
-        [ -z "$started_dockerd" ] || echo "$started_dockerd" >"$state/dockerd.pid" ;;
+    up) up ;;  # a dockerd it started keeps serving the stack; `down` stops it
     down) down ;;
     test)
         # Free ports and a project of its own, so a stack already running here is not touched.
