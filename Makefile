@@ -77,7 +77,7 @@ prometheus: tools $(STAMP)
 # The docs' load-test figures (docs/img/prometheus-crypto-p99-by-backend.png, locust-report.png) from a real
 # step load with Prometheus scraping (scripts/load_figures.py, ~5 min; needs chromium: apt-get install chromium).
 load-figures: tools build
-	$(PY) scripts/load_figures.py $(FIGURE_ARGS)
+	$(PY) -m scripts.load_figures $(FIGURE_ARGS)
 
 bench: build
 	$(PY) -m bench.bench_aescore

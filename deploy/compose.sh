@@ -25,8 +25,6 @@ cd "$repo"
 # shellcheck source=deploy/docker-lib.sh
 source "$repo/deploy/docker-lib.sh"
 
-base_image="${KEYSTREAM_BASE_IMAGE:-local/bookworm}"
-rootfs="${KEYSTREAM_ROOTFS:-/var/tmp/keystream-rootfs}"
 python="${KEYSTREAM_HOST_PYTHON:-$repo/.venv/bin/python}"
 state="$repo/build/compose"
 export KEYSTREAM_IMAGE_TAG="${KEYSTREAM_IMAGE_TAG:-latest}"
@@ -82,12 +80,12 @@ up() {
         # Recorded at once, so `down` also stops it after an `up` that failed later on.
         echo "$started_dockerd" >"$state/dockerd.pid"
     fi
-    docker_base_image "$base_image" "$rootfs" "$work/debootstrap.log"
+    docker_base_image "$DOCKER_BASE_IMAGE" "$DOCKER_ROOTFS" "$work/debootstrap.log"
     docker_wheelhouse "$python" build/wheelhouse "$work"
-    docker_build_image "keystream:$KEYSTREAM_IMAGE_TAG" "$base_image" build/wheelhouse "$work/build.log"
+    docker_build_image "keystream:$KEYSTREAM_IMAGE_TAG" "$DOCKER_BASE_IMAGE" build/wheelhouse "$work/build.log"
     if ! docker image inspect keystream-prometheus:local >/dev/null 2>&1; then
-        echo "docker: docker build keystream-prometheus:local (Debian's prometheus on $base_image)" >&2
-        DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$base_image" -t keystream-prometheus:local \
+        echo "docker: docker build keystream-prometheus:local (Debian's prometheus on $DOCKER_BASE_IMAGE)" >&2
+        DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$DOCKER_BASE_IMAGE" -t keystream-prometheus:local \
             -f deploy/compose/prometheus.Dockerfile deploy/compose >"$work/prometheus-build.log" 2>&1 \
             || { tail -n 40 "$work/prometheus-build.log" >&2; rm -rf "$work"; return 1; }
     fi

@@ -20,6 +20,9 @@
 
 # Seconds to wait for a freshly started dockerd to answer `docker info`.
 DOCKERD_START_TIMEOUT_SECONDS="${KEYSTREAM_DOCKERD_START_TIMEOUT:-60}"
+# The offline base image and the debootstrap tree it is imported from (kept as a cache).
+DOCKER_BASE_IMAGE="${KEYSTREAM_BASE_IMAGE:-local/bookworm}"
+DOCKER_ROOTFS="${KEYSTREAM_ROOTFS:-/var/tmp/keystream-rootfs}"
 
 docker_ensure_packages() {
     local missing=()

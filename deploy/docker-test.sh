@@ -21,8 +21,6 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 # shellcheck source=deploy/docker-lib.sh
 source "$repo/deploy/docker-lib.sh"
-base_image="${KEYSTREAM_BASE_IMAGE:-local/bookworm}"
-rootfs="${KEYSTREAM_ROOTFS:-/var/tmp/keystream-rootfs}"
 image="${KEYSTREAM_TEST_IMAGE:-keystream:docker-test}"
 python="${KEYSTREAM_HOST_PYTHON:-$repo/.venv/bin/python}"  # builds the wheelhouse (needs pip)
 work="$(mktemp -d /tmp/keystream-docker-test.XXXXXX)"
@@ -56,10 +54,10 @@ docker_daemon_start "$work/dockerd.log"
 started_dockerd="$DOCKERD_STARTED_PID"
 
 # --- 2.-4. base image, wheelhouse, image -----------------------------------------------------------------
-docker_base_image "$base_image" "$rootfs" "$work/debootstrap.log"
+docker_base_image "$DOCKER_BASE_IMAGE" "$DOCKER_ROOTFS" "$work/debootstrap.log"
 docker_wheelhouse "$python" build/wheelhouse "$work"
 log "docker build ($image)"
-docker_build_image "$image" "$base_image" build/wheelhouse "$work/build.log"
+docker_build_image "$image" "$DOCKER_BASE_IMAGE" build/wheelhouse "$work/build.log"
 
 # --- 5. run and check ---------------------------------------------------------------------------------------
 port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

@@ -340,22 +340,27 @@ def plot_figure(result: dict[str, Any]) -> Figure:
     return figure
 
 
+#: Tick units from the largest down; the last has scale 1.
+_TIME_UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
+_RATE_UNITS = (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
+
+
+def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
+    """``value`` in the largest of ``units`` it reaches: 1500 in _TIME_UNITS (ns) is "1.5 µs"."""
+    for unit, scale in units:
+        if value >= scale or scale == 1.0:
+            return f"{value / scale:g} {unit}"
+    raise ValueError(f"the last unit of {units} must have scale 1")
+
+
 def _time_label(microseconds: float) -> str:
     """A latency tick in microseconds as a plain time: 100 ns, 1 µs, 10 ms, 1 s."""
-    nanoseconds = microseconds * 1e3
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if nanoseconds >= scale:
-            return f"{nanoseconds / scale:g} {unit}"
-    return f"{nanoseconds:g} ns"
+    return _scaled(microseconds * 1e3, _TIME_UNITS)
 
 
 def _rate_label(gigabytes_per_second: float) -> str:
     """A throughput tick in GB/s as a plain rate: 1 MB/s, 100 MB/s, 10 GB/s."""
-    bytes_per_second = gigabytes_per_second * 1e9
-    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if bytes_per_second >= scale:
-            return f"{bytes_per_second / scale:g} {unit}"
-    return f"{bytes_per_second:g} B/s"
+    return _scaled(gigabytes_per_second * 1e9, _RATE_UNITS)
 
 
 def _human(size: float) -> str:

@@ -1,6 +1,6 @@
 """Remake the load-test figures of the operations docs from one real step-load run (``make load-figures``).
 
-    python scripts/load_figures.py [--steps 4] [--step-users 6] [--step-seconds 60] [--out docs/img]
+    python -m scripts.load_figures [--steps 4] [--step-users 6] [--step-seconds 60] [--out docs/img]
 
 1. starts Keystream on a free 127.0.0.1 port (``loadtests.service``), and Prometheus against it with the
    project's rules and 1 s scrapes (``scripts/prometheus_local.py``, as ``make prometheus`` runs it);
@@ -19,7 +19,6 @@ Needs Debian's ``prometheus`` (``make tools``) and ``chromium``. Takes the load'
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use("Agg")
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from loadtests.service import free_port, keystream_service, stop_process, wait_for_http
+from loadtests.service import free_port, keystream_service
+from scripts import prometheus_local
 
 SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
@@ -54,22 +54,6 @@ window.addEventListener("load", () => setTimeout(() => {
 }, 500));
 </script>
 """
-
-
-@contextlib.contextmanager
-def local_prometheus(target: str, locust: str, work: Path) -> Iterator[str]:
-    """``scripts/prometheus_local.py`` on a free port with 1 s scrapes; yields its URL."""
-    port = free_port()
-    command = [sys.executable, str(SCRIPTS / "prometheus_local.py"), "--target", target, "--locust", locust]
-    command += ["--listen", f"127.0.0.1:{port}", "--scrape-interval", "1s", "--data-dir", str(work / "prom")]
-    with open(work / "prometheus.log", "wb") as log:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_http(f"{url}/-/ready", 30, process)
-        yield url
-    finally:
-        stop_process(process)
 
 
 def query_range(prometheus: str, expr: str, start: float, end: float) -> list[dict[str, Any]]:
@@ -174,7 +158,7 @@ def screenshot_report(report_html: Path, png: Path, work: Path) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python scripts/load_figures.py", description=__doc__.split("\n")[0]
+        prog="python -m scripts.load_figures", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--step-users", type=int, default=6, help="users added per step")
@@ -190,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with keystream_service(log_dir=work) as service:
             locust_port = free_port()
             target = service.url.removeprefix("http://")
-            with local_prometheus(target, f"127.0.0.1:{locust_port}", work) as prometheus:
+            locust = f"127.0.0.1:{locust_port}"
+            with prometheus_local.running(target, locust, work / "prometheus") as prometheus:
                 command = [sys.executable, "-m", "loadtests.run", "--host", service.url, "--step"]
                 command += ["--steps", str(args.steps), "--step-users", str(args.step_users)]
                 command += ["--step-seconds", str(args.step_seconds), "--web-port", str(locust_port)]

@@ -20,15 +20,18 @@ otherwise Prometheus's own.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from loadtests.service import free_port, stop_process, wait_for_http
 
 REPO = Path(__file__).resolve().parents[1]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
@@ -56,6 +59,37 @@ def local_config(
             raise ValueError(f"no local target for the job {job['job_name']!r} of prometheus.yml")
         job["static_configs"] = [{"targets": [targets[job["job_name"]]]}]
     return config
+
+
+@contextlib.contextmanager
+def running(target: str, locust: str, data_dir: Path, scrape_interval: str = "1s") -> Iterator[str]:
+    """This script in a subprocess, as ``make prometheus`` runs it, on a free 127.0.0.1 port; yields its URL
+    once Prometheus is ready and stops it afterwards. Its output goes to ``data_dir/prometheus.log``.
+
+    Raises:
+        loadtests.service.ServiceError: Prometheus exited or was not ready within 30 s.
+    """
+    port = free_port()
+    command = [
+        sys.executable,
+        __file__,
+        "--target",
+        target,
+        "--locust",
+        locust,
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
+    command += ["--scrape-interval", scrape_interval, "--data-dir", str(data_dir)]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / "prometheus.log", "wb") as log:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for_http(f"{url}/-/ready", 30, process)
+        yield url
+    finally:
+        stop_process(process)
 
 
 def _seconds(duration: str) -> float:

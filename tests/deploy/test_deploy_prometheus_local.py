@@ -3,11 +3,9 @@ keeps deploy/prometheus's jobs, paths and rules; started for real, it scrapes a 
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,8 @@ import pytest
 import yaml
 from deploy_paths import PROMETHEUS_DIR, REPO, tool
 
-from loadtests.service import free_port, keystream_service, stop_process, wait_for_http
+from loadtests.service import keystream_service
+from scripts import prometheus_local
 
 SCRIPT = REPO / "scripts" / "prometheus_local.py"
 DEADLINE_SECONDS = 30.0
@@ -66,27 +65,6 @@ def test_a_bad_scrape_interval_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "prometheus.yml").exists()
 
 
-@contextlib.contextmanager
-def local_prometheus(target: str, work: Path) -> Iterator[str]:
-    """`scripts/prometheus_local.py` as `make prometheus` runs it, on a free port with 1 s scrapes."""
-    port = free_port()
-    with open(work / "prometheus.log", "wb") as log:
-        command = [sys.executable, str(SCRIPT), "--target", target, "--listen", f"127.0.0.1:{port}"]
-        command += ["--scrape-interval", "1s", "--data-dir", str(work / "prometheus")]
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_http(f"{url}/-/ready", 30, process)
-        yield url
-    finally:
-        stop_process(process)
-
-
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_it_scrapes_a_running_service(tmp_path: Path) -> None:
@@ -96,7 +74,7 @@ def test_it_scrapes_a_running_service(tmp_path: Path) -> None:
         response = httpx.get(f"{service.url}/metrics", timeout=10)
         assert response.status_code == 200 and "keystream_" in response.text
         target = service.url.removeprefix("http://")
-        with local_prometheus(target, tmp_path) as url:
+        with prometheus_local.running(target, "127.0.0.1:1", tmp_path / "prometheus") as url:
             deadline = time.monotonic() + DEADLINE_SECONDS
             health: dict[str, str] = {}
             series: list[Any] = []

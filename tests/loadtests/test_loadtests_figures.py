@@ -3,24 +3,18 @@ a p99 plot in milliseconds with every step marked, and the Locust report reduced
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 from types import ModuleType
 
 import matplotlib.pyplot as plt
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def figures() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("load_figures", REPO / "scripts" / "load_figures.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from scripts import load_figures
+
+    return load_figures
 
 
 def test_load_steps_follow_the_user_count(figures: ModuleType) -> None:
