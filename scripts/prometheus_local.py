@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from loadtests.service import free_port, stop_process, wait_for_http
+from loadtests.service import ServiceError, free_port, stop_process, wait_for_http
 
 REPO = Path(__file__).resolve().parents[1]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
@@ -86,7 +86,11 @@ def running(target: str, locust: str, data_dir: Path, scrape_interval: str = "1s
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for_http(f"{url}/-/ready", 30, process)
+        try:
+            wait_for_http(f"{url}/-/ready", 30, process)
+        except ServiceError as exc:
+            log_tail = (data_dir / "prometheus.log").read_text(errors="replace")[-2000:]
+            raise ServiceError(f"Prometheus did not start ({exc}); its log ends:\n{log_tail}") from exc
         yield url
     finally:
         stop_process(process)

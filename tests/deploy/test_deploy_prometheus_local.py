@@ -83,7 +83,7 @@ def test_it_scrapes_a_running_service(tmp_path: Path) -> None:
                 health = {t["labels"]["job"]: t["health"] for t in targets}
                 query = {"query": '{__name__=~"keystream_.+", job="keystream"}'}
                 series = httpx.get(f"{url}/api/v1/query", params=query, timeout=10).json()["data"]["result"]
-                if health.get("keystream") == "up" and series:
+                if health.get("keystream") == health.get("prometheus") == "up" and series:
                     break
                 time.sleep(0.5)
             assert health.get("keystream") == "up", health
