@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean
+.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean prometheus compose-up compose-down compose-test load-figures
 
 $(STAMP): pyproject.toml setup.py scripts/bootstrap-venv.sh
 	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
@@ -52,9 +52,32 @@ load: build
 	$(PY) -m loadtests.run $(LOAD_ARGS)
 
 # Build the Docker image for real (debootstrap base, host-built wheelhouse) and round-trip through it.
-# Not part of `make test`: needs root and dockerd, and takes minutes on a fresh machine.
+# Not part of `make test`: as root it installs docker.io/debootstrap and starts (then stops) dockerd when
+# missing; ~6 min on a fresh machine, ~1 min warm.
 docker-test: build
 	KEYSTREAM_HOST_PYTHON=$(PY) deploy/docker-test.sh
+
+# The docker-compose stack without an image registry (deploy/compose.sh): builds the image as docker-test
+# does plus a Prometheus image from Debian's package, then `docker-compose up -d keystream prometheus`.
+# compose-test: up, /healthz, a sealed round trip, Prometheus scraping, down -v (~75 s warm).
+compose-up: build
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh up
+
+compose-down:
+	deploy/compose.sh down
+
+compose-test: build
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh test
+
+# Debian's Prometheus on 127.0.0.1:9090 scraping a local Keystream (`make run`) with deploy/prometheus's rules;
+# config and data in build/prometheus. E.g. make prometheus PROMETHEUS_ARGS="--target 127.0.0.1:8001".
+prometheus: tools $(STAMP)
+	$(PY) scripts/prometheus_local.py $(PROMETHEUS_ARGS)
+
+# The docs' load-test figures (docs/img/prometheus-crypto-p99-by-backend.png, locust-report.png) from a real
+# step load with Prometheus scraping (scripts/load_figures.py, ~5 min; needs chromium: apt-get install chromium).
+load-figures: tools build
+	$(PY) -m scripts.load_figures $(FIGURE_ARGS)
 
 bench: build
 	$(PY) -m bench.bench_aescore
