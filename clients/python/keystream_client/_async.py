@@ -1,4 +1,4 @@
-"""The asyncio Keystream client (:class:`AsyncKeystreamClient`); see :mod:`app.client`."""
+"""The asyncio Keystream client, :class:`AsyncKeystreamClient`: the sync client's methods, awaitable."""
 
 from __future__ import annotations
 
@@ -12,41 +12,35 @@ from typing import Any
 
 import httpx
 
-from app import _client_transport as transport
-from app._client_base import (
-    DEFAULT_CHUNK_SIZE,
-    BaseClient,
+from keystream_client import _transport as transport
+from keystream_client._base import DEFAULT_CHUNK_SIZE, BaseClient, mapped_errors
+from keystream_client._calls import (
     Call,
-    Destination,
-    StreamBase,
     batch_call,
-    check_lengths,
     configure_key_call,
     create_key_call,
     create_token_call,
     import_key_call,
-    mapped_errors,
-    open_partial,
+    quote,
 )
-from app._client_models import (
-    MAX_ERROR_BODY,
+from keystream_client._errors import MAX_ERROR_BODY, api_error
+from keystream_client._models import (
     BatchItem,
     BatchResult,
     CipherResult,
-    CryptoOptions,
     Key,
     NewToken,
     Token,
     TransferResult,
-    api_error,
     parse_batch,
     parse_key,
     parse_keys,
     parse_new_token,
     parse_tokens,
-    quote,
 )
-from app._client_sources import Source, chunk_reader
+from keystream_client._options import CryptoOptions
+from keystream_client._sources import Source, chunk_reader
+from keystream_client._streams import Destination, StreamBase, check_lengths, open_partial
 
 
 class AsyncCipherStream(StreamBase):
@@ -92,7 +86,7 @@ class AsyncKeystreamClient(BaseClient):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         token: str | None = None,
         *,
         timeout: float = 30.0,

@@ -1,67 +1,14 @@
-"""Typed results, errors and request options of the Keystream client (see :mod:`app.client`)."""
+"""Typed results of the Keystream client (keys, tokens, crypto and batch results) and their JSON mapping."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote as _url_quote
 
-FORMATS: tuple[str, ...] = ("sealed", "raw")
-IV_SIZE = 16
-#: Bytes of an error response body kept for the error message.
-MAX_ERROR_BODY = 64 * 1024
-
-
-class KeystreamClientError(Exception):
-    """Base of every error the client raises."""
-
-
-class KeystreamAPIError(KeystreamClientError):
-    """The service answered with an error: ``{"error": {"code", "message"}}``.
-
-    Attributes:
-        status: HTTP status code.
-        code: the service's machine-readable code, e.g. ``key_not_found``, ``decryption_failed``.
-        message: the service's human-readable message.
-    """
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"HTTP {status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
-
-
-class KeystreamConnectionError(KeystreamClientError):
-    """The service could not be reached (connect failure, timeout, TLS error)."""
-
-
-class KeystreamStreamError(KeystreamClientError):
-    """A streaming response ended without its terminator, or the connection dropped mid-transfer.
-
-    The service aborts the connection when a sealed segment fails to verify after output has started, so this
-    means: the output is incomplete and must be discarded.
-    """
-
-
-def api_error(status: int, body: bytes) -> KeystreamAPIError:
-    """The :class:`KeystreamAPIError` for an error response ``body`` (JSON shape or anything else)."""
-    try:
-        detail = json.loads(body)["error"]
-        return KeystreamAPIError(status, str(detail["code"]), str(detail["message"]))
-    except (ValueError, KeyError, TypeError):
-        text = body[:200].decode("utf-8", "replace").strip() or "no error body"
-        return KeystreamAPIError(status, f"http_{status}", text)
-
-
-def quote(segment: str) -> str:
-    """``segment`` percent-encoded for one URL path segment."""
-    return _url_quote(segment, safe="")
+from keystream_client._errors import KeystreamAPIError
 
 
 def _time(value: Any) -> datetime:
@@ -233,23 +180,9 @@ def parse_new_token(data: Any) -> NewToken:
     return NewToken(**_token_fields(data), token=str(data["token"]))
 
 
-def _b64(data: bytes) -> str:
+def b64(data: bytes) -> str:
+    """``data`` as standard base64 text (the service's JSON and header encoding)."""
     return base64.b64encode(data).decode("ascii")
-
-
-def batch_body(operation: str, items: Sequence[BatchItem | bytes]) -> dict[str, Any]:
-    """Batch JSON body: ``{"items": [{plaintext|ciphertext, associated_data?, reference?}]}``."""
-    field_name = "plaintext" if operation == "encrypt" else "ciphertext"
-    body: list[dict[str, Any]] = []
-    for item in items:
-        entry = item if isinstance(item, BatchItem) else BatchItem(bytes(item))
-        out: dict[str, Any] = {field_name: _b64(entry.data)}
-        if entry.associated_data is not None:
-            out["associated_data"] = _b64(entry.associated_data)
-        if entry.reference is not None:
-            out["reference"] = entry.reference
-        body.append(out)
-    return {"items": body}
 
 
 def parse_batch(data: Any, field_name: str) -> list[BatchResult]:
@@ -270,93 +203,3 @@ def parse_batch(data: Any, field_name: str) -> list[BatchResult]:
         version = item.get("key_version")
         results.append(BatchResult(payload, int(version) if version is not None else None, reference, None))
     return results
-
-
-_OPTION_NAMES = ("format", "associated_data", "iv", "offset", "key_version", "backend")
-
-
-@dataclass(frozen=True)
-class CryptoOptions:
-    """Query parameters and headers of one encrypt/decrypt request, validated.
-
-    Raises (from :meth:`build`):
-        TypeError: an option has the wrong type.
-        ValueError: an option is out of range or does not fit the format.
-    """
-
-    format: str = "sealed"
-    associated_data: bytes | None = field(default=None, repr=False)
-    iv: bytes | None = None
-    offset: int = 0
-    key_version: int | None = None
-    backend: str | None = None
-
-    @classmethod
-    def build(
-        cls,
-        format: str = "sealed",
-        associated_data: bytes | None = None,
-        iv: bytes | str | None = None,
-        offset: int = 0,
-        key_version: int | None = None,
-        backend: str | None = None,
-    ) -> CryptoOptions:
-        """Validated options (see class docstring for what it raises)."""
-        if format not in FORMATS:
-            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-        if associated_data is not None and not isinstance(associated_data, bytes | bytearray | memoryview):
-            raise TypeError("associated_data must be bytes-like")
-        iv_bytes: bytes | None = None
-        if isinstance(iv, str):
-            try:
-                iv_bytes = bytes.fromhex(iv)
-            except ValueError:
-                raise ValueError("iv must be 32 hex digits") from None
-        elif iv is not None:
-            iv_bytes = bytes(iv)
-        if iv_bytes is not None and len(iv_bytes) != IV_SIZE:
-            raise ValueError(f"iv must be {IV_SIZE} bytes (32 hex digits), got {len(iv_bytes)} bytes")
-        if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
-        if format == "sealed" and (iv_bytes is not None or offset):
-            raise ValueError("iv and offset apply to the raw format only")
-        if key_version is not None and (not isinstance(key_version, int) or key_version < 1):
-            raise ValueError(f"key_version must be an integer >= 1, got {key_version!r}")
-        ad = bytes(associated_data) if associated_data is not None else None
-        return cls(format, ad, iv_bytes, offset, key_version, backend)
-
-    @classmethod
-    def from_kwargs(cls, options: dict[str, Any]) -> CryptoOptions:
-        """:meth:`build` from keyword arguments; unknown names raise :class:`TypeError`."""
-        unknown = sorted(set(options) - set(_OPTION_NAMES))
-        if unknown:
-            raise TypeError(f"unknown options {unknown}; allowed: {', '.join(_OPTION_NAMES)}, on_progress")
-        return cls.build(**options)
-
-    def check(self, operation: str) -> None:
-        """Check what depends on the operation.
-
-        Raises:
-            ValueError: raw decrypt without ``iv`` or ``key_version``.
-        """
-        if operation == "decrypt" and self.format == "raw" and (self.iv is None or self.key_version is None):
-            raise ValueError("decrypting the raw format needs the iv and key_version that encrypt returned")
-
-    def params(self) -> dict[str, str]:
-        """Query parameters."""
-        params = {"format": self.format}
-        if self.iv is not None:
-            params["iv"] = self.iv.hex()
-        if self.offset:
-            params["offset"] = str(self.offset)
-        if self.key_version is not None:
-            params["key_version"] = str(self.key_version)
-        if self.backend is not None:
-            params["backend"] = self.backend
-        return params
-
-    def headers(self) -> dict[str, str]:
-        """Request headers (associated data, base64)."""
-        if self.associated_data is None:
-            return {}
-        return {"Keystream-Associated-Data": _b64(self.associated_data)}

@@ -16,7 +16,7 @@ import threading
 from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from typing import IO, Any
 
-from app._client_transport import ChunkReader
+from keystream_client._transport import ChunkReader
 
 #: A path (``str`` or :class:`os.PathLike`), bytes, a binary file object, or an (async) iterable of bytes.
 Source = (

@@ -7,8 +7,8 @@ through httpx stalls as soon as the socket buffers on both sides are full. This 
 from one task and reads the response from another over a single connection, with h11 (httpx's own HTTP/1.1
 engine) doing the framing.
 
-The sync client drives the same code on a private event loop (:class:`LoopRunner`), so plain TCP and TLS
-behave the same in both clients.
+The sync client drives the same code on a private event loop (:class:`keystream_client._loop.LoopRunner`),
+so plain TCP and TLS behave the same in both clients.
 
 A response body counts as complete only when h11 sees its terminator (the last chunk, or Content-Length
 bytes); an EOF or reset before that raises :class:`StreamBrokenError`. The service relies on this: it aborts
@@ -18,12 +18,11 @@ the connection instead of ending the body when a sealed segment fails to verify 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import ssl
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import h11
 
@@ -31,10 +30,6 @@ import h11
 ChunkReader = Callable[[], Awaitable[bytes]]
 
 READ_SIZE = 256 * 1024
-#: Bytes of an error response body kept for the error message; the rest is discarded.
-MAX_ERROR_BODY = 64 * 1024
-
-_T = TypeVar("_T")
 
 
 class ConnectFailedError(Exception):
@@ -285,77 +280,3 @@ class DuplexCall:
         except (ConnectionError, OSError, ssl.SSLError) as exc:
             self._check_sender()
             raise StreamBrokenError(f"the connection failed mid-transfer: {exc}") from exc
-
-
-class LoopRunner:
-    """A private event loop that the sync client drives one step at a time.
-
-    Normally the loop runs in the calling thread. When that thread already runs an event loop (a sync client
-    used inside async code), the private loop runs in one helper thread and the caller blocks, as any sync
-    client call does.
-    """
-
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._loop.set_exception_handler(self._on_loop_error)
-        self._helper: concurrent.futures.ThreadPoolExecutor | None = None
-        self._interrupted = False
-
-    def run(self, function: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-        """Run ``function()`` to completion on the private loop and return its result.
-
-        Taking the coroutine function (not a coroutine) lets an interrupt that arrives before the coroutine
-        runs be cleaned up here instead of leaving a never-awaited coroutine behind.
-        """
-        try:
-            asyncio.get_running_loop()
-            inside_a_loop = True
-        except RuntimeError:
-            inside_a_loop = False
-        if not inside_a_loop:
-            return self._run_here(function)
-        if self._helper is None:
-            self._helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="keystream-client")
-        return self._helper.submit(self._run_here, function).result()
-
-    def _run_here(self, function: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-        coroutine: Coroutine[Any, Any, _T] | None = None
-        task: asyncio.Task[_T] | None = None
-        try:
-            coroutine = function()
-            task = self._loop.create_task(coroutine)
-            return self._loop.run_until_complete(task)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                self._interrupted = True  # Ctrl-C, SystemExit: leftovers below are expected, not news
-                self._settle(coroutine, task)
-            raise
-
-    def _settle(self, coroutine: Coroutine[Any, Any, Any] | None, task: asyncio.Task[Any] | None) -> None:
-        # The interrupted loop may hold already-scheduled callbacks, among them the interrupted run's own
-        # "stop", which would end the caller's next (clean-up) run early: run them now (stop + run_forever
-        # polls once and runs what is ready), then cancel the task and let the cancellation finish.
-        with contextlib.suppress(BaseException):
-            if task is None:
-                if coroutine is not None:
-                    coroutine.close()
-                return
-            task.cancel()
-            self._loop.stop()
-            self._loop.run_forever()
-            if not task.done():
-                self._loop.run_until_complete(task)
-
-    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if not self._interrupted:
-            loop.default_exception_handler(context)
-
-    def close(self) -> None:
-        """Close the loop and the helper thread (idempotent)."""
-        if not self._loop.is_closed():
-            with contextlib.suppress(BaseException):
-                self.run(self._loop.shutdown_asyncgens)
-            if self._helper is not None:
-                self._helper.shutdown(wait=True)
-                self._helper = None
-            self._loop.close()

@@ -1,8 +1,10 @@
-"""A real Keystream server for the client and CLI tests: ``python -m app.cli serve`` in a subprocess.
+"""A real Keystream server for the client and CLI tests: ``keystream-server serve`` in a subprocess.
 
 Listens on 127.0.0.1 and a free port, keeps its keystore in a temp dir, uses a fixed root token
-(``KEYSTREAM_ROOT_TOKEN``) and allows key import. Started through ``keystream serve`` so that command is
-exercised too. Used by ``tests/app/client`` and ``tests/cli`` (each starts one per session).
+(``KEYSTREAM_ROOT_TOKEN``) and allows key import. Started through the server distribution's console script
+(next to this interpreter), so that command is exercised too. Used by ``client/``, ``cli/`` and the
+distribution test (each starts one). The server distribution must be installed (``make test`` does it);
+when it is not, :func:`start` raises and the tests fail.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import httpx
 
 ROOT_TOKEN = "ks_c11e0000cafe_client-cli-tests-root-secret-0123"
 MASTER_KEY = base64.b64encode(bytes(range(1, 33))).decode()
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
+#: The server's console script in this interpreter's environment.
+SERVER_SCRIPT = Path(sys.executable).parent / "keystream-server"
 STARTUP_SECONDS = 30
 
 
@@ -50,16 +54,20 @@ class RunningServer:
     def env(self) -> dict[str, str]:
         """Environment for a CLI subprocess talking to this server."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
-        env.update({"KEYSTREAM_URL": self.url, "KEYSTREAM_TOKEN": self.token, "PYTHONPATH": str(REPO)})
+        env.pop("PYTHONPATH", None)  # the client is installed; it must not need the server's source tree
+        env.update({"KEYSTREAM_URL": self.url, "KEYSTREAM_TOKEN": self.token})
         return env
 
 
 def start(data_dir: Path, log: Path) -> RunningServer:
-    """Start ``keystream serve`` and wait for ``/healthz``.
+    """Start ``keystream-server serve`` and wait for ``/healthz``.
 
     Raises:
-        RuntimeError: the server exited or did not answer within STARTUP_SECONDS.
+        RuntimeError: the console script is missing, or the server exited or did not answer within
+            STARTUP_SECONDS.
     """
+    if not SERVER_SCRIPT.is_file():
+        raise RuntimeError(f"{SERVER_SCRIPT} is missing: install the server distribution (pip install -e .)")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -73,7 +81,7 @@ def start(data_dir: Path, log: Path) -> RunningServer:
             "PYTHONPATH": str(REPO),
         }
     )
-    command = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    command = [str(SERVER_SCRIPT), "serve", "--host", "127.0.0.1", "--port", str(port)]
     command += ["--data-dir", str(data_dir)]
     with log.open("wb") as handle:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)

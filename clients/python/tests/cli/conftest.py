@@ -4,30 +4,26 @@ from __future__ import annotations
 
 import itertools
 import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+import keystream_server
 import pytest
-
-from tests import keystream_server
-from tests.keystream_server import REPO, RunningServer
+from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
+from keystream_server import REPO, RunningServer
 
 _names = itertools.count()
-CLI_TIMEOUT = 120
-
-RunCli = Callable[..., subprocess.CompletedProcess[bytes]]
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """A real ``keystream serve`` process on 127.0.0.1 for the whole session."""
+    """A real ``keystream-server serve`` process on 127.0.0.1 for the whole session."""
     yield from keystream_server.running(tmp_path_factory.mktemp("cli-server"))
 
 
 @pytest.fixture
 def cli(server: RunningServer) -> RunCli:
-    """Run ``python -m app.cli ARGS`` against the server (URL and token from the environment)."""
+    """Run ``keystream ARGS`` against the server (URL and token from the environment)."""
 
     def run(
         *args: str, env: dict[str, str] | None = None, **kwargs: Any
@@ -36,7 +32,7 @@ def cli(server: RunningServer) -> RunCli:
         environment.update(env or {})
         kwargs.setdefault("capture_output", "stdout" not in kwargs and "stderr" not in kwargs)
         return subprocess.run(
-            [sys.executable, "-m", "app.cli", *args],
+            [*KEYSTREAM, *args],
             cwd=REPO,
             env=environment,
             timeout=CLI_TIMEOUT,

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from app import cli as keystream_cli
-from app.cli import (
+from keystream_cli import RunCli
+from keystream_client import cli as keystream_cli
+from keystream_client.cli import (
     EXIT_AUTH,
     EXIT_CONFLICT,
     EXIT_CONNECTION,
@@ -20,12 +20,10 @@ from app.cli import (
     EXIT_OK,
     EXIT_USAGE,
 )
-from tests.cli.conftest import RunCli
-from tests.keystream_server import RunningServer, free_port
+from keystream_server import RunningServer, free_port
 
 COMMANDS = [
     [],
-    ["serve"],
     ["keys"],
     ["keys", "create"],
     ["keys", "import"],
@@ -41,7 +39,6 @@ COMMANDS = [
     ["encrypt"],
     ["decrypt"],
     ["backends"],
-    ["bench"],
 ]
 
 
@@ -153,36 +150,6 @@ def test_usage_and_connection_exit_codes(cli: RunCli, server: RunningServer, tmp
     assert missing_input.returncode == EXIT_USAGE and b"input not found" in missing_input.stderr
 
 
-def test_serve_rejects_bad_settings(cli: RunCli, tmp_path: Path) -> None:
-    result = cli("serve", "--backend", "quantum", "--data-dir", str(tmp_path / "data"), "--port", "0")
-    assert result.returncode == EXIT_USAGE
-    assert b"invalid settings" in result.stderr and b"quantum" in result.stderr
-    assert not (tmp_path / "data").exists()  # nothing was bootstrapped
-
-
-def test_serve_refuses_an_unusable_master_key_in_one_line(cli: RunCli, tmp_path: Path) -> None:
-    """A master.key open to other users stops the start with one error line and exit 2, not a traceback."""
-    data = tmp_path / "data"
-    data.mkdir(mode=0o700)
-    key_file = data / "master.key"
-    key_file.write_text(base64.b64encode(bytes(32)).decode())
-    key_file.chmod(0o640)
-    result = cli("serve", "--data-dir", str(data), "--port", "0")
-    assert result.returncode == EXIT_USAGE, result.stderr
-    assert b"Traceback" not in result.stderr
-    lines = result.stderr.decode().strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("keystream: error: ")
-    assert "master.key" in lines[0] and "chmod 600" in lines[0]
-    assert not (data / "keystore.db").exists()  # refused before the keystore was opened
-
-
-def test_bench_report_only_writes_a_report(cli: RunCli, tmp_path: Path) -> None:
-    result = cli("bench", "--report-only", "--results", str(tmp_path))
-    assert result.returncode == EXIT_OK, result.stderr
-    text = (tmp_path / "report.md").read_text()
-    assert "`aescore.json` not found" in text and "python -m bench.bench_service" in text
-
-
 def test_backends_and_version(cli: RunCli, server: RunningServer) -> None:
     table = cli("backends")
     assert table.returncode == EXIT_OK and table.stdout.startswith(b"NAME")
@@ -193,14 +160,3 @@ def test_backends_and_version(cli: RunCli, server: RunningServer) -> None:
         assert name.encode() in table.stdout
     version = cli("--version")
     assert version.returncode == EXIT_OK and version.stdout.startswith(b"keystream ")
-
-
-def test_serve_does_not_echo_a_malformed_secret(cli: RunCli, tmp_path: Path) -> None:
-    """Security review M1: a typo'd root token (often the real one) must not reach the start-up error."""
-    secret = "ks_zz_MySuperSecretRootToken123"
-    result = cli(
-        "serve", "--data-dir", str(tmp_path / "data"), "--port", "0", env={"KEYSTREAM_ROOT_TOKEN": secret}
-    )
-    assert result.returncode == EXIT_USAGE
-    assert b"invalid settings" in result.stderr and b"root_token" in result.stderr
-    assert b"MySuperSecret" not in result.stderr + result.stdout

@@ -6,16 +6,14 @@ import io
 import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
-
-from app.cli import EXIT_OK
-from app.cli_progress import ProgressBar, format_bytes, format_duration
-from tests.cli.conftest import CLI_TIMEOUT, RunCli
-from tests.keystream_server import REPO, RunningServer
+from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
+from keystream_client.cli import EXIT_OK
+from keystream_client.cli._progress import ProgressBar, format_bytes, format_duration
+from keystream_server import REPO, RunningServer
 
 
 def _run_with_pty_stderr(server: RunningServer, args: list[str]) -> tuple[int, str]:
@@ -37,7 +35,7 @@ def _run_with_pty_stderr(server: RunningServer, args: list[str]) -> tuple[int, s
     reader.start()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
+            [*KEYSTREAM, *args],
             cwd=REPO,
             env={**server.env(), "PYTHONFAULTHANDLER": "1"},
             stdin=subprocess.DEVNULL,

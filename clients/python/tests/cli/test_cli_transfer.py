@@ -8,15 +8,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-from app.cli import EXIT_INTEGRITY, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
-from tests.cli.conftest import CLI_TIMEOUT, RunCli
-from tests.keystream_server import REPO, RunningServer
+from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
+from keystream_client.cli import EXIT_INTEGRITY, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
+from keystream_server import REPO, RunningServer
 
 
 def _write_random(path: Path, size: int, block: int = 8 << 20) -> str:
@@ -73,7 +71,7 @@ def test_stdin_stdout_pipeline(server: RunningServer, key: str, tmp_path: Path) 
     plain = tmp_path / "plain.bin"
     expected = _write_random(plain, 3 << 20)
     out = tmp_path / "out.bin"
-    command = [sys.executable, "-m", "app.cli"]
+    command = [*KEYSTREAM]
     with plain.open("rb") as src, out.open("wb") as dst:
         encrypt = subprocess.Popen(
             [*command, "encrypt", "--key", key, "-", "-"],
@@ -161,7 +159,7 @@ def test_interrupt_removes_the_partial_output(
     """Stop a transfer mid-way (stdin still open): the hidden .partial file goes away, OUT never appears."""
     out = tmp_path / "out.bin"
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "encrypt", "--key", key, "-", str(out)],
+        [*KEYSTREAM, "encrypt", "--key", key, "-", str(out)],
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=server.env(),

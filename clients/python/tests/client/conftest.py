@@ -6,18 +6,17 @@ import itertools
 import re
 from collections.abc import Iterator
 
+import keystream_server
 import pytest
-
-from app.client import KeystreamClient
-from tests import keystream_server
-from tests.keystream_server import RunningServer
+from keystream_client import KeystreamClient
+from keystream_server import RunningServer
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """A real ``keystream serve`` process on 127.0.0.1 for the whole session."""
+    """A real ``keystream-server serve`` process on 127.0.0.1 for the whole session."""
     yield from keystream_server.running(tmp_path_factory.mktemp("client-server"))
 
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from app.client import (
+from keystream_client import (
     AsyncKeystreamClient,
     KeystreamAPIError,
     KeystreamClient,
     KeystreamConnectionError,
 )
-from tests.keystream_server import RunningServer, free_port
+from keystream_server import RunningServer, free_port
 
 
 def test_key_lifecycle(client: KeystreamClient, key_name: str) -> None:

@@ -7,10 +7,8 @@ import stat
 from pathlib import Path
 
 import pytest
-
-from app import _client_base
-from app._client_base import open_partial
-from app.client import KeystreamClient
+from keystream_client import KeystreamClient, _streams
+from keystream_client._streams import open_partial
 
 
 def test_planted_symlink_at_the_old_predictable_name_is_not_followed(
@@ -47,7 +45,7 @@ def test_open_partial_is_exclusive_private_and_random(
     victim.write_bytes(b"untouched")
     (tmp_path / ".out.bin.planted.partial").symlink_to(victim)
     names = iter(["planted", "fresh"])
-    monkeypatch.setattr(_client_base.secrets, "token_hex", lambda _: next(names))
+    monkeypatch.setattr(_streams.secrets, "token_hex", lambda _: next(names))
     path, out = open_partial(tmp_path / "out.bin")
     with out:
         out.write(b"secret")

@@ -13,8 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
-from app.client import (
+from keystream_client import (
     AsyncKeystreamClient,
     BatchItem,
     KeystreamAPIError,
@@ -22,7 +21,7 @@ from app.client import (
     KeystreamClientError,
     KeystreamStreamError,
 )
-from tests.keystream_server import RunningServer
+from keystream_server import RunningServer
 
 SEGMENT = 4096
 HEADER = 1 + 32 + 7  # aes256: length byte, salt, nonce prefix

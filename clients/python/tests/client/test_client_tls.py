@@ -13,14 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import keystream_server
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-
-from app.client import AsyncKeystreamClient, KeystreamClient, KeystreamConnectionError
-from tests import keystream_server
+from keystream_client import AsyncKeystreamClient, KeystreamClient, KeystreamConnectionError
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:

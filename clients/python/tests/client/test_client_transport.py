@@ -10,8 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from app.client import (
+from keystream_client import (
     AsyncKeystreamClient,
     KeystreamAPIError,
     KeystreamClient,
