@@ -75,4 +75,4 @@ EXPOSE 8000
 USER 10001:10001
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('KEYSTREAM_PORT', '8000'), timeout=2)"]
-CMD ["keystream", "serve"]
+CMD ["keystream-server", "serve"]
