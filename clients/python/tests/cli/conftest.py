@@ -7,8 +7,9 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-import keystream_server
 import pytest
+
+import keystream_server
 from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
 from keystream_server import REPO, RunningServer
 

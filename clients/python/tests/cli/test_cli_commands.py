@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from keystream_cli import RunCli
 from keystream_client import cli as keystream_cli
 from keystream_client.cli import (
@@ -160,3 +161,12 @@ def test_backends_and_version(cli: RunCli, server: RunningServer) -> None:
         assert name.encode() in table.stdout
     version = cli("--version")
     assert version.returncode == EXIT_OK and version.stdout.startswith(b"keystream ")
+
+
+def test_server_commands_are_not_client_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """``serve`` is ``keystream-server serve`` and ``bench`` is ``make bench`` now."""
+    for command in (["serve"], ["bench", "--report-only"]):
+        with pytest.raises(SystemExit) as done:
+            keystream_cli.main(command)
+        assert done.value.code == EXIT_USAGE
+        assert "invalid choice" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
 from keystream_client.cli import EXIT_OK
 from keystream_client.cli._progress import ProgressBar, format_bytes, format_duration

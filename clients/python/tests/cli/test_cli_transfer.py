@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
 from keystream_client.cli import EXIT_INTEGRITY, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
 from keystream_server import REPO, RunningServer

@@ -6,8 +6,9 @@ import itertools
 import re
 from collections.abc import Iterator
 
-import keystream_server
 import pytest
+
+import keystream_server
 from keystream_client import KeystreamClient
 from keystream_server import RunningServer
 

@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from keystream_client import KeystreamClient, _streams
 from keystream_client._streams import open_partial
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
 from keystream_client import (
     AsyncKeystreamClient,
     BatchItem,

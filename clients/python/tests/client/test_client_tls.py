@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import keystream_server
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+import keystream_server
 from keystream_client import AsyncKeystreamClient, KeystreamClient, KeystreamConnectionError
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from keystream_client import (
     AsyncKeystreamClient,
     KeystreamAPIError,
