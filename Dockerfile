@@ -45,7 +45,7 @@ COPY . /src
 RUN set -eux; \
     if [ -n "$WHEELHOUSE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="/src/$WHEELHOUSE"; fi; \
     python3 -m venv /opt/build-venv; \
-    /opt/build-venv/bin/pip install "setuptools>=68" wheel "Cython>=3.0"; \
+    /opt/build-venv/bin/pip install "setuptools>=77" "Cython>=3.0"; \
     /opt/build-venv/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist .; \
     python3 -m venv /opt/keystream/venv; \
     wheel="$(ls /dist/keystream-*.whl)"; \
