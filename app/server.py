@@ -1,6 +1,6 @@
 """Run the service: first-start bootstrap, then uvicorn (uvloop + httptools).
 
-``keystream serve`` calls :func:`serve`; without the CLI:
+``keystream-server serve`` (:mod:`app.admin`) calls :func:`serve`; without the CLI:
 ``python -c 'from app.server import serve; serve()'``.
 
 uvicorn's httptools protocol has no limit on the request head (h11 has 16 KiB), and httptools joins a long

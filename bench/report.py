@@ -1,6 +1,7 @@
-"""Run every benchmark in ``bench/`` and write one Markdown report with PNG plots (``keystream bench``).
+"""Run every benchmark in ``bench/`` and write one Markdown report with PNG plots (``make bench``).
 
     python -m bench.report [--quick] [--report-only] [--results DIR]
+    make bench [BENCH_ARGS="--quick --results DIR"]    make report  (= --report-only)
 
 Steps (each a subprocess, so one failing benchmark does not stop the others):
 
@@ -402,7 +403,12 @@ def build_report(report: Report) -> Path:
 def write_markdown(report: Report) -> Path:
     """Write ``report.md`` from the sections and notes."""
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    lines = ["# Keystream benchmark report", "", f"Generated {now} by `keystream bench`.", ""]
+    lines = [
+        "# Keystream benchmark report",
+        "",
+        f"Generated {now} by `python -m bench.report` (make bench, make report).",
+        "",
+    ]
     if report.notes:
         lines += ["**Missing or failed:**", ""] + [f"- {note}" for note in report.notes] + [""]
     for section in report.sections:
