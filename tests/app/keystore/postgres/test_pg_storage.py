@@ -16,7 +16,7 @@ import pytest
 
 from app.keystore import KeystoreUnavailableError, KeyUnwrapError, TokenRecord
 from app.keystore.postgres import PostgresKeyStore
-from tests.keystream_server import REPO, free_port
+from keystream_server import REPO, free_port
 from tests.pg_cluster import SUPERUSER, PgCluster
 
 Raw = psycopg.Connection[tuple[object, ...]]
