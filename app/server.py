@@ -3,142 +3,28 @@
 ``keystream serve`` calls :func:`serve`; without the CLI:
 ``python -c 'from app.server import serve; serve()'``.
 
-uvicorn's httptools protocol has no limit on the request head (h11 has 16 KiB), and httptools joins a long
-header value piece by piece, so one anonymous connection sending a huge header used to keep the event loop
-busy for seconds. :class:`BoundedHttpToolsProtocol` caps the request line plus headers at
-``max_header_bytes`` (431 and close beyond). Running uvicorn directly (Dockerfile, k8s) needs
+The HTTP protocol with the service's limits is :class:`app.serving.BoundedHttpToolsProtocol`, importable
+from here too: running uvicorn directly (Dockerfile, k8s) needs
 ``--http app.server:BoundedHttpToolsProtocol`` for the same protection.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, ClassVar, TextIO
+from typing import TextIO
 
-import httptools
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.core.config import Settings, get_settings
 from app.keystore import load_or_create_master_key, open_keystore
 from app.services.security import install_root_token
+from app.serving import BoundedHttpToolsProtocol
 
-
-class HeadersTooLargeError(Exception):
-    """Raised inside the parser callbacks to stop parsing a request whose head is over the limit."""
-
-
-class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a limit on the request line plus headers of each request.
-
-    Two counts, both against ``max_header_bytes``: the bytes received while the current request's head is
-    incomplete (checked after every ``feed_data``, so httptools never accumulates much more than the limit
-    plus one read), and the parsed URL and header bytes (a head that arrived whole in one read). Beyond the
-    limit the client gets ``431 Request Header Fields Too Large`` in the service's JSON error shape and the
-    connection is closed.
-    """
-
-    #: The limit; ``None`` reads ``max_header_bytes`` from :func:`get_settings` (worker processes).
-    max_header_bytes: ClassVar[int | None] = None
-    _logger = logging.getLogger("keystream.http")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        configured = type(self).max_header_bytes
-        self._head_limit = configured if configured is not None else get_settings().max_header_bytes
-        self._in_head = True  # the current request's head is still incomplete
-        self._head_received = 0  # bytes received while the head was incomplete
-        self._head_parsed = 0  # URL and header bytes the parser delivered for the current request
-        self._head_too_large = False
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._in_head = True
-        self._head_received = 0
-        self._head_parsed = 0
-
-    def _count_parsed(self, size: int) -> None:
-        self._head_parsed += size
-        if self._head_parsed > self._head_limit:
-            self._head_too_large = True
-            raise HeadersTooLargeError
-
-    def on_url(self, url: bytes) -> None:
-        self._count_parsed(len(url))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_parsed(len(name) + len(value) + 4)  # ": " and CRLF
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self._in_head = False
-        super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._in_head = True
-        self._head_received = 0
-
-    def data_received(self, data: bytes) -> None:
-        if self._head_too_large:
-            return  # answered 431; the transport is closing
-        if self._in_head:
-            self._head_received += len(data)
-        self._unset_keepalive_if_required()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-        except httptools.HttpParserError:
-            if self._head_too_large:
-                self._send_431()
-                return
-            message = "Invalid HTTP request received."
-            self.logger.warning(message)
-            self.send_400_response(message)
-            return
-        if self._in_head and self._head_received > self._head_limit:
-            self._head_too_large = True
-            self._send_431()
-
-    def _send_431(self) -> None:
-        self._logger.warning(
-            "request head over %d bytes from %s: answered 431 and closed the connection",
-            self._head_limit,
-            f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client",
-        )
-        body = json.dumps(
-            {
-                "error": {
-                    "code": "request_header_fields_too_large",
-                    "message": f"the request line and headers exceed {self._head_limit} bytes",
-                }
-            }
-        ).encode("ascii")
-        content = [STATUS_LINE[431]]
-        for name, value in self.server_state.default_headers:
-            content.extend([name, b": ", value, b"\r\n"])
-        content.extend(
-            [
-                b"content-type: application/json\r\n",
-                b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
-                b"connection: close\r\n",
-                b"\r\n",
-                body,
-            ]
-        )
-        self.transport.write(b"".join(content))
-        self.transport.close()
+__all__ = ["BoundedHttpToolsProtocol", "bootstrap", "serve"]
 
 
 def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
