@@ -15,14 +15,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import uvicorn
 
 from app.core.config import Settings, get_settings
 from app.keystore import load_or_create_master_key, open_keystore
 from app.services.security import install_root_token
-from app.serving import BoundedHttpToolsProtocol
+from app.serving import BoundedHttpToolsProtocol, Supervisor
 
 __all__ = ["BoundedHttpToolsProtocol", "bootstrap", "serve"]
 
@@ -100,16 +100,19 @@ def _prepare_multiprocess_dir(settings: Settings) -> Path:
 def serve(settings: Settings | None = None) -> None:
     """Bootstrap, then serve until interrupted.
 
-    With ``workers > 1`` the workers are separate processes that rebuild the app from the environment (the
-    settings are exported as ``KEYSTREAM_*``) and metrics switch to prometheus-client's multiprocess mode.
+    With ``workers > 1`` (the default on a machine with several usable CPUs) the workers are separate
+    processes, each with its own ``SO_REUSEPORT`` socket, under :class:`app.serving.Supervisor`; they rebuild
+    the app from the environment (the settings are exported as ``KEYSTREAM_*``) and metrics switch to
+    prometheus-client's multiprocess mode.
 
     Raises:
         app.keystore.master.MasterKeyError: bad master key (nothing is served).
+        OSError: the listening address is in use or invalid (with several workers).
     """
     settings = settings if settings is not None else get_settings()
     bootstrap(settings)
     BoundedHttpToolsProtocol.max_header_bytes = settings.max_header_bytes
-    common = {
+    common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
@@ -122,12 +125,13 @@ def serve(settings: Settings | None = None) -> None:
     if settings.workers == 1:
         from app.main import create_app
 
-        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+        uvicorn.run(create_app(settings), **common)
         return
     metrics_dir = _prepare_multiprocess_dir(settings)
     _export_settings(settings)
+    host, port = common.pop("host"), common.pop("port")
     try:
-        uvicorn.run("app.main:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
+        Supervisor(settings.workers, host, port, common, settings.timeout_graceful_shutdown).run()
     finally:
         if metrics_dir.name.startswith("keystream-metrics-"):
             shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -68,6 +68,8 @@ def start_server(
             "KEYSTREAM_MASTER_KEY": MASTER_KEY,
             "KEYSTREAM_LOG_LEVEL": "warning",
             "KEYSTREAM_TIMEOUT_GRACEFUL_SHUTDOWN": "3",
+            # One worker unless a caller asks for more: tests inspect the server process itself (fds, RSS).
+            "KEYSTREAM_WORKERS": "1",
         }
     )
     if root_token is not None:

@@ -1,5 +1,7 @@
-"""Serving the app: the HTTP protocol with the service's limits (:class:`BoundedHttpToolsProtocol`)."""
+"""Serving the app: the HTTP protocol with the service's limits (:class:`BoundedHttpToolsProtocol`) and the
+worker supervisor (:class:`Supervisor`)."""
 
 from app.serving.protocol import BoundedHttpToolsProtocol, HeadersTooLargeError
+from app.serving.workers import Supervisor, reserve_port
 
-__all__ = ["BoundedHttpToolsProtocol", "HeadersTooLargeError"]
+__all__ = ["BoundedHttpToolsProtocol", "HeadersTooLargeError", "Supervisor", "reserve_port"]
