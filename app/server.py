@@ -22,7 +22,7 @@ import uvicorn
 from app.core.config import Settings, get_settings
 from app.keystore import load_or_create_master_key, open_keystore
 from app.services.security import install_root_token
-from app.serving import BoundedHttpToolsProtocol, Supervisor
+from app.serving import BoundedHttpToolsProtocol, ConnectionLimits, Supervisor, raise_open_file_limit
 
 __all__ = ["BoundedHttpToolsProtocol", "bootstrap", "serve"]
 
@@ -111,13 +111,16 @@ def serve(settings: Settings | None = None) -> None:
     """
     settings = settings if settings is not None else get_settings()
     bootstrap(settings)
+    raise_open_file_limit()  # before the limits: the default connection cap follows the open-file limit
     BoundedHttpToolsProtocol.max_header_bytes = settings.max_header_bytes
+    BoundedHttpToolsProtocol.connection_limits = ConnectionLimits.from_settings(settings)
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
         "http": BoundedHttpToolsProtocol,
         "timeout_graceful_shutdown": settings.timeout_graceful_shutdown,
+        "timeout_keep_alive": settings.idle_timeout,
         "log_level": settings.log_level,
         "access_log": settings.access_log,
         "server_header": False,

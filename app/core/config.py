@@ -104,6 +104,29 @@ class Settings(BaseSettings):
         le=16 * MIB,
         description="Request line + headers limit of the httptools server (431 and close beyond).",
     )
+    max_connections: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Open connections per worker; beyond it the longest-idle connection is closed (default: the "
+            "open-file limit, raised to its hard value at start, minus 64)."
+        ),
+    )
+    idle_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds a connection may wait without a request (first or keep-alive).",
+    )
+    header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds from a request's first byte to the end of its head (408 beyond).",
+    )
+    body_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a request body may send nothing while the server waits for it (dropped beyond).",
+    )
 
     bench_echo: bool = Field(default=False, description="Expose POST /bench/echo (benchmarks only).")
 

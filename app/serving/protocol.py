@@ -9,7 +9,9 @@ response. :class:`BoundedHttpToolsProtocol`:
 * answers malformed HTTP (bad chunk size, Content-Length with Transfer-Encoding, a negative or duplicate
   Content-Length, a NUL in a header, raw 8-bit bytes in the path) with the service's JSON 400 and closes;
 * aborts the connection, writing nothing, when the upload turns malformed after the response has started (a
-  second response would land inside the first one's body).
+  second response would land inside the first one's body);
+* keeps its phase (idle, head, body, busy) and when it began for :mod:`app.serving.limits`, which caps open
+  connections and closes idle, slow-head and stalled-body ones.
 
 Running uvicorn directly (Dockerfile, k8s) needs ``--http app.server:BoundedHttpToolsProtocol`` for the same
 protection.
@@ -17,6 +19,7 @@ protection.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, ClassVar
 
@@ -25,6 +28,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.core.config import get_settings
 from app.serving.errors import raw_error_response
+from app.serving.limits import ConnectionLimits, ConnectionWatch, Phase
 
 
 class HeadersTooLargeError(Exception):
@@ -43,22 +47,72 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     #: The limit; ``None`` reads ``max_header_bytes`` from :func:`get_settings` (worker processes).
     max_header_bytes: ClassVar[int | None] = None
+    #: Connection limits (:mod:`app.serving.limits`); ``None`` reads them from :func:`get_settings`.
+    connection_limits: ClassVar[ConnectionLimits | None] = None
     _logger = logging.getLogger("keystream.http")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        configured = type(self).max_header_bytes
+        cls = type(self)
+        configured = cls.max_header_bytes
         self._head_limit = configured if configured is not None else get_settings().max_header_bytes
+        if cls.connection_limits is None:
+            cls.connection_limits = ConnectionLimits.from_settings(get_settings())
+        self._watch = ConnectionWatch.for_server(self.server_state, self.loop, cls.connection_limits)
+        self.phase = Phase.IDLE
+        self.since = self.loop.time()
+        self.requests_begun = 0
         self._in_head = True  # the current request's head is still incomplete
         self._head_received = 0  # bytes received while the head was incomplete
         self._head_parsed = 0  # URL and header bytes the parser delivered for the current request
         self._head_too_large = False
+
+    # Connection limits: the phase and its clock, read by the ConnectionWatch.
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.since = self.loop.time()
+        if not self._watch.admit(self):
+            transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._watch.forget(self)
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.phase in (Phase.BODY, Phase.BUSY) and self.cycle.response_complete and not self.pipeline:
+            self.phase, self.since = Phase.IDLE, self.loop.time()
+
+    def body_wait_excused(self) -> bool:
+        """The server paused reading, or has not yet asked for the body (``100 Continue`` not sent)."""
+        return self.flow.read_paused or (self.cycle is not None and self.cycle.waiting_for_100_continue)
+
+    def drop(self, reason: str) -> None:
+        """Close for a connection limit: 408 when a request is unanswered, else a plain close or abort."""
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        unanswered = cycle is not None and not cycle.response_complete and self.phase is not Phase.IDLE
+        if cycle is not None and unanswered:
+            cycle.disconnected = True  # the app sees a disconnect and writes nothing more
+            cycle.message_event.set()
+        if reason == "evicted":
+            self.transport.abort()  # frees the file descriptor at once
+        elif reason == "idle":
+            self.transport.close()
+        elif self.phase is Phase.HEAD or (cycle is not None and not cycle.response_started):
+            message = "the request head" if self.phase is Phase.HEAD else "the request body stalled: it"
+            self._write_error_and_close(408, "request_timeout", f"{message} did not arrive in time")
+        else:
+            self.transport.abort()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
         self._head_received = 0
         self._head_parsed = 0
+        self.phase, self.since = Phase.HEAD, self.loop.time()
+        self.requests_begun += 1
 
     def _count_parsed(self, size: int) -> None:
         self._head_parsed += size
@@ -76,12 +130,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self.phase, self.since = Phase.BODY, self.loop.time()
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self.since = self.loop.time()
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._in_head = True
         self._head_received = 0
+        if self.phase is Phase.BODY:
+            self.phase = Phase.BUSY
 
     def data_received(self, data: bytes) -> None:
         if self._head_too_large:
