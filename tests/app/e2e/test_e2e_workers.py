@@ -83,9 +83,3 @@ def test_bursts_spread_over_workers_and_a_dead_worker_is_replaced(tmp_path: Path
         stop_server(server)
     assert server.process.returncode == 0
     assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
-
-
-def test_default_workers_are_the_usable_cpus() -> None:
-    from app.core.config import Settings
-
-    assert Settings(_env_file=None).workers == min(64, len(os.sched_getaffinity(0)))  # type: ignore[call-arg]
