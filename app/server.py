@@ -3,142 +3,28 @@
 ``keystream-server serve`` (:mod:`app.admin`) calls :func:`serve`; without the CLI:
 ``python -c 'from app.server import serve; serve()'``.
 
-uvicorn's httptools protocol has no limit on the request head (h11 has 16 KiB), and httptools joins a long
-header value piece by piece, so one anonymous connection sending a huge header used to keep the event loop
-busy for seconds. :class:`BoundedHttpToolsProtocol` caps the request line plus headers at
-``max_header_bytes`` (431 and close beyond). Running uvicorn directly (Dockerfile, k8s) needs
+The HTTP protocol with the service's limits is :class:`app.serving.BoundedHttpToolsProtocol`, importable
+from here too: running uvicorn directly (Dockerfile, k8s) needs
 ``--http app.server:BoundedHttpToolsProtocol`` for the same protection.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, ClassVar, TextIO
+from typing import Any, TextIO
 
-import httptools
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.core.config import Settings, get_settings
 from app.keystore import open_keystore_for
 from app.services.security import install_root_token
+from app.serving import BoundedHttpToolsProtocol, ConnectionLimits, Supervisor, raise_open_file_limit
 
-
-class HeadersTooLargeError(Exception):
-    """Raised inside the parser callbacks to stop parsing a request whose head is over the limit."""
-
-
-class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a limit on the request line plus headers of each request.
-
-    Two counts, both against ``max_header_bytes``: the bytes received while the current request's head is
-    incomplete (checked after every ``feed_data``, so httptools never accumulates much more than the limit
-    plus one read), and the parsed URL and header bytes (a head that arrived whole in one read). Beyond the
-    limit the client gets ``431 Request Header Fields Too Large`` in the service's JSON error shape and the
-    connection is closed.
-    """
-
-    #: The limit; ``None`` reads ``max_header_bytes`` from :func:`get_settings` (worker processes).
-    max_header_bytes: ClassVar[int | None] = None
-    _logger = logging.getLogger("keystream.http")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        configured = type(self).max_header_bytes
-        self._head_limit = configured if configured is not None else get_settings().max_header_bytes
-        self._in_head = True  # the current request's head is still incomplete
-        self._head_received = 0  # bytes received while the head was incomplete
-        self._head_parsed = 0  # URL and header bytes the parser delivered for the current request
-        self._head_too_large = False
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._in_head = True
-        self._head_received = 0
-        self._head_parsed = 0
-
-    def _count_parsed(self, size: int) -> None:
-        self._head_parsed += size
-        if self._head_parsed > self._head_limit:
-            self._head_too_large = True
-            raise HeadersTooLargeError
-
-    def on_url(self, url: bytes) -> None:
-        self._count_parsed(len(url))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_parsed(len(name) + len(value) + 4)  # ": " and CRLF
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self._in_head = False
-        super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._in_head = True
-        self._head_received = 0
-
-    def data_received(self, data: bytes) -> None:
-        if self._head_too_large:
-            return  # answered 431; the transport is closing
-        if self._in_head:
-            self._head_received += len(data)
-        self._unset_keepalive_if_required()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-        except httptools.HttpParserError:
-            if self._head_too_large:
-                self._send_431()
-                return
-            message = "Invalid HTTP request received."
-            self.logger.warning(message)
-            self.send_400_response(message)
-            return
-        if self._in_head and self._head_received > self._head_limit:
-            self._head_too_large = True
-            self._send_431()
-
-    def _send_431(self) -> None:
-        self._logger.warning(
-            "request head over %d bytes from %s: answered 431 and closed the connection",
-            self._head_limit,
-            f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client",
-        )
-        body = json.dumps(
-            {
-                "error": {
-                    "code": "request_header_fields_too_large",
-                    "message": f"the request line and headers exceed {self._head_limit} bytes",
-                }
-            }
-        ).encode("ascii")
-        content = [STATUS_LINE[431]]
-        for name, value in self.server_state.default_headers:
-            content.extend([name, b": ", value, b"\r\n"])
-        content.extend(
-            [
-                b"content-type: application/json\r\n",
-                b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
-                b"connection: close\r\n",
-                b"\r\n",
-                body,
-            ]
-        )
-        self.transport.write(b"".join(content))
-        self.transport.close()
+__all__ = ["BoundedHttpToolsProtocol", "bootstrap", "serve"]
 
 
 def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
@@ -212,21 +98,27 @@ def _prepare_multiprocess_dir(settings: Settings) -> Path:
 def serve(settings: Settings | None = None) -> None:
     """Bootstrap, then serve until interrupted.
 
-    With ``workers > 1`` the workers are separate processes that rebuild the app from the environment (the
-    settings are exported as ``KEYSTREAM_*``) and metrics switch to prometheus-client's multiprocess mode.
+    With ``workers > 1`` (the default on a machine with several usable CPUs) the workers are separate
+    processes, each with its own ``SO_REUSEPORT`` socket, under :class:`app.serving.Supervisor`; they rebuild
+    the app from the environment (the settings are exported as ``KEYSTREAM_*``) and metrics switch to
+    prometheus-client's multiprocess mode.
 
     Raises:
         app.keystore.master.MasterKeyError: bad master key (nothing is served).
+        OSError: the listening address is in use or invalid (with several workers).
     """
     settings = settings if settings is not None else get_settings()
     bootstrap(settings)
+    raise_open_file_limit()  # before the limits: the default connection cap follows the open-file limit
     BoundedHttpToolsProtocol.max_header_bytes = settings.max_header_bytes
-    common = {
+    BoundedHttpToolsProtocol.connection_limits = ConnectionLimits.from_settings(settings)
+    common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
         "http": BoundedHttpToolsProtocol,
         "timeout_graceful_shutdown": settings.timeout_graceful_shutdown,
+        "timeout_keep_alive": settings.idle_timeout,
         "log_level": settings.log_level,
         "access_log": settings.access_log,
         "server_header": False,
@@ -234,12 +126,13 @@ def serve(settings: Settings | None = None) -> None:
     if settings.workers == 1:
         from app.main import create_app
 
-        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+        uvicorn.run(create_app(settings), **common)
         return
     metrics_dir = _prepare_multiprocess_dir(settings)
     _export_settings(settings)
+    host, port = common.pop("host"), common.pop("port")
     try:
-        uvicorn.run("app.main:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
+        Supervisor(settings.workers, host, port, common, settings.timeout_graceful_shutdown).run()
     finally:
         if metrics_dir.name.startswith("keystream-metrics-"):
             shutil.rmtree(metrics_dir, ignore_errors=True)

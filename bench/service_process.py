@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -48,11 +49,17 @@ class Server:
 
 
 def start_server(
-    data_dir: Path, log: Path, *, root_token: str | None = ROOT_TOKEN, **env_overrides: str
+    data_dir: Path,
+    log: Path,
+    *,
+    root_token: str | None = ROOT_TOKEN,
+    open_files: int | None = None,
+    **env_overrides: str,
 ) -> Server:
     """Run ``serve()`` with ``KEYSTREAM_*`` overrides and wait (<= 30 s) until ``/healthz`` answers.
 
     ``root_token=None`` lets the server generate one and print it (first-start banner) into ``log``.
+    ``open_files`` sets the server's soft and hard ``RLIMIT_NOFILE`` (as a small systemd limit would).
 
     Raises:
         RuntimeError: the process exited or never became healthy (the log tail is in the message).
@@ -68,6 +75,8 @@ def start_server(
             "KEYSTREAM_MASTER_KEY": MASTER_KEY,
             "KEYSTREAM_LOG_LEVEL": "warning",
             "KEYSTREAM_TIMEOUT_GRACEFUL_SHUTDOWN": "3",
+            # One worker unless a caller asks for more: tests inspect the server process itself (fds, RSS).
+            "KEYSTREAM_WORKERS": "1",
         }
     )
     if root_token is not None:
@@ -80,6 +89,7 @@ def start_server(
             env=env,
             stdout=handle,
             stderr=subprocess.STDOUT,
+            preexec_fn=None if open_files is None else lambda: _limit_open_files(open_files),
         )
     server = Server(process, "127.0.0.1", port, log)
     deadline = time.monotonic() + 30
@@ -93,6 +103,10 @@ def start_server(
             time.sleep(0.1)
     stop_server(server)
     raise RuntimeError(f"server did not start: {log.read_text()[-2000:]}")
+
+
+def _limit_open_files(count: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
 
 
 def stop_server(server: Server) -> None:

@@ -84,10 +84,15 @@ def disconnected() -> Response:
 async def respond(
     request: Request, params: CryptoParams, step: CryptoStep, headers: dict[str, str], limit: int
 ) -> Response:
-    """Transform the body: in one call when small, else as a stream.
+    """Transform the body: in one call when small, else as a stream that starts once the first output exists.
+
+    Everything before this call (token, parameters, key) is checked without touching the body, so a refused
+    ``Expect: 100-continue`` request gets its final answer at once; the first body read sends
+    ``100 Continue``.
 
     Raises:
-        KeystreamError: a small body failed to transform (a clean 4xx; nothing was sent).
+        KeystreamError: a small body or the stream's first output failed to transform (a clean 4xx; nothing
+            was sent).
     """
     try:
         body = await small_body(request, params, limit)
@@ -95,7 +100,14 @@ async def respond(
         return disconnected()
     if body is not None:
         return Response(await step.run_whole(body), headers=headers, media_type="application/octet-stream")
-    return DuplexStreamingResponse(pump(step, request.stream(), [], False), headers=headers)
+    # Read before the response starts: the server answers ``Expect: 100-continue`` only when the body is
+    # asked for and forgets it once a response has started (curl then waits 1 s before every upload).
+    chunks = request.stream()
+    started = await first_output(step, chunks)
+    if started is None:
+        return disconnected()
+    ready, finished = started
+    return DuplexStreamingResponse(pump(step, chunks, ready, finished), headers=headers)
 
 
 async def first_output(

@@ -6,6 +6,7 @@ Use :func:`get_settings` (cached) instead of a module-level instance so tests ca
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -20,6 +21,11 @@ from app.core.token_format import parse_token
 #: Backends the service knows how to serve, in the order of preference for the default.
 KNOWN_BACKENDS: tuple[str, ...] = ("aesni", "python", "hwsim")
 MIB = 1 << 20
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count), at most 64."""
+    return max(1, min(64, len(os.sched_getaffinity(0))))
 
 
 class Settings(BaseSettings):
@@ -56,7 +62,12 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
-    workers: int = Field(default=1, ge=1, le=64)
+    workers: int = Field(
+        default_factory=usable_cpus,
+        ge=1,
+        le=64,
+        description="Worker processes; default: the CPUs this process may run on (at most 64).",
+    )
     timeout_graceful_shutdown: float = Field(default=10.0, gt=0)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = False
@@ -103,6 +114,29 @@ class Settings(BaseSettings):
         ge=4096,
         le=16 * MIB,
         description="Request line + headers limit of the httptools server (431 and close beyond).",
+    )
+    max_connections: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Open connections per worker; beyond it the longest-idle connection is closed (default: the "
+            "open-file limit, raised to its hard value at start, minus 64)."
+        ),
+    )
+    idle_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds a connection may wait without a request (first or keep-alive).",
+    )
+    header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds from a request's first byte to the end of its head (408 beyond).",
+    )
+    body_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a request body may send nothing while the server waits for it (dropped beyond).",
     )
 
     bench_echo: bool = Field(default=False, description="Expose POST /bench/echo (benchmarks only).")

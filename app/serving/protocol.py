@@ -1,0 +1,219 @@
+"""uvicorn's httptools protocol with the limits and error handling the service needs.
+
+uvicorn's httptools protocol has no limit on the request head (h11 has 16 KiB), and httptools joins a long
+header value piece by piece, so one anonymous connection sending a huge header used to keep the event loop
+busy for seconds. It also answers malformed HTTP with a plain-text 400, even in the middle of a streamed
+response. :class:`BoundedHttpToolsProtocol`:
+
+* caps the request line plus headers at ``max_header_bytes`` (431 and close beyond);
+* answers malformed HTTP (bad chunk size, Content-Length with Transfer-Encoding, a negative or duplicate
+  Content-Length, a NUL in a header, raw 8-bit bytes in the path) with the service's JSON 400 and closes;
+* aborts the connection, writing nothing, when the upload turns malformed after the response has started (a
+  second response would land inside the first one's body);
+* keeps its phase (idle, head, body, busy) and when it began for :mod:`app.serving.limits`, which caps open
+  connections and closes idle, slow-head and stalled-body ones.
+
+Running uvicorn directly (Dockerfile, k8s) needs ``--http app.server:BoundedHttpToolsProtocol`` for the same
+protection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, ClassVar
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.core.config import get_settings
+from app.serving.errors import raw_error_response
+from app.serving.limits import ConnectionLimits, ConnectionWatch, Phase
+
+
+class HeadersTooLargeError(Exception):
+    """Raised inside the parser callbacks to stop parsing a request whose head is over the limit."""
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a limit on the request head and JSON answers to malformed HTTP.
+
+    Two counts, both against ``max_header_bytes``: the bytes received while the current request's head is
+    incomplete (checked after every ``feed_data``, so httptools never accumulates much more than the limit
+    plus one read), and the parsed URL and header bytes (a head that arrived whole in one read). Beyond the
+    limit the client gets ``431 Request Header Fields Too Large`` in the service's JSON error shape and the
+    connection is closed.
+    """
+
+    #: The limit; ``None`` reads ``max_header_bytes`` from :func:`get_settings` (worker processes).
+    max_header_bytes: ClassVar[int | None] = None
+    #: Connection limits (:mod:`app.serving.limits`); ``None`` reads them from :func:`get_settings`.
+    connection_limits: ClassVar[ConnectionLimits | None] = None
+    _logger = logging.getLogger("keystream.http")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cls = type(self)
+        configured = cls.max_header_bytes
+        self._head_limit = configured if configured is not None else get_settings().max_header_bytes
+        if cls.connection_limits is None:
+            cls.connection_limits = ConnectionLimits.from_settings(get_settings())
+        self._watch = ConnectionWatch.for_server(self.server_state, self.loop, cls.connection_limits)
+        self.phase = Phase.IDLE
+        self.since = self.loop.time()
+        self.requests_begun = 0
+        self._in_head = True  # the current request's head is still incomplete
+        self._head_received = 0  # bytes received while the head was incomplete
+        self._head_parsed = 0  # URL and header bytes the parser delivered for the current request
+        self._head_too_large = False
+
+    # Connection limits: the phase and its clock, read by the ConnectionWatch.
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.since = self.loop.time()
+        if not self._watch.admit(self):
+            transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._watch.forget(self)
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.phase in (Phase.BODY, Phase.BUSY) and self.cycle.response_complete and not self.pipeline:
+            self.phase, self.since = Phase.IDLE, self.loop.time()
+
+    def body_wait_excused(self) -> bool:
+        """The server paused reading, or has not yet asked for the body (``100 Continue`` not sent)."""
+        return self.flow.read_paused or (self.cycle is not None and self.cycle.waiting_for_100_continue)
+
+    def drop(self, reason: str) -> None:
+        """Close for a connection limit: 408 when a request is unanswered, else a plain close or abort."""
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        unanswered = cycle is not None and not cycle.response_complete and self.phase is not Phase.IDLE
+        if cycle is not None and unanswered:
+            cycle.disconnected = True  # the app sees a disconnect and writes nothing more
+            cycle.message_event.set()
+        if reason == "evicted":
+            self.transport.abort()  # frees the file descriptor at once
+        elif reason == "idle":
+            self.transport.close()
+        elif self.phase is Phase.HEAD or (cycle is not None and not cycle.response_started):
+            message = "the request head" if self.phase is Phase.HEAD else "the request body stalled: it"
+            self._write_error_and_close(408, "request_timeout", f"{message} did not arrive in time")
+        else:
+            self.transport.abort()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_received = 0
+        self._head_parsed = 0
+        self.phase, self.since = Phase.HEAD, self.loop.time()
+        self.requests_begun += 1
+
+    def _count_parsed(self, size: int) -> None:
+        self._head_parsed += size
+        if self._head_parsed > self._head_limit:
+            self._head_too_large = True
+            raise HeadersTooLargeError
+
+    def on_url(self, url: bytes) -> None:
+        self._count_parsed(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_parsed(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self.phase, self.since = Phase.BODY, self.loop.time()
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self.since = self.loop.time()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+        self._head_received = 0
+        if self.phase is Phase.BODY:
+            self.phase = Phase.BUSY
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_too_large:
+            return  # answered 431; the transport is closing
+        if self._in_head:
+            self._head_received += len(data)
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError as exc:
+            if self._head_too_large:
+                self._send_431()
+            else:
+                self._malformed(exc)
+            return
+        if self._in_head and self._head_received > self._head_limit:
+            self._head_too_large = True
+            self._send_431()
+
+    def _peer(self) -> str:
+        return f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client"
+
+    def _malformed(self, exc: httptools.HttpParserError) -> None:
+        """Answer a request the parser refused: JSON 400 and close, or abort once a response started."""
+        # llhttp's reasons are fixed texts ("Invalid character in chunk size"); a callback error may carry
+        # request bytes, so it gets a fixed text instead.
+        reason = (
+            "undecodable request line or header"
+            if isinstance(exc, httptools.HttpParserCallbackError)
+            else str(exc)
+        )
+        cycle = self.cycle
+        in_progress = cycle is not None and not cycle.response_complete
+        if in_progress:
+            # The app must not answer too (or keep streaming): from now on it sees a disconnect.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if in_progress and cycle.response_started:
+            self._logger.warning(
+                "malformed HTTP from %s after the response started (%s): connection aborted",
+                self._peer(),
+                reason,
+            )
+            self.transport.abort()
+            return
+        self._logger.warning("malformed HTTP from %s (%s): answered 400", self._peer(), reason)
+        self._write_error_and_close(400, "bad_request", f"malformed HTTP request: {reason}")
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's own 400 (e.g. an unsupported upgrade), in the service's JSON shape."""
+        self._write_error_and_close(400, "bad_request", msg)
+
+    def _write_error_and_close(self, status: int, code: str, message: str) -> None:
+        if self.transport.is_closing():
+            return
+        self.transport.write(raw_error_response(status, code, message, self.server_state.default_headers))
+        self.transport.close()
+
+    def _send_431(self) -> None:
+        self._logger.warning(
+            "request head over %d bytes from %s: answered 431 and closed the connection",
+            self._head_limit,
+            self._peer(),
+        )
+        self._write_error_and_close(
+            431,
+            "request_header_fields_too_large",
+            f"the request line and headers exceed {self._head_limit} bytes",
+        )
