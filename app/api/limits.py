@@ -21,6 +21,7 @@ import re
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response, keystream_error_response
+from app.api.params import is_ascii_integer
 from app.api.state import ServiceState
 from app.errors import KeystreamError
 
@@ -68,7 +69,7 @@ class BodyLimitMiddleware:
             principal = state.tokens.verify(_header(scope, b"authorization"))
             scope.setdefault("state", {})[VERIFIED_PRINCIPAL] = principal
             declared = _header(scope, b"content-length")
-            if declared is not None and not (declared.isascii() and declared.isdigit()):
+            if declared is not None and not is_ascii_integer(declared):
                 await error_response(400, "bad_request", "Content-Length must be a number")(
                     scope, receive, send
                 )

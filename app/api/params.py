@@ -12,8 +12,9 @@ import base64
 import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BeforeValidator
 from starlette.requests import Request
 
 from aescore import MAX_STREAM_LENGTH
@@ -57,9 +58,7 @@ class CryptoParams:
             iv=query.get("iv") or headers.get(b"keystream-iv") or None,
             offset=_integer("offset", offset, 0, MAX_STREAM_LENGTH - 1) if "offset" in query else 0,
             associated_data=headers.get(b"keystream-associated-data") or None,
-            content_length=int(declared)
-            if declared is not None and declared.isascii() and declared.isdigit()
-            else None,
+            content_length=int(declared) if declared is not None and is_ascii_integer(declared) else None,
         )
 
 
@@ -83,11 +82,38 @@ def wanted_headers(request: Request) -> dict[bytes, str]:
     }
 
 
+#: The longest integer text a parameter may hold: 20 digits cover every u64 (offsets, versions).
+MAX_INTEGER_DIGITS = 20
+
+
+def is_ascii_integer(text: str) -> bool:
+    """True when ``text`` is 1 to :data:`MAX_INTEGER_DIGITS` ASCII digits and nothing else.
+
+    ``int()`` alone is too lax for wire input: it also takes ``"٣"`` (any Unicode decimal digit), ``"+3"``,
+    ``" 3 "`` and ``"3_0"``, so two parsers of the same request could read different numbers.
+    """
+    return 0 < len(text) <= MAX_INTEGER_DIGITS and text.isascii() and text.isdigit()
+
+
+def ascii_integer(value: object) -> object:
+    """A pydantic ``BeforeValidator`` for integer query parameters: a string must be ASCII digits.
+
+    Raises:
+        ValueError: a string that :func:`is_ascii_integer` refuses (pydantic turns it into a 422).
+    """
+    if isinstance(value, str) and not is_ascii_integer(value):
+        raise ValueError(f"must be an integer of at most {MAX_INTEGER_DIGITS} ASCII digits")
+    return value
+
+
+#: An integer request parameter of the FastAPI routes, in ASCII digits only (see :func:`is_ascii_integer`).
+AsciiInt = Annotated[int, BeforeValidator(ascii_integer)]
+
+
 def _integer(field: str, text: str | None, minimum: int, maximum: int | None) -> int:
-    try:
-        value = int(text or "")
-    except ValueError:
-        raise ValidationError(f"{field}: must be an integer") from None
+    if text is None or not is_ascii_integer(text):
+        raise ValidationError(f"{field}: must be an integer of at most {MAX_INTEGER_DIGITS} ASCII digits")
+    value = int(text)
     if value < minimum or (maximum is not None and value > maximum):
         upper = f" and at most {maximum}" if maximum is not None else ""
         raise ValidationError(f"{field}: must be at least {minimum}{upper}")

@@ -22,7 +22,7 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
 
 class CreateKeyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(min_length=1, max_length=128)
     type: Literal["aes128", "aes192", "aes256"] = "aes256"
@@ -31,7 +31,7 @@ class CreateKeyRequest(BaseModel):
 
 
 class ImportKeyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
 
     key: str = Field(min_length=1, max_length=64, repr=False)
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
@@ -39,7 +39,7 @@ class ImportKeyRequest(BaseModel):
 
 
 class UpdateKeyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     min_decryption_version: int | None = Field(default=None, ge=1)
     deletion_allowed: bool | None = None

@@ -25,7 +25,7 @@ Scope = Literal["admin", "encrypt", "decrypt"]
 
 
 class CreateTokenRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     scopes: list[Scope] = Field(min_length=1)
     key_patterns: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=64)
