@@ -16,6 +16,7 @@ from anyio import to_thread
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.http_metrics import HttpMetricsMiddleware
 from app.api.limits import BodyLimitMiddleware
@@ -61,6 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="AES-CTR encryption as a service: streaming sealed (Tink-compatible) and raw CTR.",
         lifespan=lifespan,
+        docs_url=None,  # served from local assets by install_docs (FastAPI's pages load from a CDN)
+        redoc_url=None,
     )
     # Routes are matched in order: the hot encrypt/decrypt paths come right after the cheap probes.
     app.include_router(ops.router)
@@ -68,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(batch.router)
     app.include_router(keys.router)
     app.include_router(tokens.router)
+    install_docs(app)
     if settings.bench_echo:
         app.include_router(ops.echo_router)
     # Innermost user middleware: auth and a bounded body before FastAPI parses any JSON /v1 body.
