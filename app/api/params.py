@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 from starlette.requests import Request
 
 from aescore import MAX_STREAM_LENGTH
@@ -48,14 +48,16 @@ class CryptoParams:
         fmt = query.get("format", "sealed")
         if fmt not in ("sealed", "raw"):
             raise ValidationError("format: must be sealed or raw")
-        version_text = query.get("key_version") or headers.get(b"keystream-key-version")
+        version_text = _one_value(
+            "key_version", query.get("key_version"), headers.get(b"keystream-key-version")
+        )
         declared = headers.get(b"content-length")
         offset = query.get("offset")
         return cls(
             format=fmt,
             backend=query.get("backend") or None,
             key_version=_integer("key_version", version_text, 1, None) if version_text else None,
-            iv=query.get("iv") or headers.get(b"keystream-iv") or None,
+            iv=_one_value("iv", query.get("iv"), headers.get(b"keystream-iv")),
             offset=_integer("offset", offset, 0, MAX_STREAM_LENGTH - 1) if "offset" in query else 0,
             associated_data=headers.get(b"keystream-associated-data") or None,
             content_length=int(declared) if declared is not None and is_ascii_integer(declared) else None,
@@ -63,6 +65,19 @@ class CryptoParams:
 
 
 _NO_QUERY: dict[str, str] = {}
+
+
+def _one_value(field: str, query: str | None, header: str | None) -> str | None:
+    """The value given as query parameter or header (empty = absent); both must agree when both are given.
+
+    Raises:
+        BadRequestError: the two differ (two readers of the request could otherwise disagree).
+    """
+    if query and header and query != header:
+        raise BadRequestError(f"{field}: the query parameter and the header differ; give one")
+    return query or header or None
+
+
 _WANTED_HEADERS = frozenset(
     {
         b"authorization",
@@ -106,8 +121,10 @@ def ascii_integer(value: object) -> object:
     return value
 
 
-#: An integer request parameter of the FastAPI routes, in ASCII digits only (see :func:`is_ascii_integer`).
-AsciiInt = Annotated[int, BeforeValidator(ascii_integer)]
+#: A ``key_version`` parameter of the FastAPI routes: ASCII digits only (see :func:`is_ascii_integer`), >= 1.
+KeyVersion = Annotated[
+    int, Field(ge=1), BeforeValidator(ascii_integer)
+]  # this order: "minimum" in the schema
 
 
 def _integer(field: str, text: str | None, minimum: int, maximum: int | None) -> int:
@@ -155,24 +172,48 @@ BACKEND_DESCRIPTION = (
     "cache-timing exposure on shared hosts): disable it with KEYSTREAM_ENABLED_BACKENDS"
 )
 
+_IV_SCHEMA = {"type": "string", "pattern": "^[0-9A-Fa-f]{32}$"}
+_BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+#: The error statuses of encrypt/decrypt besides those every ``/v1`` route has (see :mod:`app.api.openapi`).
+_ERROR_STATUSES = ("403", "404", "415", "422")
+
 #: The parameters of encrypt/decrypt for the OpenAPI schema (parsed by :class:`CryptoParams`).
 OPENAPI_PARAMETERS = [
     _parameter(
         "format", "query", "sealed (Tink streaming AEAD, default) or raw CTR", {"enum": ["sealed", "raw"]}
     ),
     _parameter("backend", "query", BACKEND_DESCRIPTION, {"type": "string"}),
-    _parameter("key_version", "query", "key version (default: latest / try all)", {"type": "integer"}),
+    _parameter(
+        "key_version", "query", "key version (default: latest / try all)", {"type": "integer", "minimum": 1}
+    ),
     _parameter(
         "iv",
         "query",
         "raw format: 32 hex digits. On encrypt it needs the decrypt scope too (CTR encrypt with a "
         "chosen IV is decrypt); omit it to get a fresh random IV",
-        {"type": "string"},
+        _IV_SCHEMA,
     ),
-    _parameter("offset", "query", "raw format: stream position of the body", {"type": "integer"}),
-    _parameter("Keystream-Associated-Data", "header", "sealed: associated data, base64", {"type": "string"}),
-    _parameter("Keystream-IV", "header", "raw: same as iv=", {"type": "string"}),
-    _parameter("Keystream-Key-Version", "header", "same as key_version=", {"type": "integer"}),
+    _parameter(
+        "offset",
+        "query",
+        "raw format: stream position of the body",
+        {"type": "integer", "minimum": 0, "maximum": MAX_STREAM_LENGTH - 1},
+    ),
+    _parameter(
+        "Keystream-Associated-Data",
+        "header",
+        "sealed: associated data, base64",
+        {"type": "string", "pattern": _BASE64_PATTERN},
+    ),
+    _parameter(
+        "Keystream-IV", "header", "raw: same as iv= (if both are given they must be equal)", _IV_SCHEMA
+    ),
+    _parameter(
+        "Keystream-Key-Version",
+        "header",
+        "same as key_version= (if both are given they must be equal)",
+        {"type": "integer", "minimum": 1},
+    ),
 ]
 
 
@@ -189,7 +230,10 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": f"{operation}_stream",
                 "parameters": [name, *OPENAPI_PARAMETERS],
                 "requestBody": octets,
-                "responses": {"200": {"description": "the transformed stream", **octets}},
+                "responses": {
+                    "200": {"description": "the transformed stream", **octets},
+                    **{status: {"description": status} for status in _ERROR_STATUSES},
+                },
                 "security": [{"bearer": []}],
             }
         }
