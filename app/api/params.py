@@ -99,6 +99,8 @@ def wanted_headers(request: Request) -> dict[bytes, str]:
 
 #: The longest integer text a parameter may hold: 20 digits cover every u64 (offsets, versions).
 MAX_INTEGER_DIGITS = 20
+#: The largest integer parameter, so the schema's ``maximum`` says what the parser takes.
+MAX_INTEGER_PARAMETER = 10**MAX_INTEGER_DIGITS - 1
 
 
 def is_ascii_integer(text: str) -> bool:
@@ -122,9 +124,8 @@ def ascii_integer(value: object) -> object:
 
 
 #: A ``key_version`` parameter of the FastAPI routes: ASCII digits only (see :func:`is_ascii_integer`), >= 1.
-KeyVersion = Annotated[
-    int, Field(ge=1), BeforeValidator(ascii_integer)
-]  # this order: "minimum" in the schema
+#: ``Field`` before the validator, or pydantic writes ``"ge"`` instead of ``"minimum"`` into the schema.
+KeyVersion = Annotated[int, Field(ge=1, le=MAX_INTEGER_PARAMETER), BeforeValidator(ascii_integer)]
 
 
 def _integer(field: str, text: str | None, minimum: int, maximum: int | None) -> int:
@@ -172,6 +173,7 @@ BACKEND_DESCRIPTION = (
     "cache-timing exposure on shared hosts): disable it with KEYSTREAM_ENABLED_BACKENDS"
 )
 
+_KEY_VERSION_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER_PARAMETER}
 _IV_SCHEMA = {"type": "string", "pattern": "^[0-9A-Fa-f]{32}$"}
 _BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 #: The error statuses of encrypt/decrypt besides those every ``/v1`` route has (see :mod:`app.api.openapi`).
@@ -183,9 +185,7 @@ OPENAPI_PARAMETERS = [
         "format", "query", "sealed (Tink streaming AEAD, default) or raw CTR", {"enum": ["sealed", "raw"]}
     ),
     _parameter("backend", "query", BACKEND_DESCRIPTION, {"type": "string"}),
-    _parameter(
-        "key_version", "query", "key version (default: latest / try all)", {"type": "integer", "minimum": 1}
-    ),
+    _parameter("key_version", "query", "key version (default: latest / try all)", _KEY_VERSION_SCHEMA),
     _parameter(
         "iv",
         "query",
@@ -212,7 +212,7 @@ OPENAPI_PARAMETERS = [
         "Keystream-Key-Version",
         "header",
         "same as key_version= (if both are given they must be equal)",
-        {"type": "integer", "minimum": 1},
+        _KEY_VERSION_SCHEMA,
     ),
 ]
 

@@ -62,3 +62,14 @@ async def test_malformed_key_pattern_is_422_not_403(api: Api) -> None:
     )
     assert response.status_code == 422, response.text
     assert "key_patterns" in response.json()["error"]["message"]
+
+
+async def test_documented_key_version_maximum_is_what_the_parser_takes(api: Api) -> None:
+    """schemathesis sent a 21-digit key_version the schema allowed and the parser refused (422)."""
+    schema = (await api.client.get("/openapi.json")).json()
+    params = {p["name"]: p for p in schema["paths"]["/v1/keys/{name}/encrypt"]["post"]["parameters"]}
+    maximum = params["key_version"]["schema"]["maximum"]
+    assert maximum == params["Keystream-Key-Version"]["schema"]["maximum"] == 10**20 - 1
+    await api.create_key("max")
+    assert (await api.encrypt("max", b"x", key_version=str(maximum))).status_code == 404
+    assert (await api.encrypt("max", b"x", key_version=str(maximum + 1))).status_code == 422
