@@ -14,19 +14,28 @@ from typing import Any
 
 from anyio import to_thread
 from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 
+from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.http_metrics import HttpMetricsMiddleware
 from app.api.limits import BodyLimitMiddleware
 from app.api.logfilter import install_stream_abort_filter
-from app.api.params import openapi_paths
+from app.api.openapi import build_openapi
 from app.api.routes import batch, crypto, keys, ops, tokens
 from app.api.state import close_state, open_state
-from app.core.config import Settings, get_settings
+from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
 
 logger = logging.getLogger("keystream")
+
+
+def _batch_bodies() -> dict[str, dict[str, Any]]:
+    """The batch routes' JSON bodies (they read them by hand, so FastAPI cannot document them)."""
+    ref = "#/components/schemas/{model}"
+    return {
+        "/v1/keys/{name}/encrypt/batch": batch.EncryptBatch.model_json_schema(ref_template=ref),
+        "/v1/keys/{name}/decrypt/batch": batch.DecryptBatch.model_json_schema(ref_template=ref),
+    }
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -61,6 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="AES-CTR encryption as a service: streaming sealed (Tink-compatible) and raw CTR.",
         lifespan=lifespan,
+        docs_url=None,  # served from local assets by install_docs (FastAPI's pages load from a CDN)
+        redoc_url=None,
     )
     # Routes are matched in order: the hot encrypt/decrypt paths come right after the cheap probes.
     app.include_router(ops.router)
@@ -68,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(batch.router)
     app.include_router(keys.router)
     app.include_router(tokens.router)
+    install_docs(app)
     if settings.bench_echo:
         app.include_router(ops.echo_router)
     # Innermost user middleware: auth and a bounded body before FastAPI parses any JSON /v1 body.
@@ -80,14 +92,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            schema = get_openapi(
-                title=app.title, version=app.version, description=app.description, routes=app.routes
-            )
-            schema["paths"].update(openapi_paths())
-            schema.setdefault("components", {})["securitySchemes"] = {
-                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "ks_<id>_<secret>"}
-            }
-            app.openapi_schema = schema
+            state = getattr(app.state, "keystream", None)
+            backends = list(state.backends.usable) if state is not None else list(KNOWN_BACKENDS)
+            app.openapi_schema = build_openapi(app, backends, _batch_bodies())
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -1,5 +1,8 @@
 """Auth first, then a bounded body, for every non-streaming ``/v1`` route (a pure ASGI middleware).
 
+Before anything else, for every HTTP request: more than one ``Authorization`` header is a 400 (one place for
+the rule, so no route can read the first while another reads the last).
+
 FastAPI reads and parses a route's whole JSON body before it resolves any dependency, auth included, so
 without this an anonymous client could make the server buffer any amount (and get 415/422 schema feedback
 instead of 401). :class:`BodyLimitMiddleware` runs before routing and, for ``/v1`` paths other than the
@@ -21,8 +24,9 @@ import re
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response, keystream_error_response
+from app.api.params import is_ascii_integer
 from app.api.state import ServiceState
-from app.errors import KeystreamError
+from app.errors import BadRequestError, KeystreamError
 
 #: Key in the ASGI ``scope["state"]`` under which this middleware leaves the verified
 #: :class:`~app.services.security.Principal`, so the route's dependency does not verify it a second time.
@@ -41,6 +45,17 @@ def body_limit(path: str, json_limit: int, batch_limit: int) -> int | None:
     return batch_limit if BATCH_ROUTE.fullmatch(path) else json_limit
 
 
+def _repeated(scope: Scope, wanted: bytes) -> bool:
+    """True when the header ``wanted`` (lower case, as servers hand names to ASGI) occurs more than once."""
+    seen = False
+    for name, _ in scope["headers"]:
+        if name == wanted:
+            if seen:
+                return True
+            seen = True
+    return False
+
+
 def _header(scope: Scope, wanted: bytes) -> str | None:
     for name, value in scope["headers"]:
         if name == wanted:
@@ -57,9 +72,14 @@ class BodyLimitMiddleware:
         self.batch_limit = batch_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = (
-            body_limit(scope["path"], self.json_limit, self.batch_limit) if scope["type"] == "http" else None
-        )
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if _repeated(scope, b"authorization"):
+            error = BadRequestError("more than one Authorization header: send exactly one bearer token")
+            await keystream_error_response(error)(scope, receive, send)
+            return
+        limit = body_limit(scope["path"], self.json_limit, self.batch_limit)
         if limit is None:
             await self.app(scope, receive, send)
             return
@@ -68,7 +88,7 @@ class BodyLimitMiddleware:
             principal = state.tokens.verify(_header(scope, b"authorization"))
             scope.setdefault("state", {})[VERIFIED_PRINCIPAL] = principal
             declared = _header(scope, b"content-length")
-            if declared is not None and not (declared.isascii() and declared.isdigit()):
+            if declared is not None and not is_ascii_integer(declared):
                 await error_response(400, "bad_request", "Content-Length must be a number")(
                     scope, receive, send
                 )

@@ -12,8 +12,9 @@ import base64
 import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BeforeValidator, Field
 from starlette.requests import Request
 
 from aescore import MAX_STREAM_LENGTH
@@ -47,23 +48,36 @@ class CryptoParams:
         fmt = query.get("format", "sealed")
         if fmt not in ("sealed", "raw"):
             raise ValidationError("format: must be sealed or raw")
-        version_text = query.get("key_version") or headers.get(b"keystream-key-version")
+        version_text = _one_value(
+            "key_version", query.get("key_version"), headers.get(b"keystream-key-version")
+        )
         declared = headers.get(b"content-length")
         offset = query.get("offset")
         return cls(
             format=fmt,
             backend=query.get("backend") or None,
             key_version=_integer("key_version", version_text, 1, None) if version_text else None,
-            iv=query.get("iv") or headers.get(b"keystream-iv") or None,
+            iv=_one_value("iv", query.get("iv"), headers.get(b"keystream-iv")),
             offset=_integer("offset", offset, 0, MAX_STREAM_LENGTH - 1) if "offset" in query else 0,
             associated_data=headers.get(b"keystream-associated-data") or None,
-            content_length=int(declared)
-            if declared is not None and declared.isascii() and declared.isdigit()
-            else None,
+            content_length=int(declared) if declared is not None and is_ascii_integer(declared) else None,
         )
 
 
 _NO_QUERY: dict[str, str] = {}
+
+
+def _one_value(field: str, query: str | None, header: str | None) -> str | None:
+    """The value given as query parameter or header (empty = absent); both must agree when both are given.
+
+    Raises:
+        BadRequestError: the two differ (two readers of the request could otherwise disagree).
+    """
+    if query and header and query != header:
+        raise BadRequestError(f"{field}: the query parameter and the header differ; give one")
+    return query or header or None
+
+
 _WANTED_HEADERS = frozenset(
     {
         b"authorization",
@@ -83,11 +97,41 @@ def wanted_headers(request: Request) -> dict[bytes, str]:
     }
 
 
+#: The longest integer text a parameter may hold: 20 digits cover every u64 (offsets, versions).
+MAX_INTEGER_DIGITS = 20
+#: The largest integer parameter, so the schema's ``maximum`` says what the parser takes.
+MAX_INTEGER_PARAMETER = 10**MAX_INTEGER_DIGITS - 1
+
+
+def is_ascii_integer(text: str) -> bool:
+    """True when ``text`` is 1 to :data:`MAX_INTEGER_DIGITS` ASCII digits and nothing else.
+
+    ``int()`` alone is too lax for wire input: it also takes ``"٣"`` (any Unicode decimal digit), ``"+3"``,
+    ``" 3 "`` and ``"3_0"``, so two parsers of the same request could read different numbers.
+    """
+    return 0 < len(text) <= MAX_INTEGER_DIGITS and text.isascii() and text.isdigit()
+
+
+def ascii_integer(value: object) -> object:
+    """A pydantic ``BeforeValidator`` for integer query parameters: a string must be ASCII digits.
+
+    Raises:
+        ValueError: a string that :func:`is_ascii_integer` refuses (pydantic turns it into a 422).
+    """
+    if isinstance(value, str) and not is_ascii_integer(value):
+        raise ValueError(f"must be an integer of at most {MAX_INTEGER_DIGITS} ASCII digits")
+    return value
+
+
+#: A ``key_version`` parameter of the FastAPI routes: ASCII digits only (see :func:`is_ascii_integer`), >= 1.
+#: ``Field`` before the validator, or pydantic writes ``"ge"`` instead of ``"minimum"`` into the schema.
+KeyVersion = Annotated[int, Field(ge=1, le=MAX_INTEGER_PARAMETER), BeforeValidator(ascii_integer)]
+
+
 def _integer(field: str, text: str | None, minimum: int, maximum: int | None) -> int:
-    try:
-        value = int(text or "")
-    except ValueError:
-        raise ValidationError(f"{field}: must be an integer") from None
+    if text is None or not is_ascii_integer(text):
+        raise ValidationError(f"{field}: must be an integer of at most {MAX_INTEGER_DIGITS} ASCII digits")
+    value = int(text)
     if value < minimum or (maximum is not None and value > maximum):
         upper = f" and at most {maximum}" if maximum is not None else ""
         raise ValidationError(f"{field}: must be at least {minimum}{upper}")
@@ -129,24 +173,47 @@ BACKEND_DESCRIPTION = (
     "cache-timing exposure on shared hosts): disable it with KEYSTREAM_ENABLED_BACKENDS"
 )
 
+_KEY_VERSION_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER_PARAMETER}
+_IV_SCHEMA = {"type": "string", "pattern": "^[0-9A-Fa-f]{32}$"}
+_BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+#: The error statuses of encrypt/decrypt besides those every ``/v1`` route has (see :mod:`app.api.openapi`).
+_ERROR_STATUSES = ("403", "404", "415", "422")
+
 #: The parameters of encrypt/decrypt for the OpenAPI schema (parsed by :class:`CryptoParams`).
 OPENAPI_PARAMETERS = [
     _parameter(
         "format", "query", "sealed (Tink streaming AEAD, default) or raw CTR", {"enum": ["sealed", "raw"]}
     ),
     _parameter("backend", "query", BACKEND_DESCRIPTION, {"type": "string"}),
-    _parameter("key_version", "query", "key version (default: latest / try all)", {"type": "integer"}),
+    _parameter("key_version", "query", "key version (default: latest / try all)", _KEY_VERSION_SCHEMA),
     _parameter(
         "iv",
         "query",
         "raw format: 32 hex digits. On encrypt it needs the decrypt scope too (CTR encrypt with a "
         "chosen IV is decrypt); omit it to get a fresh random IV",
-        {"type": "string"},
+        _IV_SCHEMA,
     ),
-    _parameter("offset", "query", "raw format: stream position of the body", {"type": "integer"}),
-    _parameter("Keystream-Associated-Data", "header", "sealed: associated data, base64", {"type": "string"}),
-    _parameter("Keystream-IV", "header", "raw: same as iv=", {"type": "string"}),
-    _parameter("Keystream-Key-Version", "header", "same as key_version=", {"type": "integer"}),
+    _parameter(
+        "offset",
+        "query",
+        "raw format: stream position of the body",
+        {"type": "integer", "minimum": 0, "maximum": MAX_STREAM_LENGTH - 1},
+    ),
+    _parameter(
+        "Keystream-Associated-Data",
+        "header",
+        "sealed: associated data, base64",
+        {"type": "string", "pattern": _BASE64_PATTERN},
+    ),
+    _parameter(
+        "Keystream-IV", "header", "raw: same as iv= (if both are given they must be equal)", _IV_SCHEMA
+    ),
+    _parameter(
+        "Keystream-Key-Version",
+        "header",
+        "same as key_version= (if both are given they must be equal)",
+        _KEY_VERSION_SCHEMA,
+    ),
 ]
 
 
@@ -163,7 +230,10 @@ def openapi_paths() -> dict[str, Any]:
                 "operationId": f"{operation}_stream",
                 "parameters": [name, *OPENAPI_PARAMETERS],
                 "requestBody": octets,
-                "responses": {"200": {"description": "the transformed stream", **octets}},
+                "responses": {
+                    "200": {"description": "the transformed stream", **octets},
+                    **{status: {"description": status} for status in _ERROR_STATUSES},
+                },
                 "security": [{"bearer": []}],
             }
         }

@@ -20,7 +20,7 @@ from starlette.requests import ClientDisconnect
 
 from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.errors import error_body
-from app.api.params import BACKEND_DESCRIPTION, check_associated_data, decode_base64
+from app.api.params import BACKEND_DESCRIPTION, KeyVersion, check_associated_data, decode_base64
 from app.api.state import ServiceState
 from app.errors import BadRequestError, KeystreamError, PayloadTooLargeError
 from app.services.crypto_step import run_timed
@@ -33,30 +33,30 @@ BATCH_INLINE_MAX_ITEMS = 4
 BATCH_INLINE_MAX_BYTES = 16 * 1024
 
 BackendQuery = Annotated[str | None, Query(description=BACKEND_DESCRIPTION)]
-VersionQuery = Annotated[int | None, Query(ge=1, description="key version (default: latest / try all)")]
+VersionQuery = Annotated[KeyVersion | None, Query(description="key version (default: latest / try all)")]
 
 
 class EncryptItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     plaintext: str
     associated_data: str | None = None
     reference: str | None = Field(default=None, max_length=256)
 
 
 class DecryptItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     ciphertext: str
     associated_data: str | None = None
     reference: str | None = Field(default=None, max_length=256)
 
 
 class EncryptBatch(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
     items: list[EncryptItem]
 
 
 class DecryptBatch(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
     items: list[DecryptItem]
 
 

@@ -15,37 +15,47 @@ from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
+from app.api.openapi import errors
 from app.errors import BadRequestError, ForbiddenError
-from app.keystore import DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
+from app.keystore import DEFAULT_SEGMENT_SIZE, KEY_NAME_PATTERN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
+#: Base64 of 16, 24 or 32 bytes (what import accepts; documented in the schema, checked by decoding).
+KEY_MATERIAL_BASE64 = r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=)$"
+
 
 class CreateKeyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(
+        min_length=1, max_length=128, json_schema_extra={"pattern": f"^{KEY_NAME_PATTERN.pattern}$"}
+    )
     type: Literal["aes128", "aes192", "aes256"] = "aes256"
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
     deletion_allowed: bool = False
 
 
 class ImportKeyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
 
-    key: str = Field(min_length=1, max_length=64, repr=False)
+    key: str = Field(
+        min_length=1, max_length=64, repr=False, json_schema_extra={"pattern": KEY_MATERIAL_BASE64}
+    )
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
     deletion_allowed: bool = False
 
 
 class UpdateKeyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     min_decryption_version: int | None = Field(default=None, ge=1)
     deletion_allowed: bool | None = None
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody])
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody], responses=errors(403, 409, 415, 422)
+)
 async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
     """Create a key with a random version 1."""
     principal.require("admin", body.name)
@@ -56,7 +66,12 @@ async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDe
     return info.to_json()
 
 
-@router.post("/{name}/import", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody])
+@router.post(
+    "/{name}/import",
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[JsonBody],
+    responses=errors(403, 409, 415, 422),
+)
 async def import_key(
     name: str, body: ImportKeyRequest, principal: AdminDep, state: StateDep
 ) -> dict[str, Any]:
@@ -82,7 +97,7 @@ async def list_keys(principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
     return {"keys": [info.to_json() for info in keys if principal.matches_key(info.name)]}
 
 
-@router.get("/{name}")
+@router.get("/{name}", responses=errors(403, 404))
 async def get_key(name: str, principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
     """Metadata of one key (any scope, matching key pattern)."""
     if not principal.matches_key(name):
@@ -91,7 +106,7 @@ async def get_key(name: str, principal: PrincipalDep, state: StateDep) -> dict[s
     return info.to_json()
 
 
-@router.post("/{name}/rotate")
+@router.post("/{name}/rotate", responses=errors(403, 404))
 async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> dict[str, Any]:
     """Add a new version; it encrypts from now on, older versions keep decrypting."""
     principal.require("admin", name)
@@ -100,7 +115,7 @@ async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> dict[st
     return info.to_json()
 
 
-@router.patch("/{name}", dependencies=[JsonBody])
+@router.patch("/{name}", dependencies=[JsonBody], responses=errors(403, 404, 415, 422))
 async def update_key(
     name: str, body: UpdateKeyRequest, principal: AdminDep, state: StateDep
 ) -> dict[str, Any]:
@@ -115,7 +130,7 @@ async def update_key(
     return info.to_json()
 
 
-@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404, 409))
 async def delete_key(name: str, principal: AdminDep, state: StateDep) -> Response:
     """Delete a key and every version (409 unless ``deletion_allowed``)."""
     principal.require("admin", name)

@@ -9,9 +9,10 @@ from typing import Any
 from anyio import to_thread
 from fastapi import APIRouter, Request
 from starlette.requests import ClientDisconnect
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from app.api.deps import PrincipalDep, StateDep
+from app.api.openapi import errors
 from app.api.streaming import DuplexStreamingResponse
 from app.core.telemetry import render_metrics
 from app.errors import ServiceUnavailableError
@@ -26,7 +27,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=errors(503))
 async def readyz(state: StateDep) -> dict[str, Any]:
     """Readiness: the keystore answers and the default backend can run.
 
@@ -41,7 +42,7 @@ async def readyz(state: StateDep) -> dict[str, Any]:
     return {"status": "ready", "default_backend": state.backends.default}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(state: StateDep) -> Response:
     """Prometheus text exposition (every worker's values in multiprocess mode)."""
     body, content_type = render_metrics(state.backends.hwsim_registry)

@@ -12,9 +12,10 @@ from typing import Annotated, Any, Literal
 
 from anyio import to_thread
 from fastapi import APIRouter, Depends, Response, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.api.deps import AdminDep, JsonBody, StateDep
+from app.api.openapi import errors
 from app.errors import ForbiddenError
 from app.keystore import TokenRecord
 from app.services.security import Principal, new_token
@@ -22,13 +23,15 @@ from app.services.security import Principal, new_token
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 
 Scope = Literal["admin", "encrypt", "decrypt"]
+#: A key pattern: a glob over key-name characters (``* ? [ ] !`` and ``A-Z a-z 0-9 _ . -``), 1-128 of them.
+KeyPattern = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.*?!\[\]-]{1,128}$")]
 
 
 class CreateTokenRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     scopes: list[Scope] = Field(min_length=1)
-    key_patterns: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=64)
+    key_patterns: list[KeyPattern] = Field(default_factory=lambda: ["*"], min_length=1, max_length=64)
     description: str = Field(default="", max_length=256)
 
 
@@ -60,13 +63,13 @@ def token_json(record: TokenRecord) -> dict[str, Any]:
     }
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody])
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody], responses=errors(403, 415, 422)
+)
 async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
     """Create a token; the response's ``token`` is the only time the secret is shown."""
     scopes = tuple(dict.fromkeys(body.scopes))
-    patterns = tuple(dict.fromkeys(pattern.strip() for pattern in body.key_patterns))
-    if any(not pattern or len(pattern) > 128 for pattern in patterns):
-        raise ForbiddenError("key patterns must be 1-128 characters")
+    patterns = tuple(dict.fromkeys(body.key_patterns))
     missing = [scope for scope in scopes if not principal.has_scope(scope)]
     if missing:
         raise ForbiddenError(f"cannot grant scopes this token does not have: {', '.join(missing)}")
@@ -79,14 +82,14 @@ async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state
     return {"token": token, **token_json(record)}
 
 
-@router.get("")
+@router.get("", responses=errors(403))
 async def list_tokens(principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
     """Every token's public fields."""
     records = await to_thread.run_sync(state.keystore.list_tokens)
     return {"tokens": [token_json(record) for record in records]}
 
 
-@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
 async def delete_token(token_id: str, principal: TokenAdminDep, state: StateDep) -> Response:
     """Revoke a token (effective at once in this worker, within ``token_cache_ttl`` in the others)."""
     await to_thread.run_sync(state.keystore.delete_token, token_id)

@@ -153,3 +153,34 @@ async def test_token_validation(api: Api) -> None:
     for body in ({"scopes": []}, {"scopes": ["root"]}, {"scopes": ["admin"], "key_patterns": []}):
         response = await api.client.post("/v1/tokens", json=body, headers=api.auth())
         assert response.status_code == 422, body
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=IDS)
+@pytest.mark.parametrize("valid_first", [True, False], ids=["valid-first", "valid-last"])
+async def test_more_than_one_authorization_header_is_400(
+    api: Api, route: tuple[Any, ...], valid_first: bool
+) -> None:
+    """JSON routes read the first header and streaming routes the last: whichever came first, both are
+    refused, so no route can be reached with a token another part of the service did not see."""
+    await api.create_key("k")
+    method, path, json_body, raw, _ = route
+    tokens = [f"Bearer {ROOT_TOKEN}", "Bearer ks_ffffffffffffffff_not-the-root-secret-0123456789"]
+    if not valid_first:
+        tokens.reverse()
+    headers = [("Authorization", token) for token in tokens]
+    if raw is not None:
+        headers.append(("Content-Type", "application/octet-stream"))
+        response = await api.client.request(method, path, content=raw, headers=headers)
+    else:
+        response = await api.client.request(method, path, json=json_body, headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "bad_request"
+    assert "more than one Authorization header" in response.json()["error"]["message"]
+    assert ROOT_TOKEN not in response.text
+
+
+async def test_two_identical_authorization_headers_are_400_on_public_routes_too(api: Api) -> None:
+    headers = [("Authorization", f"Bearer {ROOT_TOKEN}")] * 2
+    response = await api.client.get("/healthz", headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "bad_request"

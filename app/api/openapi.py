@@ -1,0 +1,135 @@
+"""The OpenAPI document, made to match what the service does (a schemathesis run checks it in the tests).
+
+FastAPI's generated document knows neither the service's error shape nor the answers that come from outside
+a route, so :func:`build_openapi` completes it in one place:
+
+* every operation may answer 400 (more than one ``Authorization`` header, a malformed body or
+  ``Content-Length``); every ``/v1`` operation also 401 (with the ``bearer`` security requirement), 413
+  (body limits, associated data) and 503 (keystore or backend unavailable); routes declare the rest with
+  :func:`errors`;
+* every 4xx/5xx answer has the :data:`ERROR_SCHEMA` body (FastAPI's 422 schema is not what we send);
+* the ``name`` path parameter carries the key-name pattern, ``token_id`` the token-id pattern, ``backend``
+  the backends this service accepts;
+* the streaming routes (plain Starlette routes) come from :func:`app.api.params.openapi_paths`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from app.api.params import openapi_paths
+from app.keystore import KEY_NAME_PATTERN
+from app.keystore.checks import TOKEN_ID_PATTERN
+
+#: The one error body of the service (see :mod:`app.api.errors`).
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        }
+    },
+}
+
+_DESCRIPTIONS = {
+    400: "bad request: malformed input, more than one Authorization header, or (decrypt) a ciphertext that "
+    "does not verify",
+    401: "missing or invalid bearer token",
+    403: "the token lacks the scope or no key pattern matches",
+    404: "no such key, key version or token",
+    409: "the key exists already, or deletion is not allowed",
+    413: "body or associated data over the limit",
+    415: "wrong Content-Type",
+    422: "a field or parameter is invalid (the message names it)",
+    503: "keystore or backend unavailable",
+}
+#: Answers every operation can give, and every ``/v1`` operation.
+_EVERY_OPERATION = (400,)
+_EVERY_V1_OPERATION = (400, 401, 413, 503)
+
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+_BEARER = {"type": "http", "scheme": "bearer", "bearerFormat": "ks_<id>_<secret>"}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for a route's own error statuses (the body schema is added by the builder)."""
+    return {status: {"description": _DESCRIPTIONS[status]} for status in statuses}
+
+
+def _anchored(pattern: str) -> str:
+    return f"^{pattern}$"
+
+
+def _complete_parameters(operation: dict[str, Any], backends: Sequence[str]) -> None:
+    for parameter in operation.get("parameters", []):
+        schema = parameter.setdefault("schema", {})
+        if parameter["in"] == "path" and parameter["name"] == "name":
+            schema.update({"type": "string", "pattern": _anchored(KEY_NAME_PATTERN.pattern)})
+        elif parameter["in"] == "path" and parameter["name"] == "token_id":
+            schema.update({"type": "string", "pattern": _anchored(TOKEN_ID_PATTERN.pattern)})
+        elif parameter["name"] == "backend":
+            parameter["schema"] = {"enum": list(backends)}
+
+
+def _complete_responses(path: str, operation: dict[str, Any]) -> None:
+    responses = operation.setdefault("responses", {})
+    common = _EVERY_V1_OPERATION if path.startswith("/v1/") else _EVERY_OPERATION
+    for status in common:
+        responses.setdefault(str(status), {"description": _DESCRIPTIONS[status]})
+    for status, response in responses.items():
+        if int(status) >= 400:
+            response["content"] = _ERROR_CONTENT
+            if int(status) in _DESCRIPTIONS:
+                response["description"] = _DESCRIPTIONS[int(status)]
+
+
+def _batch_bodies(paths: dict[str, Any], bodies: dict[str, dict[str, Any]]) -> None:
+    """The batch routes read their JSON body themselves (bounded): document it, and its errors, here."""
+    for path, body_schema in bodies.items():
+        operation = paths.get(path, {}).get("post")
+        if operation is not None:
+            responses = operation.setdefault("responses", {})
+            for status, entry in errors(403, 404, 415, 422).items():
+                responses.setdefault(str(status), entry)
+            operation.setdefault(
+                "requestBody",
+                {"required": True, "content": {"application/json": {"schema": body_schema}}},
+            )
+
+
+def build_openapi(
+    app: FastAPI, backends: Sequence[str], batch_bodies: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The OpenAPI document of ``app`` (see the module docstring for what is added to FastAPI's).
+
+    Args:
+        app: the application.
+        backends: the backend names a request may choose (the ``backend`` parameter's enum).
+        batch_bodies: path -> JSON schema of the body, for routes that read their body by hand.
+    """
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    paths: dict[str, Any] = schema["paths"]
+    paths.update(openapi_paths())
+    _batch_bodies(paths, batch_bodies)
+    for path, item in paths.items():
+        for operation in item.values():
+            if path.startswith("/v1/"):
+                operation["security"] = [{"bearer": []}]
+            _complete_parameters(operation, backends)
+            _complete_responses(path, operation)
+    components = schema.setdefault("components", {})
+    components["securitySchemes"] = {"bearer": _BEARER}
+    schemas = components.setdefault("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422 body, replaced by Error
+        schemas.pop(unused, None)
+    schemas["Error"] = ERROR_SCHEMA
+    for model_schema in batch_bodies.values():
+        schemas.update(model_schema.pop("$defs", {}))
+    return schema
