@@ -22,6 +22,7 @@ gives each class its status::
     ├── ValidationError                     422 validation_error
     └── ServiceUnavailableError             503 unavailable
         ├── BackendUnavailableError         503 backend_unavailable
+        ├── OverloadedError                 503 overloaded (app.services.budget) + Retry-After
         └── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
 
 A subclass without an entry of its own takes its nearest ancestor's status. Besides the hierarchy, FastAPI's
@@ -56,6 +57,7 @@ from app.errors import (
     UnsupportedMediaTypeError,
     ValidationError,
 )
+from app.services.budget import OverloadedError
 
 #: HTTP status per error class; subclasses inherit their ancestor's (see :func:`http_status`).
 STATUS_BY_ERROR: dict[type[KeystreamError], int] = {
@@ -115,6 +117,8 @@ def keystream_error_response(exc: KeystreamError) -> Response:
     """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``)."""
     status = http_status(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, OverloadedError):
+        headers = {"Retry-After": str(exc.retry_after)}
     return error_response(status, exc.code, exc.message, headers)
 
 

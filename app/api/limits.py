@@ -8,8 +8,12 @@ streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt`` (which authenticate first
 1. verifies the bearer token (401 in the service's JSON error shape, body unread, when it is missing or
    invalid); the route still checks scopes and key patterns;
 2. answers 413 when ``Content-Length`` exceeds the route's limit, before reading anything;
-3. reads the body (Content-Length or chunked) counting bytes, 413 as soon as the limit is passed, and hands
-   the complete body to the route.
+3. reads the body (Content-Length or chunked) into one buffer counting bytes, 413 as soon as the limit is
+   passed, and hands the complete body to the route.
+
+A batch body first reserves its size in the service's batch budget (:class:`~app.services.budget.ByteBudget`,
+``batch_buffer_budget_bytes``; 503 + ``Retry-After`` when it does not fit in ``batch_buffer_wait_seconds``,
+the body unread) and returns it once the route has answered; the buffer is handed on without a copy.
 
 Limits: the batch routes take ``batch_max_bytes``, every other ``/v1`` route ``max_json_body``.
 """
@@ -23,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import error_response, keystream_error_response
 from app.api.state import ServiceState
 from app.errors import KeystreamError
+from app.services.budget import ByteBudget, OverloadedError
 
 #: Key in the ASGI ``scope["state"]`` under which this middleware leaves the verified
 #: :class:`~app.services.security.Principal`, so the route's dependency does not verify it a second time.
@@ -32,6 +37,8 @@ VERIFIED_PRINCIPAL = "keystream.principal"
 STREAMING_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt)")
 #: The batch routes: bounded by ``batch_max_bytes``.
 BATCH_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt)/batch")
+#: A batch body without Content-Length first reserves this much of the batch budget, then doubles it.
+CHUNKED_RESERVE = 1 << 20
 
 
 def body_limit(path: str, json_limit: int, batch_limit: int) -> int | None:
@@ -79,18 +86,94 @@ class BodyLimitMiddleware:
         if declared is not None and int(declared) > limit:
             await _too_large(scope, receive, send, f"request body is {declared} bytes; the limit is {limit}")
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # nobody to answer; the route never runs
-            body += message.get("body", b"")
-            if len(body) > limit:
-                await _too_large(scope, receive, send, f"request body exceeds the limit of {limit} bytes")
-                return
-            if not message.get("more_body", False):
-                break
-        await self.app(scope, _replay(bytes(body), receive), send)
+        if BATCH_ROUTE.fullmatch(scope["path"]):
+            await _batch(self.app, scope, receive, send, state.batch_budget, limit, declared)
+            return
+        body = await _read_body(scope, receive, send, limit, None)
+        if body is not None:
+            await self.app(scope, _replay(bytes(body), receive), send)
+
+
+async def _batch(
+    app: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    budget: ByteBudget,
+    limit: int,
+    declared: str | None,
+) -> None:
+    """A batch body: reserve its bytes in the budget (503 when they do not fit in time), read it into one
+    buffer, hand that buffer on (no copy) and return the bytes when the route has answered."""
+    reserved = await _reserve(scope, receive, send, budget, int(declared) if declared else CHUNKED_RESERVE)
+    if reserved is None:
+        return
+    held = [reserved]
+    try:
+        body = await _read_body(scope, receive, send, limit, (budget, held))
+        if body is not None:
+            replay = _replay(body, receive)
+            del body  # the replayed message holds the only reference; the route lets it go after decoding
+            await app(scope, replay, send)
+    finally:
+        await budget.release(held[0])
+
+
+async def _reserve(scope: Scope, receive: Receive, send: Send, budget: ByteBudget, nbytes: int) -> int | None:
+    try:
+        return await budget.reserve(nbytes)
+    except OverloadedError as exc:
+        response = keystream_error_response(exc)
+        response.headers["Connection"] = "close"  # the body stays unread
+        await response(scope, receive, send)
+        return None
+
+
+async def _read_body(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    limit: int,
+    budget: tuple[ByteBudget, list[int]] | None,
+) -> bytearray | None:
+    """Read the body into one buffer (preallocated from Content-Length), 413 beyond ``limit``.
+
+    With ``budget``, a body longer than its reservation (chunked) grows the reservation, doubling it.
+    Returns ``None`` when a response was sent or the client left.
+    """
+    declared = _header(scope, b"content-length")
+    expected = int(declared) if declared is not None else 0
+    body = bytearray(expected)
+    view = memoryview(body)
+    filled = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None  # nobody to answer; the route never runs
+        chunk = message.get("body", b"")
+        end = filled + len(chunk)
+        if end > limit:
+            await _too_large(scope, receive, send, f"request body exceeds the limit of {limit} bytes")
+            return None
+        if end <= expected:
+            view[filled:end] = chunk
+        else:
+            view.release()
+            body[filled:] = chunk
+            view = memoryview(body)
+            if budget is not None and end > budget[1][0] and budget[1][0] < budget[0].limit:
+                wanted = min(max(2 * budget[1][0], end), budget[0].limit) - budget[1][0]
+                more = await _reserve(scope, receive, send, budget[0], wanted)
+                if more is None:
+                    return None
+                budget[1][0] += more
+        filled = end
+        if not message.get("more_body", False):
+            break
+    view.release()
+    if filled < expected:
+        del body[filled:]
+    return body
 
 
 async def _too_large(scope: Scope, receive: Receive, send: Send, message: str) -> None:
@@ -98,7 +181,7 @@ async def _too_large(scope: Scope, receive: Receive, send: Send, message: str) -
     await response(scope, receive, send)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def _replay(body: bytes | bytearray, receive: Receive) -> Receive:
     """A ``receive`` that returns the already-read body once, then defers to the server (disconnects)."""
     pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
