@@ -1,14 +1,16 @@
 """The batch routes' JSON: request types, one-pass decoding and validation, response encoding, OpenAPI.
 
-msgspec decodes a body straight into these types in C, validating as it goes, without a pydantic model per
-item or an intermediate dict; the body is decoded once from the buffer the body-limit middleware filled.
+msgspec decodes a body straight into these types in C, validating as it goes (base64 included), without a
+pydantic model per item or an intermediate dict, from the one buffer the body-limit middleware filled. Only
+a body with a malformed base64 item is decoded a second time, as text, so that item alone fails.
 The OpenAPI request schemas are generated from the same types (:func:`openapi_extra`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, TypeVar
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 import msgspec
 from fastapi.exceptions import RequestValidationError
@@ -51,42 +53,94 @@ class DecryptBatch(msgspec.Struct, forbid_unknown_fields=True):
     items: list[DecryptItem]
 
 
-Batch = TypeVar("Batch", EncryptBatch, DecryptBatch)
+class _EncryptItemBytes(msgspec.Struct, forbid_unknown_fields=True):
+    plaintext: bytes
+    associated_data: bytes | None = None
+    reference: Reference | None = None
 
-_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
+
+class _DecryptItemBytes(msgspec.Struct, forbid_unknown_fields=True):
+    ciphertext: bytes
+    associated_data: bytes | None = None
+    reference: Reference | None = None
+
+
+class _EncryptBatchBytes(msgspec.Struct, forbid_unknown_fields=True):
+    items: list[_EncryptItemBytes]
+
+
+class _DecryptBatchBytes(msgspec.Struct, forbid_unknown_fields=True):
+    items: list[_DecryptItemBytes]
+
+
+#: The items of a decoded batch: base64 fields already decoded (bytes) or, when some item's base64 was
+#: malformed, as text for the route to decode item by item (so that item alone fails).
+EncryptItems = Sequence[EncryptItem | _EncryptItemBytes]
+DecryptItems = Sequence[DecryptItem | _DecryptItemBytes]
+
+_TEXT: dict[type[Any], msgspec.json.Decoder[Any]] = {
     EncryptBatch: msgspec.json.Decoder(EncryptBatch),
     DecryptBatch: msgspec.json.Decoder(DecryptBatch),
+}
+# msgspec decodes base64 into bytes in C while parsing; it accepts no string that strict
+# binascii.a2b_base64 (the per-item path) refuses, and refuses a few more, which then take the text path.
+_BYTES: dict[type[Any], msgspec.json.Decoder[Any]] = {
+    EncryptBatch: msgspec.json.Decoder(_EncryptBatchBytes),
+    DecryptBatch: msgspec.json.Decoder(_DecryptBatchBytes),
 }
 _ENCODER = msgspec.json.Encoder()
 _PATH = re.compile(r" - at `\$(.*)`$")
 
 
-async def read_batch(request: Request, kind: type[Batch], max_items: int) -> Batch:
-    """Decode and validate a batch body (already bounded and buffered by the body-limit middleware).
-
-    Raises:
-        RequestValidationError: malformed JSON or a body that does not fit ``kind`` (422; inputs are never
-            echoed).
-        PayloadTooLargeError: more than ``max_items`` items (413).
-        BadRequestError: the client left before the body was complete.
-    """
+async def _body(request: Request) -> bytes | bytearray:
     try:
         chunks = [chunk async for chunk in request.stream()]
     except ClientDisconnect:
         raise BadRequestError("the client closed the connection") from None
-    body: bytes | bytearray = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    del chunks
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _decode(body: bytes | bytearray, kind: type[Any]) -> Any:
     try:
-        batch: Batch = _DECODERS[kind].decode(body)
+        return _BYTES[kind].decode(body)
+    except msgspec.DecodeError:
+        pass  # bad base64 in some item, or a body that is invalid anyway: the text decoder says which
+    try:
+        return _TEXT[kind].decode(body)
     except msgspec.ValidationError as exc:
         raise RequestValidationError([_error(str(exc))]) from None
     except msgspec.DecodeError as exc:
         raise RequestValidationError([{"loc": (), "msg": str(exc), "type": "json_invalid"}]) from None
-    finally:
-        del body  # the buffer is not needed once decoded (the items hold their own strings)
-    if len(batch.items) > max_items:
-        raise PayloadTooLargeError(f"batch has {len(batch.items)} items; the limit is {max_items}")
-    return batch
+
+
+async def read_encrypt_batch(request: Request, max_items: int) -> EncryptItems:
+    """The items of an encrypt batch body (already bounded and buffered by the body-limit middleware).
+
+    Raises:
+        RequestValidationError: malformed JSON or a body that does not fit :class:`EncryptBatch` (422;
+            inputs are never echoed).
+        PayloadTooLargeError: more than ``max_items`` items (413).
+        BadRequestError: the client left before the body was complete.
+    """
+    items: EncryptItems = _decode(await _body(request), EncryptBatch).items
+    _check_count(len(items), max_items)
+    return items
+
+
+async def read_decrypt_batch(request: Request, max_items: int) -> DecryptItems:
+    """The items of a decrypt batch body; as :func:`read_encrypt_batch`.
+
+    Raises:
+        RequestValidationError, PayloadTooLargeError, BadRequestError: as :func:`read_encrypt_batch`.
+    """
+    items: DecryptItems = _decode(await _body(request), DecryptBatch).items
+    _check_count(len(items), max_items)
+    return items
+
+
+def _check_count(count: int, max_items: int) -> None:
+    if count > max_items:
+        raise PayloadTooLargeError(f"batch has {count} items; the limit is {max_items}")
 
 
 def _error(message: str) -> dict[str, Any]:
@@ -100,7 +154,7 @@ def _error(message: str) -> dict[str, Any]:
 
 
 def json_response(results: list[dict[str, Any]]) -> Response:
-    """``{"results": [...]}`` encoded once, as the response body."""
+    """``{"results": [...]}`` encoded once, as the response body (``bytes`` values become base64 there)."""
     return Response(_ENCODER.encode({"results": results}), media_type="application/json")
 
 
@@ -162,5 +216,6 @@ __all__ = [
     "EncryptItem",
     "json_response",
     "openapi_extra",
-    "read_batch",
+    "read_decrypt_batch",
+    "read_encrypt_batch",
 ]

@@ -15,14 +15,20 @@ loop keeps serving.
 
 from __future__ import annotations
 
-import binascii
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from app.api.batch_json import DecryptBatch, EncryptBatch, json_response, openapi_extra, read_batch
+from app.api.batch_json import (
+    DecryptBatch,
+    EncryptBatch,
+    json_response,
+    openapi_extra,
+    read_decrypt_batch,
+    read_encrypt_batch,
+)
 from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.errors import error_body
 from app.api.params import BACKEND_DESCRIPTION, check_associated_data, decode_base64
@@ -51,26 +57,56 @@ def _item_error(exc: KeystreamError, reference: str | None) -> dict[str, Any]:
 
 
 def _inputs(
-    state: ServiceState, encoded: Sequence[str], associated: Sequence[str | None], field: str
-) -> tuple[list[int], list[bytes], list[bytes], dict[int, KeystreamError]]:
-    """Decode each item's base64 input and associated data; an item's problem becomes its error."""
+    state: ServiceState, values: list[Any], associated: list[Any], field: str
+) -> tuple[list[bytes], list[bytes], dict[int, KeystreamError]]:
+    """The items' inputs and associated data as bytes, and the errors of items that cannot run (bad base64,
+    associated data over ``max_associated_data``), by index; inputs and associated data skip those items.
+
+    ``values``/``associated`` hold bytes when the whole body's base64 decoded while parsing (the common case:
+    no per-item work here), else text to decode item by item.
+    """
     limit = state.settings.max_associated_data
-    slots: list[int] = []
+    ads = [ad or b"" for ad in associated]
+    if (not values or isinstance(values[0], bytes)) and max(map(len, ads), default=0) <= limit:
+        return values, ads, {}
     data: list[bytes] = []
-    ads: list[bytes] = []
+    kept: list[bytes] = []
     errors: dict[int, KeystreamError] = {}
-    for index, (text, ad_text) in enumerate(zip(encoded, associated, strict=True)):
+    for index, (text, ad_text) in enumerate(zip(values, associated, strict=True)):
         try:
-            value = decode_base64(field, text)
-            ad = decode_base64("associated_data", ad_text) if ad_text is not None else b""
+            value = text if isinstance(text, bytes) else decode_base64(field, text)
+            ad = ad_text if isinstance(ad_text, bytes) else decode_base64("associated_data", ad_text)
             check_associated_data(ad, limit)
         except KeystreamError as exc:
             errors[index] = exc
             continue
-        slots.append(index)
         data.append(value)
-        ads.append(ad)
-    return slots, data, ads, errors
+        kept.append(ad)
+    return data, kept, errors
+
+
+def _results(
+    references: list[str | None],
+    errors: dict[int, KeystreamError],
+    outputs: Iterable[tuple[bytes, int] | KeystreamError],
+    field: str,
+) -> list[dict[str, Any]]:
+    """One result per item, in order: ``outputs`` holds those of the items without an entry in ``errors``.
+
+    Outputs stay ``bytes``: the JSON encoder writes them as base64.
+    """
+    results: list[dict[str, Any]] = []
+    remaining = iter(outputs)
+    for index, reference in enumerate(references):
+        error = errors.get(index) if errors else None
+        if error is None:
+            output = next(remaining)
+            if not isinstance(output, KeystreamError):
+                results.append({field: output[0], "key_version": output[1], "reference": reference})
+                continue
+            error = output
+        results.append(_item_error(error, reference))
+    return results
 
 
 async def _run(
@@ -81,10 +117,6 @@ async def _run(
     # microseconds each) only for a handful of bytes; run_timed sends other backends off the loop anyway.
     inline_max = state.settings.inline_crypto_max_bytes if native_isa(backend) else 16 * 1024
     return await run_timed(backend, operation, "sealed", nbytes, inline_max, work)
-
-
-def _b64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
 @router.post(
@@ -109,9 +141,9 @@ async def encrypt_batch(
     """
     principal.require("encrypt", name)
     chosen = state.backends.get(backend)
-    items = (await read_batch(request, EncryptBatch, state.settings.batch_max_items)).items
+    items = await read_encrypt_batch(request, state.settings.batch_max_items)
     resolved = await encryption_key(state.keycache, name, chosen, key_version)
-    slots, data, ads, errors = _inputs(
+    data, ads, errors = _inputs(
         state, [item.plaintext for item in items], [item.associated_data for item in items], "plaintext"
     )
     sealed = await _run(
@@ -122,24 +154,11 @@ async def encrypt_batch(
         lambda: seal_many(resolved.material, resolved.key_type, resolved.segment_size, data, ads, chosen),
     )
     data.clear()  # the inputs are no longer needed while the response is built
-    for index, output in zip(slots, sealed, strict=True):
-        if isinstance(output, KeystreamError):
-            errors[index] = output
-    outputs = dict(zip(slots, sealed, strict=True))
-    del sealed
-    results: list[dict[str, Any]] = []
     version = resolved.version
-    for index, item in enumerate(items):
-        error = errors.get(index)
-        if error is not None:
-            results.append(_item_error(error, item.reference))
-        else:
-            ciphertext = outputs.pop(index)
-            assert isinstance(ciphertext, bytes)
-            results.append(
-                {"ciphertext": _b64(ciphertext), "key_version": version, "reference": item.reference}
-            )
-    return json_response(results)
+    outputs = ((output, version) if isinstance(output, bytes) else output for output in sealed)
+    references = [item.reference for item in items]
+    del items
+    return json_response(_results(references, errors, outputs, "ciphertext"))
 
 
 @router.post(
@@ -164,11 +183,11 @@ async def decrypt_batch(
     """
     principal.require("decrypt", name)
     chosen = state.backends.get(backend)
-    items = (await read_batch(request, DecryptBatch, state.settings.batch_max_items)).items
+    items = await read_decrypt_batch(request, state.settings.batch_max_items)
     # Cached metadata may predate a rotation by another worker: items that verify under no cached version
     # trigger one fresh read of the key's versions for the whole batch, not one per item.
     keys = await decryption_keys(state.keycache, name, chosen, key_version)
-    slots, data, ads, errors = _inputs(
+    data, ads, errors = _inputs(
         state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
     )
     first = keys.first
@@ -182,21 +201,7 @@ async def decrypt_batch(
             candidates, first.key_type, first.segment_size, data, ads, chosen, more_candidates=keys.more
         ),
     )
-    data.clear()  # the inputs are no longer needed while the response is built
-    outputs = dict(zip(slots, opened, strict=True))
-    del opened
-    results: list[dict[str, Any]] = []
-    for index, item in enumerate(items):
-        error = errors.get(index)
-        if error is None:
-            result = outputs.pop(index)
-            if isinstance(result, KeystreamError):
-                error = result
-            else:
-                plaintext, version = result
-                results.append(
-                    {"plaintext": _b64(plaintext), "key_version": version, "reference": item.reference}
-                )
-                continue
-        results.append(_item_error(error, item.reference))
-    return json_response(results)
+    data.clear()
+    references = [item.reference for item in items]
+    del items
+    return json_response(_results(references, errors, opened, "plaintext"))
