@@ -105,46 +105,53 @@ async def _batch(
 ) -> None:
     """A batch body: reserve its bytes in the budget (503 when they do not fit in time), read it into one
     buffer, hand that buffer on (no copy) and return the bytes when the route has answered."""
-    reserved = await _reserve(scope, receive, send, budget, int(declared) if declared else CHUNKED_RESERVE)
-    if reserved is None:
+    held = _Held(budget, scope, receive, send)
+    if not await held.cover(int(declared) if declared else CHUNKED_RESERVE):
         return
-    held = [reserved]
     try:
-        body = await _read_body(scope, receive, send, limit, (budget, held))
+        body = await _read_body(scope, receive, send, limit, held)
         if body is not None:
             replay = _replay(body, receive)
             del body  # the replayed message holds the only reference; the route lets it go after decoding
             await app(scope, replay, send)
     finally:
-        await budget.release(held[0])
+        await budget.release(held.amount)
 
 
-async def _reserve(scope: Scope, receive: Receive, send: Send, budget: ByteBudget, nbytes: int) -> int | None:
-    try:
-        return await budget.reserve(nbytes)
-    except OverloadedError as exc:
-        response = keystream_error_response(exc)
-        response.headers["Connection"] = "close"  # the body stays unread
-        await response(scope, receive, send)
-        return None
+class _Held:
+    """The budget bytes one batch request holds; a chunked body's reservation doubles as the body grows."""
+
+    def __init__(self, budget: ByteBudget, scope: Scope, receive: Receive, send: Send) -> None:
+        self.budget = budget
+        self.amount = 0
+        self._reply = (scope, receive, send)
+
+    async def cover(self, nbytes: int) -> bool:
+        """Hold at least ``nbytes`` (or the whole budget); ``False`` once the 503 has been sent."""
+        if nbytes <= self.amount or self.amount >= self.budget.limit:
+            return True
+        wanted = min(max(2 * self.amount, nbytes), self.budget.limit) - self.amount
+        try:
+            self.amount += await self.budget.reserve(wanted)
+        except OverloadedError as exc:
+            response = keystream_error_response(exc)
+            response.headers["Connection"] = "close"  # the body stays unread
+            await response(*self._reply)
+            return False
+        return True
 
 
 async def _read_body(
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    limit: int,
-    budget: tuple[ByteBudget, list[int]] | None,
+    scope: Scope, receive: Receive, send: Send, limit: int, held: _Held | None
 ) -> bytearray | None:
     """Read the body into one buffer (preallocated from Content-Length), 413 beyond ``limit``.
 
-    With ``budget``, a body longer than its reservation (chunked) grows the reservation, doubling it.
+    With ``held``, a body longer than its reservation (chunked) grows the reservation first.
     Returns ``None`` when a response was sent or the client left.
     """
     declared = _header(scope, b"content-length")
     expected = int(declared) if declared is not None else 0
     body = bytearray(expected)
-    view = memoryview(body)
     filled = 0
     while True:
         message = await receive()
@@ -155,22 +162,16 @@ async def _read_body(
         if end > limit:
             await _too_large(scope, receive, send, f"request body exceeds the limit of {limit} bytes")
             return None
+        if held is not None and not await held.cover(end):
+            return None
         if end <= expected:
-            view[filled:end] = chunk
+            with memoryview(body) as view:
+                view[filled:end] = chunk  # into the preallocated buffer: no reallocation, no copy
         else:
-            view.release()
             body[filled:] = chunk
-            view = memoryview(body)
-            if budget is not None and end > budget[1][0] and budget[1][0] < budget[0].limit:
-                wanted = min(max(2 * budget[1][0], end), budget[0].limit) - budget[1][0]
-                more = await _reserve(scope, receive, send, budget[0], wanted)
-                if more is None:
-                    return None
-                budget[1][0] += more
         filled = end
         if not message.get("more_body", False):
             break
-    view.release()
     if filled < expected:
         del body[filled:]
     return body
