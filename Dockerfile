@@ -45,7 +45,7 @@ COPY . /src
 RUN set -eux; \
     if [ -n "$WHEELHOUSE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="/src/$WHEELHOUSE"; fi; \
     python3 -m venv /opt/build-venv; \
-    /opt/build-venv/bin/pip install "setuptools>=68" wheel "Cython>=3.0"; \
+    /opt/build-venv/bin/pip install "setuptools>=77" "Cython>=3.0"; \
     /opt/build-venv/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist .; \
     python3 -m venv /opt/keystream/venv; \
     wheel="$(ls /dist/keystream-*.whl)"; \
@@ -75,4 +75,4 @@ EXPOSE 8000
 USER 10001:10001
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('KEYSTREAM_PORT', '8000'), timeout=2)"]
-CMD ["keystream", "serve"]
+CMD ["keystream-server", "serve"]

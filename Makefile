@@ -3,14 +3,27 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
+# Two distributions: the server (this directory: app/ aescore/ hwsim/) and the client (clients/python).
+CLIENT := clients/python
+# `make run` installs the server alone (no test extras, no client); `make test` adds both of those.
+RUN_STAMP := $(VENV)/.run-stamp
 STAMP  := $(VENV)/.installed-stamp
+# What the editable install compiles (it builds the extension in place, in an isolated build environment).
+EXTENSION_SOURCES := $(wildcard aescore/*.pyx aescore/*.pxd aescore/*.c aescore/*.h)
+BENCH_ARGS ?=
 
-.PHONY: test run build lint typecheck unit asan bench load docker-test tools clean
+.PHONY: test run build lint typecheck unit asan bench bench-aescore report load docker-test tools clean \
+        prometheus compose-up compose-down compose-test load-figures
 
-$(STAMP): pyproject.toml setup.py scripts/bootstrap-venv.sh
+$(RUN_STAMP): pyproject.toml setup.py scripts/bootstrap-venv.sh $(EXTENSION_SOURCES)
 	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e .
 	touch $@
+
+$(STAMP): pyproject.toml setup.py $(CLIENT)/pyproject.toml scripts/bootstrap-venv.sh
+	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
+	$(PY) -m pip install -q -e '.[test]' -e ./$(CLIENT)
+	touch $@ $(RUN_STAMP)
 
 # Build the Cython/C extension in place (the editable install imports it from the source tree).
 build: $(STAMP)
@@ -32,8 +45,8 @@ tools:
 
 test: tools lint typecheck unit
 
-run: build
-	$(BIN)/keystream serve
+run: $(RUN_STAMP)
+	$(BIN)/keystream-server serve
 
 # The aescore suite under AddressSanitizer: a separate build, then back to the normal one.
 asan: $(STAMP)
@@ -52,11 +65,44 @@ load: build
 	$(PY) -m loadtests.run $(LOAD_ARGS)
 
 # Build the Docker image for real (debootstrap base, host-built wheelhouse) and round-trip through it.
-# Not part of `make test`: needs root and dockerd, and takes minutes on a fresh machine.
+# Not part of `make test`: as root it installs docker.io/debootstrap and starts (then stops) dockerd when
+# missing; ~6 min on a fresh machine, ~1 min warm.
 docker-test: build
 	KEYSTREAM_HOST_PYTHON=$(PY) deploy/docker-test.sh
 
+# The docker-compose stack without an image registry (deploy/compose.sh): builds the image as docker-test
+# does plus a Prometheus image from Debian's package, then `docker-compose up -d keystream prometheus`.
+# compose-test: up, /healthz, a sealed round trip, Prometheus scraping, down -v (~75 s warm).
+compose-up: build
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh up
+
+compose-down:
+	deploy/compose.sh down
+
+compose-test: build
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh test
+
+# Debian's Prometheus on 127.0.0.1:9090 scraping a local Keystream (`make run`) with deploy/prometheus's rules;
+# config and data in build/prometheus. E.g. make prometheus PROMETHEUS_ARGS="--target 127.0.0.1:8001".
+prometheus: tools $(STAMP)
+	$(PY) scripts/prometheus_local.py $(PROMETHEUS_ARGS)
+
+# The docs' load-test figures (docs/img/prometheus-crypto-p99-by-backend.png, locust-report.png) from a real
+# step load with Prometheus scraping (scripts/load_figures.py, ~5 min; needs chromium: apt-get install chromium).
+load-figures: tools build
+	$(PY) -m scripts.load_figures $(FIGURE_ARGS)
+
+# Every benchmark (aescore, the service, the hwsim model), then bench/results/report.md with PNG plots.
+# BENCH_ARGS="--quick" for a smoke run; "--results DIR" to write elsewhere.
 bench: build
+	$(PY) -m bench.report $(BENCH_ARGS)
+
+# The report and plots again from the JSON already in bench/results (no benchmark runs).
+report: $(STAMP)
+	$(PY) -m bench.report --report-only $(BENCH_ARGS)
+
+# The aescore throughput table alone.
+bench-aescore: build
 	$(PY) -m bench.bench_aescore
 
 clean:

@@ -14,7 +14,7 @@ if os.environ.get("KEYSTREAM_ASAN") == "1":
 extensions = [
     Extension(
         "aescore._aesni",
-        sources=["aescore/_aesni.pyx", "aescore/aesni_ctr.c"],
+        sources=["aescore/_aesni.pyx", "aescore/aesni_ctr.c", "aescore/aesni_gcm.c", "aescore/aesni_probe.c"],
         include_dirs=["aescore"],
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,

@@ -6,6 +6,8 @@
 >>> backend.ctr_xor(ek, bytes(16), b"hello").hex()
 '0e8c27b880'
 
+``aescore.AesGcm(backend, key)`` adds AES-GCM (``encrypt``/``decrypt`` like ``cryptography``'s AESGCM).
+
 Backends: ``aesni`` (Cython over AES-NI/VAES intrinsics; constant-time), ``python`` (pure Python T-tables;
 **not constant-time**: its table lookups depend on key and data, so do not use it where an attacker can time
 it), and ``hwsim`` (a simulated accelerator, registered by the ``hwsim`` package through the
@@ -22,7 +24,7 @@ import threading
 from collections.abc import Callable
 from importlib import metadata
 
-from ._interface import Backend, BytesLike, ExpandedKey
+from ._interface import Backend, BytesLike, ExpandedKey, GcmKey
 from ._validate import MAX_STREAM_LENGTH
 from .errors import (
     AesCoreError,
@@ -30,8 +32,10 @@ from .errors import (
     AesCoreValueError,
     BackendUnavailableError,
     CounterOverflowError,
+    InvalidTag,
     UnknownBackendError,
 )
+from .gcm import AesGcm
 from .stream import COUNTER_BITS, CtrStream
 
 __all__ = [
@@ -40,12 +44,15 @@ __all__ = [
     "AesCoreError",
     "AesCoreTypeError",
     "AesCoreValueError",
+    "AesGcm",
     "Backend",
     "BackendUnavailableError",
     "BytesLike",
     "CounterOverflowError",
     "CtrStream",
     "ExpandedKey",
+    "GcmKey",
+    "InvalidTag",
     "UnknownBackendError",
     "available_backends",
     "default_backend_name",

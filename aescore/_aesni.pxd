@@ -1,4 +1,4 @@
-# C declarations for the aesni backend: the intrinsics file (aesni_ctr.h), and the few pthread calls and
+# C declarations for the aesni backend: the intrinsics files (aesni_ctr.h, aesni_gcm.h, aesni_probe.h), and the few pthread calls and
 # GCC atomic builtins the Cython module uses to split large inputs across threads.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -12,6 +12,7 @@ cdef extern from "aesni_ctr.h" nogil:
         KS_ERR_KEY_STATE
         KS_ERR_ISA
         KS_ERR_RANGE
+        KS_ERR_TAG
 
     ctypedef enum ks_isa:
         KS_ISA_NONE
@@ -36,6 +37,35 @@ cdef extern from "aesni_ctr.h" nogil:
     ks_status ks_ctr_xor(const ks_aes_key *key, ks_isa isa, const uint8_t *initial_counter,
                          uint64_t offset, const uint8_t *src, uint8_t *dst, size_t length, ks_store store)
     void ks_wipe_key(ks_aes_key *key)
+
+
+cdef extern from "aesni_gcm.h" nogil:
+    enum:
+        KS_GCM_NONCE_SIZE
+        KS_GCM_TAG_SIZE
+
+    ctypedef struct ks_ghash_key:
+        pass
+
+    ctypedef struct ks_gcm_key:
+        pass
+
+    unsigned ks_gcm_cpu_isas()
+    ks_status ks_ghash_init(const uint8_t *h, ks_ghash_key *out)
+    ks_status ks_gcm_init(const uint8_t *key, size_t key_len, ks_gcm_key *out)
+    ks_status ks_ghash(const ks_ghash_key *key, ks_isa isa, const uint8_t *aad, size_t aad_len,
+                       const uint8_t *data, size_t length, uint8_t *out)
+    ks_status ks_gcm_seal(const ks_gcm_key *key, ks_isa isa, const uint8_t *nonce, const uint8_t *aad,
+                          size_t aad_len, const uint8_t *src, uint8_t *dst, size_t length, uint8_t *tag)
+    ks_status ks_gcm_open(const ks_gcm_key *key, ks_isa isa, const uint8_t *nonce, const uint8_t *aad,
+                          size_t aad_len, const uint8_t *src, uint8_t *dst, size_t length, const uint8_t *tag)
+    void ks_gcm_wipe(ks_gcm_key *key)
+    void ks_ghash_wipe(ks_ghash_key *key)
+
+
+cdef extern from "aesni_probe.h" nogil:
+    ks_status ks_probe_aes128(ks_isa isa, uint64_t iterations, uint64_t *blocks, uint8_t *sink)
+    ks_status ks_probe_clmul(ks_isa isa, uint64_t iterations, uint64_t *blocks, uint8_t *sink)
 
 
 cdef extern from "<pthread.h>" nogil:

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, auto_pickle=False
-"""The ``aesni`` backend: AES-CTR on AES-NI / VAES-256 / VAES-512 (see ``aesni_ctr.c``).
+"""The ``aesni`` backend: AES-CTR on AES-NI / VAES-256 / VAES-512 (see ``aesni_ctr.c``), and AES-GCM with
+CTR and GHASH fused in one pass (``aesni_gcm.c``, Python side in ``_aesni_gcm.pxi``).
 
 The C file does the arithmetic and returns ``ks_status`` codes; this module validates arguments (same rules
 and messages as :mod:`aescore._validate`), turns codes into exceptions, releases the GIL for inputs of
@@ -25,9 +26,9 @@ from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsUnsignedLongLong
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
-from ._interface import Backend, ExpandedKey
+from ._interface import Backend, ExpandedKey, GcmKey
 from .errors import AesCoreError, AesCoreTypeError, AesCoreValueError, BackendUnavailableError
 
 cdef enum:
@@ -298,6 +299,9 @@ cdef ks_status _ctr_xor_threads(const ks_aes_key *key, ks_isa isa, const uint8_t
     return status
 
 
+include "_aesni_gcm.pxi"
+
+
 @cython.final
 cdef class AesniExpandedKey:
     """An AES key expanded for the aesni backend: immutable, thread-safe, wiped from memory when freed.
@@ -489,6 +493,17 @@ cdef class AesniBackend:
             if have_out_view:
                 PyBuffer_Release(&out_view)
 
+    def gcm_key(self, key):
+        """Prepare a 16, 24 or 32-byte key for AES-GCM: round keys and H^1..H^16, once per key.
+
+        The GCM path follows this instance's ``isa`` (else the module setting) at each call.
+
+        Raises:
+            TypeError: ``key`` is not bytes-like (:class:`aescore.AesCoreTypeError`).
+            ValueError: ``key`` has another length (:class:`aescore.AesCoreValueError`).
+        """
+        return _make_gcm_key(key, self._isa)
+
     def info(self):
         """Describe the backend: name, constant_time, isa (path in use), threads, supported_isas."""
         return {
@@ -505,3 +520,4 @@ cdef class AesniBackend:
 
 Backend.register(AesniBackend)
 ExpandedKey.register(AesniExpandedKey)
+GcmKey.register(AesniGcmKey)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from ._validate import BLOCK_SIZE, KEY_SIZES, BytesLike
 
-__all__ = ["Backend", "BytesLike", "ExpandedKey"]
+__all__ = ["Backend", "BytesLike", "ExpandedKey", "GcmKey"]
 
 
 class ExpandedKey(abc.ABC):
@@ -43,6 +43,62 @@ class ExpandedKey(abc.ABC):
 
     def __reduce__(self) -> Any:
         raise TypeError("expanded keys cannot be pickled")
+
+
+class GcmKey(abc.ABC):
+    """An AES key prepared for AES-GCM by one backend (round keys and GHASH key material); thread-safe.
+
+    :class:`aescore.AesGcm` is the public face and documents the contract; each method validates its
+    arguments itself (same rules and messages on every backend). Its ``repr`` shows no key material.
+    """
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def backend_name(self) -> str:
+        """Name of the backend that prepared this key."""
+
+    @property
+    @abc.abstractmethod
+    def key_size(self) -> int:
+        """Key size in bytes: 16, 24 or 32."""
+
+    @abc.abstractmethod
+    def encrypt(self, nonce: BytesLike, data: BytesLike, associated_data: BytesLike | None) -> bytes:
+        """``ciphertext || tag``; see :meth:`aescore.AesGcm.encrypt`."""
+
+    @abc.abstractmethod
+    def encrypt_into(
+        self,
+        nonce: BytesLike,
+        data: BytesLike,
+        associated_data: BytesLike | None,
+        out: bytearray | memoryview,
+    ) -> int:
+        """Write ``ciphertext || tag`` to ``out``; see :meth:`aescore.AesGcm.encrypt_into`."""
+
+    @abc.abstractmethod
+    def decrypt(
+        self, nonce: BytesLike, ciphertext_and_tag: BytesLike, associated_data: BytesLike | None
+    ) -> bytes:
+        """The verified plaintext; see :meth:`aescore.AesGcm.decrypt`."""
+
+    @abc.abstractmethod
+    def decrypt_into(
+        self,
+        nonce: BytesLike,
+        ciphertext_and_tag: BytesLike,
+        associated_data: BytesLike | None,
+        out: bytearray | memoryview,
+    ) -> int:
+        """Write the verified plaintext to ``out``; see :meth:`aescore.AesGcm.decrypt_into`."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} backend={self.backend_name!r} key_size={self.key_size * 8} bits>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("GCM keys cannot be pickled")
 
 
 class Backend(abc.ABC):
@@ -104,6 +160,22 @@ class Backend(abc.ABC):
             ValueError: a counter that is not 16 bytes, a negative or too large offset, or a too-small
                 ``out``.
         """
+
+    def gcm_key(self, key: BytesLike) -> GcmKey:
+        """Prepare ``key`` for AES-GCM on this backend (used by :class:`aescore.AesGcm`).
+
+        The default composes this backend's :meth:`ctr_xor` (one call per message, for ``AES_K(J0)`` and the
+        data together) with the pure-Python GHASH, which is **not constant-time**; backends with a faster or
+        constant-time GHASH override it.
+
+        Raises:
+            TypeError: ``key`` is not bytes-like (:class:`aescore.AesCoreTypeError`).
+            ValueError: ``key`` has another length (:class:`aescore.AesCoreValueError`).
+        """
+        from ._gcm import ComposedGcmKey
+        from ._ghash import PythonGhash
+
+        return ComposedGcmKey(self, key, PythonGhash)
 
     def info(self) -> dict[str, str | int | bool | None]:
         """Describe this backend (ISA path, threads, preset...) for ``/v1/backends`` and benchmarks."""

@@ -27,7 +27,8 @@ typedef enum {
     KS_ERR_KEY_SIZE = 2,      /* key length is not 16, 24 or 32 bytes */
     KS_ERR_KEY_STATE = 3,     /* the expanded key was never initialised (round count invalid) */
     KS_ERR_ISA = 4,           /* unknown ISA path, or one the CPU does not support */
-    KS_ERR_RANGE = 5          /* offset + length exceeds 2**64 bytes of keystream */
+    KS_ERR_RANGE = 5,         /* offset + length exceeds 2**64 bytes of keystream (GCM: data too long) */
+    KS_ERR_TAG = 6            /* GCM: the tag does not verify (aesni_gcm.h) */
 } ks_status;
 
 /* Code paths, also usable as bits of the mask returned by ks_cpu_isas(). */

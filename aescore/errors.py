@@ -13,6 +13,7 @@ __all__ = [
     "AesCoreValueError",
     "BackendUnavailableError",
     "CounterOverflowError",
+    "InvalidTag",
     "UnknownBackendError",
 ]
 
@@ -42,3 +43,11 @@ class UnknownBackendError(AesCoreValueError):
 
 class BackendUnavailableError(AesCoreError):
     """The backend exists but cannot run here (the message says why, e.g. the CPU lacks AES-NI)."""
+
+
+class InvalidTag(AesCoreError):
+    """Authenticated decryption failed: the tag does not match the key, nonce, ciphertext and associated data.
+
+    Raised by :class:`aescore.AesGcm` before any plaintext is returned; ``decrypt_into`` zeroes what it wrote.
+    The message never says which input was wrong (any of them may have been tampered with).
+    """

@@ -1,2 +1,2 @@
-"""Keystream: the HTTP service. Start it with ``keystream serve`` or ``make run``; build it with
-:func:`app.main.create_app`."""
+"""Keystream: the HTTP service. Start it with ``keystream-server serve`` (:mod:`app.admin`) or ``make run``;
+build it with :func:`app.main.create_app`."""

@@ -1,6 +1,6 @@
 """Run the service: first-start bootstrap, then uvicorn (uvloop + httptools).
 
-``keystream serve`` calls :func:`serve`; without the CLI:
+``keystream-server serve`` (:mod:`app.admin`) calls :func:`serve`; without the CLI:
 ``python -c 'from app.server import serve; serve()'``.
 
 uvicorn's httptools protocol has no limit on the request head (h11 has 16 KiB), and httptools joins a long
@@ -26,7 +26,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.core.config import Settings, get_settings
-from app.keystore import load_or_create_master_key, open_keystore
+from app.keystore import open_keystore_for
 from app.services.security import install_root_token
 
 
@@ -153,9 +153,7 @@ def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
     Raises:
         app.keystore.master.MasterKeyError: the master key is malformed or does not open the keystore.
     """
-    master_env = settings.master_key.get_secret_value() if settings.master_key else None
-    master_key = load_or_create_master_key(settings.data_dir, master_env)
-    keystore = open_keystore(settings.data_dir, master_key)
+    keystore = open_keystore_for(settings)
     try:
         root = settings.root_token.get_secret_value() if settings.root_token else None
         generated = install_root_token(keystore, root)

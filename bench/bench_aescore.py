@@ -11,6 +11,9 @@ Cases (every figure is the median over many repetitions, each timing an auto-ran
 * ``throughput``: one call on ``size`` bytes with a key expanded (cipher created) beforehand, writing into a
   preallocated buffer (mode ``into``) or returning new bytes (mode ``bytes``). pyaes has no ``into``.
 * ``threads``: 64 MiB into a buffer with the aesni backend limited to 1 and to 2 threads.
+* ``cap`` and ``gcm`` (``bench/aescore_gcm.py``): the AES-128 and carry-less-multiply caps of this core from
+  loops of independent instructions, and AES-GCM (aescore on aesni, cryptography's AESGCM) beside aescore's
+  AES-CTR with and without HMAC-SHA256, AES-128 and AES-256, 64 B to 1 MiB.
 
 The pure-Python libraries run only up to ``SLOW_MAX_SIZE`` bytes (pyaes) / 1 MiB (python backend) and with
 fewer repetitions; the table says so.
@@ -18,6 +21,7 @@ fewer repetitions; the table says so.
 JSON written (default ``bench/results/aescore.json``; ``bench/results/aescore-quick.json`` with ``--quick``)::
 
     {"cpu": str, "date": ISO-8601 UTC, "python": str, "quick": bool, "aesni": {backend info} | null,
+     "gcm_targets": [{"target": str, "value": float | null, "goal": float, "unit": str, "met": bool}],
      "notes": [str], "results": [{"case": str, "library": str, "size": int (bytes per call),
        "mode": str, "median_s": float (seconds per call / per iteration), "bytes_per_s": float
        (size / median_s; crypto_pyaes counts the 46,000 bytes processed), "ratio_to_cryptography": float |
@@ -42,6 +46,8 @@ from typing import Any
 
 import aescore
 from aescore import pyaes_compat
+
+from . import aescore_gcm
 
 KEY = b"\xa1\xf6%\x8c\x87}_\xcd\x89dHE8\xbf\xc9,"
 CLEARTEXT = b"This is a test. What could possibly go wrong? " * 500
@@ -259,6 +265,13 @@ def run(quick: bool, progress: Callable[[str], None], sizes: tuple[int, ...] = S
                 "threads", "aesni", size, f"into, {threads} thread{'s' * (threads > 1)}", call, False, size
             )
 
+    for (isa, kind), (call, nbytes) in aescore_gcm.cap_calls(quick).items():
+        record("cap", f"aesni/{isa}", nbytes, kind, call, False, nbytes)
+    for key_mode in aescore_gcm.KEYS:
+        for size in aescore_gcm.GCM_SIZES:
+            for library, call in aescore_gcm.gcm_calls(size, key_mode).items():
+                record("gcm", library, size, key_mode, call, False, size)
+
     baseline = {
         (r["case"], r["size"], r["mode"]): r["median_s"] for r in results if r["library"] == "cryptography"
     }
@@ -282,6 +295,7 @@ def run(quick: bool, progress: Callable[[str], None], sizes: tuple[int, ...] = S
         "python": platform.python_version(),
         "quick": quick,
         "aesni": aesni_info,
+        "gcm_targets": aescore_gcm.targets(results, None if aesni_info is None else str(aesni_info["isa"])),
         "notes": notes,
         "results": results,
     }
@@ -317,6 +331,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", *(f"- {note}" for note in report["notes"])]
     if report["aesni"]:
         lines.append(f"- aesni backend: {report['aesni']}")
+    lines += ["", "AES-GCM targets (one run):", "", *aescore_gcm.targets_markdown(report["gcm_targets"])]
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
-"""Run every benchmark in ``bench/`` and write one Markdown report with PNG plots (``keystream bench``).
+"""Run every benchmark in ``bench/`` and write one Markdown report with PNG plots (``make bench``).
 
     python -m bench.report [--quick] [--report-only] [--results DIR]
+    make bench [BENCH_ARGS="--quick --results DIR"]    make report  (= --report-only)
 
 Steps (each a subprocess, so one failing benchmark does not stop the others):
 
@@ -15,6 +16,8 @@ Steps (each a subprocess, so one failing benchmark does not stop the others):
 Then it reads the JSON files (schemas are documented in those scripts), draws
 
 * ``aescore_throughput.png``: throughput vs message size, one line per backend and library;
+* ``aescore_gcm.png``: AES-GCM (aescore, cryptography) vs AES-CTR with and without HMAC, with this core's
+  AES-128 cap (``bench/report_gcm.py``);
 * ``service_latency_cdf.png``: the latency CDF of each backend;
 * ``hwsim_model_vs_measured.png``: modeled (presets) vs measured (backends) latency and throughput vs size;
 
@@ -41,6 +44,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after use("Agg"): the backend must be chosen first
 import matplotlib.ticker
+from matplotlib.figure import Figure
+
+from .report_gcm import gcm_section
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = ROOT / "bench" / "results"
@@ -201,9 +207,35 @@ def aescore_section(data: dict[str, Any], report: Report) -> None:
                 f"{float(row['bytes_per_s']) / 1e9:.3f} | {shown} |"
             )
     report.sections.append(lines)
+    gcm_lines = gcm_section(data, report.results)
+    if gcm_lines:
+        report.sections.append(gcm_lines)
 
 
 # -- service -------------------------------------------------------------------------------------------------
+def latency_cdf_figure(samples: dict[str, list[float]]) -> Figure:
+    """The latency CDF of each backend (samples in seconds, sorted) on a log axis labelled in plain
+    milliseconds (0.5, 1, 2, 5 -- not 10^0), with minor ticks between the labelled ones."""
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for name in sorted(samples, key=lambda n: (*LIBRARY_ORDER, n).index(n)):
+        values = [v * 1e3 for v in samples[name]]
+        fractions = [(i + 1) / len(values) for i in range(len(values))]
+        axis.step(values, fractions, where="post", label=f"{name} (n={len(values)})")
+    axis.set_xscale("log")
+    axis.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axis.set_xlabel("latency of a 1 KiB sealed encrypt (ms, log scale)")
+    axis.set_ylabel("fraction of requests")
+    axis.set_ylim(0, 1.01)
+    axis.grid(True, which="major", alpha=0.3)
+    axis.grid(True, which="minor", alpha=0.1)
+    axis.set_title("Service latency CDF per backend")
+    axis.legend(loc="lower right")
+    figure.tight_layout()
+    return figure
+
+
 def service_section(data: dict[str, Any], report: Report) -> None:
     """Latency CDF per backend and the results table from ``service.json``."""
     lines = ["## HTTP service", "", _run_summary(data) + "."]
@@ -212,19 +244,7 @@ def service_section(data: dict[str, Any], report: Report) -> None:
     }
     samples = {name: values for name, values in samples.items() if values}
     if samples:
-        figure, axis = plt.subplots(figsize=(7, 4.5))
-        for name in sorted(samples, key=lambda n: (*LIBRARY_ORDER, n).index(n)):
-            values = [v * 1e3 for v in samples[name]]
-            fractions = [(i + 1) / len(values) for i in range(len(values))]
-            axis.step(values, fractions, where="post", label=f"{name} (n={len(values)})")
-        axis.set_xscale("log")
-        axis.set_xlabel("latency of a 1 KiB sealed encrypt (ms)")
-        axis.set_ylabel("fraction of requests")
-        axis.set_ylim(0, 1.01)
-        axis.grid(True, alpha=0.3)
-        axis.set_title("Service latency CDF per backend")
-        axis.legend()
-        figure.tight_layout()
+        figure = latency_cdf_figure(samples)
         figure.savefig(report.results / "service_latency_cdf.png", dpi=110)
         plt.close(figure)
         lines += ["", "![Service latency CDF per backend](service_latency_cdf.png)", ""]
@@ -383,7 +403,12 @@ def build_report(report: Report) -> Path:
 def write_markdown(report: Report) -> Path:
     """Write ``report.md`` from the sections and notes."""
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    lines = ["# Keystream benchmark report", "", f"Generated {now} by `keystream bench`.", ""]
+    lines = [
+        "# Keystream benchmark report",
+        "",
+        f"Generated {now} by `python -m bench.report` (make bench, make report).",
+        "",
+    ]
     if report.notes:
         lines += ["**Missing or failed:**", ""] + [f"- {note}" for note in report.notes] + [""]
     for section in report.sections:

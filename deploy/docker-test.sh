@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make docker-test: build the Keystream image for real and prove it serves.
 #
-# 1. start dockerd when no daemon answers (and stop it again at the end);
+# 1. install docker.io and debootstrap when missing (apt-get, as root); start dockerd when no daemon answers
+#    (overlay2, else vfs) and stop it again at the end (deploy/docker-lib.sh does steps 1-4);
 # 2. base image: $KEYSTREAM_BASE_IMAGE (default local/bookworm); when missing, debootstrap a minimal Debian
 #    bookworm into $KEYSTREAM_ROOTFS (default /var/tmp/keystream-rootfs, kept as a cache) from the apt mirror in
 #    /etc/apt/sources.list* and `docker import` it -- no registry is needed;
@@ -13,13 +14,13 @@
 #    and do sealed and raw encrypt/decrypt round trips through the port on every backend;
 # 6. remove the container and its volume, stop dockerd if this script started it. Images stay as a cache.
 #
-# Needs root (dockerd, debootstrap) unless a daemon and the base image already exist.
+# Needs root (apt-get, dockerd, debootstrap) unless the tools, a daemon and the base image already exist.
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
-base_image="${KEYSTREAM_BASE_IMAGE:-local/bookworm}"
-rootfs="${KEYSTREAM_ROOTFS:-/var/tmp/keystream-rootfs}"
+# shellcheck source=deploy/docker-lib.sh
+source "$repo/deploy/docker-lib.sh"
 image="${KEYSTREAM_TEST_IMAGE:-keystream:docker-test}"
 python="${KEYSTREAM_HOST_PYTHON:-$repo/.venv/bin/python}"  # builds the wheelhouse (needs pip)
 work="$(mktemp -d /tmp/keystream-docker-test.XXXXXX)"
@@ -40,70 +41,23 @@ cleanup() {
     fi
     if [ -n "$started_dockerd" ]; then
         log "stopping the dockerd this script started (pid $started_dockerd)"
-        kill "$started_dockerd" 2>/dev/null || true
-        for _ in $(seq 1 30); do kill -0 "$started_dockerd" 2>/dev/null || break; sleep 1; done
+        docker_daemon_stop "$started_dockerd"
     fi
     rm -rf "$work"
     if [ "$status" -eq 0 ]; then log "PASS"; else log "FAIL (exit $status)"; fi
 }
 trap cleanup EXIT
 
-# --- 1. daemon --------------------------------------------------------------------------------------------
-if ! docker info >/dev/null 2>&1; then
-    command -v dockerd >/dev/null || { echo "docker-test: no docker daemon and no dockerd (apt-get install docker.io)" >&2; exit 1; }
-    log "starting dockerd"
-    dockerd >"$work/dockerd.log" 2>&1 &
-    started_dockerd=$!
-    for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
-    docker info >/dev/null 2>&1 || { tail -20 "$work/dockerd.log" >&2; exit 1; }
-fi
+# --- 1. tools and daemon -------------------------------------------------------------------------------
+docker_ensure_packages
+docker_daemon_start "$work/dockerd.log"
+started_dockerd="$DOCKERD_STARTED_PID"
 
-# --- 2. base image ----------------------------------------------------------------------------------------
-debian_mirror() {
-    # The first Debian archive URI configured for apt (one-line or deb822 format), else deb.debian.org.
-    local uri
-    uri="$(grep -hsE '^(deb |URIs:)' /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources \
-        | grep -oE 'https?://[^ ]+/debian/?( |$)' | grep -v security | head -n 1 | tr -d ' ')" || true
-    echo "${uri:-http://deb.debian.org/debian}"
-}
-if ! docker image inspect "$base_image" >/dev/null 2>&1; then
-    if [ ! -x "$rootfs/bin/sh" ] || [ ! -e "$rootfs/.keystream-complete" ]; then
-        command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
-        mirror="$(debian_mirror)"
-        log "debootstrap bookworm (minbase) from $mirror into $rootfs"
-        rm -rf "$rootfs"
-        debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
-            || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
-        touch "$rootfs/.keystream-complete"
-    fi
-    log "importing $rootfs as $base_image"
-    tar -C "$rootfs" --exclude=./.keystream-complete -c . | docker import - "$base_image" >/dev/null
-fi
-
-# --- 3. wheelhouse ----------------------------------------------------------------------------------------
-wheelhouse="build/wheelhouse"
-requirements="$work/requirements.txt"
-"$python" - "$requirements" <<'EOF'
-import sys, tomllib
-project = tomllib.load(open("pyproject.toml", "rb"))
-build = project["build-system"]["requires"]
-with open(sys.argv[1], "w") as out:
-    out.write("\n".join([*build, *project["project"]["dependencies"]]) + "\n")
-EOF
-stamp="$wheelhouse/.requirements"
-if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
-    log "building the wheelhouse (host pip, cached)"
-    rm -rf "$wheelhouse"
-    mkdir -p "$wheelhouse"
-    "$python" -m pip wheel -q --wheel-dir "$wheelhouse" -r "$requirements"
-    cp "$requirements" "$stamp"
-fi
-
-# --- 4. build -------------------------------------------------------------------------------------------
-log "docker build ($image, base $base_image, classic builder)"
-DOCKER_BUILDKIT=0 docker build -q --force-rm \
-    --build-arg "BASE_IMAGE=$base_image" --build-arg "WHEELHOUSE=$wheelhouse" \
-    -t "$image" . >"$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; exit 1; }
+# --- 2.-4. base image, wheelhouse, image -----------------------------------------------------------------
+docker_base_image "$DOCKER_BASE_IMAGE" "$DOCKER_ROOTFS" "$work/debootstrap.log"
+docker_wheelhouse "$python" build/wheelhouse "$work"
+log "docker build ($image)"
+docker_build_image "$image" "$DOCKER_BASE_IMAGE" build/wheelhouse "$work/build.log"
 
 # --- 5. run and check ---------------------------------------------------------------------------------------
 port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -146,6 +100,9 @@ for backend in $("$python" -c 'import json, sys; print(" ".join(b["name"] for b 
     cmp -s "$work/plain" "$work/raw-opened" || { echo "docker-test: raw round trip differs ($backend)" >&2; exit 1; }
     log "round trips through the published port OK ($backend, sealed and raw, $(stat -c %s "$work/plain") bytes)"
 done
-curl -fsS "$base/metrics" | grep -q '^keystream_crypto_seconds_count{' \
+# Into a file, then grep: `curl | grep -q` under pipefail fails whenever grep exits at the first match before
+# curl has written the rest (curl gets SIGPIPE, exit 23), which made a cold first run fail at random.
+curl -fsS "$base/metrics" -o "$work/metrics"
+grep -q '^keystream_crypto_seconds_count{' "$work/metrics" \
     || { echo "docker-test: /metrics has no keystream_crypto_seconds" >&2; exit 1; }
 log "image $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}'), runs as uid $uid"

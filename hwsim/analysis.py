@@ -94,7 +94,7 @@ def crossover_size(
     """The smallest size at which the modeled zero-load latency beats ``O_sw + n / B_sw`` (bytes/ns).
 
     Found on the model itself (doubling, then bisection), assuming one crossing (software is faster below
-    it).
+    it). A device whose throughput bound is no higher than the software's never gets a threshold (``None``).
 
     Returns:
         The size in bytes, ``0`` when the device is faster even for a 1-byte job, ``None`` when the device
@@ -104,11 +104,13 @@ def crossover_size(
     def offload_wins(size: int) -> bool:
         return zero_load_job(params, size, key_size).latency_ns < overhead_sw_ns + size / bandwidth_sw
 
-    if offload_wins(1):
-        return 0
-    # the device is already slower at 1 byte; if it also streams no faster than software, the gap only grows
+    # A device that streams no faster than software loses on large jobs whatever it does on small ones, and
+    # the threshold offloads every job at or above it: no size makes offloading pay. (Checked first: with
+    # software overhead measured on a busy machine, the device could win at 1 byte and the answer flip to 0.)
     if throughput_bound(params, key_size) / 1e9 <= bandwidth_sw:
         return None
+    if offload_wins(1):
+        return 0
     high = 2
     while not offload_wins(high):  # exponential search keeps the simulated jobs near the answer
         if high >= limit:

@@ -49,6 +49,9 @@ class JobRecorder:
         self.software_ns = 0
         self.host_cpu_ns = 0
         self.host_jobs = 0
+        self.host_ghash_calls = 0
+        self.host_ghash_bytes = 0
+        self.host_ghash_ns = 0
         self.latency_total_ns = 0
         self.latencies: deque[int] = deque(maxlen=LATENCY_WINDOW)
 
@@ -67,6 +70,12 @@ class JobRecorder:
         self.software_jobs += 1
         self.software_bytes += nbytes
         self.software_ns += wall_ns
+
+    def host_ghash(self, nbytes: int, wall_ns: int) -> None:
+        """Record one AES-GCM GHASH on the host CPU over ``nbytes`` (associated data + ciphertext)."""
+        self.host_ghash_calls += 1
+        self.host_ghash_bytes += nbytes
+        self.host_ghash_ns += wall_ns
 
     def host_cpu(self, cpu_ns: int, jobs: int = 1) -> None:
         """Add measured host CPU time the driver spent on ``jobs`` device jobs (excluding the AES math)."""
@@ -115,6 +124,10 @@ class HwsimSnapshot:
     latency_p99_ns: float
     stage_mean_ns: Mapping[str, float]
     host_cpu_ns_per_job: float
+    #: AES-GCM: the device makes the CTR keystream, the host CPU computes GHASH (measured, not modeled).
+    host_ghash_calls: int
+    host_ghash_bytes: int
+    host_ghash_ns_per_call: float
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-serialisable dict of every field."""
@@ -166,6 +179,11 @@ def snapshot(device: Device, recorder: JobRecorder, preset: str | None = None) -
             name: (total / jobs if jobs else 0.0) for name, total in recorder.stage_totals_ns.items()
         },
         host_cpu_ns_per_job=recorder.host_cpu_ns / recorder.host_jobs if recorder.host_jobs else 0.0,
+        host_ghash_calls=recorder.host_ghash_calls,
+        host_ghash_bytes=recorder.host_ghash_bytes,
+        host_ghash_ns_per_call=(
+            recorder.host_ghash_ns / recorder.host_ghash_calls if recorder.host_ghash_calls else 0.0
+        ),
     )
 
 
@@ -180,6 +198,8 @@ _COUNTERS = {
     "key_evictions": "keystream_hwsim_key_slot_evictions_total",
     "interrupts": "keystream_hwsim_interrupts_total",
     "polls": "keystream_hwsim_polls_total",
+    "host_ghash_calls": "keystream_hwsim_host_ghash_calls_total",
+    "host_ghash_bytes": "keystream_hwsim_host_ghash_bytes_total",
 }
 
 _GAUGES = {
@@ -195,6 +215,7 @@ _GAUGES = {
     "latency_mean_ns": ("keystream_hwsim_modeled_latency_mean_seconds", 1e-9),
     "host_cpu_ns_per_job": ("keystream_hwsim_host_cpu_seconds_per_job", 1e-9),
     "software_ns_per_job": ("keystream_hwsim_software_seconds_per_job", 1e-9),
+    "host_ghash_ns_per_call": ("keystream_hwsim_host_ghash_seconds_per_call", 1e-9),
 }
 
 

@@ -43,9 +43,13 @@ from locust.argument_parser import LocustArgumentParser
 from locust.env import Environment
 from locust.exception import StopUser
 
+from loadtests import final_csv
 from loadtests.duplex import DuplexError, duplex_post
 
 logger = logging.getLogger("keystream.loadtests")
+
+# --csv files from the final statistics, counting what the HTML report and the log count (see final_csv).
+final_csv.install()
 
 MIB = 1 << 20
 #: Backends much slower than AES-NI (pure Python); their streaming bodies are capped.

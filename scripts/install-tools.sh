@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # Install the operations toolchain that `make test` checks deploy/ with: Debian's `prometheus` (the server
 # and `promtool`), `docker-compose` (validates docker-compose.yml without a daemon) and `curl` (the README's
-# examples are run as printed).
+# examples are run as printed); and the real servers the tests start: `postgresql` (a throwaway cluster for
+# the PostgreSQL keystore, see tests/pg_cluster.py) and `haproxy` (the load balancer in front of replicas).
 # Idempotent: when every tool is on PATH it prints one line and exits at once.
 # Installing needs root and apt-get (Debian/Ubuntu); elsewhere it says what is missing and fails.
 set -euo pipefail
 
-declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [docker-compose]=docker-compose [curl]=curl)
+tools=(prometheus promtool docker-compose curl haproxy initdb)
+declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [docker-compose]=docker-compose [curl]=curl
+    [haproxy]=haproxy [initdb]=postgresql)
+# Debian keeps PostgreSQL's programs in /usr/lib/postgresql/<version>/bin, off PATH.
+have() {
+    command -v "$1" >/dev/null 2>&1 || { [ "$1" = initdb ] && compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }
+}
 missing=()
-for tool in prometheus promtool docker-compose curl; do
-    command -v "$tool" >/dev/null 2>&1 || missing+=("${package_of[$tool]}")
+for tool in "${tools[@]}"; do
+    have "$tool" || missing+=("${package_of[$tool]}")
 done
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "install-tools: prometheus, promtool, docker-compose and curl present"
+    echo "install-tools: prometheus, promtool, docker-compose, curl, haproxy and postgresql present"
     exit 0
 fi
 # Unique package names, in a stable order.
@@ -25,8 +32,9 @@ if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 fi
 
 echo "install-tools: installing ${packages[*]} with apt-get"
-# The prometheus package would start a server on 0.0.0.0:9090 from its maintainer scripts: forbid service
-# starts for the duration of the install (policy-rc.d exit 101), unless the machine already has a policy.
+# The prometheus package would start a server on 0.0.0.0:9090 from its maintainer scripts (postgresql and
+# haproxy their own servers too): forbid service starts for the duration of the install (policy-rc.d exit
+# 101), unless the machine already has a policy.
 policy=/usr/sbin/policy-rc.d
 created_policy=0
 if [ ! -e "$policy" ]; then
@@ -43,7 +51,7 @@ if ! apt-get install -y -q --no-install-recommends "${packages[@]}"; then
     apt-get update -q
     apt-get install -y -q --no-install-recommends "${packages[@]}"
 fi
-for tool in prometheus promtool docker-compose curl; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "install-tools: $tool still missing" >&2; exit 1; }
+for tool in "${tools[@]}"; do
+    have "$tool" || { echo "install-tools: $tool still missing" >&2; exit 1; }
 done
 echo "install-tools: done"

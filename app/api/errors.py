@@ -22,8 +22,9 @@ gives each class its status::
     ├── ValidationError                     422 validation_error
     └── ServiceUnavailableError             503 unavailable
         ├── BackendUnavailableError         503 backend_unavailable
-        ├── OverloadedError                 503 overloaded (app.services.budget) + Retry-After
-        └── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
+        ├── OverloadedError                 503 overloaded + Retry-After (app.services.budget)
+        ├── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
+        └── KeystoreUnavailableError        503 keystore_unavailable + Retry-After (app.keystore.errors)
 
 A subclass without an entry of its own takes its nearest ancestor's status. Besides the hierarchy, FastAPI's
 request validation becomes 422 ``validation_error``, Starlette's ``HTTPException`` (404 for unknown paths,
@@ -57,6 +58,7 @@ from app.errors import (
     UnsupportedMediaTypeError,
     ValidationError,
 )
+from app.keystore.errors import KeystoreUnavailableError
 from app.services.budget import OverloadedError
 
 #: HTTP status per error class; subclasses inherit their ancestor's (see :func:`http_status`).
@@ -114,12 +116,15 @@ def error_response(
 
 
 def keystream_error_response(exc: KeystreamError) -> Response:
-    """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``)."""
+    """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``, an
+    unavailable keystore or a full batch budget ``Retry-After``)."""
     status = http_status(exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    if isinstance(exc, OverloadedError):
-        headers = {"Retry-After": str(exc.retry_after)}
-    return error_response(status, exc.code, exc.message, headers)
+    headers: dict[str, str] = {}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, KeystoreUnavailableError | OverloadedError):
+        headers["Retry-After"] = str(exc.retry_after_seconds)
+    return error_response(status, exc.code, exc.message, headers or None)
 
 
 def _keystream_error(request: Request, exc: Exception) -> Response:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from app.core.config import Settings
 from app.keycache import KeyCache
-from app.keystore import KeyStore, load_or_create_master_key, open_keystore
+from app.keystore import KeyStore, open_keystore_for
 from app.services.backends import Backends, open_backends
 from app.services.budget import ByteBudget
 from app.services.security import TokenVerifier, install_root_token
@@ -34,9 +34,7 @@ def open_state(settings: Settings) -> ServiceState:
         ServiceUnavailableError: the keystore cannot be opened.
         ValueError: ``root_token`` is not of the form ``ks_<id>_<secret>``.
     """
-    master_key_env = settings.master_key.get_secret_value() if settings.master_key else None
-    master_key = load_or_create_master_key(settings.data_dir, master_key_env)
-    keystore = open_keystore(settings.data_dir, master_key)
+    keystore = open_keystore_for(settings)
     try:
         root = settings.root_token.get_secret_value() if settings.root_token else None
         if root is not None:

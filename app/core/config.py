@@ -13,7 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.core.master_key_format import MasterKeyError, parse_master_key
+from app.core.database_url import check_database_url
+from app.core.master_key_format import MasterKeyError, check_master_key_source, parse_master_key
 from app.core.token_format import parse_token
 
 #: Backends the service knows how to serve, in the order of preference for the default.
@@ -38,6 +39,16 @@ class Settings(BaseSettings):
     master_key: SecretStr | None = Field(
         default=None,
         description="Base64 of 32 bytes; when unset, data_dir/master.key is used (created once).",
+    )
+    master_key_file: Path | None = Field(
+        default=None,
+        description="A file holding the base64 master key (mode 0600, e.g. a mounted secret); "
+        "instead of master_key.",
+    )
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="postgresql://user:password@host:port/db: keep keys in PostgreSQL, shared by replicas "
+        "(master_key or master_key_file required). Unset: the SQLite keystore in data_dir.",
     )
     root_token: SecretStr | None = Field(
         default=None,
@@ -147,6 +158,19 @@ class Settings(BaseSettings):
             raise ValueError(str(exc)) from None
         return value
 
+    @field_validator("master_key_file", "database_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_shape(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        check_database_url(value.get_secret_value())  # its ValueError never quotes the URL
+        return value
+
     @field_validator("root_token")
     @classmethod
     def _root_token_shape(cls, value: SecretStr | None) -> SecretStr | None:
@@ -157,6 +181,18 @@ class Settings(BaseSettings):
                 "root_token must look like ks_<id>_<secret> (id: 4-32 hex digits, secret >= 16 chars)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _master_key_source(self) -> Settings:
+        try:
+            check_master_key_source(
+                self.master_key.get_secret_value() if self.master_key else None,
+                self.master_key_file,
+                shared_database=self.database_url is not None,
+            )
+        except MasterKeyError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     @model_validator(mode="after")
     def _default_in_enabled(self) -> Settings:

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+from pathlib import Path
 
-__all__ = ["GENERATE_HINT", "MASTER_KEY_SIZE", "MasterKeyError", "parse_master_key"]
+__all__ = [
+    "GENERATE_HINT",
+    "MASTER_KEY_SIZE",
+    "MasterKeyError",
+    "check_master_key_source",
+    "parse_master_key",
+]
 
 MASTER_KEY_SIZE = 32
 #: How to make a master key (quoted in error messages).
@@ -54,3 +61,25 @@ def parse_master_key(value: str, source: str) -> bytes:
             f"random bytes, base64-encoded, e.g. from: {GENERATE_HINT}"
         )
     return decoded
+
+
+def check_master_key_source(env_value: str | None, key_file: Path | None, *, shared_database: bool) -> None:
+    """Check that the master key comes from exactly one place, and from an explicit one for a shared database.
+
+    Args:
+        env_value: ``KEYSTREAM_MASTER_KEY``, or ``None``/empty.
+        key_file: ``KEYSTREAM_MASTER_KEY_FILE``, or ``None``.
+        shared_database: the keystore is a database several replicas share (PostgreSQL). Each replica
+            would otherwise generate its own ``master.key`` and the others could not unwrap its keys.
+
+    Raises:
+        MasterKeyError: both are set, or ``shared_database`` and neither is set.
+    """
+    has_env = env_value is not None and bool(env_value.strip())
+    if has_env and key_file is not None:
+        raise MasterKeyError("set only one of KEYSTREAM_MASTER_KEY and KEYSTREAM_MASTER_KEY_FILE")
+    if shared_database and not has_env and key_file is None:
+        raise MasterKeyError(
+            "with KEYSTREAM_DATABASE_URL (a PostgreSQL keystore shared by replicas) the master key must be "
+            "given: set KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE, the same on every replica"
+        )

@@ -7,13 +7,15 @@
 1
 
 See :mod:`app.keystore.base` for the interface, :mod:`app.keystore.checks` for the validation rules,
-:mod:`app.keystore.sqlite` for the SQLite implementation and :mod:`app.keystore.master` for the master key
-and key wrapping.
+:mod:`app.keystore.sqlite` for the SQLite implementation (the embedded default), :mod:`app.keystore.postgres`
+for the PostgreSQL one (several replicas, selected by a database URL) and :mod:`app.keystore.master` for the
+master key and key wrapping.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .base import KeyInfo, KeyStore, KeyVersionInfo, TokenRecord
 from .checks import (
@@ -27,8 +29,20 @@ from .checks import (
     check_key_type,
     check_segment_size,
 )
-from .master import KeyUnwrapError, MasterKeyError, ensure_data_dir, load_or_create_master_key
+from .errors import KeystoreUnavailableError
+from .master import (
+    KeyUnwrapError,
+    MasterKeyError,
+    check_master_key_source,
+    ensure_data_dir,
+    load_or_create_master_key,
+    parse_master_key,
+    read_master_key_file,
+)
 from .sqlite import DATABASE_FILE, SCHEMA_VERSION, KeystoreSchemaError, SqliteKeyStore
+
+if TYPE_CHECKING:
+    from app.core.config import Settings
 
 __all__ = [
     "ALLOWED_SEGMENT_SIZES",
@@ -44,6 +58,7 @@ __all__ = [
     "KeyUnwrapError",
     "KeyVersionInfo",
     "KeystoreSchemaError",
+    "KeystoreUnavailableError",
     "MasterKeyError",
     "SqliteKeyStore",
     "TokenRecord",
@@ -52,19 +67,54 @@ __all__ = [
     "check_segment_size",
     "load_or_create_master_key",
     "open_keystore",
+    "open_keystore_for",
 ]
 
 
-def open_keystore(data_dir: Path, master_key: bytes) -> KeyStore:
-    """Open (creating if needed) the SQLite keystore ``data_dir/keystore.db`` in WAL mode.
+def open_keystore(data_dir: Path, master_key: bytes, database_url: str | None = None) -> KeyStore:
+    """Open the PostgreSQL keystore at ``database_url`` if given, else the SQLite one in ``data_dir``.
 
-    ``data_dir`` is created with mode 0700 if missing; the database file is created 0600.
+    SQLite: ``data_dir/keystore.db`` in WAL mode, created if needed; ``data_dir`` is created with mode 0700
+    if missing and the database file 0600. PostgreSQL: the schema is migrated (once, whatever the number of
+    replicas starting) and ``data_dir`` is not used.
 
     Raises:
         MasterKeyError: ``master_key`` is not 32 bytes, is not the key the keystore was created with, or the
             data directory is unusable.
         KeystoreSchemaError: the database comes from a newer Keystream release.
-        ServiceUnavailableError: the database cannot be opened.
+        ServiceUnavailableError: the database cannot be opened (``KeystoreUnavailableError`` for PostgreSQL,
+            also when psycopg is not installed).
+        ValueError: ``database_url`` is not a ``postgresql://`` URL (the message does not quote it).
     """
+    if database_url is not None:
+        from .postgres import PostgresKeyStore  # psycopg is needed only here
+
+        return PostgresKeyStore(database_url, master_key)
     directory = ensure_data_dir(Path(data_dir))
     return SqliteKeyStore(directory / DATABASE_FILE, master_key)
+
+
+def open_keystore_for(settings: Settings) -> KeyStore:
+    """Load the master key from where ``settings`` say and open the keystore they select.
+
+    ``settings.database_url`` set: the PostgreSQL keystore, with the master key from ``master_key`` or
+    ``master_key_file`` (required: a generated one would differ per replica). Unset: the SQLite keystore in
+    ``data_dir``, with the master key from ``master_key``, ``master_key_file`` or ``data_dir/master.key``
+    (generated on first start).
+
+    Raises:
+        MasterKeyError: see :func:`check_master_key_source`, :func:`load_or_create_master_key` and
+            :func:`read_master_key_file`; or the key does not open the keystore.
+        KeystoreSchemaError, ServiceUnavailableError, ValueError: see :func:`open_keystore`.
+    """
+    env_value = settings.master_key.get_secret_value() if settings.master_key else None
+    database_url = settings.database_url.get_secret_value() if settings.database_url else None
+    check_master_key_source(env_value, settings.master_key_file, shared_database=database_url is not None)
+    if settings.master_key_file is not None:
+        key = read_master_key_file(settings.master_key_file)
+    elif database_url is not None:
+        assert env_value is not None  # check_master_key_source refused the other case
+        key = parse_master_key(env_value, "KEYSTREAM_MASTER_KEY")
+    else:
+        key = load_or_create_master_key(settings.data_dir, env_value)
+    return open_keystore(settings.data_dir, key, database_url)

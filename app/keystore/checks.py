@@ -6,9 +6,15 @@ field and what is allowed (never echoing key material) when it is not.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from app.errors import BadRequestError
+
+if TYPE_CHECKING:
+    from .base import TokenRecord
 
 __all__ = [
     "ALLOWED_SEGMENT_SIZES",
@@ -19,10 +25,13 @@ __all__ = [
     "MIN_SEGMENT_SIZE",
     "TOKEN_ID_PATTERN",
     "check_bool",
+    "check_integer",
     "check_key_name",
     "check_key_type",
+    "check_min_decryption_version",
     "check_segment_size",
     "check_token_id",
+    "check_token_record",
     "key_type_for_material",
 ]
 
@@ -124,3 +133,65 @@ def check_bool(field_name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise BadRequestError(f"{field_name} must be a boolean, got {type(value).__name__}")
     return value
+
+
+def check_integer(field_name: str, value: object) -> int:
+    """Return ``value`` if it is an int (``bool`` excluded).
+
+    Raises:
+        BadRequestError: any other type.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequestError(f"{field_name} must be an integer, got {type(value).__name__}")
+    return value
+
+
+def check_min_decryption_version(name: str, value: int, latest_version: int) -> int:
+    """Return ``value`` if it is a version key ``name`` has (1 .. ``latest_version``).
+
+    Raises:
+        BadRequestError: outside that range; the message gives the range.
+    """
+    if not 1 <= value <= latest_version:
+        raise BadRequestError(
+            f"min_decryption_version must be between 1 and the latest version ({latest_version}) of key "
+            f"{name!r}, got {value}"
+        )
+    return value
+
+
+def _string_tuple(field_name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, tuple | list):
+        raise BadRequestError(f"{field_name} must be a tuple of strings, got {type(value).__name__}")
+    if not all(isinstance(item, str) for item in value):
+        raise BadRequestError(f"{field_name} must contain only strings")
+    return tuple(value)
+
+
+def check_token_record(record: TokenRecord) -> TokenRecord:
+    """Return ``record`` with checked fields: a bytes hash, tuples of str, ``created_at`` in UTC.
+
+    A naive ``created_at`` is taken as UTC.
+
+    Raises:
+        BadRequestError: invalid token id, an empty or non-bytes ``secret_hash``, scopes or key patterns that
+            are not sequences of str, a non-str description or a non-datetime ``created_at``. The message
+            names the field, never the hash.
+    """
+    check_token_id(record.token_id)
+    if not isinstance(record.secret_hash, bytes | bytearray) or not record.secret_hash:
+        raise BadRequestError("secret_hash must be non-empty bytes")
+    scopes = _string_tuple("scopes", record.scopes)
+    patterns = _string_tuple("key_patterns", record.key_patterns)
+    if not isinstance(record.description, str):
+        raise BadRequestError(f"description must be a string, got {type(record.description).__name__}")
+    if not isinstance(record.created_at, datetime):
+        raise BadRequestError(f"created_at must be a datetime, got {type(record.created_at).__name__}")
+    created = record.created_at if record.created_at.tzinfo else record.created_at.replace(tzinfo=UTC)
+    return dataclasses.replace(
+        record,
+        secret_hash=bytes(record.secret_hash),
+        scopes=scopes,
+        key_patterns=patterns,
+        created_at=created.astimezone(UTC),
+    )

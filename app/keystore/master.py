@@ -23,7 +23,12 @@ from pathlib import Path
 
 from Crypto.Cipher import AES
 
-from app.core.master_key_format import MASTER_KEY_SIZE, MasterKeyError, parse_master_key
+from app.core.master_key_format import (
+    MASTER_KEY_SIZE,
+    MasterKeyError,
+    check_master_key_source,
+    parse_master_key,
+)
 from app.errors import ServiceUnavailableError
 
 __all__ = [
@@ -32,12 +37,14 @@ __all__ = [
     "KeyUnwrapError",
     "MasterKeyError",
     "check_master_key",
+    "check_master_key_source",
     "ensure_data_dir",
     "key_associated_data",
     "load_or_create_master_key",
     "make_master_key_check",
     "master_key_matches",
     "parse_master_key",
+    "read_master_key_file",
     "unwrap_key_material",
     "wrap_key_material",
 ]
@@ -131,6 +138,16 @@ def _read_master_key_file(path: Path) -> bytes:
     if not data.isascii():  # checked, not caught: a UnicodeDecodeError would carry the file's bytes
         raise MasterKeyError(f"master key file {path} is not base64 text of {MASTER_KEY_SIZE} bytes")
     return parse_master_key(data.decode("ascii"), str(path))
+
+
+def read_master_key_file(path: Path) -> bytes:
+    """Read a master key file given explicitly (``KEYSTREAM_MASTER_KEY_FILE``, e.g. a mounted secret).
+
+    Raises:
+        MasterKeyError: the file cannot be opened, is not a regular file, is accessible to other users
+            (group or world bits set), or does not hold base64 of 32 bytes.
+    """
+    return _read_master_key_file(Path(path))
 
 
 def _write_new_file(path: Path, content: bytes) -> None:

@@ -18,13 +18,13 @@ __all__ = ["ByteBudget", "OverloadedError"]
 
 
 class OverloadedError(ServiceUnavailableError):
-    """Too much work of this kind is in flight; the same request may succeed after ``retry_after`` seconds."""
+    """Too much work of this kind is in flight; the same request may succeed after ``retry_after_seconds``."""
 
     code = "overloaded"
 
-    def __init__(self, message: str, retry_after: int = 1) -> None:
+    def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after_seconds = retry_after_seconds
 
 
 class ByteBudget:
@@ -79,7 +79,7 @@ class ByteBudget:
                 raise OverloadedError(
                     f"too many large batch requests in flight ({self._held} of {self.limit} buffer bytes "
                     f"held; this one needs {amount}): retry later",
-                    retry_after=max(1, math.ceil(self.wait_seconds)),
+                    retry_after_seconds=max(1, math.ceil(self.wait_seconds)),
                 ) from None
             self._held += amount
         return amount

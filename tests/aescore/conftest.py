@@ -2,6 +2,8 @@
 
 ``backend`` is parametrised over every backend aescore knows (``aesni``, ``python``, ``hwsim``...), with the
 backend's name as the test id. A backend that cannot run here is skipped with the reason aescore gives.
+``gcm_backend`` is the same list with ``aesni`` split into one forced-path instance per ISA path
+(``aesni-vaes512``, ``aesni-vaes256``, ``aesni-aesni``), so the AES-GCM suite runs every path.
 
 Property tests take their hypothesis budget from ``property_settings``: the pure-Python and simulated
 backends are much slower than AES-NI, so they run fewer examples (the same strategies, though).
@@ -9,6 +11,9 @@ backends are much slower than AES-NI, so they run fewer examples (the same strat
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -40,10 +45,8 @@ def backend(request: pytest.FixtureRequest) -> aescore.Backend:
     return aescore.get_backend(name)
 
 
-@pytest.fixture(scope="session")
-def property_settings(backend: aescore.Backend) -> PropertySettings:
-    """``property_settings(n)``: hypothesis settings running about ``n`` examples, scaled for the backend."""
-    scale = BUDGET_SCALE.get(backend.name, SLOW_BACKEND_SCALE)
+def _settings_maker(backend_name: str) -> PropertySettings:
+    scale = BUDGET_SCALE.get(backend_name, SLOW_BACKEND_SCALE)
 
     def make(examples: int) -> settings:
         return settings(
@@ -53,6 +56,50 @@ def property_settings(backend: aescore.Backend) -> PropertySettings:
         )
 
     return make
+
+
+@pytest.fixture(scope="session")
+def property_settings(backend: aescore.Backend) -> PropertySettings:
+    """``property_settings(n)``: hypothesis settings running about ``n`` examples, scaled for the backend."""
+    return _settings_maker(backend.name)
+
+
+def _gcm_variants() -> list[str]:
+    names: list[str] = []
+    for name in _backend_names():
+        names.extend([f"aesni-{isa}" for isa in AESNI_PATHS] if name == "aesni" else [name])
+    return names
+
+
+#: The aesni backend's ISA paths, fastest first (aescore._aesni.ISA_NAMES; listed here so a missing
+#: extension still shows each path as skipped).
+AESNI_PATHS = ("vaes512", "vaes256", "aesni")
+
+
+@pytest.fixture(scope="session", params=_gcm_variants())
+def gcm_backend(request: pytest.FixtureRequest) -> aescore.Backend:
+    """Each backend in turn, ``aesni`` once per ISA path (forced, one thread); skipped where it cannot run."""
+    name: str = request.param
+    base = name.split("-", 1)[0]
+    reason = aescore.available_backends().get(base, "not registered (its package is not installed)")
+    if reason is not None:
+        pytest.skip(f"backend {base!r} unavailable: {reason}")
+    if base != "aesni":
+        return aescore.get_backend(name)
+    from aescore import _aesni
+
+    isa = name.split("-", 1)[1]
+    if isa not in _aesni.supported_isas():
+        pytest.skip(f"CPU lacks {isa} (supported here: {', '.join(_aesni.supported_isas())})")
+    if _aesni.gcm_isa(isa) != isa:
+        pytest.skip(f"CPU lacks the carry-less multiply for GCM on {isa}")
+    return _aesni.AesniBackend(isa=isa, threads=1)
+
+
+@pytest.fixture(scope="session")
+def gcm_property_settings(gcm_backend: aescore.Backend) -> PropertySettings:
+    """``property_settings`` for ``gcm_backend``."""
+    return _settings_maker(gcm_backend.name)
 
 
 ReferenceCtr = Callable[[bytes, int, bytes, int], bytes]
@@ -69,3 +116,32 @@ def reference_ctr() -> ReferenceCtr:
     """``reference_ctr(key, initial_counter_int, data, offset)``: pycryptodome's AES-CTR with a full 128-bit
     counter (wrapping mod 2**128), from keystream byte ``offset``."""
     return _reference_ctr
+
+
+def _tick_until(stop: threading.Event, ticks: list[float]) -> None:
+    while not stop.is_set():
+        ticks.append(time.perf_counter())
+        time.sleep(0)  # hand the GIL back at once whenever the main thread wants it
+
+
+def ticks_during(call: Callable[[], object]) -> int:
+    """How often a helper thread ran Python code while ``call()`` executed.
+
+    The switch interval is set far beyond the test's length, so the main thread never gives the GIL up at a
+    bytecode boundary: the helper can only run while ``call`` itself has released the GIL.
+    """
+    stop = threading.Event()
+    ticks: list[float] = []
+    helper = threading.Thread(target=_tick_until, args=(stop, ticks))
+    previous_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        helper.start()
+        time.sleep(0.005)  # let the helper start spinning
+        before = len(ticks)
+        call()
+        return len(ticks) - before
+    finally:
+        stop.set()
+        helper.join()
+        sys.setswitchinterval(previous_interval)

@@ -16,13 +16,13 @@ import random
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
 
 import aescore
 from aescore import _aesni
+from tests.aescore.conftest import ticks_during
 
 #: The shared conftest's ``reference_ctr`` fixture: pycryptodome CTR (key, counter int, data, offset).
 ReferenceCtr = Callable[[bytes, int, bytes, int], bytes]
@@ -295,44 +295,15 @@ def test_shared_key_from_many_python_threads(reference_ctr: ReferenceCtr) -> Non
     assert results == expected
 
 
-def _tick_until(stop: threading.Event, ticks: list[float]) -> None:
-    while not stop.is_set():
-        ticks.append(time.perf_counter())
-        time.sleep(0)  # hand the GIL back at once whenever the main thread wants it
-
-
-def _ticks_during(call: Callable[[], object]) -> int:
-    """How often a helper thread ran Python code while ``call()`` executed.
-
-    The switch interval is set far beyond the test's length, so the main thread never gives the GIL up at a
-    bytecode boundary: the helper can only run while ``call`` itself has released the GIL.
-    """
-    stop = threading.Event()
-    ticks: list[float] = []
-    helper = threading.Thread(target=_tick_until, args=(stop, ticks))
-    previous_interval = sys.getswitchinterval()
-    sys.setswitchinterval(1000.0)
-    try:
-        helper.start()
-        time.sleep(0.005)  # let the helper start spinning
-        before = len(ticks)
-        call()
-        return len(ticks) - before
-    finally:
-        stop.set()
-        helper.join()
-        sys.setswitchinterval(previous_interval)
-
-
 def test_large_calls_release_the_gil_small_calls_keep_it() -> None:
     backend = _aesni.AesniBackend(isa=_aesni.supported_isas()[-1], threads=1)  # slowest path: longest call
     expanded = backend.expand_key(bytes(16))
     data = bytes(32 * MIB)
     out = bytearray(len(data))
     small = bytes(_aesni.GIL_RELEASE_BYTES - 1)
-    assert _ticks_during(lambda: backend.ctr_xor(expanded, bytes(16), small)) == 0
+    assert ticks_during(lambda: backend.ctr_xor(expanded, bytes(16), small)) == 0
     # The machine is shared: the helper may find no free core during one call, so allow a few attempts.
-    attempts = [_ticks_during(lambda: backend.ctr_xor(expanded, bytes(16), data, 0, out)) for _ in range(5)]
+    attempts = [ticks_during(lambda: backend.ctr_xor(expanded, bytes(16), data, 0, out)) for _ in range(5)]
     assert max(attempts) > 0, "no Python thread ran during five large ctr_xor calls: the GIL was held"
 
 

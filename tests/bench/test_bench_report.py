@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,27 @@ def test_main_report_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert (tmp_path / "report.md").is_file()
     _assert_png(tmp_path / "service_latency_cdf.png")
     assert "report:" in capsys.readouterr().out
+
+
+def test_latency_cdf_axis_reads_in_plain_milliseconds() -> None:
+    """Tick labels like 0.5, 1, 2 (ms), not 10^0 notation, across the range the samples span."""
+    samples = {
+        "aesni": sorted(0.0004 + i * 1e-5 for i in range(200)),
+        "python": sorted(0.002 + i * 1e-4 for i in range(200)),
+    }
+    figure = bench_report.latency_cdf_figure(samples)
+    try:
+        figure.canvas.draw()
+        (axis,) = figure.axes
+        low, high = axis.get_xlim()
+        labels = [
+            tick.get_text()
+            for tick, value in zip(axis.get_xticklabels(), axis.get_xticks(), strict=True)
+            if low <= value <= high
+        ]
+    finally:
+        bench_report.plt.close(figure)
+    assert labels, "no labelled x ticks"
+    assert all(re.fullmatch(r"\d+(\.\d+)?", label) for label in labels), labels
+    assert {"0.5", "1", "2", "5", "10"} <= set(labels), labels
+    assert "ms" in axis.get_xlabel()

@@ -98,3 +98,31 @@ def test_monitoring_mounts_point_at_deploy() -> None:
     locust = services["locust-master"]
     assert "--host=http://keystream:8000" in locust["command"]
     assert locust["build"]["args"]["EXTRAS"] == "load"
+
+
+def offline(*args: str) -> subprocess.CompletedProcess[str]:
+    """docker-compose with the registry-free overlay deploy/compose.sh uses."""
+    return compose("-f", "docker-compose.yml", "-f", "deploy/compose/offline.yml", *args)
+
+
+def test_offline_overlay_swaps_in_the_locally_built_prometheus() -> None:
+    result = offline("config")
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    assert services["prometheus"]["image"] == "keystream-prometheus:local"
+    # Everything else is the documented stack: same command, mounts, ports and healthcheck.
+    documented = resolved()["services"]
+    for key in ("command", "volumes", "ports", "healthcheck", "depends_on"):
+        assert services["prometheus"][key] == documented["prometheus"][key], key
+    assert services["keystream"] == documented["keystream"]
+    dockerfile = (REPO / "deploy" / "compose" / "prometheus.Dockerfile").read_text()
+    assert 'ENTRYPOINT ["/usr/bin/prometheus"]' in dockerfile  # the command's flags go to prometheus
+    assert "wget" in dockerfile  # the compose healthcheck runs wget
+
+
+def test_compose_script_usage() -> None:
+    result = subprocess.run(
+        [str(REPO / "deploy" / "compose.sh")], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 2
+    assert "usage: deploy/compose.sh up|down|test" in result.stderr

@@ -7,20 +7,15 @@ replaced by a server this test starts on a free port, and the ``export KEYSTREAM
 ``export KEYSTREAM_TOKEN=...`` lines by the real URL and token in the environment. Everything else runs
 verbatim.
 
-Three names below stand for commands that move in the layout change; switch them after the merge:
-
-* ``SERVER_COMMAND``: how the service starts (``keystream-server serve`` after the merge);
-* ``CLI_COMMAND``: what ``keystream`` in the tour runs (a shim on PATH; after the merge the client
-  distribution's console script ``keystream`` itself);
-* ``CLIENT_SHIM``: a stand-in ``keystream_client`` module over ``app.client`` (``None`` after the merge, so
-  the tour imports the real package).
+The tour's ``keystream`` and ``keystream_client`` are the client distribution's console script and package
+installed in this environment (``make test`` installs both distributions), and the server is started with the
+server distribution's ``keystream-server serve``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -32,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.keystream_server import MASTER_KEY, ROOT_TOKEN, free_port, stop
+from keystream_server import MASTER_KEY, ROOT_TOKEN, free_port, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -42,26 +37,9 @@ TOUR_HEADING = "## Five-minute tour"
 STARTUP_SECONDS = 30
 RUN_TIMEOUT = 120
 
-# -- switch these after the layout merge ---------------------------------------------------------------------
-SERVER_COMMAND = [sys.executable, "-m", "app.cli", "serve"]  # -> [<venv>/bin/keystream-server, "serve"]
-CLI_COMMAND = [sys.executable, "-m", "app.cli"]  # -> [<venv>/bin/keystream] (keystream_client's CLI)
-CLIENT_SHIM: str | None = '''"""Stand-in for keystream_client until the client distribution is merged."""
-import os
-from typing import Any
-
-from app import client as _client
-from app.client import *  # noqa: F403
-
-
-class KeystreamClient(_client.KeystreamClient):
-    def __init__(self, base_url: str | None = None, token: str | None = None, **options: Any) -> None:
-        super().__init__(
-            base_url or os.environ.get("KEYSTREAM_URL", "http://127.0.0.1:8000"),
-            token if token is not None else os.environ.get("KEYSTREAM_TOKEN"),
-            **options,
-        )
-'''  # -> None
-# ------------------------------------------------------------------------------------------------------------
+# -- how the tour's commands run: the console scripts of the two distributions in this environment ----------
+BIN = Path(sys.executable).parent
+SERVER_COMMAND = [str(BIN / "keystream-server"), "serve"]
 
 FENCE = re.compile(r"^```(\w*)\s*$")
 EXPORT = re.compile(r"^export (KEYSTREAM_URL|KEYSTREAM_TOKEN)=")
@@ -173,23 +151,14 @@ def served(tmp_path: Path) -> Iterator[Served]:
         stop(process)
 
 
-def tour_environment(served: Served, bin_dir: Path, shim_dir: Path) -> dict[str, str]:
-    """The environment a reader has after the tour's exports, with ``keystream`` and ``keystream_client``
-    resolved through this test's switches."""
-    bin_dir.mkdir()
-    shim_dir.mkdir()
-    script = bin_dir / "keystream"
-    script.write_text(f'#!/bin/sh\nexec {shlex.join(CLI_COMMAND)} "$@"\n')
-    script.chmod(0o755)
-    if CLIENT_SHIM is not None:
-        (shim_dir / "keystream_client.py").write_text(CLIENT_SHIM)
+def tour_environment(served: Served) -> dict[str, str]:
+    """The environment a reader has after the tour's exports, with this environment's scripts on PATH."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
     env.update(
         {
             "KEYSTREAM_URL": served.url,
             "KEYSTREAM_TOKEN": ROOT_TOKEN,
-            "PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-            "PYTHONPATH": f"{shim_dir}{os.pathsep}{REPO}",
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
         }
     )
     return env
@@ -225,7 +194,7 @@ def test_readme_tour_runs_against_a_real_server(served: Served, tmp_path: Path) 
     tour = parse_tour(README.read_text(encoding="utf-8"))
     work = tmp_path / "work"
     work.mkdir()
-    env = tour_environment(served, tmp_path / "bin", tmp_path / "shim")
+    env = tour_environment(served)
 
     shell = subprocess.run(
         ["bash", "-c", "set -euo pipefail\n" + "\n".join(tour.shell)],

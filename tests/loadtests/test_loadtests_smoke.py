@@ -3,8 +3,10 @@ write its reports, and have exercised every request kind on every usable backend
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,28 @@ KINDS = (
     "decrypt raw slice",
     "encrypt raw slice",
 )
+
+
+def csv_counts(report: Path) -> dict[str, int]:
+    """Requests per name (and "Aggregated") in Locust's stats CSV."""
+    with open(report / "locust_stats.csv", newline="") as handle:
+        return {row["Name"]: int(row["Request Count"]) for row in csv.DictReader(handle)}
+
+
+def html_counts(report: Path) -> dict[str, int]:
+    """Requests per name (and "Aggregated") in the HTML report's embedded statistics."""
+    match = re.search(r"window\.templateArgs = (\{.*\})\s*$", (report / "report.html").read_text(), re.M)
+    assert match, "no templateArgs in report.html"
+    rows = json.loads(match.group(1))["requests_statistics"]
+    return {row["name"]: row["num_requests"] for row in rows}
+
+
+def log_total(report: Path) -> int:
+    """The request count of the summary table Locust logs at exit."""
+    # "Aggregated  <requests>  <failures>(<percent>%) | ..." (the percentile table's row has no failures).
+    totals = re.findall(r"^\s*Aggregated\s+(\d+)\s+\d+\(", (report / "locust.log").read_text(), re.M)
+    assert totals, "no summary table in locust.log"
+    return int(totals[-1])
 
 
 def test_smoke_run_passes_and_covers_every_backend(tmp_path: Path) -> None:
@@ -72,3 +96,11 @@ def test_smoke_run_passes_and_covers_every_backend(tmp_path: Path) -> None:
     # The churn user is light (a turn every 1-3 s) but rotates on its first turn.
     assert names["rotate key"]["requests"] >= 1
     assert any(name.startswith("decrypt churn [") for name in names)
+    # Every report counts the same requests, including those made while users stop (their on_stop).
+    summary_counts = {row["name"]: row["requests"] for row in summary["requests"]}
+    csv_by_name = csv_counts(report)
+    total = csv_by_name.pop("Aggregated")
+    html_by_name = html_counts(report)
+    assert html_by_name.pop("Aggregated") == total == log_total(report) == sum(summary_counts.values())
+    assert csv_by_name == html_by_name == summary_counts
+    assert summary_counts["delete key"] >= 1

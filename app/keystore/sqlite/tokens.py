@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import BadRequestError, ConflictError, TokenNotFoundError
+from app.errors import ConflictError, TokenNotFoundError
 
 from ..base import TokenRecord
-from ..checks import check_token_id
+from ..checks import check_token_record
 from .schema import from_text, to_text
 
 
@@ -75,37 +74,20 @@ def count_tokens(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT COUNT(*) FROM tokens").fetchone()[0])
 
 
-def _string_tuple(field_name: str, value: object) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, tuple | list):
-        raise BadRequestError(f"{field_name} must be a tuple of strings, got {type(value).__name__}")
-    if not all(isinstance(item, str) for item in value):
-        raise BadRequestError(f"{field_name} must contain only strings")
-    return tuple(value)
-
-
 def token_values(record: TokenRecord) -> tuple[object, ...]:
-    """The row of ``record``, after checking every field.
+    """The row of ``record``, after checking every field (:func:`~app.keystore.checks.check_token_record`).
 
     Raises:
         BadRequestError: a field has the wrong type or shape (the message names it, never the hash).
     """
-    check_token_id(record.token_id)
-    if not isinstance(record.secret_hash, bytes | bytearray) or not record.secret_hash:
-        raise BadRequestError("secret_hash must be non-empty bytes")
-    scopes = _string_tuple("scopes", record.scopes)
-    patterns = _string_tuple("key_patterns", record.key_patterns)
-    if not isinstance(record.description, str):
-        raise BadRequestError(f"description must be a string, got {type(record.description).__name__}")
-    if not isinstance(record.created_at, datetime):
-        raise BadRequestError(f"created_at must be a datetime, got {type(record.created_at).__name__}")
-    created = record.created_at if record.created_at.tzinfo else record.created_at.replace(tzinfo=UTC)
+    checked = check_token_record(record)
     return (
-        record.token_id,
-        bytes(record.secret_hash),
-        json.dumps(scopes),
-        json.dumps(patterns),
-        record.description,
-        to_text(created),
+        checked.token_id,
+        checked.secret_hash,
+        json.dumps(checked.scopes),
+        json.dumps(checked.key_patterns),
+        checked.description,
+        to_text(checked.created_at),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from app import errors
 from app.api import errors as api_errors
 from app.core.config import Settings
 from app.formats.sealed import SealedDecryptionError
-from app.keystore import KeyUnwrapError
+from app.keystore import KeystoreUnavailableError, KeyUnwrapError
 from tests.app.api.conftest import Api, running_api
 
 
@@ -126,6 +127,7 @@ def test_every_domain_error_has_a_status_and_the_docstring_tree_names_it() -> No
         errors.ServiceUnavailableError: 503,
         errors.BackendUnavailableError: 503,
         KeyUnwrapError: 503,
+        KeystoreUnavailableError: 503,
     }
     domain = {
         value
@@ -144,3 +146,9 @@ def test_every_domain_error_has_a_status_and_the_docstring_tree_names_it() -> No
         assert re.search(rf"\b{klass.__name__}\s+{status}\b", tree), f"{klass.__name__} missing from the tree"
     unauthorized = api_errors.keystream_error_response(errors.UnauthorizedError("missing bearer token"))
     assert unauthorized.status_code == 401 and unauthorized.headers["www-authenticate"] == "Bearer"
+    unavailable = api_errors.keystream_error_response(KeystoreUnavailableError("database down; retry later"))
+    assert unavailable.status_code == 503 and unavailable.headers["retry-after"] == "1"
+    assert json.loads(bytes(unavailable.body))["error"]["code"] == "keystore_unavailable"
+    assert (
+        "retry-after" not in api_errors.keystream_error_response(errors.ServiceUnavailableError("x")).headers
+    )

@@ -16,7 +16,7 @@ async def test_reservations_fit_wait_and_time_out() -> None:
     assert (first, budget.held) == (60, 60)
     with pytest.raises(OverloadedError) as refused:
         await budget.reserve(50)
-    assert refused.value.retry_after == 1 and http_status(refused.value) == 503
+    assert refused.value.retry_after_seconds == 1 and http_status(refused.value) == 503
     assert "60 of 100" in refused.value.message and budget.held == 60
     waiting = asyncio.ensure_future(budget.reserve(50))
     await asyncio.sleep(0.01)

@@ -1,0 +1,632 @@
+/*
+ * aesni_gcm.c - AES-GCM with AES-NI + PCLMULQDQ (xmm), VAES + VPCLMULQDQ (ymm, zmm); see aesni_gcm.h.
+ *
+ * GHASH arithmetic. Blocks are byte-reversed on load, so bit j of the 128-bit little-endian value is the
+ * coefficient of x^(127-j) ("bit-reflected"). A carry-less multiply of two reflected values is the reflected
+ * 256-bit product times x, so the key powers are stored premultiplied by x^-1 and the product needs no shift.
+ * Reduction modulo x^128 + x^7 + x^2 + x + 1 folds the low 64 bits twice, each fold a swap of the qword
+ * halves plus one carry-less multiply by 0xc2 << 56 (the reflected x + x^2 + x^7, the shift included).
+ *
+ * Throughput. A batch is 16 blocks: 4 zmm, 8 ymm or (xmm path) 8 blocks. Its blocks are multiplied by
+ * H^16..H^1 (H^8..H^1), the partial products summed (Karatsuba: lo, hi and the product of the folded
+ * halves, three carry-less multiplies per block) and reduced once. Encryption hashes each batch's ciphertext
+ * right after storing it; decryption hashes the ciphertext before overwriting it (in place). Nothing in a
+ * batch waits for the hash of the previous one except the accumulator XOR, so an out-of-order core can run
+ * the AES rounds of batch i+1 alongside the carry-less multiplies of batch i. (On the AMD EPYC VM this was
+ * measured on, VAESENC and VPCLMULQDQ compete for the same units and a ymm VPCLMULQDQ costs about four
+ * VAESENCs, so GCM takes about the AES time plus the GHASH time; bench/bench_aescore.py shows both.)
+ *
+ * Counters: the counter block is kept byte-reversed, so the big-endian 32-bit counter is the lowest dword of
+ * each lane and a PADDD is exactly inc32.
+ */
+#include "aesni_gcm.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <string.h>
+
+#define KS_TARGET_G128 __attribute__((target("aes,pclmul,sse4.1,ssse3")))
+#define KS_TARGET_G256 __attribute__((target("aes,pclmul,sse4.1,ssse3,avx2,vaes,vpclmulqdq")))
+#define KS_TARGET_G512 __attribute__((target("aes,pclmul,sse4.1,ssse3,avx2,vaes,vpclmulqdq,avx512f,avx512bw")))
+#define KS_INLINE static inline __attribute__((always_inline))
+#define KS_POLY_HIGH ((long long)0xC200000000000000ULL)
+/* From a pointer into ks_ghash_key.powers to the same entry of ks_ghash_key.folded. */
+#define KS_FOLDED_OFFSET ((KS_GCM_POWERS + 3) * KS_BLOCK_SIZE)
+
+static void ks_burn(void *pointer, size_t len) {
+    memset(pointer, 0, len);
+    __asm__ volatile("" : : "r"(pointer) : "memory");
+}
+
+static unsigned ks_gcm_detect(void) {
+    unsigned eax, ebx, ecx, edx;
+    unsigned result = ks_cpu_isas();
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 1) & 1)) { /* PCLMULQDQ */
+        return 0;
+    }
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !((ecx >> 10) & 1)) { /* VPCLMULQDQ */
+        result &= KS_ISA_AESNI;
+    }
+    return result;
+}
+
+unsigned ks_gcm_cpu_isas(void) {
+    /* Computed once: CPUID is slow (a VM exit under most hypervisors), and this runs on every call. */
+    static int cached = -1;
+    int value = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (value < 0) {
+        value = (int)ks_gcm_detect();
+        __atomic_store_n(&cached, value, __ATOMIC_RELAXED);
+    }
+    return (unsigned)value;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* 128-bit helpers (also used by the wider paths for set-up and the final block)                          */
+/* ------------------------------------------------------------------------------------------------------ */
+
+KS_TARGET_G128 KS_INLINE __m128i ks_swap128(void) {
+    return _mm_set_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+/* Karatsuba: lo += a0 h0, hi += a1 h1, mi += (a0 + a1)(h0 + h1); the caller adds lo + hi to mi once per sum. */
+KS_TARGET_G128 KS_INLINE void ks_mul_add128(__m128i a, __m128i h, __m128i h_folded, __m128i *lo, __m128i *mi,
+                                            __m128i *hi) {
+    *lo = _mm_xor_si128(*lo, _mm_clmulepi64_si128(a, h, 0x00));
+    *hi = _mm_xor_si128(*hi, _mm_clmulepi64_si128(a, h, 0x11));
+    *mi = _mm_xor_si128(*mi, _mm_clmulepi64_si128(_mm_xor_si128(a, _mm_shuffle_epi32(a, 0x4e)), h_folded, 0x00));
+}
+
+/* Finish Karatsuba and reduce the 256-bit lo + mi x^64 + hi x^128 modulo the GCM polynomial. */
+KS_TARGET_G128 KS_INLINE __m128i ks_reduce128(__m128i lo, __m128i mi, __m128i hi) {
+    const __m128i poly = _mm_set_epi64x(KS_POLY_HIGH, 1);
+    mi = _mm_xor_si128(mi, _mm_xor_si128(lo, hi));
+    mi = _mm_xor_si128(mi, _mm_xor_si128(_mm_shuffle_epi32(lo, 0x4e), _mm_clmulepi64_si128(lo, poly, 0x10)));
+    return _mm_xor_si128(hi, _mm_xor_si128(_mm_shuffle_epi32(mi, 0x4e), _mm_clmulepi64_si128(mi, poly, 0x10)));
+}
+
+KS_TARGET_G128 KS_INLINE __m128i ks_fold_halves(__m128i h) {
+    return _mm_xor_si128(h, _mm_shuffle_epi32(h, 0x4e));
+}
+
+KS_TARGET_G128 KS_INLINE __m128i ks_mul128(__m128i a, __m128i h) {
+    __m128i lo = _mm_setzero_si128(), mi = lo, hi = lo;
+    ks_mul_add128(a, h, ks_fold_halves(h), &lo, &mi, &hi);
+    return ks_reduce128(lo, mi, hi);
+}
+
+KS_TARGET_G128 KS_INLINE __m128i ks_power(const ks_ghash_key *key, int exponent) {
+    return _mm_loadu_si128((const __m128i *)(key->powers + KS_BLOCK_SIZE * (KS_GCM_POWERS - exponent)));
+}
+
+KS_TARGET_G128 KS_INLINE __m128i ks_power_folded(const ks_ghash_key *key, int exponent) {
+    return _mm_loadu_si128((const __m128i *)(key->folded + KS_BLOCK_SIZE * (KS_GCM_POWERS - exponent)));
+}
+
+KS_TARGET_G128 static __m128i ks_encrypt_block(const ks_aes_key *key, __m128i block) {
+    const int rounds = (int)key->rounds;
+    block = _mm_xor_si128(block, _mm_loadu_si128((const __m128i *)key->round_keys));
+    for (int r = 1; r < rounds; r++) {
+        block = _mm_aesenc_si128(block, _mm_loadu_si128((const __m128i *)(key->round_keys + KS_BLOCK_SIZE * r)));
+    }
+    return _mm_aesenclast_si128(block, _mm_loadu_si128((const __m128i *)(key->round_keys + KS_BLOCK_SIZE * rounds)));
+}
+
+KS_TARGET_G128 ks_status ks_ghash_init(const uint8_t h[KS_BLOCK_SIZE], ks_ghash_key *out) {
+    if (h == NULL || out == NULL) {
+        return KS_ERR_NULL;
+    }
+    if (!(ks_gcm_cpu_isas() & KS_ISA_AESNI)) {
+        return KS_ERR_ISA;
+    }
+    uint64_t halves[2];
+    const __m128i reflected = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)h), ks_swap128());
+    _mm_storeu_si128((__m128i *)halves, reflected);
+    /* H * x^-1: a left shift of the reflected value; the bit shifted out (x^0) comes back as x^-1. */
+    const uint64_t carry = halves[1] >> 63;
+    halves[1] = (halves[1] << 1) | (halves[0] >> 63);
+    halves[0] <<= 1;
+    halves[1] ^= (uint64_t)KS_POLY_HIGH & (0 - carry);
+    halves[0] ^= carry;
+    const __m128i first = _mm_loadu_si128((const __m128i *)halves);
+    __m128i power = first;
+    memset(out->powers, 0, sizeof out->powers);
+    memset(out->folded, 0, sizeof out->folded);
+    for (int exponent = 1; exponent <= KS_GCM_POWERS; exponent++) {
+        _mm_storeu_si128((__m128i *)(out->powers + KS_BLOCK_SIZE * (KS_GCM_POWERS - exponent)), power);
+        _mm_storeu_si128((__m128i *)(out->folded + KS_BLOCK_SIZE * (KS_GCM_POWERS - exponent)), ks_fold_halves(power));
+        power = ks_mul128(power, first);
+    }
+    ks_burn(halves, sizeof halves);
+    return KS_OK;
+}
+
+KS_TARGET_G128 ks_status ks_gcm_init(const uint8_t *key, size_t key_len, ks_gcm_key *out) {
+    if (key == NULL || out == NULL) {
+        return KS_ERR_NULL;
+    }
+    if (!(ks_gcm_cpu_isas() & KS_ISA_AESNI)) {
+        return KS_ERR_ISA;
+    }
+    ks_status status = ks_expand_key(key, key_len, &out->aes);
+    if (status != KS_OK) {
+        return status;
+    }
+    uint8_t h[KS_BLOCK_SIZE];
+    _mm_storeu_si128((__m128i *)h, ks_encrypt_block(&out->aes, _mm_setzero_si128()));
+    status = ks_ghash_init(h, &out->ghash);
+    ks_burn(h, sizeof h);
+    return status;
+}
+
+void ks_gcm_wipe(ks_gcm_key *key) {
+    if (key != NULL) {
+        ks_burn(key, sizeof *key);
+    }
+}
+
+void ks_ghash_wipe(ks_ghash_key *key) {
+    if (key != NULL) {
+        ks_burn(key, sizeof *key);
+    }
+}
+
+/* Absorb the final lengths block and return the reflected GHASH value as a normal block. */
+KS_TARGET_G128 KS_INLINE __m128i ks_ghash_finish(const ks_ghash_key *key, __m128i acc, uint64_t aad_len, uint64_t len) {
+    acc = _mm_xor_si128(acc, _mm_set_epi64x((long long)(aad_len * 8), (long long)(len * 8)));
+    return _mm_shuffle_epi8(ks_mul128(acc, ks_power(key, 1)), ks_swap128());
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Shared tail helper                                                                                     */
+/* ------------------------------------------------------------------------------------------------------ */
+
+/* out[0..n) = in[0..n) ^ stream[0..n); touches nothing else of in/out. */
+KS_TARGET_G128 KS_INLINE void ks_xor_stream(const uint8_t *in, uint8_t *out, const uint8_t *stream, size_t n) {
+    size_t i = 0;
+    for (; i + KS_BLOCK_SIZE <= n; i += KS_BLOCK_SIZE) {
+        const __m128i data = _mm_loadu_si128((const __m128i *)(in + i));
+        _mm_storeu_si128((__m128i *)(out + i), _mm_xor_si128(data, _mm_loadu_si128((const __m128i *)(stream + i))));
+    }
+    for (; i < n; i++) {
+        out[i] = in[i] ^ stream[i];
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* 128-bit AES-NI + PCLMULQDQ: batches of 8 blocks, hashed with H^8..H^1 and one reduction                */
+/* ------------------------------------------------------------------------------------------------------ */
+
+KS_TARGET_G128 KS_INLINE __m128i ks_ghash_batch128(const ks_ghash_key *key, __m128i acc, const uint8_t *data, int n) {
+    const __m128i swap = ks_swap128();
+    __m128i lo = _mm_setzero_si128(), mi = lo, hi = lo;
+#pragma GCC unroll 8
+    for (int j = 0; j < n; j++) {
+        __m128i x = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(data + KS_BLOCK_SIZE * j)), swap);
+        if (j == 0) {
+            x = _mm_xor_si128(x, acc);
+        }
+        ks_mul_add128(x, ks_power(key, n - j), ks_power_folded(key, n - j), &lo, &mi, &hi);
+    }
+    return ks_reduce128(lo, mi, hi);
+}
+
+KS_TARGET_G128 static __m128i ks_ghash_g128(const ks_ghash_key *key, __m128i acc, const uint8_t *data, size_t len) {
+    for (; len >= 8 * KS_BLOCK_SIZE; data += 8 * KS_BLOCK_SIZE, len -= 8 * KS_BLOCK_SIZE) {
+        acc = ks_ghash_batch128(key, acc, data, 8);
+    }
+    if (len) {
+        uint8_t buffer[8 * KS_BLOCK_SIZE] = {0}; /* zero padding of the last block; public data only */
+        memcpy(buffer, data, len);
+        acc = ks_ghash_batch128(key, acc, buffer, (int)((len + KS_BLOCK_SIZE - 1) / KS_BLOCK_SIZE));
+    }
+    return acc;
+}
+
+KS_TARGET_G128 KS_INLINE void ks_aes8_g128(const __m128i *rk, const int rounds, __m128i *counter, __m128i *x) {
+    const __m128i swap = ks_swap128(), one = _mm_set_epi32(0, 0, 0, 1);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        x[j] = _mm_xor_si128(_mm_shuffle_epi8(*counter, swap), rk[0]);
+        *counter = _mm_add_epi32(*counter, one);
+    }
+#pragma GCC unroll 14
+    for (int r = 1; r < rounds; r++) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            x[j] = _mm_aesenc_si128(x[j], rk[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        x[j] = _mm_aesenclast_si128(x[j], rk[rounds]);
+    }
+}
+
+KS_TARGET_G128 KS_INLINE __m128i ks_gcm_g128_body(const ks_gcm_key *key, const int rounds, __m128i counter,
+                                                  const uint8_t *aad, size_t aad_len, const uint8_t *in,
+                                                  uint8_t *out, const size_t len, const int decrypt) {
+    __m128i rk[KS_MAX_ROUNDS + 1], x[8];
+#pragma GCC unroll 15
+    for (int r = 0; r <= rounds; r++) {
+        rk[r] = _mm_loadu_si128((const __m128i *)(key->aes.round_keys + KS_BLOCK_SIZE * r));
+    }
+    __m128i acc = ks_ghash_g128(&key->ghash, _mm_setzero_si128(), aad, aad_len);
+    counter = _mm_add_epi32(counter, _mm_set_epi32(0, 0, 0, 1));
+    size_t remaining = len;
+    for (; remaining >= 8 * KS_BLOCK_SIZE; in += 8 * KS_BLOCK_SIZE, out += 8 * KS_BLOCK_SIZE, remaining -= 8 * KS_BLOCK_SIZE) {
+        if (decrypt) {
+            acc = ks_ghash_batch128(&key->ghash, acc, in, 8);
+        }
+        ks_aes8_g128(rk, rounds, &counter, x);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m128i data = _mm_loadu_si128((const __m128i *)(in + KS_BLOCK_SIZE * j));
+            _mm_storeu_si128((__m128i *)(out + KS_BLOCK_SIZE * j), _mm_xor_si128(data, x[j]));
+        }
+        if (!decrypt) {
+            acc = ks_ghash_batch128(&key->ghash, acc, out, 8);
+        }
+    }
+    if (remaining) {
+        uint8_t stream[8 * KS_BLOCK_SIZE];
+        if (decrypt) {
+            acc = ks_ghash_g128(&key->ghash, acc, in, remaining);
+        }
+        ks_aes8_g128(rk, rounds, &counter, x);
+        for (int j = 0; j < 8; j++) {
+            _mm_storeu_si128((__m128i *)(stream + KS_BLOCK_SIZE * j), x[j]);
+        }
+        ks_xor_stream(in, out, stream, remaining);
+        ks_burn(stream, sizeof stream);
+        if (!decrypt) {
+            acc = ks_ghash_g128(&key->ghash, acc, out, remaining);
+        }
+    }
+    return ks_ghash_finish(&key->ghash, acc, aad_len, len);
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* VAES + VPCLMULQDQ on ymm: batches of 16 blocks (8 ymm), hashed with H^16..H^1 and one reduction        */
+/* ------------------------------------------------------------------------------------------------------ */
+
+KS_TARGET_G256 KS_INLINE __m128i ks_ghash_batch256(__m128i acc, const uint8_t *data,
+                                                   const uint8_t *powers, int vectors) {
+    const __m256i swap = _mm256_broadcastsi128_si256(ks_swap128());
+    __m256i lo = _mm256_setzero_si256(), mi = lo, hi = lo;
+    /* Keep the 16 key vectors in memory (operands of VPCLMULQDQ) instead of hoisting them into registers
+     * around the caller's loop, which would leave too few ymm registers and spill the partial products. */
+    __asm__("" : "+r"(powers));
+#pragma GCC unroll 8
+    for (int v = 0; v < vectors; v++) {
+        __m256i x = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(data + 32 * v)), swap);
+        if (v == 0) {
+            x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
+        }
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(powers + 32 * v));
+        const __m256i h_folded = _mm256_loadu_si256((const __m256i *)(powers + KS_FOLDED_OFFSET + 32 * v));
+        lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(x, h, 0x00));
+        hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(x, h, 0x11));
+        mi = _mm256_xor_si256(mi, _mm256_clmulepi64_epi128(_mm256_xor_si256(x, _mm256_shuffle_epi32(x, 0x4e)), h_folded, 0x00));
+    }
+    const __m256i poly = _mm256_broadcastsi128_si256(_mm_set_epi64x(KS_POLY_HIGH, 1));
+    mi = _mm256_xor_si256(mi, _mm256_xor_si256(lo, hi));
+    mi = _mm256_xor_si256(mi, _mm256_xor_si256(_mm256_shuffle_epi32(lo, 0x4e), _mm256_clmulepi64_epi128(lo, poly, 0x10)));
+    hi = _mm256_xor_si256(hi, _mm256_xor_si256(_mm256_shuffle_epi32(mi, 0x4e), _mm256_clmulepi64_epi128(mi, poly, 0x10)));
+    return _mm_xor_si128(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+}
+
+KS_TARGET_G256 static __m128i ks_ghash_g256(const ks_ghash_key *key, __m128i acc, const uint8_t *data, size_t len) {
+    for (; len >= 16 * KS_BLOCK_SIZE; data += 16 * KS_BLOCK_SIZE, len -= 16 * KS_BLOCK_SIZE) {
+        acc = ks_ghash_batch256(acc, data, key->powers, 8);
+    }
+    if (len) {
+        uint8_t buffer[16 * KS_BLOCK_SIZE] = {0}; /* public data only */
+        memcpy(buffer, data, len);
+        const int blocks = (int)((len + KS_BLOCK_SIZE - 1) / KS_BLOCK_SIZE);
+        acc = ks_ghash_batch256(acc, buffer, key->powers + KS_BLOCK_SIZE * (KS_GCM_POWERS - blocks), (blocks + 1) / 2);
+    }
+    return acc;
+}
+
+KS_TARGET_G256 KS_INLINE void ks_aes8_g256(const __m256i *rk, const int rounds, __m256i *counter, __m256i *x) {
+    const __m256i swap = _mm256_broadcastsi128_si256(ks_swap128()), two = _mm256_set_epi32(0, 0, 0, 2, 0, 0, 0, 2);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        x[j] = _mm256_xor_si256(_mm256_shuffle_epi8(*counter, swap), rk[0]);
+        *counter = _mm256_add_epi32(*counter, two);
+    }
+#pragma GCC unroll 14
+    for (int r = 1; r < rounds; r++) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            x[j] = _mm256_aesenc_epi128(x[j], rk[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        x[j] = _mm256_aesenclast_epi128(x[j], rk[rounds]);
+    }
+}
+
+KS_TARGET_G256 KS_INLINE __m128i ks_gcm_g256_body(const ks_gcm_key *key, const int rounds, __m128i counter,
+                                                  const uint8_t *aad, size_t aad_len, const uint8_t *in,
+                                                  uint8_t *out, const size_t len, const int decrypt) {
+    __m256i rk[KS_MAX_ROUNDS + 1], x[8];
+#pragma GCC unroll 15
+    for (int r = 0; r <= rounds; r++) {
+        rk[r] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(key->aes.round_keys + KS_BLOCK_SIZE * r)));
+    }
+    __m128i acc = ks_ghash_g256(&key->ghash, _mm_setzero_si128(), aad, aad_len);
+    __m256i counters = _mm256_add_epi32(_mm256_broadcastsi128_si256(counter), _mm256_set_epi32(0, 0, 0, 2, 0, 0, 0, 1));
+    size_t remaining = len;
+    for (; remaining >= 16 * KS_BLOCK_SIZE; in += 16 * KS_BLOCK_SIZE, out += 16 * KS_BLOCK_SIZE, remaining -= 16 * KS_BLOCK_SIZE) {
+        if (decrypt) {
+            acc = ks_ghash_batch256(acc, in, key->ghash.powers, 8);
+        }
+        ks_aes8_g256(rk, rounds, &counters, x);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m256i data = _mm256_loadu_si256((const __m256i *)(in + 32 * j));
+            _mm256_storeu_si256((__m256i *)(out + 32 * j), _mm256_xor_si256(data, x[j]));
+        }
+        if (!decrypt) {
+            acc = ks_ghash_batch256(acc, out, key->ghash.powers, 8);
+        }
+    }
+    if (remaining) {
+        uint8_t stream[16 * KS_BLOCK_SIZE];
+        if (decrypt) {
+            acc = ks_ghash_g256(&key->ghash, acc, in, remaining);
+        }
+        ks_aes8_g256(rk, rounds, &counters, x);
+        for (int j = 0; j < 8; j++) {
+            _mm256_storeu_si256((__m256i *)(stream + 32 * j), x[j]);
+        }
+        ks_xor_stream(in, out, stream, remaining);
+        ks_burn(stream, sizeof stream);
+        if (!decrypt) {
+            acc = ks_ghash_g256(&key->ghash, acc, out, remaining);
+        }
+    }
+    return ks_ghash_finish(&key->ghash, acc, aad_len, len);
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* VAES + VPCLMULQDQ on zmm: batches of 16 blocks (4 zmm), masked tails                                   */
+/* ------------------------------------------------------------------------------------------------------ */
+
+KS_TARGET_G512 KS_INLINE __mmask64 ks_mask64(size_t remaining) {
+    return remaining >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << remaining) - 1);
+}
+
+/* Hash `vectors` zmm of data (len bytes of it valid, the rest read as zero) with the given powers. */
+KS_TARGET_G512 KS_INLINE __m128i ks_ghash_batch512(__m128i acc, const uint8_t *data, size_t len,
+                                                   const uint8_t *powers, int vectors) {
+    const __m512i swap = _mm512_broadcast_i32x4(ks_swap128());
+    __m512i lo = _mm512_setzero_si512(), mi = lo, hi = lo;
+    __asm__("" : "+r"(powers)); /* key vectors stay memory operands (see ks_ghash_batch256) */
+#pragma GCC unroll 4
+    for (int v = 0; v < vectors; v++) {
+        const __m512i loaded = len >= (size_t)(64 * (v + 1))
+                                   ? _mm512_loadu_si512((const void *)(data + 64 * v))
+                                   : _mm512_maskz_loadu_epi8(ks_mask64(len - 64 * (size_t)v), data + 64 * v);
+        __m512i x = _mm512_shuffle_epi8(loaded, swap);
+        if (v == 0) {
+            x = _mm512_xor_si512(x, _mm512_zextsi128_si512(acc));
+        }
+        const __m512i h = _mm512_loadu_si512((const void *)(powers + 64 * v));
+        const __m512i h_folded = _mm512_loadu_si512((const void *)(powers + KS_FOLDED_OFFSET + 64 * v));
+        lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(x, h, 0x00));
+        hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(x, h, 0x11));
+        mi = _mm512_xor_si512(mi, _mm512_clmulepi64_epi128(_mm512_xor_si512(x, _mm512_shuffle_epi32(x, _MM_PERM_BADC)), h_folded, 0x00));
+    }
+    const __m512i poly = _mm512_broadcast_i32x4(_mm_set_epi64x(KS_POLY_HIGH, 1));
+    mi = _mm512_ternarylogic_epi64(mi, lo, hi, 0x96);
+    mi = _mm512_ternarylogic_epi64(mi, _mm512_shuffle_epi32(lo, _MM_PERM_BADC), _mm512_clmulepi64_epi128(lo, poly, 0x10), 0x96);
+    hi = _mm512_ternarylogic_epi64(hi, _mm512_shuffle_epi32(mi, _MM_PERM_BADC), _mm512_clmulepi64_epi128(mi, poly, 0x10), 0x96);
+    const __m256i folded = _mm256_xor_si256(_mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1));
+    return _mm_xor_si128(_mm256_castsi256_si128(folded), _mm256_extracti128_si256(folded, 1));
+}
+
+KS_TARGET_G512 static __m128i ks_ghash_g512(const ks_ghash_key *key, __m128i acc, const uint8_t *data, size_t len) {
+    for (; len >= 16 * KS_BLOCK_SIZE; data += 16 * KS_BLOCK_SIZE, len -= 16 * KS_BLOCK_SIZE) {
+        acc = ks_ghash_batch512(acc, data, 16 * KS_BLOCK_SIZE, key->powers, 4);
+    }
+    if (len) {
+        const int blocks = (int)((len + KS_BLOCK_SIZE - 1) / KS_BLOCK_SIZE);
+        acc = ks_ghash_batch512(acc, data, len, key->powers + KS_BLOCK_SIZE * (KS_GCM_POWERS - blocks), (blocks + 3) / 4);
+    }
+    return acc;
+}
+
+KS_TARGET_G512 KS_INLINE void ks_aes_g512(const __m512i *rk, const int rounds, __m512i *counter, __m512i *x, const int n) {
+    const __m512i swap = _mm512_broadcast_i32x4(ks_swap128());
+    const __m512i four = _mm512_broadcast_i32x4(_mm_set_epi32(0, 0, 0, 4));
+#pragma GCC unroll 4
+    for (int j = 0; j < n; j++) {
+        x[j] = _mm512_xor_si512(_mm512_shuffle_epi8(*counter, swap), rk[0]);
+        *counter = _mm512_add_epi32(*counter, four);
+    }
+#pragma GCC unroll 14
+    for (int r = 1; r < rounds; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < n; j++) {
+            x[j] = _mm512_aesenc_epi128(x[j], rk[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < n; j++) {
+        x[j] = _mm512_aesenclast_epi128(x[j], rk[rounds]);
+    }
+}
+
+KS_TARGET_G512 KS_INLINE void ks_xor_tail_g512(const __m512i *x, const uint8_t *in, uint8_t *out, size_t len, const int n) {
+#pragma GCC unroll 4
+    for (int j = 0; j < n && len; j++) {
+        const __mmask64 mask = ks_mask64(len);
+        const __m512i data = _mm512_maskz_loadu_epi8(mask, in + 64 * j);
+        _mm512_mask_storeu_epi8(out + 64 * j, mask, _mm512_xor_si512(data, x[j]));
+        len = len >= 64 ? len - 64 : 0;
+    }
+}
+
+KS_TARGET_G512 KS_INLINE __m128i ks_gcm_g512_body(const ks_gcm_key *key, const int rounds, __m128i counter,
+                                                  const uint8_t *aad, size_t aad_len, const uint8_t *in,
+                                                  uint8_t *out, const size_t len, const int decrypt) {
+    __m512i rk[KS_MAX_ROUNDS + 1], x[4];
+#pragma GCC unroll 15
+    for (int r = 0; r <= rounds; r++) {
+        rk[r] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(key->aes.round_keys + KS_BLOCK_SIZE * r)));
+    }
+    __m128i acc = aad_len ? ks_ghash_g512(&key->ghash, _mm_setzero_si128(), aad, aad_len) : _mm_setzero_si128();
+    __m512i counters = _mm512_add_epi32(_mm512_broadcast_i32x4(counter),
+                                        _mm512_set_epi32(0, 0, 0, 4, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 1));
+    size_t remaining = len;
+    for (; remaining >= 16 * KS_BLOCK_SIZE; in += 16 * KS_BLOCK_SIZE, out += 16 * KS_BLOCK_SIZE, remaining -= 16 * KS_BLOCK_SIZE) {
+        if (decrypt) {
+            acc = ks_ghash_batch512(acc, in, 16 * KS_BLOCK_SIZE, key->ghash.powers, 4);
+        }
+        ks_aes_g512(rk, rounds, &counters, x, 4);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m512i data = _mm512_loadu_si512((const void *)(in + 64 * j));
+            _mm512_storeu_si512((void *)(out + 64 * j), _mm512_xor_si512(data, x[j]));
+        }
+        if (!decrypt) {
+            acc = ks_ghash_batch512(acc, out, 16 * KS_BLOCK_SIZE, key->ghash.powers, 4);
+        }
+    }
+    if (remaining) {
+        if (decrypt) {
+            acc = ks_ghash_g512(&key->ghash, acc, in, remaining);
+        }
+        if (remaining <= 64) {
+            ks_aes_g512(rk, rounds, &counters, x, 1);
+            ks_xor_tail_g512(x, in, out, remaining, 1);
+        } else if (remaining <= 128) {
+            ks_aes_g512(rk, rounds, &counters, x, 2);
+            ks_xor_tail_g512(x, in, out, remaining, 2);
+        } else {
+            ks_aes_g512(rk, rounds, &counters, x, 4);
+            ks_xor_tail_g512(x, in, out, remaining, 4);
+        }
+        if (!decrypt) {
+            acc = ks_ghash_g512(&key->ghash, acc, out, remaining);
+        }
+    }
+    return ks_ghash_finish(&key->ghash, acc, aad_len, len);
+}
+
+/* One function per (path, round count) so the round loops unroll completely. */
+typedef __m128i (*ks_gcm_fn)(const ks_gcm_key *, __m128i, const uint8_t *, size_t, const uint8_t *, uint8_t *,
+                             size_t, int);
+
+#define KS_GCM_SPECIALISE(PATH, TARGET, ROUNDS)                                                               \
+    TARGET static __m128i ks_gcm_##PATH##_##ROUNDS(const ks_gcm_key *key, __m128i counter, const uint8_t *aad, \
+                                                    size_t aad_len, const uint8_t *in, uint8_t *out, size_t len, \
+                                                    int decrypt) {                                            \
+        return ks_gcm_##PATH##_body(key, ROUNDS, counter, aad, aad_len, in, out, len, decrypt);               \
+    }
+
+KS_GCM_SPECIALISE(g128, KS_TARGET_G128, 10)
+KS_GCM_SPECIALISE(g128, KS_TARGET_G128, 12)
+KS_GCM_SPECIALISE(g128, KS_TARGET_G128, 14)
+KS_GCM_SPECIALISE(g256, KS_TARGET_G256, 10)
+KS_GCM_SPECIALISE(g256, KS_TARGET_G256, 12)
+KS_GCM_SPECIALISE(g256, KS_TARGET_G256, 14)
+KS_GCM_SPECIALISE(g512, KS_TARGET_G512, 10)
+KS_GCM_SPECIALISE(g512, KS_TARGET_G512, 12)
+KS_GCM_SPECIALISE(g512, KS_TARGET_G512, 14)
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Dispatch                                                                                               */
+/* ------------------------------------------------------------------------------------------------------ */
+
+typedef __m128i (*ks_ghash_fn)(const ks_ghash_key *, __m128i, const uint8_t *, size_t);
+
+static int ks_path(ks_isa isa) {
+    if ((isa != KS_ISA_AESNI && isa != KS_ISA_VAES256 && isa != KS_ISA_VAES512) || !(ks_gcm_cpu_isas() & isa)) {
+        return -1;
+    }
+    return isa == KS_ISA_AESNI ? 0 : isa == KS_ISA_VAES256 ? 1 : 2;
+}
+
+KS_TARGET_G128 ks_status ks_ghash(const ks_ghash_key *key, ks_isa isa, const uint8_t *aad, size_t aad_len,
+                                  const uint8_t *data, size_t len, uint8_t out[KS_BLOCK_SIZE]) {
+    static const ks_ghash_fn table[3] = {ks_ghash_g128, ks_ghash_g256, ks_ghash_g512};
+    if (key == NULL || out == NULL || (aad_len && aad == NULL) || (len && data == NULL)) {
+        return KS_ERR_NULL;
+    }
+    const int path = ks_path(isa);
+    if (path < 0) {
+        return KS_ERR_ISA;
+    }
+    __m128i acc = table[path](key, _mm_setzero_si128(), aad, aad_len);
+    acc = table[path](key, acc, data, len);
+    _mm_storeu_si128((__m128i *)out, ks_ghash_finish(key, acc, aad_len, len));
+    return KS_OK;
+}
+
+/* Run one message; returns S = GHASH(A, C) xor AES_K(J0) (the tag) through `tag`. */
+KS_TARGET_G128 static ks_status ks_gcm_run(const ks_gcm_key *key, ks_isa isa, const uint8_t *nonce,
+                                           const uint8_t *aad, size_t aad_len, const uint8_t *in, uint8_t *out,
+                                           size_t len, int decrypt, uint8_t tag[KS_BLOCK_SIZE]) {
+    static const ks_gcm_fn table[3][3] = {
+        {ks_gcm_g128_10, ks_gcm_g128_12, ks_gcm_g128_14},
+        {ks_gcm_g256_10, ks_gcm_g256_12, ks_gcm_g256_14},
+        {ks_gcm_g512_10, ks_gcm_g512_12, ks_gcm_g512_14},
+    };
+    if (key == NULL || nonce == NULL || tag == NULL || (aad_len && aad == NULL) || (len && (in == NULL || out == NULL))) {
+        return KS_ERR_NULL;
+    }
+    if (key->aes.rounds != 10 && key->aes.rounds != 12 && key->aes.rounds != 14) {
+        return KS_ERR_KEY_STATE;
+    }
+    if ((uint64_t)len > KS_GCM_MAX_DATA) {
+        return KS_ERR_RANGE;
+    }
+    const int path = ks_path(isa);
+    if (path < 0) {
+        return KS_ERR_ISA;
+    }
+    uint8_t j0[KS_BLOCK_SIZE];
+    memcpy(j0, nonce, KS_GCM_NONCE_SIZE);
+    j0[12] = 0, j0[13] = 0, j0[14] = 0, j0[15] = 1;
+    const __m128i counter = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)j0), ks_swap128());
+    const __m128i mask = ks_encrypt_block(&key->aes, _mm_loadu_si128((const __m128i *)j0));
+    const __m128i digest = table[path][(key->aes.rounds - 10) / 2](key, counter, aad, aad_len, in, out, len, decrypt);
+    _mm_storeu_si128((__m128i *)tag, _mm_xor_si128(digest, mask));
+    return KS_OK;
+}
+
+ks_status ks_gcm_seal(const ks_gcm_key *key, ks_isa isa, const uint8_t nonce[KS_GCM_NONCE_SIZE],
+                      const uint8_t *aad, size_t aad_len, const uint8_t *in, uint8_t *out, size_t len,
+                      uint8_t tag[KS_GCM_TAG_SIZE]) {
+    return ks_gcm_run(key, isa, nonce, aad, aad_len, in, out, len, 0, tag);
+}
+
+ks_status ks_gcm_open(const ks_gcm_key *key, ks_isa isa, const uint8_t nonce[KS_GCM_NONCE_SIZE],
+                      const uint8_t *aad, size_t aad_len, const uint8_t *in, uint8_t *out, size_t len,
+                      const uint8_t tag[KS_GCM_TAG_SIZE]) {
+    uint8_t expected[KS_BLOCK_SIZE];
+    if (tag == NULL) {
+        return KS_ERR_NULL;
+    }
+    const ks_status status = ks_gcm_run(key, isa, nonce, aad, aad_len, in, out, len, 1, expected);
+    if (status != KS_OK) {
+        return status;
+    }
+    unsigned difference = 0;
+    for (int i = 0; i < KS_BLOCK_SIZE; i++) {
+        difference |= (unsigned)(expected[i] ^ tag[i]);
+    }
+    ks_burn(expected, sizeof expected);
+    if (difference != 0) {
+        if (len) {
+            ks_burn(out, len);
+        }
+        return KS_ERR_TAG;
+    }
+    return KS_OK;
+}

@@ -1,0 +1,83 @@
+/*
+ * aesni_gcm.h - AES-GCM (NIST SP 800-38D) with CTR and GHASH fused in one pass: 128-bit AES-NI + PCLMULQDQ,
+ * VAES + VPCLMULQDQ on ymm, and on zmm (x86-64 intrinsics only).
+ *
+ * Like aesni_ctr.h: no allocation, no threads, no Python; every function returns a ks_status code and the
+ * Cython module (_aesni.pyx, _aesni_gcm.pxi) validates arguments, releases the GIL and raises exceptions.
+ *
+ * Only 12-byte nonces and 16-byte tags. With nonce N, J0 = N || 0x00000001, the tag mask is AES_K(J0) and
+ * data block i (from 0) is XORed with AES_K(N || BE32(i + 2)); a message holds at most 2**32 - 2 blocks
+ * (KS_GCM_MAX_DATA bytes), so the 32-bit counter never wraps.
+ */
+#ifndef KS_AESNI_GCM_H
+#define KS_AESNI_GCM_H
+
+#include "aesni_ctr.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KS_GCM_NONCE_SIZE 12
+#define KS_GCM_TAG_SIZE 16
+/* Powers of H kept per key: one batch of 16 blocks is hashed with H^16..H^1 and a single reduction. */
+#define KS_GCM_POWERS 16
+/* Longest message: 2**32 - 2 blocks. */
+#define KS_GCM_MAX_DATA ((((uint64_t)1) << 36) - 32)
+
+/*
+ * GHASH key material: H^16, H^15, ..., H^1, each multiplied by x^-1 and stored bit-reflected (the block
+ * byte-reversed and read as a little-endian 128-bit integer, so a carry-less multiply of two such values is
+ * the field product without the one-bit shift), followed by three zero blocks so vector loads for a short
+ * tail stay inside the array; and the same powers with their two halves XORed, for Karatsuba. Immutable after ks_ghash_init; safe to share between threads.
+ */
+typedef struct {
+    uint8_t powers[(KS_GCM_POWERS + 3) * KS_BLOCK_SIZE];
+    /* For Karatsuba: entry i holds (high qword ^ low qword) of powers[i] in both qwords. */
+    uint8_t folded[(KS_GCM_POWERS + 3) * KS_BLOCK_SIZE];
+} ks_ghash_key;
+
+/* An AES-GCM key: the expanded AES key and the GHASH key for H = AES_K(0^128). */
+typedef struct {
+    ks_aes_key aes;
+    ks_ghash_key ghash;
+} ks_gcm_key;
+
+/* Bit mask of ks_isa paths that can run GCM here: ks_cpu_isas() plus PCLMULQDQ (aesni) or VPCLMULQDQ. */
+unsigned ks_gcm_cpu_isas(void);
+
+/* Prepare GHASH under the 16-byte hash key h. Requires KS_ISA_AESNI in ks_gcm_cpu_isas(). */
+ks_status ks_ghash_init(const uint8_t h[KS_BLOCK_SIZE], ks_ghash_key *out);
+
+/* Expand a 16/24/32-byte AES key and compute its GHASH key. */
+ks_status ks_gcm_init(const uint8_t *key, size_t key_len, ks_gcm_key *out);
+
+/* GHASH_H(A, C): A and C each zero-padded to whole blocks, then the block len64(A) || len64(C) in bits. */
+ks_status ks_ghash(const ks_ghash_key *key, ks_isa isa, const uint8_t *aad, size_t aad_len, const uint8_t *data,
+                   size_t len, uint8_t out[KS_BLOCK_SIZE]);
+
+/*
+ * Encrypt len bytes of in to out (out may equal in; no other overlap) and write the 16-byte tag.
+ * KS_ERR_RANGE if len > KS_GCM_MAX_DATA.
+ */
+ks_status ks_gcm_seal(const ks_gcm_key *key, ks_isa isa, const uint8_t nonce[KS_GCM_NONCE_SIZE],
+                      const uint8_t *aad, size_t aad_len, const uint8_t *in, uint8_t *out, size_t len,
+                      uint8_t tag[KS_GCM_TAG_SIZE]);
+
+/*
+ * Decrypt len bytes of in to out (out may equal in; no other overlap) and check the tag in constant time.
+ * KS_ERR_TAG if it does not verify: out[0..len) is then zeroed, so no unauthenticated plaintext remains.
+ */
+ks_status ks_gcm_open(const ks_gcm_key *key, ks_isa isa, const uint8_t nonce[KS_GCM_NONCE_SIZE],
+                      const uint8_t *aad, size_t aad_len, const uint8_t *in, uint8_t *out, size_t len,
+                      const uint8_t tag[KS_GCM_TAG_SIZE]);
+
+/* Overwrite a GCM or GHASH key with zeros in a way the compiler cannot elide. */
+void ks_gcm_wipe(ks_gcm_key *key);
+void ks_ghash_wipe(ks_ghash_key *key);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KS_AESNI_GCM_H */

@@ -1,0 +1,65 @@
+"""``keystream-server``: run the Keystream service and, later, its server-side admin commands.
+
+Exit codes (stable; scripts may rely on them):
+
+====  ===========================================================================================
+ 0    success (``serve``: a normal shutdown)
+ 2    usage error: bad flags or arguments, bad ``KEYSTREAM_*`` settings, or a start ``serve`` refuses
+      (master key open to other users or not matching the keystore, a keystore from a newer release)
+====  ===========================================================================================
+
+Each command lives in a module of its own that exposes ``add_parser(commands)``; the parser registers the
+modules listed in :data:`COMMANDS`, so a new command (``keystore copy``, ``audit verify``) is one module plus
+one line here. The client commands (keys, tokens, encrypt, decrypt) are the ``keystream`` command of the
+separate ``keystream-client`` distribution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+from collections.abc import Callable, Sequence
+
+from app.admin import _serve
+from app.admin._common import EXIT_OK, EXIT_USAGE, PROG, UsageError, error
+
+#: The command modules, in ``--help`` order; each has ``add_parser(commands)``.
+COMMANDS = (_serve,)
+
+__all__ = ["COMMANDS", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("keystream")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``keystream-server`` argument parser (every command has ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Keystream server: run the AES-CTR encryption service. Clients use the `keystream` "
+        "command of the keystream-client distribution.",
+        epilog="exit codes: 0 ok, 2 usage, bad settings or a refused start",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMANDS:
+        module.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``keystream-server`` command line; returns the exit code (see the module docstring)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except UsageError as exc:
+        parser.print_usage(sys.stderr)
+        error(str(exc))
+        return EXIT_USAGE

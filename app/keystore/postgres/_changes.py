@@ -1,0 +1,157 @@
+"""The change log: an ordered record of every change to a key or token, for keeping caches coherent.
+
+Every mutating keystore method calls :func:`append_change` as the last statement of its own transaction, so
+a change and its log row commit together or not at all. A replica remembers the last sequence number it has
+applied and asks :func:`changes_since` for what came after.
+
+Sequence numbers come from a ``bigserial``, and a plain sequence can commit out of order: a transaction that
+took number 11 may commit after one that took 12, and a reader that saw 12 would skip 11 for ever. So
+:func:`append_change` first takes a transaction-level advisory lock (:data:`CHANGE_LOCK`, released at commit
+or rollback): appends are serialized, each number is taken only after every smaller one has committed (or
+rolled back), and a reader that has seen number *n* has seen everything below it. Writes to the keystore
+(key management, not encryption) are rare, and the lock is held only from the append to the commit.
+
+:func:`trim_changes` drops old rows and remembers the highest number it removed, so a replica that fell
+behind the trimmed part is told (``trimmed=True``) to drop its caches instead of missing changes silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, NamedTuple
+
+from app.errors import BadRequestError
+
+from ..base import utc_now
+from ..checks import check_integer
+
+if TYPE_CHECKING:
+    from ._database import Connection
+
+__all__ = [
+    "CHANGE_KINDS",
+    "CHANGE_LOCK",
+    "Change",
+    "ChangeBatch",
+    "append_change",
+    "changes_since",
+    "trim_changes",
+]
+
+#: What a change did; ``key_*`` rows name a key, ``token_*`` rows a token id.
+CHANGE_KINDS: tuple[str, ...] = (
+    "key_created",
+    "key_imported",
+    "key_rotated",
+    "key_updated",
+    "key_deleted",
+    "token_created",
+    "token_deleted",
+)
+#: ``pg_advisory_xact_lock`` key that serializes appends ("kschange" as a big-endian 64-bit number).
+CHANGE_LOCK = int.from_bytes(b"kschange", "big") >> 1
+#: Most changes :func:`changes_since` returns at once.
+MAX_CHANGES_PER_CALL = 10_000
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change: its sequence number, what happened, to which key or token, and when (UTC)."""
+
+    seq: int
+    kind: str
+    key_name: str | None
+    token_id: str | None
+    at: datetime
+
+
+class ChangeBatch(NamedTuple):
+    """What :func:`changes_since` returns; unpacks as ``changes, latest, trimmed``.
+
+    ``latest`` is the number to ask from next time. ``trimmed`` is true when changes after the number asked
+    for may be missing (the log was trimmed past it, or the database is behind it, e.g. restored from a
+    backup): the caller must then drop every cache and continue from ``latest``; ``changes`` is empty.
+    """
+
+    changes: list[Change]
+    latest: int
+    trimmed: bool
+
+
+def append_change(
+    conn: Connection, kind: str, *, key_name: str | None = None, token_id: str | None = None
+) -> int:
+    """Append one change row in the caller's transaction and return its sequence number.
+
+    Call it last, just before the transaction commits: it holds :data:`CHANGE_LOCK` until then.
+    """
+    if kind not in CHANGE_KINDS:
+        raise ValueError(f"unknown change kind {kind!r}; allowed: {', '.join(CHANGE_KINDS)}")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
+    row = conn.execute(
+        "INSERT INTO key_changes (kind, key_name, token_id, at) VALUES (%s, %s, %s, %s) RETURNING seq",
+        (kind, key_name, token_id, utc_now()),
+    ).fetchone()
+    assert row is not None  # INSERT ... RETURNING always returns the row
+    return int(row[0])
+
+
+def changes_since(conn: Connection, seq: int, limit: int = MAX_CHANGES_PER_CALL) -> ChangeBatch:
+    """The changes after ``seq`` in order (at most ``limit``), read in one snapshot.
+
+    Raises:
+        BadRequestError: ``seq`` is not an int >= 0, or ``limit`` not an int >= 1.
+    """
+    check_integer("seq", seq)
+    check_integer("limit", limit)
+    if seq < 0 or limit < 1:
+        raise BadRequestError(f"seq must be >= 0 and limit >= 1, got seq={seq}, limit={limit}")
+    rows = conn.execute(
+        """WITH state AS (
+               SELECT (SELECT through FROM key_changes_trimmed) AS trimmed_through,
+                      (SELECT coalesce(max(seq), 0) FROM key_changes) AS newest
+           ), wanted AS (
+               SELECT seq, kind, key_name, token_id, at FROM key_changes WHERE seq > %s ORDER BY seq LIMIT %s
+           )
+           SELECT state.trimmed_through, state.newest, wanted.seq, wanted.kind, wanted.key_name,
+                  wanted.token_id, wanted.at
+           FROM state LEFT JOIN wanted ON true ORDER BY wanted.seq""",
+        (seq, limit),
+    ).fetchall()
+    trimmed_through, newest = int(rows[0][0]), int(rows[0][1])
+    head = max(trimmed_through, newest)
+    if seq < trimmed_through or seq > head:
+        return ChangeBatch([], head, True)
+    changes = [
+        Change(int(row[2]), row[3], row[4], row[5], row[6].astimezone(UTC))
+        for row in rows
+        if row[2] is not None
+    ]
+    return ChangeBatch(changes, changes[-1].seq if changes else seq, False)
+
+
+def trim_changes(conn: Connection, keep: int) -> int:
+    """Delete all but the newest ``keep`` changes (in the caller's transaction); return how many went.
+
+    Raises:
+        BadRequestError: ``keep`` is not an int >= 0.
+    """
+    check_integer("keep", keep)
+    if keep < 0:
+        raise BadRequestError(f"keep must be >= 0, got {keep}")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
+    row = conn.execute(
+        """WITH cut AS (
+               SELECT seq FROM key_changes ORDER BY seq DESC OFFSET %s
+           ), removed AS (
+               DELETE FROM key_changes WHERE seq IN (SELECT seq FROM cut) RETURNING seq
+           )
+           SELECT count(*), coalesce(max(seq), 0) FROM removed""",
+        (keep,),
+    ).fetchone()
+    assert row is not None  # an aggregate always returns one row
+    count, highest = int(row[0]), int(row[1])
+    if count:
+        conn.execute("UPDATE key_changes_trimmed SET through = greatest(through, %s)", (highest,))
+    return count

@@ -1,0 +1,197 @@
+"""SQL for keys and their versions. Each function runs on a connection the caller has put in a transaction.
+
+Concurrency is left to PostgreSQL:
+
+* creation is ``INSERT ... ON CONFLICT DO NOTHING``: of two transactions inserting one name, the second waits
+  for the first and then inserts nothing (the caller's ``KeyExistsError``), or proceeds if the first rolled
+  back;
+* every read-modify-write (rotate, update, delete) starts with ``SELECT ... FOR UPDATE`` on the key's row, so
+  two replicas rotating one key queue on the row lock and get two distinct versions, and a policy update
+  never overwrites a change it did not see;
+* a key with its versions is read by one statement, so it is one snapshot even outside a transaction.
+
+Material is wrapped and unwrapped by the caller (:mod:`app.keystore.master`); only wrapped blobs pass here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from app.errors import KeyNotFoundError
+
+from ..base import KeyInfo, KeyVersionInfo, utc_now
+
+if TYPE_CHECKING:
+    from ._database import Connection
+
+__all__ = [
+    "LockedKey",
+    "delete_key",
+    "insert_key",
+    "insert_version",
+    "lock_key",
+    "new_info",
+    "read_key",
+    "read_keys",
+    "read_wrapped",
+    "update_policy",
+]
+
+_INFO_SELECT = """
+    SELECT k.name, k.key_type, k.segment_size, k.deletion_allowed, k.min_decryption_version, k.latest_version,
+           k.imported, k.created_at, k.updated_at,
+           array_agg(v.version ORDER BY v.version), array_agg(v.created_at ORDER BY v.version)
+    FROM keys k JOIN key_versions v ON v.key_name = k.name
+"""
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC)
+
+
+def _info(row: Sequence[Any]) -> KeyInfo:
+    name, key_type, segment_size, deletion_allowed, min_dv, latest, imported, created, updated = row[:9]
+    numbers, times = row[9], row[10]
+    return KeyInfo(
+        name=name,
+        key_type=key_type,
+        segment_size=int(segment_size),
+        deletion_allowed=bool(deletion_allowed),
+        min_decryption_version=int(min_dv),
+        latest_version=int(latest),
+        imported=bool(imported),
+        created_at=_utc(created),
+        updated_at=_utc(updated),
+        versions=tuple(KeyVersionInfo(int(n), _utc(t)) for n, t in zip(numbers, times, strict=True)),
+    )
+
+
+def new_info(name: str, key_type: str, segment_size: int, deletion_allowed: bool, imported: bool) -> KeyInfo:
+    """The metadata of a key about to be created: version 1, created now."""
+    now = utc_now()
+    return KeyInfo(
+        name=name,
+        key_type=key_type,
+        segment_size=segment_size,
+        deletion_allowed=deletion_allowed,
+        min_decryption_version=1,
+        latest_version=1,
+        imported=imported,
+        created_at=now,
+        updated_at=now,
+        versions=(KeyVersionInfo(1, now),),
+    )
+
+
+def read_key(conn: Connection, name: str) -> KeyInfo:
+    """Key ``name`` with its versions.
+
+    Raises:
+        KeyNotFoundError: no such key.
+    """
+    row = conn.execute(_INFO_SELECT + " WHERE k.name = %s GROUP BY k.name", (name,)).fetchone()
+    if row is None:
+        raise KeyNotFoundError(f"key {name!r} not found")
+    return _info(row)
+
+
+def read_keys(conn: Connection) -> list[KeyInfo]:
+    """Every key, ordered by name (``COLLATE "C"``: byte order, as SQLite sorts)."""
+    rows = conn.execute(_INFO_SELECT + ' GROUP BY k.name ORDER BY k.name COLLATE "C"').fetchall()
+    return [_info(row) for row in rows]
+
+
+def insert_key(
+    conn: Connection,
+    info: KeyInfo,
+    wrapped: bytes,
+) -> bool:
+    """Insert ``info`` (version 1 only) with its wrapped material; False when the name is taken."""
+    row = conn.execute(
+        "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+        "latest_version, imported, created_at, updated_at) VALUES (%s, %s, %s, %s, 1, 1, %s, %s, %s) "
+        "ON CONFLICT (name) DO NOTHING RETURNING name",
+        (
+            info.name,
+            info.key_type,
+            info.segment_size,
+            info.deletion_allowed,
+            info.imported,
+            info.created_at,
+            info.updated_at,
+        ),
+    ).fetchone()
+    if row is None:
+        return False
+    insert_version(conn, info.name, 1, wrapped, info.created_at)
+    return True
+
+
+class LockedKey:
+    """The row of a key locked ``FOR UPDATE`` until the transaction ends."""
+
+    __slots__ = ("deletion_allowed", "key_type", "latest_version", "min_decryption_version", "name")
+
+    def __init__(self, row: Sequence[Any]) -> None:
+        self.name: str = row[0]
+        self.key_type: str = row[1]
+        self.latest_version = int(row[2])
+        self.min_decryption_version = int(row[3])
+        self.deletion_allowed = bool(row[4])
+
+
+def lock_key(conn: Connection, name: str) -> LockedKey:
+    """Lock key ``name``'s row for the rest of the transaction and return it.
+
+    Raises:
+        KeyNotFoundError: no such key.
+    """
+    row = conn.execute(
+        "SELECT name, key_type, latest_version, min_decryption_version, deletion_allowed FROM keys "
+        "WHERE name = %s FOR UPDATE",
+        (name,),
+    ).fetchone()
+    if row is None:
+        raise KeyNotFoundError(f"key {name!r} not found")
+    return LockedKey(row)
+
+
+def insert_version(conn: Connection, name: str, version: int, wrapped: bytes, now: datetime) -> None:
+    """Add version ``version`` and make it the key's latest (the caller holds the row lock)."""
+    conn.execute(
+        "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (%s, %s, %s, %s)",
+        (name, version, wrapped, now),
+    )
+    conn.execute(
+        "UPDATE keys SET latest_version = %s, updated_at = %s WHERE name = %s AND latest_version < %s",
+        (version, now, name, version),
+    )
+
+
+def update_policy(
+    conn: Connection, name: str, min_decryption_version: int, deletion_allowed: bool, now: datetime
+) -> None:
+    """Set the key's policy fields (the caller holds the row lock and has checked the values)."""
+    conn.execute(
+        "UPDATE keys SET min_decryption_version = %s, deletion_allowed = %s, updated_at = %s WHERE name = %s",
+        (min_decryption_version, deletion_allowed, now, name),
+    )
+
+
+def delete_key(conn: Connection, name: str) -> None:
+    """Delete the key and (by cascade) its versions."""
+    conn.execute("DELETE FROM keys WHERE name = %s", (name,))
+
+
+def read_wrapped(conn: Connection, name: str, version: int) -> tuple[bytes | None, int] | None:
+    """``(wrapped or None, latest_version)`` of a key version in one statement; None if no such key."""
+    row = conn.execute(
+        "SELECT v.wrapped, k.latest_version FROM keys k "
+        "LEFT JOIN key_versions v ON v.key_name = k.name AND v.version = %s WHERE k.name = %s",
+        (version, name),
+    ).fetchone()
+    if row is None:
+        return None
+    return (bytes(row[0]) if row[0] is not None else None), int(row[1])

@@ -1,0 +1,159 @@
+"""The PostgreSQL keystore's schema: versioned migrations, applied once under an advisory lock.
+
+:func:`migrate` runs in one transaction that first takes a transaction-level advisory lock
+(:data:`MIGRATION_LOCK`), so N replicas starting together queue on it: the first applies the missing
+migrations and commits, the others then find the schema current and change nothing. PostgreSQL's DDL is
+transactional, so a failed migration leaves no trace. The ``schema_version`` table records every migration
+applied; a database whose newest version is above what this release knows is refused
+(:class:`~app.keystore.sqlite.KeystoreSchemaError`), as the SQLite keystore does.
+
+The same transaction checks the master key against the check value stored in ``meta`` (written by the first
+replica), so a replica started with another master key refuses to start before it can write anything.
+
+Schema version 1 includes the change log ``key_changes``: one row per change to a key or token, appended in
+the change's own transaction (see :mod:`._changes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..base import utc_now
+from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
+from ..master import MasterKeyError, make_master_key_check, master_key_matches
+from ..sqlite import KeystoreSchemaError, Migration
+from ._changes import CHANGE_KINDS
+
+if TYPE_CHECKING:
+    from ._database import Connection
+
+__all__ = ["MASTER_CHECK", "MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate", "schema_version"]
+
+#: ``pg_advisory_xact_lock`` key held while migrating ("keystrea" as a big-endian 64-bit number).
+MIGRATION_LOCK = int.from_bytes(b"keystrea", "big") >> 1
+#: Name of the master-key check value in ``meta``.
+MASTER_CHECK = "master_key_check"
+
+_KEY_TYPES_SQL = ", ".join(f"'{key_type}'" for key_type in KEY_TYPES)
+_KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "keys, wrapped key versions, token hashes, keystore metadata, change log",
+        (
+            """CREATE TABLE schema_version (
+                version     integer PRIMARY KEY,
+                description text NOT NULL,
+                applied_at  timestamptz NOT NULL
+            )""",
+            """CREATE TABLE meta (
+                name  text PRIMARY KEY,
+                value bytea NOT NULL
+            )""",
+            f"""CREATE TABLE keys (
+                name                   text PRIMARY KEY,
+                key_type               text NOT NULL CHECK (key_type IN ({_KEY_TYPES_SQL})),
+                segment_size           integer NOT NULL
+                                       CHECK (segment_size BETWEEN {MIN_SEGMENT_SIZE} AND {MAX_SEGMENT_SIZE}),
+                deletion_allowed       boolean NOT NULL,
+                min_decryption_version integer NOT NULL CHECK (min_decryption_version >= 1),
+                latest_version         integer NOT NULL CHECK (latest_version >= min_decryption_version),
+                imported               boolean NOT NULL,
+                created_at             timestamptz NOT NULL,
+                updated_at             timestamptz NOT NULL
+            )""",
+            """CREATE TABLE key_versions (
+                key_name   text NOT NULL REFERENCES keys (name) ON DELETE CASCADE,
+                version    integer NOT NULL CHECK (version >= 1),
+                wrapped    bytea NOT NULL,
+                created_at timestamptz NOT NULL,
+                PRIMARY KEY (key_name, version)
+            )""",
+            """CREATE TABLE tokens (
+                token_id     text PRIMARY KEY,
+                secret_hash  bytea NOT NULL,
+                scopes       text[] NOT NULL,
+                key_patterns text[] NOT NULL,
+                description  text NOT NULL,
+                created_at   timestamptz NOT NULL
+            )""",
+            f"""CREATE TABLE key_changes (
+                seq      bigserial PRIMARY KEY,
+                kind     text NOT NULL CHECK (kind IN ({_KINDS_SQL})),
+                key_name text,
+                token_id text,
+                at       timestamptz NOT NULL,
+                CHECK ((key_name IS NULL) <> (token_id IS NULL))
+            )""",
+            # Highest sequence number removed by trimming (0: nothing trimmed yet). One row.
+            """CREATE TABLE key_changes_trimmed (
+                one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+                through bigint NOT NULL
+            )""",
+            "INSERT INTO key_changes_trimmed (through) VALUES (0)",
+        ),
+    ),
+)
+#: The schema version this code writes and expects.
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def schema_version(conn: Connection) -> int:
+    """The newest migration recorded in the database (0 for an empty database)."""
+    row = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+    if row is None or not row[0]:
+        return 0
+    latest = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()
+    return int(latest[0]) if latest else 0
+
+
+def migrate(conn: Connection, master_key: bytes, description: str, migrations: Sequence[Migration]) -> int:
+    """Bring the schema to the last of ``migrations`` and check (or store) the master key; return the version.
+
+    Args:
+        conn: an autocommit connection; the work runs in one transaction on it.
+        master_key: the 32-byte master key.
+        description: the database, for messages (never the URL).
+        migrations: the steps, in version order.
+
+    Raises:
+        KeystoreSchemaError: the database has a newer schema than ``migrations`` know.
+        MasterKeyError: the database was created with another master key.
+    """
+    latest = migrations[-1].version if migrations else 0
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        current = schema_version(conn)
+        if current > latest:
+            raise KeystoreSchemaError(
+                f"keystore {description} has schema version {current}, newer than this release supports "
+                f"({latest}); upgrade Keystream"
+            )
+        for migration in migrations:
+            if migration.version <= current:
+                continue
+            for statement in migration.statements:
+                conn.execute(statement.encode())
+            conn.execute(
+                "INSERT INTO schema_version (version, description, applied_at) VALUES (%s, %s, %s)",
+                (migration.version, migration.description, utc_now()),
+            )
+            current = migration.version
+        _check_master_key(conn, master_key, description)
+    return current
+
+
+def _check_master_key(conn: Connection, master_key: bytes, description: str) -> None:
+    row: Any = conn.execute("SELECT value FROM meta WHERE name = %s", (MASTER_CHECK,)).fetchone()
+    if row is None:
+        conn.execute(
+            "INSERT INTO meta (name, value) VALUES (%s, %s)",
+            (MASTER_CHECK, make_master_key_check(master_key)),
+        )
+    elif not master_key_matches(master_key, bytes(row[0])):
+        raise MasterKeyError(
+            f"the master key does not match keystore {description}: it was created with another master key. "
+            "Give every replica the same KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE"
+        )

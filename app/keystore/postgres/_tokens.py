@@ -1,0 +1,67 @@
+"""SQL for API tokens. Only the hash of a token's secret is stored (the caller hashes it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+from ..base import TokenRecord
+
+if TYPE_CHECKING:
+    from ._database import Connection
+
+__all__ = ["count_tokens", "delete_token", "insert_token", "read_token", "read_tokens"]
+
+_SELECT = "SELECT token_id, secret_hash, scopes, key_patterns, description, created_at FROM tokens"
+
+
+def _record(row: Sequence[Any]) -> TokenRecord:
+    token_id, secret_hash, scopes, patterns, description, created = row
+    return TokenRecord(
+        token_id=token_id,
+        secret_hash=bytes(secret_hash),
+        scopes=tuple(scopes),
+        key_patterns=tuple(patterns),
+        description=description,
+        created_at=created.astimezone(UTC),
+    )
+
+
+def insert_token(conn: Connection, record: TokenRecord) -> bool:
+    """Insert a checked ``record``; False when its id is taken."""
+    row = conn.execute(
+        "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
+        (
+            record.token_id,
+            record.secret_hash,
+            list(record.scopes),
+            list(record.key_patterns),
+            record.description,
+            record.created_at,
+        ),
+    ).fetchone()
+    return row is not None
+
+
+def read_token(conn: Connection, token_id: str) -> TokenRecord | None:
+    """The token ``token_id``, or None."""
+    row = conn.execute(_SELECT + " WHERE token_id = %s", (token_id,)).fetchone()
+    return _record(row) if row is not None else None
+
+
+def read_tokens(conn: Connection) -> list[TokenRecord]:
+    """Every token, oldest first (ties by id, in byte order)."""
+    return [_record(row) for row in conn.execute(_SELECT + ' ORDER BY created_at, token_id COLLATE "C"')]
+
+
+def delete_token(conn: Connection, token_id: str) -> bool:
+    """Delete the token; False when there was none."""
+    return conn.execute("DELETE FROM tokens WHERE token_id = %s", (token_id,)).rowcount == 1
+
+
+def count_tokens(conn: Connection) -> int:
+    """How many tokens are stored."""
+    row = conn.execute("SELECT count(*) FROM tokens").fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,293 @@
+"""The PostgreSQL keystore: one database shared by every replica of the service.
+
+Validation, wrapping and errors are the SQLite keystore's (the ``check_*`` functions of
+:mod:`app.keystore.base`, :mod:`app.keystore.master`); what differs is where the rows live and who
+serializes writers: PostgreSQL's row locks (:mod:`._keys`), not a file lock. Every change is one transaction
+that also appends to the change log (:mod:`._changes`). Connection loss becomes
+:class:`~app.keystore.errors.KeystoreUnavailableError` and heals by itself (:mod:`._database`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from app.core.database_url import check_database_url
+from app.errors import (
+    ConflictError,
+    DeletionNotAllowedError,
+    KeyExistsError,
+    KeyNotFoundError,
+    KeyVersionNotFoundError,
+    TokenNotFoundError,
+)
+
+from ..base import KeyInfo, KeyStore, TokenRecord, utc_now
+from ..checks import (
+    DEFAULT_SEGMENT_SIZE,
+    KEY_TYPES,
+    check_bool,
+    check_integer,
+    check_key_name,
+    check_key_type,
+    check_min_decryption_version,
+    check_segment_size,
+    check_token_id,
+    check_token_record,
+    key_type_for_material,
+)
+from ..master import check_master_key, unwrap_key_material, wrap_key_material
+from ..sqlite import Migration
+from . import _changes, _keys, _schema, _tokens
+from ._changes import ChangeBatch
+from ._database import Database
+
+if TYPE_CHECKING:
+    from ._database import Connection
+
+__all__ = ["PostgresKeyStore"]
+
+
+class PostgresKeyStore(KeyStore):
+    """A :class:`~app.keystore.base.KeyStore` in a PostgreSQL database (psycopg 3, a psycopg_pool pool).
+
+    Opening migrates the schema (once, under an advisory lock, whatever the number of replicas starting) and
+    checks the master key against the database's check value.
+
+    Args:
+        url: ``postgresql://user:password@host:port/database``; it never appears in a log, error or repr.
+        master_key: 32 bytes; wraps every stored key version. Every replica needs the same one.
+        pool_size: most connections this store opens at once.
+        wait_timeout: seconds a call waits for a free connection before ``KeystoreUnavailableError``.
+        connect_timeout: seconds one connection attempt may take.
+        migrations: the schema steps to apply (tests pass extra ones).
+
+    Raises:
+        ValueError: ``url`` is not a PostgreSQL URL.
+        MasterKeyError: ``master_key`` is not 32 bytes, or the database was created with another one.
+        KeystoreSchemaError: the database comes from a newer release.
+        KeystoreUnavailableError: the database cannot be reached, or psycopg is not installed.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        master_key: bytes,
+        *,
+        pool_size: int = 8,
+        wait_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+        migrations: Sequence[Migration] = _schema.MIGRATIONS,
+    ) -> None:
+        self._master_key = check_master_key(master_key)
+        check_database_url(url)
+        # Migrations run on a connection of their own while the pool fills in the background: an unreachable
+        # database fails the start at once, with the reason, instead of after the pool's retries.
+        self._database = Database(
+            url, pool_size=pool_size, wait_timeout=wait_timeout, connect_timeout=connect_timeout
+        )
+        try:
+            with self._database.connect() as conn:
+                _schema.migrate(conn, self._master_key, self._database.description, migrations)
+        except BaseException:
+            self._database.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"<PostgresKeyStore {self._database.description}>"
+
+    def schema_version(self) -> int:
+        """The schema version of the database."""
+        return self._database.read(_schema.schema_version)
+
+    def close(self) -> None:
+        """See :meth:`KeyStore.close`."""
+        self._database.close()
+
+    # -- keys ---------------------------------------------------------------------------------------------
+
+    def _insert(self, info: KeyInfo, material: bytes) -> KeyInfo:
+        wrapped = wrap_key_material(self._master_key, info.name, 1, material)
+
+        def work(conn: Connection) -> None:
+            if not _keys.insert_key(conn, info, wrapped):
+                raise KeyExistsError(f"key {info.name!r} already exists")
+            kind = "key_imported" if info.imported else "key_created"
+            _changes.append_change(conn, kind, key_name=info.name)
+
+        self._database.write(work)
+        return info
+
+    def create_key(
+        self,
+        name: str,
+        key_type: str = "aes256",
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        deletion_allowed: bool = False,
+    ) -> KeyInfo:
+        """See :meth:`KeyStore.create_key`."""
+        check_key_name(name)
+        check_key_type(key_type)
+        check_segment_size(segment_size)
+        check_bool("deletion_allowed", deletion_allowed)
+        material = secrets.token_bytes(KEY_TYPES[key_type])
+        return self._insert(_keys.new_info(name, key_type, segment_size, deletion_allowed, False), material)
+
+    def import_key(
+        self,
+        name: str,
+        material: bytes,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        deletion_allowed: bool = False,
+    ) -> KeyInfo:
+        """See :meth:`KeyStore.import_key`."""
+        check_key_name(name)
+        key_type, data = key_type_for_material(material)
+        check_segment_size(segment_size)
+        check_bool("deletion_allowed", deletion_allowed)
+        return self._insert(_keys.new_info(name, key_type, segment_size, deletion_allowed, True), data)
+
+    def get_key(self, name: str) -> KeyInfo:
+        """See :meth:`KeyStore.get_key`."""
+        check_key_name(name)
+        return self._database.read(lambda conn: _keys.read_key(conn, name))
+
+    def list_keys(self) -> list[KeyInfo]:
+        """See :meth:`KeyStore.list_keys`."""
+        return self._database.read(_keys.read_keys)
+
+    def rotate_key(self, name: str) -> KeyInfo:
+        """See :meth:`KeyStore.rotate_key`."""
+        check_key_name(name)
+
+        def work(conn: Connection) -> KeyInfo:
+            key = _keys.lock_key(conn, name)
+            version = key.latest_version + 1
+            material = secrets.token_bytes(KEY_TYPES[key.key_type])
+            wrapped = wrap_key_material(self._master_key, name, version, material)
+            _keys.insert_version(conn, name, version, wrapped, utc_now())
+            info = _keys.read_key(conn, name)
+            _changes.append_change(conn, "key_rotated", key_name=name)
+            return info
+
+        return self._database.write(work)
+
+    def update_key(
+        self,
+        name: str,
+        *,
+        min_decryption_version: int | None = None,
+        deletion_allowed: bool | None = None,
+    ) -> KeyInfo:
+        """See :meth:`KeyStore.update_key`."""
+        check_key_name(name)
+        if min_decryption_version is not None:
+            check_integer("min_decryption_version", min_decryption_version)
+        if deletion_allowed is not None:
+            check_bool("deletion_allowed", deletion_allowed)
+        if min_decryption_version is None and deletion_allowed is None:
+            return self.get_key(name)
+
+        def work(conn: Connection) -> KeyInfo:
+            key = _keys.lock_key(conn, name)
+            new_min = key.min_decryption_version if min_decryption_version is None else min_decryption_version
+            check_min_decryption_version(name, new_min, key.latest_version)
+            new_deletion = key.deletion_allowed if deletion_allowed is None else deletion_allowed
+            _keys.update_policy(conn, name, new_min, new_deletion, utc_now())
+            info = _keys.read_key(conn, name)
+            _changes.append_change(conn, "key_updated", key_name=name)
+            return info
+
+        return self._database.write(work)
+
+    def delete_key(self, name: str) -> None:
+        """See :meth:`KeyStore.delete_key`."""
+        check_key_name(name)
+
+        def work(conn: Connection) -> None:
+            if not _keys.lock_key(conn, name).deletion_allowed:
+                raise DeletionNotAllowedError(
+                    f"key {name!r} cannot be deleted: set deletion_allowed to true first"
+                )
+            _keys.delete_key(conn, name)
+            _changes.append_change(conn, "key_deleted", key_name=name)
+
+        self._database.write(work)
+
+    def key_material(self, name: str, version: int) -> bytes:
+        """See :meth:`KeyStore.key_material`."""
+        check_key_name(name)
+        check_integer("key version", version)
+        found = self._database.read(lambda conn: _keys.read_wrapped(conn, name, version))
+        if found is None:
+            raise KeyNotFoundError(f"key {name!r} not found")
+        wrapped, latest = found
+        if wrapped is None:
+            raise KeyVersionNotFoundError(f"key {name!r} has no version {version} (versions 1 to {latest})")
+        return unwrap_key_material(self._master_key, name, version, wrapped)
+
+    # -- tokens -------------------------------------------------------------------------------------------
+
+    def create_token(self, record: TokenRecord) -> None:
+        """See :meth:`KeyStore.create_token`."""
+        checked = check_token_record(record)
+
+        def work(conn: Connection) -> None:
+            if not _tokens.insert_token(conn, checked):
+                raise ConflictError(f"token {checked.token_id!r} already exists")
+            _changes.append_change(conn, "token_created", token_id=checked.token_id)
+
+        self._database.write(work)
+
+    def get_token(self, token_id: str) -> TokenRecord:
+        """See :meth:`KeyStore.get_token`."""
+        check_token_id(token_id)
+        record = self._database.read(lambda conn: _tokens.read_token(conn, token_id))
+        if record is None:
+            raise TokenNotFoundError(f"token {token_id!r} not found")
+        return record
+
+    def list_tokens(self) -> list[TokenRecord]:
+        """See :meth:`KeyStore.list_tokens`."""
+        return self._database.read(_tokens.read_tokens)
+
+    def delete_token(self, token_id: str) -> None:
+        """See :meth:`KeyStore.delete_token`."""
+        check_token_id(token_id)
+
+        def work(conn: Connection) -> None:
+            if not _tokens.delete_token(conn, token_id):
+                raise TokenNotFoundError(f"token {token_id!r} not found")
+            _changes.append_change(conn, "token_deleted", token_id=token_id)
+
+        self._database.write(work)
+
+    def count_tokens(self) -> int:
+        """See :meth:`KeyStore.count_tokens`."""
+        return self._database.read(_tokens.count_tokens)
+
+    # -- change log ---------------------------------------------------------------------------------------
+
+    def changes_since(self, seq: int, limit: int = _changes.MAX_CHANGES_PER_CALL) -> ChangeBatch:
+        """The changes to keys and tokens after sequence number ``seq``, oldest first (at most ``limit``).
+
+        Returns:
+            ``(changes, latest, trimmed)``: see :class:`~._changes.ChangeBatch`. Start with ``seq=0``.
+
+        Raises:
+            BadRequestError: ``seq`` is not an int >= 0 or ``limit`` not an int >= 1.
+            KeystoreUnavailableError: the database cannot serve now.
+        """
+        return self._database.read(lambda conn: _changes.changes_since(conn, seq, limit))
+
+    def trim_changes(self, keep: int) -> int:
+        """Delete all but the newest ``keep`` change-log rows; return how many were deleted.
+
+        A replica whose last applied number is below the trimmed part then gets ``trimmed=True``.
+
+        Raises:
+            BadRequestError: ``keep`` is not an int >= 0.
+            KeystoreUnavailableError: the database cannot serve now.
+        """
+        return self._database.write(lambda conn: _changes.trim_changes(conn, keep))

@@ -1,0 +1,283 @@
+"""The asyncio Keystream client, :class:`AsyncKeystreamClient`: the sync client's methods, awaitable."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from keystream_client import _transport as transport
+from keystream_client._base import DEFAULT_CHUNK_SIZE, BaseClient, mapped_errors
+from keystream_client._calls import (
+    Call,
+    batch_call,
+    configure_key_call,
+    create_key_call,
+    create_token_call,
+    import_key_call,
+    quote,
+)
+from keystream_client._errors import MAX_ERROR_BODY, api_error
+from keystream_client._models import (
+    BatchItem,
+    BatchResult,
+    CipherResult,
+    Key,
+    NewToken,
+    Token,
+    TransferResult,
+    parse_batch,
+    parse_key,
+    parse_keys,
+    parse_new_token,
+    parse_tokens,
+)
+from keystream_client._options import CryptoOptions
+from keystream_client._sources import Source, chunk_reader
+from keystream_client._streams import Destination, StreamBase, check_lengths, open_partial
+
+
+class AsyncCipherStream(StreamBase):
+    """A streaming encrypt/decrypt response (async); ``async for chunk in stream``."""
+
+    def __init__(
+        self,
+        call: transport.DuplexCall,
+        head: transport.ResponseHead,
+        options: CryptoOptions,
+        sent: Callable[[], int],
+    ) -> None:
+        super().__init__(head, options, sent)
+        self._call = call
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        """Response chunks as they arrive.
+
+        Raises:
+            KeystreamStreamError: the stream was cut short or, for raw, lengths differ.
+        """
+        with mapped_errors():
+            while chunk := await self._call.read_chunk():
+                self.bytes_received += len(chunk)
+                yield chunk
+        check_lengths(self._options, self.bytes_sent, self.bytes_received)
+
+    async def read(self) -> bytes:
+        """The whole remaining response in memory.
+
+        Raises:
+            KeystreamStreamError: as iteration.
+        """
+        return b"".join([chunk async for chunk in self])
+
+
+class AsyncKeystreamClient(BaseClient):
+    """Asyncio client with the same methods as :class:`KeystreamClient`, awaitable.
+
+    Arguments and errors as :class:`KeystreamClient`; ``transport`` is an ``httpx.AsyncBaseTransport``.
+    Sources may also be async iterables of bytes; sync files are read in a worker thread.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        stream_timeout: float = 120.0,
+        verify: bool | str | ssl.SSLContext = True,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            token,
+            timeout=timeout,
+            stream_timeout=stream_timeout,
+            verify=verify,
+            chunk_size=chunk_size,
+        )
+        self._http = httpx.AsyncClient(transport=transport, **self._httpx_options())
+
+    async def __aenter__(self) -> AsyncKeystreamClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _send(self, call: Call) -> Any:
+        with mapped_errors():
+            response = await self._http.request(call.method, call.path, json=call.json)
+        return self._result(response, call)
+
+    async def create_key(
+        self,
+        name: str,
+        *,
+        key_type: str = "aes256",
+        segment_size: int | None = None,
+        deletion_allowed: bool = False,
+    ) -> Key:
+        """As :meth:`KeystreamClient.create_key`."""
+        return parse_key(await self._send(create_key_call(name, key_type, segment_size, deletion_allowed)))
+
+    async def import_key(
+        self, name: str, material: bytes, *, segment_size: int | None = None, deletion_allowed: bool = False
+    ) -> Key:
+        """As :meth:`KeystreamClient.import_key`."""
+        return parse_key(await self._send(import_key_call(name, material, segment_size, deletion_allowed)))
+
+    async def list_keys(self) -> list[Key]:
+        """As :meth:`KeystreamClient.list_keys`."""
+        return parse_keys(await self._send(Call("GET", "/v1/keys")))
+
+    async def get_key(self, name: str) -> Key:
+        """As :meth:`KeystreamClient.get_key`."""
+        return parse_key(await self._send(Call("GET", f"/v1/keys/{quote(name)}")))
+
+    async def rotate_key(self, name: str) -> Key:
+        """As :meth:`KeystreamClient.rotate_key`."""
+        return parse_key(await self._send(Call("POST", f"/v1/keys/{quote(name)}/rotate")))
+
+    async def configure_key(
+        self, name: str, *, min_decryption_version: int | None = None, deletion_allowed: bool | None = None
+    ) -> Key:
+        """As :meth:`KeystreamClient.configure_key`."""
+        return parse_key(await self._send(configure_key_call(name, min_decryption_version, deletion_allowed)))
+
+    async def delete_key(self, name: str) -> None:
+        """As :meth:`KeystreamClient.delete_key`."""
+        await self._send(Call("DELETE", f"/v1/keys/{quote(name)}", expect_json=False))
+
+    async def create_token(
+        self, scopes: Sequence[str], key_patterns: Sequence[str] = ("*",), description: str = ""
+    ) -> NewToken:
+        """As :meth:`KeystreamClient.create_token`."""
+        return parse_new_token(await self._send(create_token_call(scopes, key_patterns, description)))
+
+    async def list_tokens(self) -> list[Token]:
+        """As :meth:`KeystreamClient.list_tokens`."""
+        return parse_tokens(await self._send(Call("GET", "/v1/tokens")))
+
+    async def delete_token(self, token_id: str) -> None:
+        """As :meth:`KeystreamClient.delete_token`."""
+        await self._send(Call("DELETE", f"/v1/tokens/{quote(token_id)}", expect_json=False))
+
+    async def backends(self) -> Any:
+        """As :meth:`KeystreamClient.backends`."""
+        return await self._send(Call("GET", "/v1/backends"))
+
+    async def health(self) -> bool:
+        """As :meth:`KeystreamClient.health`."""
+        with mapped_errors():
+            return (await self._http.get("/healthz")).is_success
+
+    async def encrypt_batch(
+        self,
+        key: str,
+        items: Sequence[BatchItem | bytes],
+        *,
+        key_version: int | None = None,
+        backend: str | None = None,
+    ) -> list[BatchResult]:
+        """As :meth:`KeystreamClient.encrypt_batch`."""
+        return parse_batch(
+            await self._send(batch_call(key, "encrypt", items, key_version, backend)), "ciphertext"
+        )
+
+    async def decrypt_batch(
+        self,
+        key: str,
+        items: Sequence[BatchItem | bytes],
+        *,
+        key_version: int | None = None,
+        backend: str | None = None,
+    ) -> list[BatchResult]:
+        """As :meth:`KeystreamClient.decrypt_batch`."""
+        return parse_batch(
+            await self._send(batch_call(key, "decrypt", items, key_version, backend)), "plaintext"
+        )
+
+    def encrypt_stream(
+        self, key: str, source: Source, **options: Any
+    ) -> contextlib.AbstractAsyncContextManager[AsyncCipherStream]:
+        """As :meth:`KeystreamClient.encrypt_stream`, as an async context manager."""
+        return self._open("encrypt", key, source, options)
+
+    def decrypt_stream(
+        self, key: str, source: Source, **options: Any
+    ) -> contextlib.AbstractAsyncContextManager[AsyncCipherStream]:
+        """As :meth:`KeystreamClient.decrypt_stream`, as an async context manager."""
+        return self._open("decrypt", key, source, options)
+
+    async def encrypt(self, key: str, data: bytes, **options: Any) -> CipherResult:
+        """As :meth:`KeystreamClient.encrypt`."""
+        async with self.encrypt_stream(key, data, **options) as stream:
+            output = await stream.read()
+            return CipherResult(output, stream.key_version, stream.iv, stream.result().format)
+
+    async def decrypt(self, key: str, data: bytes, **options: Any) -> CipherResult:
+        """As :meth:`KeystreamClient.decrypt`."""
+        async with self.decrypt_stream(key, data, **options) as stream:
+            output = await stream.read()
+            return CipherResult(output, stream.key_version, stream.iv, stream.result().format)
+
+    async def encrypt_file(
+        self, key: str, source: Source, destination: Destination, **options: Any
+    ) -> TransferResult:
+        """As :meth:`KeystreamClient.encrypt_file` (file writes run in a worker thread)."""
+        return await self._transfer("encrypt", key, source, destination, options)
+
+    async def decrypt_file(
+        self, key: str, source: Source, destination: Destination, **options: Any
+    ) -> TransferResult:
+        """As :meth:`KeystreamClient.decrypt_file` (file writes run in a worker thread)."""
+        return await self._transfer("decrypt", key, source, destination, options)
+
+    async def _transfer(
+        self, operation: str, key: str, source: Source, destination: Destination, options: dict[str, Any]
+    ) -> TransferResult:
+        if isinstance(destination, str | os.PathLike):
+            final = Path(destination)
+            partial, out = await asyncio.to_thread(open_partial, final)
+            try:
+                try:
+                    result = await self._transfer(operation, key, source, out, options)
+                finally:
+                    await asyncio.to_thread(out.close)
+                os.replace(partial, final)
+            except BaseException:
+                partial.unlink(missing_ok=True)
+                raise
+            return result
+        async with self._open(operation, key, source, options) as stream:
+            async for chunk in stream:
+                await asyncio.to_thread(destination.write, chunk)
+            return stream.result()
+
+    @contextlib.asynccontextmanager
+    async def _open(
+        self, operation: str, key: str, source: Source, options: dict[str, Any]
+    ) -> AsyncIterator[AsyncCipherStream]:
+        on_progress = options.pop("on_progress", None)
+        crypto = CryptoOptions.from_kwargs(options)
+        with chunk_reader(source, self._chunk_size, on_progress, async_client=True) as (reader, length, sent):
+            call = self._duplex(operation, key, crypto, reader, length)
+            try:
+                with mapped_errors():
+                    head = await call.start()
+                    if head.status >= 400:
+                        raise api_error(head.status, await call.read_all(MAX_ERROR_BODY))
+                yield AsyncCipherStream(call, head, crypto, sent)
+            finally:
+                await call.aclose()

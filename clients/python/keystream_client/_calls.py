@@ -1,0 +1,82 @@
+"""The JSON requests of the Keystream API as data: method, path and body of each call, built once for the
+sync and the async client."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote as _url_quote
+
+import httpx
+
+from keystream_client._models import BatchItem, b64
+
+
+def quote(segment: str) -> str:
+    """``segment`` percent-encoded for one URL path segment."""
+    return _url_quote(segment, safe="")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One JSON request; ``expect_json`` is false for calls answered with an empty body."""
+
+    method: str
+    path: str
+    json: Any = None
+    expect_json: bool = True
+
+
+def create_key_call(name: str, key_type: str, segment_size: int | None, deletion_allowed: bool) -> Call:
+    body: dict[str, Any] = {"name": name, "type": key_type, "deletion_allowed": deletion_allowed}
+    if segment_size is not None:
+        body["segment_size"] = segment_size
+    return Call("POST", "/v1/keys", body)
+
+
+def import_key_call(name: str, material: bytes, segment_size: int | None, deletion_allowed: bool) -> Call:
+    body: dict[str, Any] = {"key": base64.b64encode(material).decode(), "deletion_allowed": deletion_allowed}
+    if segment_size is not None:
+        body["segment_size"] = segment_size
+    return Call("POST", f"/v1/keys/{quote(name)}/import", body)
+
+
+def configure_key_call(name: str, min_decryption_version: int | None, deletion_allowed: bool | None) -> Call:
+    body: dict[str, Any] = {}
+    if min_decryption_version is not None:
+        body["min_decryption_version"] = min_decryption_version
+    if deletion_allowed is not None:
+        body["deletion_allowed"] = deletion_allowed
+    return Call("PATCH", f"/v1/keys/{quote(name)}", body)
+
+
+def create_token_call(scopes: Sequence[str], key_patterns: Sequence[str], description: str) -> Call:
+    body = {"scopes": list(scopes), "key_patterns": list(key_patterns), "description": description}
+    return Call("POST", "/v1/tokens", body)
+
+
+def batch_call(
+    key: str, operation: str, items: Sequence[BatchItem | bytes], key_version: int | None, backend: str | None
+) -> Call:
+    query = httpx.QueryParams(
+        {k: v for k, v in (("key_version", key_version), ("backend", backend)) if v is not None}
+    )
+    suffix = f"?{query}" if query else ""
+    return Call("POST", f"/v1/keys/{quote(key)}/{operation}/batch{suffix}", batch_body(operation, items))
+
+
+def batch_body(operation: str, items: Sequence[BatchItem | bytes]) -> dict[str, Any]:
+    """Batch JSON body: ``{"items": [{plaintext|ciphertext, associated_data?, reference?}]}``."""
+    field_name = "plaintext" if operation == "encrypt" else "ciphertext"
+    body: list[dict[str, Any]] = []
+    for item in items:
+        entry = item if isinstance(item, BatchItem) else BatchItem(bytes(item))
+        out: dict[str, Any] = {field_name: b64(entry.data)}
+        if entry.associated_data is not None:
+            out["associated_data"] = b64(entry.associated_data)
+        if entry.reference is not None:
+            out["reference"] = entry.reference
+        body.append(out)
+    return {"items": body}

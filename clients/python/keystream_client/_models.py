@@ -1,0 +1,205 @@
+"""Typed results of the Keystream client (keys, tokens, crypto and batch results) and their JSON mapping."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from keystream_client._errors import KeystreamAPIError
+
+
+def _time(value: Any) -> datetime:
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class KeyVersion:
+    """One version of a key."""
+
+    version: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Key:
+    """A key's metadata as the service shows it (never material)."""
+
+    name: str
+    type: str
+    segment_size: int
+    deletion_allowed: bool
+    min_decryption_version: int
+    latest_version: int
+    imported: bool
+    created_at: datetime
+    updated_at: datetime
+    versions: tuple[KeyVersion, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The metadata as JSON-ready data (timestamps ISO-8601)."""
+        return {
+            "name": self.name,
+            "type": self.type,
+            "segment_size": self.segment_size,
+            "deletion_allowed": self.deletion_allowed,
+            "min_decryption_version": self.min_decryption_version,
+            "latest_version": self.latest_version,
+            "imported": self.imported,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "versions": [
+                {"version": v.version, "created_at": v.created_at.isoformat()} for v in self.versions
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Token:
+    """A token's metadata (never its secret)."""
+
+    token_id: str
+    scopes: tuple[str, ...]
+    key_patterns: tuple[str, ...]
+    description: str
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """The metadata as JSON-ready data."""
+        return {
+            "id": self.token_id,
+            "scopes": list(self.scopes),
+            "key_patterns": list(self.key_patterns),
+            "description": self.description,
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class NewToken(Token):
+    """A freshly created token; :attr:`token` is the bearer secret, returned only this once."""
+
+    token: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class CipherResult:
+    """Output of an in-memory encrypt/decrypt."""
+
+    data: bytes = field(repr=False)
+    key_version: int | None
+    iv: bytes | None
+    format: str
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """Summary of a streamed encrypt/decrypt."""
+
+    format: str
+    key_version: int | None
+    iv: bytes | None
+    bytes_sent: int
+    bytes_received: int
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One input of a batch call; ``data`` is plaintext (encrypt) or sealed ciphertext (decrypt)."""
+
+    data: bytes = field(repr=False)
+    associated_data: bytes | None = field(default=None, repr=False)
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchError:
+    """A per-item error of a batch call."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One output of a batch call, in input order: ``data`` on success, else ``error``."""
+
+    data: bytes | None = field(repr=False)
+    key_version: int | None
+    reference: str | None
+    error: BatchError | None
+
+    @property
+    def ok(self) -> bool:
+        """True when the item succeeded."""
+        return self.error is None
+
+
+def parse_key(data: Any) -> Key:
+    """A :class:`Key` from the service's key JSON."""
+    return Key(
+        name=str(data["name"]),
+        type=str(data["type"]),
+        segment_size=int(data["segment_size"]),
+        deletion_allowed=bool(data["deletion_allowed"]),
+        min_decryption_version=int(data["min_decryption_version"]),
+        latest_version=int(data["latest_version"]),
+        imported=bool(data.get("imported", False)),
+        created_at=_time(data["created_at"]),
+        updated_at=_time(data["updated_at"]),
+        versions=tuple(
+            KeyVersion(int(v["version"]), _time(v["created_at"])) for v in data.get("versions", ())
+        ),
+    )
+
+
+def parse_keys(data: Any) -> list[Key]:
+    """Keys from ``GET /v1/keys`` (``{"keys": [...]}``)."""
+    return [parse_key(item) for item in data["keys"]]
+
+
+def _token_fields(data: Any) -> dict[str, Any]:
+    return {
+        "token_id": str(data["id"]),
+        "scopes": tuple(data["scopes"]),
+        "key_patterns": tuple(data["key_patterns"]),
+        "description": str(data.get("description", "")),
+        "created_at": _time(data["created_at"]),
+    }
+
+
+def parse_tokens(data: Any) -> list[Token]:
+    """Tokens from ``GET /v1/tokens`` (``{"tokens": [...]}``)."""
+    return [Token(**_token_fields(item)) for item in data["tokens"]]
+
+
+def parse_new_token(data: Any) -> NewToken:
+    """The answer of ``POST /v1/tokens`` (metadata plus ``token``)."""
+    return NewToken(**_token_fields(data), token=str(data["token"]))
+
+
+def b64(data: bytes) -> str:
+    """``data`` as standard base64 text (the service's JSON and header encoding)."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def parse_batch(data: Any, field_name: str) -> list[BatchResult]:
+    """Results of a batch call, in input order."""
+    results: list[BatchResult] = []
+    for item in data["results"]:
+        reference = item.get("reference")
+        if item.get("error"):
+            error = BatchError(str(item["error"]["code"]), str(item["error"]["message"]))
+            results.append(BatchResult(None, None, reference, error))
+            continue
+        try:
+            payload = base64.b64decode(item[field_name], validate=True)
+        except (binascii.Error, KeyError) as exc:
+            raise KeystreamAPIError(
+                200, "invalid_response", f"batch result lacks valid {field_name}"
+            ) from exc
+        version = item.get("key_version")
+        results.append(BatchResult(payload, int(version) if version is not None else None, reference, None))
+    return results

@@ -1,0 +1,246 @@
+"""The synchronous Keystream client, :class:`KeystreamClient`: keys, tokens, service and batch calls over
+httpx, plus the streaming methods of :class:`keystream_client._sync_stream.SyncStreamingClient`."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from keystream_client._base import DEFAULT_CHUNK_SIZE, mapped_errors
+from keystream_client._calls import (
+    Call,
+    batch_call,
+    configure_key_call,
+    create_key_call,
+    create_token_call,
+    import_key_call,
+    quote,
+)
+from keystream_client._models import (
+    BatchItem,
+    BatchResult,
+    Key,
+    NewToken,
+    Token,
+    parse_batch,
+    parse_key,
+    parse_keys,
+    parse_new_token,
+    parse_tokens,
+)
+from keystream_client._sync_stream import SyncStreamingClient
+
+
+class KeystreamClient(SyncStreamingClient):
+    """Synchronous client. Use as a context manager or call :meth:`close`.
+
+    Args:
+        base_url: service URL, e.g. ``http://127.0.0.1:8000``; None reads ``KEYSTREAM_URL``, else
+            ``http://127.0.0.1:8000``.
+        token: bearer token ``ks_<id>_<secret>``; None reads ``KEYSTREAM_TOKEN``. Never shown in reprs or
+            errors.
+        timeout: seconds for JSON calls and for the response head of a stream.
+        stream_timeout: seconds without progress before a streaming transfer fails.
+        verify: TLS verification: True, False, a CA bundle path or an :class:`ssl.SSLContext`.
+        chunk_size: bytes read from a source per request chunk.
+        transport: an httpx transport for JSON calls (tests), else a normal connection pool.
+
+    Raises:
+        ValueError: the URL is not http(s), or ``chunk_size`` < 1.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        stream_timeout: float = 120.0,
+        verify: bool | str | ssl.SSLContext = True,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            token,
+            timeout=timeout,
+            stream_timeout=stream_timeout,
+            verify=verify,
+            chunk_size=chunk_size,
+        )
+        self._http = httpx.Client(transport=transport, **self._httpx_options())
+
+    def __enter__(self) -> KeystreamClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def _send(self, call: Call) -> Any:
+        with mapped_errors():
+            response = self._http.request(call.method, call.path, json=call.json)
+        return self._result(response, call)
+
+    # -- keys ------------------------------------------------------------------------------------------------
+    def create_key(
+        self,
+        name: str,
+        *,
+        key_type: str = "aes256",
+        segment_size: int | None = None,
+        deletion_allowed: bool = False,
+    ) -> Key:
+        """Create a key with server-generated material.
+
+        Raises:
+            KeystreamAPIError: 409 ``key_exists``, 400 for a bad name/type/segment size, 403 no admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_key(self._send(create_key_call(name, key_type, segment_size, deletion_allowed)))
+
+    def import_key(
+        self, name: str, material: bytes, *, segment_size: int | None = None, deletion_allowed: bool = False
+    ) -> Key:
+        """Import key material (16, 24 or 32 bytes); the service must allow imports.
+
+        Raises:
+            KeystreamAPIError: e.g. 403 when imports are disabled, 400 for a bad length.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_key(self._send(import_key_call(name, material, segment_size, deletion_allowed)))
+
+    def list_keys(self) -> list[Key]:
+        """Every key's metadata.
+
+        Raises:
+            KeystreamAPIError: e.g. 401/403.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_keys(self._send(Call("GET", "/v1/keys")))
+
+    def get_key(self, name: str) -> Key:
+        """One key's metadata (never material).
+
+        Raises:
+            KeystreamAPIError: 404 ``key_not_found`` and the like.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_key(self._send(Call("GET", f"/v1/keys/{quote(name)}")))
+
+    def rotate_key(self, name: str) -> Key:
+        """Add a new key version; older versions keep decrypting.
+
+        Raises:
+            KeystreamAPIError: 404 and the like.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_key(self._send(Call("POST", f"/v1/keys/{quote(name)}/rotate")))
+
+    def configure_key(
+        self, name: str, *, min_decryption_version: int | None = None, deletion_allowed: bool | None = None
+    ) -> Key:
+        """Change a key's policy (PATCH); unset arguments stay as they are.
+
+        Raises:
+            KeystreamAPIError: 400 when ``min_decryption_version`` is outside 1..latest, 404 and the like.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_key(self._send(configure_key_call(name, min_decryption_version, deletion_allowed)))
+
+    def delete_key(self, name: str) -> None:
+        """Delete a key and all its versions.
+
+        Raises:
+            KeystreamAPIError: 409 ``deletion_not_allowed`` unless allowed, 404 and the like.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        self._send(Call("DELETE", f"/v1/keys/{quote(name)}", expect_json=False))
+
+    # -- tokens ----------------------------------------------------------------------------------------------
+    def create_token(
+        self, scopes: Sequence[str], key_patterns: Sequence[str] = ("*",), description: str = ""
+    ) -> NewToken:
+        """Create a bearer token; its secret is in :attr:`NewToken.token` and is shown only this once.
+
+        Raises:
+            KeystreamAPIError: 400 for an unknown scope, 403 without admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_new_token(self._send(create_token_call(scopes, key_patterns, description)))
+
+    def list_tokens(self) -> list[Token]:
+        """Every token's metadata (never secrets).
+
+        Raises:
+            KeystreamAPIError: e.g. 403 without admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_tokens(self._send(Call("GET", "/v1/tokens")))
+
+    def delete_token(self, token_id: str) -> None:
+        """Revoke a token.
+
+        Raises:
+            KeystreamAPIError: 404 ``token_not_found`` and the like.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        self._send(Call("DELETE", f"/v1/tokens/{quote(token_id)}", expect_json=False))
+
+    # -- service ---------------------------------------------------------------------------------------------
+    def backends(self) -> Any:
+        """``GET /v1/backends`` as decoded JSON.
+
+        Raises:
+            KeystreamAPIError: e.g. 401.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return self._send(Call("GET", "/v1/backends"))
+
+    def health(self) -> bool:
+        """True when ``/healthz`` answers 2xx.
+
+        Raises:
+            KeystreamConnectionError: the service is unreachable.
+        """
+        with mapped_errors():
+            return self._http.get("/healthz").is_success
+
+    # -- batch -----------------------------------------------------------------------------------------------
+    def encrypt_batch(
+        self,
+        key: str,
+        items: Sequence[BatchItem | bytes],
+        *,
+        key_version: int | None = None,
+        backend: str | None = None,
+    ) -> list[BatchResult]:
+        """Encrypt many small items (sealed format) in one request; per-item errors do not fail the batch.
+
+        Raises:
+            KeystreamAPIError: the whole batch failed (e.g. 413 beyond the service's limits, 404 key).
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_batch(self._send(batch_call(key, "encrypt", items, key_version, backend)), "ciphertext")
+
+    def decrypt_batch(
+        self,
+        key: str,
+        items: Sequence[BatchItem | bytes],
+        *,
+        key_version: int | None = None,
+        backend: str | None = None,
+    ) -> list[BatchResult]:
+        """Decrypt many sealed items in one request; a failing item carries :attr:`BatchResult.error`.
+
+        Raises:
+            KeystreamAPIError: the whole batch failed.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_batch(self._send(batch_call(key, "decrypt", items, key_version, backend)), "plaintext")

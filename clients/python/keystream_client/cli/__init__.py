@@ -1,0 +1,62 @@
+"""``keystream``: manage keys and tokens, and encrypt/decrypt files from the shell.
+
+The server is not part of this command: it runs with ``keystream-server serve`` from the server distribution.
+
+Exit codes (stable; scripts may rely on them):
+
+====  ===========================================================================================
+ 0    success
+ 1    the service answered with an error not listed below (400 bad request, 413, 5xx, ...)
+ 2    usage error: bad flags or arguments, missing token, output exists without ``--force``
+ 3    connection error: the service is unreachable, timed out, or TLS failed
+ 4    integrity error: decryption failed (wrong key/associated data, tampered or truncated
+      ciphertext) or a stream was cut short; any partial output file has been removed
+ 5    authentication/authorization: 401 (no or bad token) or 403 (scope or key not allowed)
+ 6    not found: 404 (key, key version or token)
+ 7    conflict: 409 (key exists, deletion not allowed)
+ 8    local I/O error: reading the input or writing the output failed
+130   interrupted (Ctrl-C); 143: terminated (SIGTERM). A partial output file is removed in both cases
+====  ===========================================================================================
+
+The URL and token come from ``--url``/``--token`` or ``KEYSTREAM_URL``/``KEYSTREAM_TOKEN`` (URL default
+``http://127.0.0.1:8000``). ``-`` as IN or OUT means stdin or stdout.
+
+Modules: ``_parser`` (flags and help), ``_commands`` (keys, tokens, backends), ``_transfer`` (encrypt,
+decrypt), ``_output`` (tables, JSON, errors), ``_progress`` (the progress bar), ``_codes`` (exit codes),
+``_main`` (errors to exit codes).
+"""
+
+from __future__ import annotations
+
+from keystream_client.cli._codes import (
+    EXIT_API_ERROR,
+    EXIT_AUTH,
+    EXIT_CONFLICT,
+    EXIT_CONNECTION,
+    EXIT_INTEGRITY,
+    EXIT_INTERRUPTED,
+    EXIT_IO,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
+from keystream_client.cli._main import main
+from keystream_client.cli._parser import build_parser, parse_size
+
+__all__ = [
+    "EXIT_API_ERROR",
+    "EXIT_AUTH",
+    "EXIT_CONFLICT",
+    "EXIT_CONNECTION",
+    "EXIT_INTEGRITY",
+    "EXIT_INTERRUPTED",
+    "EXIT_IO",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+    "parse_size",
+]

@@ -1,0 +1,177 @@
+"""The ``keys``, ``tokens`` and ``backends`` commands: one function per command, returning the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import os
+import sys
+from pathlib import Path
+
+from keystream_client import KeystreamClient
+from keystream_client._base import TOKEN_ENV
+from keystream_client.cli._codes import EXIT_OK, UsageError
+from keystream_client.cli._output import print_json, print_key, print_tokens, table
+
+
+def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> KeystreamClient:
+    """A client from ``--url``/``--token``/``--timeout``/``--insecure``; the client itself falls back to
+    ``KEYSTREAM_URL`` (then its default URL) and ``KEYSTREAM_TOKEN``.
+
+    Raises:
+        UsageError: no token at all, or a URL that is not http(s).
+    """
+    token = args.token or os.environ.get(TOKEN_ENV)
+    if not token:
+        raise UsageError(f"no token: pass --token or set {TOKEN_ENV}")
+    try:
+        return KeystreamClient(
+            args.url or None,
+            token,
+            timeout=args.timeout if args.timeout is not None else 30.0,
+            stream_timeout=stream_timeout,
+            verify=not args.insecure,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    """``keys create``."""
+    with make_client(args) as client:
+        key = client.create_key(
+            args.name,
+            key_type=args.key_type,
+            segment_size=args.segment_size,
+            deletion_allowed=args.deletion_allowed,
+        )
+    print_key(key, args.json)
+    return EXIT_OK
+
+
+def _read_material(path: str, encoding: str) -> bytes:
+    raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    try:
+        if encoding == "base64":
+            return base64.b64decode(raw.strip(), validate=True)
+        if encoding == "hex":
+            return bytes.fromhex(raw.decode("ascii").strip())
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise UsageError(f"key file is not valid {encoding}") from None
+    return raw
+
+
+def cmd_keys_import(args: argparse.Namespace) -> int:
+    """``keys import``: material from a file or stdin, never from argv."""
+    material = _read_material(args.file, args.encoding)
+    if len(material) not in (16, 24, 32):
+        raise UsageError(f"key material must be 16, 24 or 32 bytes, got {len(material)}")
+    with make_client(args) as client:
+        key = client.import_key(
+            args.name, material, segment_size=args.segment_size, deletion_allowed=args.deletion_allowed
+        )
+    print_key(key, args.json)
+    return EXIT_OK
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    """``keys list``."""
+    with make_client(args) as client:
+        keys = client.list_keys()
+    if args.json:
+        print_json([key.to_json() for key in keys])
+    elif keys:
+        rows = [["NAME", "TYPE", "SEGMENT", "LATEST", "MIN_DECRYPT", "DELETABLE"]]
+        rows += [
+            [
+                k.name,
+                k.type,
+                str(k.segment_size),
+                str(k.latest_version),
+                str(k.min_decryption_version),
+                "yes" if k.deletion_allowed else "no",
+            ]
+            for k in keys
+        ]
+        table(rows)
+    return EXIT_OK
+
+
+def cmd_keys_show(args: argparse.Namespace) -> int:
+    """``keys show``."""
+    with make_client(args) as client:
+        print_key(client.get_key(args.name), args.json)
+    return EXIT_OK
+
+
+def cmd_keys_rotate(args: argparse.Namespace) -> int:
+    """``keys rotate``."""
+    with make_client(args) as client:
+        print_key(client.rotate_key(args.name), args.json)
+    return EXIT_OK
+
+
+def cmd_keys_config(args: argparse.Namespace) -> int:
+    """``keys config``."""
+    if args.min_decryption_version is None and args.deletion_allowed is None:
+        raise UsageError("nothing to change: give --min-decryption-version and/or --[no-]deletion-allowed")
+    with make_client(args) as client:
+        key = client.configure_key(
+            args.name,
+            min_decryption_version=args.min_decryption_version,
+            deletion_allowed=args.deletion_allowed,
+        )
+    print_key(key, args.json)
+    return EXIT_OK
+
+
+def cmd_keys_delete(args: argparse.Namespace) -> int:
+    """``keys delete``."""
+    with make_client(args) as client:
+        client.delete_key(args.name)
+    if args.json:
+        print_json({"deleted": args.name})
+    return EXIT_OK
+
+
+def cmd_tokens_create(args: argparse.Namespace) -> int:
+    """``tokens create``: the secret goes to stdout (alone, unless --json)."""
+    with make_client(args) as client:
+        token = client.create_token(args.scopes, args.key_patterns or ["*"], args.description)
+    if args.json:
+        print_json({**token.to_json(), "token": token.token})
+    else:
+        print(token.token)
+        print(f"token id {token.token_id}; scopes {','.join(token.scopes)}; shown only once", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_tokens_list(args: argparse.Namespace) -> int:
+    """``tokens list``."""
+    with make_client(args) as client:
+        print_tokens(client.list_tokens(), args.json)
+    return EXIT_OK
+
+
+def cmd_tokens_delete(args: argparse.Namespace) -> int:
+    """``tokens delete``."""
+    with make_client(args) as client:
+        client.delete_token(args.token_id)
+    return EXIT_OK
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    """``backends``: what ``GET /v1/backends`` reports, as a table or JSON."""
+    with make_client(args) as client:
+        listing = client.backends()
+    if args.json:
+        print_json(listing)
+        return EXIT_OK
+    rows = [["NAME", "AVAILABLE", "ENABLED", "DEFAULT", "DETAIL"]]
+    for backend in listing.get("backends", []):
+        detail = backend.get("isa") or backend.get("preset") or backend.get("reason") or ""
+        flags = [("yes" if backend.get(flag) else "no") for flag in ("available", "enabled", "default")]
+        rows.append([str(backend.get("name", "?")), *flags, str(detail)])
+    table(rows)
+    return EXIT_OK

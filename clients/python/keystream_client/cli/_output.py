@@ -1,0 +1,53 @@
+"""What ``keystream`` prints: JSON, key details, token tables and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from keystream_client import Key, Token
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def print_key(key: Key, as_json: bool) -> None:
+    if as_json:
+        print_json(key.to_json())
+        return
+    print(f"name:                   {key.name}")
+    print(f"type:                   {key.type}")
+    print(f"segment_size:           {key.segment_size}")
+    print(f"latest_version:         {key.latest_version}")
+    print(f"min_decryption_version: {key.min_decryption_version}")
+    print(f"deletion_allowed:       {str(key.deletion_allowed).lower()}")
+    print(f"imported:               {str(key.imported).lower()}")
+    print(f"created_at:             {key.created_at.isoformat()}")
+    print(f"updated_at:             {key.updated_at.isoformat()}")
+    for version in key.versions:
+        print(f"  version {version.version}: created {version.created_at.isoformat()}")
+
+
+def table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def print_tokens(tokens: Sequence[Token], as_json: bool) -> None:
+    if as_json:
+        print_json([token.to_json() for token in tokens])
+        return
+    rows = [["ID", "SCOPES", "KEY PATTERNS", "CREATED", "DESCRIPTION"]]
+    rows += [
+        [t.token_id, ",".join(t.scopes), ",".join(t.key_patterns), t.created_at.isoformat(), t.description]
+        for t in tokens
+    ]
+    table(rows)
+
+
+def error(message: str) -> None:
+    print(f"keystream: error: {message}", file=sys.stderr)

@@ -1,0 +1,233 @@
+"""The ``keystream`` argument parser: every command, its flags and ``--help`` text."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import re
+from pathlib import Path
+from typing import Any
+
+from keystream_client._base import DEFAULT_URL
+from keystream_client.cli._commands import (
+    cmd_backends,
+    cmd_keys_config,
+    cmd_keys_create,
+    cmd_keys_delete,
+    cmd_keys_import,
+    cmd_keys_list,
+    cmd_keys_rotate,
+    cmd_keys_show,
+    cmd_tokens_create,
+    cmd_tokens_delete,
+    cmd_tokens_list,
+)
+from keystream_client.cli._transfer import cmd_crypto
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``4096``, ``4KiB``, ``1MiB``, ``1M`` -> bytes (binary units).
+
+    Raises:
+        argparse.ArgumentTypeError: not a size.
+    """
+    match = _SIZE_RE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4096, 64KiB, 1MiB)")
+    number, unit = int(match.group(1)), (match.group(2) or "").upper()
+    return number << {"": 0, "K": 10, "M": 20, "G": 30}[unit[:1]]
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def _client_options(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """Connection flags; on subcommands they default to SUPPRESS so a value given before the command stays."""
+    common = parser if parser is not None else argparse.ArgumentParser(add_help=False)
+    default = None if parser is not None else argparse.SUPPRESS
+    group = common.add_argument_group("connection")
+    group.add_argument(
+        "--url", default=default, help=f"service URL (env KEYSTREAM_URL; default {DEFAULT_URL})"
+    )
+    group.add_argument(
+        "--token",
+        default=default,
+        help="bearer token; prefer env KEYSTREAM_TOKEN (a command-line token is visible in ps)",
+    )
+    group.add_argument("--timeout", type=float, default=default, help="seconds for a JSON call (default 30)")
+    group.add_argument(
+        "--insecure", action="store_true", default=default, help="do not verify the TLS certificate"
+    )
+    return common
+
+
+def _json_option() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``keystream`` argument parser (every command has ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="keystream",
+        description="Keystream: AES-CTR encryption as a service. Manage keys and tokens, encrypt and "
+        "decrypt files (the server itself runs with `keystream-server serve`).",
+        epilog="exit codes: 0 ok, 1 API error, 2 usage, 3 connection, 4 integrity/decryption failure, "
+        "5 auth (401/403), 6 not found, 7 conflict, 8 local I/O, 130 interrupted, 143 terminated",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    _client_options(parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    conn, as_json = _client_options(), _json_option()
+
+    _add_key_commands(commands, conn, as_json)
+    _add_token_commands(commands, conn, as_json)
+    for operation in ("encrypt", "decrypt"):
+        _add_crypto_command(commands, conn, operation)
+
+    backends = commands.add_parser("backends", parents=[conn, as_json], help="list the service's backends")
+    backends.description = "List the service's AES backends (for --backend): availability, ISA path, preset."
+    backends.set_defaults(handler=cmd_backends)
+
+    return parser
+
+
+def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
+    keys = commands.add_parser("keys", help="create, import, list, show, rotate, configure and delete keys")
+    keys.description = "Manage keys (admin scope needed except for list/show)."
+    sub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+
+    create = sub.add_parser("create", parents=[conn, as_json], help="create a key")
+    create.description = "Create a key with server-generated material."
+    create.add_argument("name")
+    create.add_argument("--type", dest="key_type", choices=("aes128", "aes192", "aes256"), default="aes256")
+    create.add_argument(
+        "--segment-size", type=parse_size, help="sealed segment size, e.g. 4KiB (default 1MiB)"
+    )
+    create.add_argument("--deletion-allowed", action="store_true", help="allow `keys delete` later")
+    create.set_defaults(handler=cmd_keys_create)
+
+    imp = sub.add_parser("import", parents=[conn, as_json], help="import key material from a file")
+    imp.description = (
+        "Import 16/24/32 bytes of key material from FILE ('-' = stdin); the service must run with "
+        "KEYSTREAM_ALLOW_KEY_IMPORT=true. Material never goes on the command line."
+    )
+    imp.add_argument("name")
+    imp.add_argument("file", help="file holding the key ('-' = stdin)")
+    imp.add_argument("--encoding", choices=("raw", "base64", "hex"), default="raw", help="file format")
+    imp.add_argument("--segment-size", type=parse_size)
+    imp.add_argument("--deletion-allowed", action="store_true")
+    imp.set_defaults(handler=cmd_keys_import)
+
+    listing = sub.add_parser("list", parents=[conn, as_json], help="list keys")
+    listing.description = "List the keys this token may see."
+    listing.set_defaults(handler=cmd_keys_list)
+
+    for action, text, handler in (
+        ("show", "show a key's metadata", cmd_keys_show),
+        ("rotate", "add a new key version", cmd_keys_rotate),
+        ("delete", "delete a key (needs deletion allowed)", cmd_keys_delete),
+    ):
+        command = sub.add_parser(action, parents=[conn, as_json], help=text)
+        command.description = text[0].upper() + text[1:] + "."
+        command.add_argument("name")
+        command.set_defaults(handler=handler)
+
+    config = sub.add_parser(
+        "config", parents=[conn, as_json], help="change min decryption version / deletion"
+    )
+    config.description = "Change a key's policy; options not given stay as they are."
+    config.add_argument("name")
+    config.add_argument("--min-decryption-version", type=_positive)
+    config.add_argument(
+        "--deletion-allowed",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="allow deleting the key",
+    )
+    config.set_defaults(handler=cmd_keys_config)
+
+
+def _add_token_commands(
+    commands: Any, conn: argparse.ArgumentParser, as_json: argparse.ArgumentParser
+) -> None:
+    tokens = commands.add_parser("tokens", help="create, list and delete API tokens (admin)")
+    tokens.description = "Manage bearer tokens (admin scope needed)."
+    sub = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
+
+    create = sub.add_parser("create", parents=[conn, as_json], help="create a token (printed once)")
+    create.description = "Create a token; the secret is printed once on stdout."
+    create.add_argument(
+        "--scope", dest="scopes", action="append", required=True, choices=("admin", "encrypt", "decrypt")
+    )
+    create.add_argument("--key-pattern", dest="key_patterns", action="append", help="glob (default *)")
+    create.add_argument("--description", default="")
+    create.set_defaults(handler=cmd_tokens_create)
+
+    listing = sub.add_parser("list", parents=[conn, as_json], help="list tokens (never secrets)")
+    listing.description = "List tokens."
+    listing.set_defaults(handler=cmd_tokens_list)
+
+    delete = sub.add_parser("delete", parents=[conn], help="revoke a token")
+    delete.description = "Revoke a token by id."
+    delete.add_argument("token_id")
+    delete.set_defaults(handler=cmd_tokens_delete)
+
+
+def _add_crypto_command(commands: Any, conn: argparse.ArgumentParser, operation: str) -> None:
+    command = commands.add_parser(operation, parents=[conn], help=f"{operation} a file or stdin (streaming)")
+    command.description = (
+        f"Stream IN through the service's {operation} into OUT ('-' = stdin/stdout). A file OUT appears only "
+        "when the whole transfer succeeded. Sealed (default) is authenticated; raw is plain AES-CTR"
+        + (
+            " and prints the iv and key version needed to decrypt on stderr."
+            if operation == "encrypt"
+            else "."
+        )
+    )
+    command.add_argument("input", metavar="IN")
+    command.add_argument("output", metavar="OUT")
+    command.add_argument("--key", required=True, help="key name")
+    command.add_argument("--format", choices=("sealed", "raw"), default="sealed")
+    command.add_argument(
+        "--iv", help="raw: 32 hex digits" + (" (default random)" if operation == "encrypt" else "")
+    )
+    command.add_argument(
+        "--offset", type=_non_negative, default=0, help="raw: stream position of IN's first byte"
+    )
+    ad = command.add_mutually_exclusive_group()
+    ad.add_argument("--associated-data", help="sealed: associated data (UTF-8 text)")
+    ad.add_argument("--associated-data-file", type=Path, help="sealed: associated data from a file")
+    command.add_argument("--key-version", type=_positive, help="key version (raw decrypt: required)")
+    command.add_argument(
+        "--backend",
+        help="service backend: aesni, python or hwsim (python is NOT constant-time: avoid it for real keys)",
+    )
+    command.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    command.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    command.set_defaults(handler=cmd_crypto, operation=operation)
+
+
+def _version() -> str:
+    """The installed ``keystream-client`` version."""
+    try:
+        return importlib.metadata.version("keystream-client")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"

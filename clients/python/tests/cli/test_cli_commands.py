@@ -1,0 +1,172 @@
+"""``keystream`` keys/tokens commands, --help everywhere, and the documented exit codes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keystream_cli import RunCli
+from keystream_client import cli as keystream_cli
+from keystream_client.cli import (
+    EXIT_AUTH,
+    EXIT_CONFLICT,
+    EXIT_CONNECTION,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+)
+from keystream_server import RunningServer, free_port
+
+COMMANDS = [
+    [],
+    ["keys"],
+    ["keys", "create"],
+    ["keys", "import"],
+    ["keys", "list"],
+    ["keys", "show"],
+    ["keys", "rotate"],
+    ["keys", "config"],
+    ["keys", "delete"],
+    ["tokens"],
+    ["tokens", "create"],
+    ["tokens", "list"],
+    ["tokens", "delete"],
+    ["encrypt"],
+    ["decrypt"],
+    ["backends"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "keystream")
+def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        keystream_cli.main([*command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: keystream {' '.join(command)}".rstrip())
+    assert "-h, --help" in out
+
+
+def test_installed_console_script_runs() -> None:
+    script = Path(sys.executable).parent / "keystream"
+    assert script.exists(), "pyproject declares the keystream console script; `pip install -e .` creates it"
+    result = subprocess.run([str(script), "--help"], capture_output=True, timeout=60, check=False)
+    assert result.returncode == EXIT_OK
+    assert b"exit codes" in result.stdout
+
+
+def _json(result: subprocess.CompletedProcess[bytes]) -> object:
+    assert result.returncode == EXIT_OK, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def test_keys_commands(cli: RunCli) -> None:
+    created = _json(
+        cli("keys", "create", "cli-keys", "--type", "aes128", "--segment-size", "64KiB", "--json")
+    )
+    assert isinstance(created, dict)
+    assert (created["name"], created["type"], created["segment_size"]) == ("cli-keys", "aes128", 65536)
+
+    listing = _json(cli("keys", "list", "--json"))
+    assert isinstance(listing, list) and "cli-keys" in {k["name"] for k in listing}
+    table = cli("keys", "list")
+    assert table.returncode == EXIT_OK and b"cli-keys" in table.stdout and b"NAME" in table.stdout
+
+    shown = cli("keys", "show", "cli-keys")
+    assert shown.returncode == EXIT_OK and b"type:                   aes128" in shown.stdout
+
+    rotated = _json(cli("keys", "rotate", "cli-keys", "--json"))
+    assert isinstance(rotated, dict) and rotated["latest_version"] == 2
+    configured = _json(cli("keys", "config", "cli-keys", "--min-decryption-version", "2", "--json"))
+    assert isinstance(configured, dict) and configured["min_decryption_version"] == 2
+
+    refused = cli("keys", "delete", "cli-keys")
+    assert refused.returncode == EXIT_CONFLICT
+    assert b"deletion_not_allowed" in refused.stderr
+    assert cli("keys", "config", "cli-keys", "--deletion-allowed").returncode == EXIT_OK
+    assert cli("keys", "delete", "cli-keys").returncode == EXIT_OK
+    missing = cli("keys", "show", "cli-keys")
+    assert missing.returncode == EXIT_NOT_FOUND and b"key_not_found" in missing.stderr
+
+
+def test_keys_import_from_file_and_stdin(cli: RunCli, tmp_path: Path) -> None:
+    raw = tmp_path / "key.bin"
+    raw.write_bytes(os.urandom(32))
+    imported = _json(cli("keys", "import", "cli-imported", str(raw), "--json"))
+    assert isinstance(imported, dict) and imported["imported"] is True and imported["type"] == "aes256"
+
+    encoded = base64.b64encode(os.urandom(16))
+    from_stdin = cli(
+        "keys", "import", "cli-imported-b64", "-", "--encoding", "base64", "--json", input=encoded
+    )
+    assert json.loads(from_stdin.stdout)["type"] == "aes128"
+
+    short = tmp_path / "short.bin"
+    short.write_bytes(b"x" * 10)
+    bad = cli("keys", "import", "cli-bad", str(short))
+    assert bad.returncode == EXIT_USAGE and b"16, 24 or 32 bytes" in bad.stderr
+
+
+def test_tokens_commands(cli: RunCli, key: str) -> None:
+    created = cli("tokens", "create", "--scope", "encrypt", "--key-pattern", key, "--description", "ci job")
+    assert created.returncode == EXIT_OK, created.stderr
+    token = created.stdout.decode().strip()
+    assert token.startswith("ks_") and b"shown only once" in created.stderr
+    token_id = token.split("_")[1]
+
+    listing = _json(cli("tokens", "list", "--json"))
+    assert isinstance(listing, list)
+    mine = next(t for t in listing if t["id"] == token_id)
+    assert mine["scopes"] == ["encrypt"] and mine["description"] == "ci job"
+    assert token not in json.dumps(listing)
+
+    forbidden = cli("keys", "create", "other", env={"KEYSTREAM_TOKEN": token})
+    assert forbidden.returncode == EXIT_AUTH and b"403" in forbidden.stderr
+
+    assert cli("tokens", "delete", token_id).returncode == EXIT_OK
+    revoked = cli("keys", "list", env={"KEYSTREAM_TOKEN": token})
+    assert revoked.returncode == EXIT_AUTH and b"401" in revoked.stderr
+    assert cli("tokens", "delete", token_id).returncode == EXIT_NOT_FOUND
+
+
+def test_usage_and_connection_exit_codes(cli: RunCli, server: RunningServer, tmp_path: Path) -> None:
+    assert cli("keys", "list", env={"KEYSTREAM_TOKEN": ""}).returncode == EXIT_USAGE
+    assert cli("keys", "frobnicate").returncode == EXIT_USAGE
+    assert cli("encrypt", "--key", "k", "--format", "zip", "a", "b").returncode == EXIT_USAGE
+    assert cli("keys", "config", "k").returncode == EXIT_USAGE  # nothing to change
+
+    unreachable = cli("keys", "list", "--url", f"http://127.0.0.1:{free_port()}")
+    assert unreachable.returncode == EXIT_CONNECTION and b"cannot reach" in unreachable.stderr
+    # Flags work before the command too, and override the environment.
+    assert cli("--url", f"http://127.0.0.1:{free_port()}", "keys", "list").returncode == EXIT_CONNECTION
+    assert cli("--url", server.url, "keys", "list").returncode == EXIT_OK
+
+    missing_input = cli("encrypt", "--key", "k", str(tmp_path / "nope"), str(tmp_path / "out"))
+    assert missing_input.returncode == EXIT_USAGE and b"input not found" in missing_input.stderr
+
+
+def test_backends_and_version(cli: RunCli, server: RunningServer) -> None:
+    table = cli("backends")
+    assert table.returncode == EXIT_OK and table.stdout.startswith(b"NAME")
+    listing = json.loads(cli("backends", "--json").stdout)
+    names = {b["name"] for b in listing["backends"] if b["available"]}
+    assert set(server.backends) <= names
+    for name in server.backends:
+        assert name.encode() in table.stdout
+    version = cli("--version")
+    assert version.returncode == EXIT_OK and version.stdout.startswith(b"keystream ")
+
+
+def test_server_commands_are_not_client_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """``serve`` is ``keystream-server serve`` and ``bench`` is ``make bench`` now."""
+    for command in (["serve"], ["bench", "--report-only"]):
+        with pytest.raises(SystemExit) as done:
+            keystream_cli.main(command)
+        assert done.value.code == EXIT_USAGE
+        assert "invalid choice" in capsys.readouterr().err

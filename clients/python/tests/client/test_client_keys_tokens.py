@@ -1,0 +1,133 @@
+"""Key and token management through the sync and async clients against a real server."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from keystream_client import (
+    AsyncKeystreamClient,
+    KeystreamAPIError,
+    KeystreamClient,
+    KeystreamConnectionError,
+)
+from keystream_server import RunningServer, free_port
+
+
+def test_key_lifecycle(client: KeystreamClient, key_name: str) -> None:
+    created = client.create_key(key_name, key_type="aes128", segment_size=4096)
+    assert (created.name, created.type, created.segment_size) == (key_name, "aes128", 4096)
+    assert created.latest_version == 1 and created.min_decryption_version == 1
+    assert not created.deletion_allowed and not created.imported
+    assert [v.version for v in created.versions] == [1]
+
+    assert client.get_key(key_name) == created
+    assert key_name in {key.name for key in client.list_keys()}
+
+    rotated = client.rotate_key(key_name)
+    assert rotated.latest_version == 2 and [v.version for v in rotated.versions] == [1, 2]
+
+    configured = client.configure_key(key_name, min_decryption_version=2)
+    assert configured.min_decryption_version == 2 and not configured.deletion_allowed
+
+    with pytest.raises(KeystreamAPIError) as refused:
+        client.delete_key(key_name)
+    assert (refused.value.status, refused.value.code) == (409, "deletion_not_allowed")
+
+    assert client.configure_key(key_name, deletion_allowed=True).deletion_allowed
+    client.delete_key(key_name)
+    with pytest.raises(KeystreamAPIError) as missing:
+        client.get_key(key_name)
+    assert (missing.value.status, missing.value.code) == (404, "key_not_found")
+    assert key_name in missing.value.message
+
+
+def test_import_key_round_trips_with_known_material(client: KeystreamClient, key_name: str) -> None:
+    imported = client.import_key(key_name, os.urandom(24), segment_size=4096)
+    assert (imported.type, imported.imported) == ("aes192", True)
+    sealed = client.encrypt(key_name, b"imported material works")
+    assert client.decrypt(key_name, sealed.data).data == b"imported material works"
+
+
+def test_api_errors_carry_status_code_and_message(client: KeystreamClient, key_name: str) -> None:
+    client.create_key(key_name)
+    with pytest.raises(KeystreamAPIError) as exists:
+        client.create_key(key_name)
+    assert (exists.value.status, exists.value.code) == (409, "key_exists")
+    with pytest.raises(KeystreamAPIError) as bad_name:
+        client.create_key("no spaces allowed")
+    assert bad_name.value.status in (400, 422)
+    with pytest.raises(KeystreamAPIError) as bad_min:
+        client.configure_key(key_name, min_decryption_version=5)
+    assert bad_min.value.status == 400
+    assert str(bad_min.value).startswith("HTTP 400 ")
+
+
+def test_tokens_scope_what_a_client_may_do(
+    server: RunningServer, client: KeystreamClient, key_name: str
+) -> None:
+    client.create_key(key_name)
+    new = client.create_token(["encrypt"], [key_name], description="encrypt only")
+    assert new.token.startswith("ks_") and new.token_id in new.token
+    assert new.token not in repr(new)
+    assert (new.scopes, new.key_patterns, new.description) == (("encrypt",), (key_name,), "encrypt only")
+    assert new.token_id in {token.token_id for token in client.list_tokens()}
+
+    with KeystreamClient(server.url, new.token) as limited:
+        assert limited.encrypt(key_name, b"x").key_version == 1
+        with pytest.raises(KeystreamAPIError) as forbidden:
+            limited.decrypt(key_name, b"x" * 100)
+        assert forbidden.value.status == 403
+        with pytest.raises(KeystreamAPIError) as admin_only:
+            limited.create_key(key_name + "-other")
+        assert admin_only.value.status == 403
+
+    client.delete_token(new.token_id)
+    with KeystreamClient(server.url, new.token) as revoked, pytest.raises(KeystreamAPIError) as unauthorized:
+        revoked.encrypt(key_name, b"x")
+    assert (unauthorized.value.status, unauthorized.value.code) == (401, "unauthorized")
+    with pytest.raises(KeystreamAPIError) as gone:
+        client.delete_token(new.token_id)
+    assert gone.value.status == 404
+
+
+def test_missing_token_is_401(server: RunningServer) -> None:
+    with KeystreamClient(server.url) as anonymous, pytest.raises(KeystreamAPIError) as error:
+        anonymous.list_keys()
+    assert error.value.status == 401
+
+
+def test_client_repr_hides_the_token(server: RunningServer) -> None:
+    with KeystreamClient(server.url, server.token) as ks:
+        assert server.token not in repr(ks) and server.url in repr(ks)
+
+
+def test_unreachable_service_is_a_connection_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with KeystreamClient(url, "ks_0000_aaaaaaaaaaaaaaaaaaaa", timeout=2) as ks:
+        with pytest.raises(KeystreamConnectionError):
+            ks.list_keys()
+        with pytest.raises(KeystreamConnectionError):
+            ks.encrypt("k", b"data")
+
+
+def test_bad_base_url_is_rejected() -> None:
+    with pytest.raises(ValueError, match="http"):
+        KeystreamClient("ftp://example.org")
+
+
+async def test_async_key_and_token_calls(server: RunningServer, key_name: str) -> None:
+    async with AsyncKeystreamClient(server.url, server.token) as ks:
+        created = await ks.create_key(key_name, segment_size=4096, deletion_allowed=True)
+        assert (await ks.get_key(key_name)) == created
+        assert (await ks.rotate_key(key_name)).latest_version == 2
+        assert key_name in {key.name for key in await ks.list_keys()}
+        token = await ks.create_token(["decrypt"], [key_name])
+        assert token.token_id in {t.token_id for t in await ks.list_tokens()}
+        await ks.delete_token(token.token_id)
+        await ks.delete_key(key_name)
+        with pytest.raises(KeystreamAPIError) as missing:
+            await ks.get_key(key_name)
+        assert missing.value.code == "key_not_found"
+        assert await ks.health()

@@ -1,0 +1,124 @@
+"""A real Keystream server for the client and CLI tests: ``keystream-server serve`` in a subprocess.
+
+Listens on 127.0.0.1 and a free port, keeps its keystore in a temp dir, uses a fixed root token
+(``KEYSTREAM_ROOT_TOKEN``) and allows key import. Started through the server distribution's console script
+(next to this interpreter), so that command is exercised too. Used by ``client/``, ``cli/`` and the
+distribution test (each starts one). The server distribution must be installed (``make test`` does it);
+when it is not, :func:`start` raises and the tests fail.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT_TOKEN = "ks_c11e0000cafe_client-cli-tests-root-secret-0123"
+MASTER_KEY = base64.b64encode(bytes(range(1, 33))).decode()
+REPO = Path(__file__).resolve().parents[3]
+#: The server's console script in this interpreter's environment.
+SERVER_SCRIPT = Path(sys.executable).parent / "keystream-server"
+STARTUP_SECONDS = 30
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    """A started server process and how to reach it."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    token: str
+    log: Path
+    backends: tuple[str, ...]
+
+    @property
+    def fast_backend(self) -> str | None:
+        """``aesni`` when the server has it, else None."""
+        return "aesni" if "aesni" in self.backends else None
+
+    def env(self) -> dict[str, str]:
+        """Environment for a CLI subprocess talking to this server."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+        env.pop("PYTHONPATH", None)  # the client is installed; it must not need the server's source tree
+        env.update({"KEYSTREAM_URL": self.url, "KEYSTREAM_TOKEN": self.token})
+        return env
+
+
+def start(data_dir: Path, log: Path) -> RunningServer:
+    """Start ``keystream-server serve`` and wait for ``/healthz``.
+
+    Raises:
+        RuntimeError: the console script is missing, or the server exited or did not answer within
+            STARTUP_SECONDS.
+    """
+    if not SERVER_SCRIPT.is_file():
+        raise RuntimeError(f"{SERVER_SCRIPT} is missing: install the server distribution (pip install -e .)")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env.update(
+        {
+            "KEYSTREAM_ROOT_TOKEN": ROOT_TOKEN,
+            "KEYSTREAM_MASTER_KEY": MASTER_KEY,
+            "KEYSTREAM_ALLOW_KEY_IMPORT": "true",
+            "KEYSTREAM_LOG_LEVEL": "warning",
+            "KEYSTREAM_TIMEOUT_GRACEFUL_SHUTDOWN": "3",
+            "PYTHONPATH": str(REPO),
+        }
+    )
+    command = [str(SERVER_SCRIPT), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--data-dir", str(data_dir)]
+    with log.open("wb") as handle:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                listing = httpx.get(
+                    f"{url}/v1/backends", headers={"Authorization": f"Bearer {ROOT_TOKEN}"}, timeout=5
+                ).json()
+                backends = tuple(b["name"] for b in listing["backends"] if b["available"] and b["enabled"])
+                return RunningServer(process, url, ROOT_TOKEN, log, backends)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    stop(process)
+    raise RuntimeError(f"server did not start in {STARTUP_SECONDS} s: {log.read_text()[-2000:]}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Terminate the server process (kill after 15 s)."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
+def running(base: Path) -> Iterator[RunningServer]:
+    """Generator for a session fixture: start, yield, stop."""
+    server = start(base / "data", base / "server.log")
+    try:
+        yield server
+    finally:
+        stop(server.process)

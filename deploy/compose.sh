@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# make compose-up / compose-down / compose-test: the docker-compose stack on a machine without an image
+# registry (where `docker-compose up --build` cannot pull python:3.11-slim, prom/prometheus or grafana).
+#
+#   deploy/compose.sh up     build what is missing, then `docker-compose up -d` keystream and prometheus:
+#                            - docker.io/debootstrap installed and dockerd started when missing (as root; the
+#                              daemon keeps running for the stack, its pid in build/compose/dockerd.pid);
+#                            - keystream:${KEYSTREAM_IMAGE_TAG:-latest} built as `make docker-test` builds it
+#                              (debootstrap base local/bookworm, host-built wheelhouse, classic builder);
+#                            - keystream-prometheus:local: Debian's prometheus on the same base
+#                              (deploy/compose/prometheus.Dockerfile), swapped in by deploy/compose/offline.yml;
+#                            - KEYSTREAM_ROOT_TOKEN from the environment, else from build/compose/root-token
+#                              (made on first use, mode 0600);
+#                            waits until both services are healthy and prints the URLs.
+#   deploy/compose.sh down   `docker-compose down` (named volumes, and so the keys, stay) and stop the dockerd
+#                            that `up` started.
+#   deploy/compose.sh test   up, then /healthz, a key, a sealed round trip through the published port and
+#                            Prometheus scraping keystream; then down (volumes removed). Exit 0 = pass.
+#
+# Grafana has no offline image and is not started; with registry access, plain `docker-compose up` runs it.
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+# shellcheck source=deploy/docker-lib.sh
+source "$repo/deploy/docker-lib.sh"
+
+python="${KEYSTREAM_HOST_PYTHON:-$repo/.venv/bin/python}"
+state="$repo/build/compose"
+export KEYSTREAM_IMAGE_TAG="${KEYSTREAM_IMAGE_TAG:-latest}"
+export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-keystream}"
+compose=(docker-compose -f docker-compose.yml -f deploy/compose/offline.yml)
+services=(keystream prometheus)
+started_dockerd=""
+t0=$SECONDS
+
+log() { printf '[compose %3ds] %s\n' "$((SECONDS - t0))" "$*"; }
+
+# KEYSTREAM_ROOT_TOKEN from the environment, else from (or first into) build/compose/root-token.
+load_root_token() {
+    [ -n "${KEYSTREAM_ROOT_TOKEN:-}" ] && return 0
+    if [ ! -s "$state/root-token" ]; then
+        local id secret
+        id="$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+        secret="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+        (umask 077 && echo "ks_${id}_${secret}" >"$state/root-token")
+    fi
+    KEYSTREAM_ROOT_TOKEN="$(cat "$state/root-token")"
+    log "root token in ${state#"$repo"/}/root-token (set KEYSTREAM_ROOT_TOKEN to choose one)"
+}
+
+# Wait until every service in "${services[@]}" reports healthy (180 s at most), or fail with their logs.
+wait_healthy() {
+    local deadline=$((SECONDS + 180)) service id health unhealthy
+    while :; do
+        unhealthy=""
+        for service in "${services[@]}"; do
+            id="$("${compose[@]}" ps -q "$service")"
+            health="$(docker inspect -f '{{.State.Health.Status}}' "$id" 2>/dev/null || echo missing)"
+            [ "$health" = healthy ] || unhealthy="$unhealthy $service=$health"
+        done
+        [ -z "$unhealthy" ] && return 0
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            echo "compose: not healthy after 180 s:$unhealthy" >&2
+            "${compose[@]}" logs --tail 30 >&2 || true
+            return 1
+        fi
+        sleep 2
+    done
+}
+
+up() {
+    mkdir -p "$state"
+    local work
+    work="$(mktemp -d /tmp/keystream-compose.XXXXXX)"
+    docker_ensure_packages
+    if ! docker info >/dev/null 2>&1; then
+        docker_daemon_start "$state/dockerd.log"
+        started_dockerd="$DOCKERD_STARTED_PID"
+        # Recorded at once, so `down` also stops it after an `up` that failed later on.
+        echo "$started_dockerd" >"$state/dockerd.pid"
+    fi
+    docker_base_image "$DOCKER_BASE_IMAGE" "$DOCKER_ROOTFS" "$work/debootstrap.log"
+    docker_wheelhouse "$python" build/wheelhouse "$work"
+    docker_build_image "keystream:$KEYSTREAM_IMAGE_TAG" "$DOCKER_BASE_IMAGE" build/wheelhouse "$work/build.log"
+    if ! docker image inspect keystream-prometheus:local >/dev/null 2>&1; then
+        echo "docker: docker build keystream-prometheus:local (Debian's prometheus on $DOCKER_BASE_IMAGE)" >&2
+        DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$DOCKER_BASE_IMAGE" -t keystream-prometheus:local \
+            -f deploy/compose/prometheus.Dockerfile deploy/compose >"$work/prometheus-build.log" 2>&1 \
+            || { tail -n 40 "$work/prometheus-build.log" >&2; rm -rf "$work"; return 1; }
+    fi
+    rm -rf "$work"
+    load_root_token
+    export KEYSTREAM_ROOT_TOKEN
+    log "docker-compose up -d ${services[*]}"
+    "${compose[@]}" up -d --no-build "${services[@]}"
+    wait_healthy
+    log "healthy: Keystream http://127.0.0.1:${KEYSTREAM_PORT:-8000}, Prometheus http://127.0.0.1:${PROMETHEUS_PORT:-9090}"
+}
+
+compose_down() {
+    KEYSTREAM_ROOT_TOKEN="${KEYSTREAM_ROOT_TOKEN:-unused-by-down}"
+    export KEYSTREAM_ROOT_TOKEN
+    if docker info >/dev/null 2>&1; then
+        log "docker-compose down $*"
+        "${compose[@]}" down "$@"
+    fi
+}
+
+down() {
+    compose_down
+    if [ -s "$state/dockerd.pid" ]; then
+        local pid
+        pid="$(cat "$state/dockerd.pid")"
+        rm -f "$state/dockerd.pid"
+        # Only a dockerd that `up` started: the pid must still be a dockerd.
+        if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
+            log "stopping the dockerd that compose.sh up started (pid $pid)"
+            kill "$pid"
+            local deadline=$((SECONDS + 30))
+            while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
+        fi
+    fi
+}
+
+check() {
+    local base="http://127.0.0.1:${KEYSTREAM_PORT:-8000}" prometheus="http://127.0.0.1:${PROMETHEUS_PORT:-9090}"
+    local work auth
+    work="$(mktemp -d /tmp/keystream-compose-test.XXXXXX)"
+    auth=(-H "Authorization: Bearer $KEYSTREAM_ROOT_TOKEN")
+    curl -fsS "$base/healthz" -o "$work/healthz"
+    log "/healthz: $(cat "$work/healthz")"
+    curl -fsS "${auth[@]}" -H 'Content-Type: application/json' -d '{"name": "compose-test"}' "$base/v1/keys" \
+        -o /dev/null
+    head -c 1048593 /dev/urandom >"$work/plain"
+    curl -fsS "${auth[@]}" -H 'Content-Type: application/octet-stream' --data-binary @"$work/plain" \
+        "$base/v1/keys/compose-test/encrypt" -o "$work/sealed"
+    curl -fsS "${auth[@]}" -H 'Content-Type: application/octet-stream' --data-binary @"$work/sealed" \
+        "$base/v1/keys/compose-test/decrypt" -o "$work/opened"
+    cmp -s "$work/plain" "$work/opened" || { echo "compose: the round trip differs" >&2; return 1; }
+    log "sealed round trip through the published port OK ($(stat -c %s "$work/plain") bytes)"
+    local deadline=$((SECONDS + 60))
+    until curl -fsS "$prometheus/api/v1/query?query=up%7Bjob%3D%22keystream%22%7D" -o "$work/up" \
+        && grep -q '"value":\[[0-9.]*,"1"\]' "$work/up"; do
+        [ "$SECONDS" -lt "$deadline" ] || { echo "compose: Prometheus does not scrape keystream: $(cat "$work/up")" >&2; return 1; }
+        sleep 2
+    done
+    log "Prometheus scrapes keystream (up == 1)"
+    rm -rf "$work"
+}
+
+finish_test() {
+    local status=$?
+    compose_down -v || true
+    if [ -n "$started_dockerd" ]; then
+        log "stopping the dockerd this test started (pid $started_dockerd)"
+        docker_daemon_stop "$started_dockerd"
+        rm -f "$state/dockerd.pid"
+    fi
+    if [ "$status" -eq 0 ]; then log "PASS"; else log "FAIL (exit $status)"; fi
+    exit "$status"
+}
+
+free_port() {
+    "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+case "${1:-}" in
+    up) up ;;  # a dockerd it started keeps serving the stack; `down` stops it
+    down) down ;;
+    test)
+        # Free ports and a project of its own, so a stack already running here is not touched.
+        KEYSTREAM_PORT="$(free_port)" PROMETHEUS_PORT="$(free_port)"
+        COMPOSE_PROJECT_NAME="keystream-compose-test-$$"
+        export KEYSTREAM_PORT PROMETHEUS_PORT COMPOSE_PROJECT_NAME
+        trap finish_test EXIT
+        up
+        check ;;
+    *)
+        echo "usage: deploy/compose.sh up|down|test" >&2
+        exit 2 ;;
+esac

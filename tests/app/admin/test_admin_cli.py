@@ -1,0 +1,97 @@
+"""``keystream-server``: --help everywhere, the console script, and ``serve``'s refusals (exit 2, one line).
+
+The serve tests moved here from the client CLI's tests when ``keystream serve`` became
+``keystream-server serve``; a successful start is covered by every test that starts a real server
+(``clients/python/tests/keystream_server.py`` runs the console script).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import admin
+from app.admin import EXIT_OK, EXIT_USAGE
+
+REPO = Path(__file__).resolve().parents[3]
+COMMANDS = [[], ["serve"]]
+TIMEOUT = 60
+
+
+def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``python -m app.admin serve ARGS`` with no ``KEYSTREAM_*`` settings but ``env``."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "app.admin", "serve", *args],
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "keystream-server")
+def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        admin.main([*command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: keystream-server {' '.join(command)}".rstrip())
+    assert "-h, --help" in out
+
+
+def test_client_commands_are_not_server_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["keys", "list"], ["encrypt"], ["bench"]):
+        with pytest.raises(SystemExit) as done:
+            admin.main(command)
+        assert done.value.code == EXIT_USAGE
+        assert "invalid choice" in capsys.readouterr().err
+
+
+def test_installed_console_script_runs() -> None:
+    script = Path(sys.executable).parent / "keystream-server"
+    assert script.exists(), (
+        "pyproject declares the keystream-server console script; `pip install -e .` creates it"
+    )
+    result = subprocess.run([str(script), "--help"], capture_output=True, timeout=TIMEOUT, check=False)
+    assert result.returncode == EXIT_OK
+    assert b"serve" in result.stdout and b"exit codes" in result.stdout
+
+
+def test_serve_rejects_bad_settings(tmp_path: Path) -> None:
+    result = _serve("--backend", "quantum", "--data-dir", str(tmp_path / "data"), "--port", "0")
+    assert result.returncode == EXIT_USAGE
+    assert b"invalid settings" in result.stderr and b"quantum" in result.stderr
+    assert not (tmp_path / "data").exists()  # nothing was bootstrapped
+
+
+def test_serve_refuses_an_unusable_master_key_in_one_line(tmp_path: Path) -> None:
+    """A master.key open to other users stops the start with one error line and exit 2, not a traceback."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    key_file = data / "master.key"
+    key_file.write_text(base64.b64encode(bytes(32)).decode())
+    key_file.chmod(0o640)
+    result = _serve("--data-dir", str(data), "--port", "0")
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert b"Traceback" not in result.stderr
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("keystream-server: error: cannot start: ")
+    assert "master.key" in lines[0] and "chmod 600" in lines[0]
+    assert not (data / "keystore.db").exists()  # refused before the keystore was opened
+
+
+def test_serve_does_not_echo_a_malformed_secret(tmp_path: Path) -> None:
+    """Security review M1: a typo'd root token (often the real one) must not reach the start-up error."""
+    secret = "ks_zz_MySuperSecretRootToken123"
+    result = _serve("--data-dir", str(tmp_path / "data"), "--port", "0", env={"KEYSTREAM_ROOT_TOKEN": secret})
+    assert result.returncode == EXIT_USAGE
+    assert b"invalid settings" in result.stderr and b"root_token" in result.stderr
+    assert b"MySuperSecret" not in result.stderr + result.stdout

@@ -1,0 +1,120 @@
+"""The PostgreSQL keystore's schema: versioned migrations applied once under an advisory lock, newer schemas
+refused, the master key checked against the database's check value."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+
+import psycopg
+import pytest
+
+from app.keystore import KeystoreSchemaError, MasterKeyError
+from app.keystore.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresKeyStore
+from app.keystore.sqlite import Migration
+from tests.pg_cluster import PgCluster
+
+Raw = psycopg.Connection[tuple[object, ...]]
+
+
+def versions(raw: Raw) -> list[int]:
+    return [int(row[0]) for row in raw.execute("SELECT version FROM schema_version ORDER BY version")]
+
+
+def test_schema_version_is_recorded(pg_store: PostgresKeyStore, raw: Raw) -> None:
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 1
+    assert pg_store.schema_version() == SCHEMA_VERSION
+    assert versions(raw) == [1]
+    tables = {
+        row[0] for row in raw.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    }
+    assert {"keys", "key_versions", "tokens", "meta", "key_changes", "schema_version"} <= tables
+
+
+def test_replicas_starting_together_migrate_once(pg_url: str, master_key: bytes, raw: Raw) -> None:
+    count = 6
+    barrier = threading.Barrier(count)
+    stores: list[PostgresKeyStore] = []
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            barrier.wait(timeout=10)
+            stores.append(PostgresKeyStore(pg_url, master_key, pool_size=2))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert errors == [] and len(stores) == count
+        assert versions(raw) == [1]
+        assert raw.execute("SELECT count(*) FROM meta").fetchone() == (1,)
+        stores[0].create_key("orders")
+        assert stores[-1].get_key("orders").latest_version == 1
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_whole_new_database_works_too(pg_cluster: PgCluster, master_key: bytes) -> None:
+    url = pg_cluster.new_database()
+    store = PostgresKeyStore(url, master_key)
+    try:
+        assert store.create_key("orders").latest_version == 1
+        assert store.schema_version() == SCHEMA_VERSION
+    finally:
+        store.close()
+
+
+def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
+    pg_url: str, master_key: bytes, raw: Raw
+) -> None:
+    PostgresKeyStore(pg_url, master_key).close()
+    step = Migration(2, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
+    for _ in range(2):
+        upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
+        try:
+            assert upgraded.schema_version() == 2
+            upgraded.create_key(f"k{secrets.token_hex(4)}")
+        finally:
+            upgraded.close()
+    assert versions(raw) == [1, 2]
+    assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
+    with pytest.raises(
+        KeystoreSchemaError, match="schema version 2, newer than this release supports \\(1\\)"
+    ) as caught:
+        PostgresKeyStore(pg_url, master_key)
+    assert "upgrade Keystream" in str(caught.value) and "database 'postgres' on 127.0.0.1:" in str(
+        caught.value
+    )
+
+
+def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key: bytes, raw: Raw) -> None:
+    PostgresKeyStore(pg_url, master_key).close()
+    broken = Migration(2, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
+    with pytest.raises(psycopg.errors.SyntaxError):
+        PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
+    assert versions(raw) == [1]
+    columns = {
+        row[0]
+        for row in raw.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_name = 'keys' AND table_schema = current_schema()"
+        )
+    }
+    assert "x" not in columns and "name" in columns
+
+
+def test_a_replica_with_another_master_key_refuses_to_start(pg_url: str, master_key: bytes, raw: Raw) -> None:
+    store = PostgresKeyStore(pg_url, master_key)
+    store.create_key("orders")
+    store.close()
+    before = raw.execute("SELECT value FROM meta").fetchall()
+    with pytest.raises(MasterKeyError, match="KEYSTREAM_MASTER_KEY_FILE") as caught:
+        PostgresKeyStore(pg_url, secrets.token_bytes(32))
+    assert "database 'postgres' on 127.0.0.1:" in str(caught.value)
+    assert raw.execute("SELECT value FROM meta").fetchall() == before  # the check value was not replaced
