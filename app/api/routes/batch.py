@@ -21,6 +21,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+import aescore
 from app.api.batch_json import (
     DecryptBatch,
     EncryptBatch,
@@ -48,6 +49,11 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 T = TypeVar("T")
+
+#: Without the native core, batches of up to this many items and bytes run on the event loop; others in a
+#: thread.
+PYTHON_INLINE_MAX_ITEMS = 4
+PYTHON_INLINE_MAX_BYTES = 16 * 1024
 
 
 def _item_error(exc: KeystreamError, reference: str | None) -> dict[str, Any]:
@@ -110,12 +116,16 @@ def _results(
 
 
 async def _run(
-    state: ServiceState, backend: Any, operation: str, data: list[bytes], work: Callable[[], T]
+    state: ServiceState, backend: aescore.Backend, operation: str, data: list[bytes], work: Callable[[], T]
 ) -> T:
     nbytes = sum(map(len, data))
-    # Native batches run inline up to inline_crypto_max_bytes; the Python path (per-item objects, tens of
-    # microseconds each) only for a handful of bytes; run_timed sends other backends off the loop anyway.
-    inline_max = state.settings.inline_crypto_max_bytes if native_isa(backend) else 16 * 1024
+    # Native batches run inline up to inline_crypto_max_bytes. The per-item Python path (aesni without the
+    # native core) costs tens of microseconds per item: inline only for a handful of small items. Backends
+    # that do not run inline leave the loop whatever inline_max says.
+    if native_isa(backend) is not None:
+        inline_max = state.settings.inline_crypto_max_bytes
+    else:
+        inline_max = PYTHON_INLINE_MAX_BYTES if len(data) <= PYTHON_INLINE_MAX_ITEMS else -1
     return await run_timed(backend, operation, "sealed", nbytes, inline_max, work)
 
 
