@@ -106,4 +106,4 @@ bench-aescore: build
 	$(PY) -m bench.bench_aescore
 
 clean:
-	rm -rf build $(VENV) aescore/_aesni.c aescore/_aesni*.so aescore/_pyaes_fast.c aescore/_pyaes_fast*.so .mypy_cache .pytest_cache .ruff_cache
+	rm -rf build $(VENV) aescore/_aesni.c aescore/_aesni*.so aescore/_pyaes_fast.c aescore/_pyaes_fast*.so aescore/_sealed.c aescore/_sealed*.so .mypy_cache .pytest_cache .ruff_cache

@@ -19,6 +19,14 @@ extensions = [
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,
     ),
+    # The sealed format's batches: HKDF/HMAC-SHA256 (SHA-NI or scalar) and AES-CTR in C, many messages a call.
+    Extension(
+        "aescore._sealed",
+        sources=["aescore/_sealed.pyx", "aescore/sealed_batch.c", "aescore/sha256.c", "aescore/aesni_ctr.c"],
+        include_dirs=["aescore"],
+        extra_compile_args=extra_compile_args,
+        extra_link_args=extra_link_args,
+    ),
     # pyaes_compat's C hot path (pure Python fallback when absent).
     Extension("aescore._pyaes_fast", sources=["aescore/_pyaes_fast.pyx"]),
 ]

@@ -22,6 +22,7 @@ gives each class its status::
     ├── ValidationError                     422 validation_error
     └── ServiceUnavailableError             503 unavailable
         ├── BackendUnavailableError         503 backend_unavailable
+        ├── OverloadedError                 503 overloaded + Retry-After (app.services.budget)
         ├── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
         └── KeystoreUnavailableError        503 keystore_unavailable + Retry-After (app.keystore.errors)
 
@@ -59,6 +60,7 @@ from app.errors import (
     ValidationError,
 )
 from app.keystore.errors import KeystoreUnavailableError
+from app.services.budget import OverloadedError
 
 #: HTTP status per error class; subclasses inherit their ancestor's (see :func:`http_status`).
 STATUS_BY_ERROR: dict[type[KeystreamError], int] = {
@@ -116,12 +118,12 @@ def error_response(
 
 def keystream_error_response(exc: KeystreamError) -> Response:
     """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``, an
-    unavailable keystore ``Retry-After``)."""
+    unavailable keystore or a full batch budget ``Retry-After``)."""
     status = http_status(exc)
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, KeystoreUnavailableError):
+    if isinstance(exc, KeystoreUnavailableError | OverloadedError):
         headers["Retry-After"] = str(exc.retry_after_seconds)
     return error_response(status, exc.code, exc.message, headers or None)
 

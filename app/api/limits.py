@@ -11,8 +11,12 @@ streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt`` (which authenticate first
 1. verifies the bearer token (401 in the service's JSON error shape, body unread, when it is missing or
    invalid); the route still checks scopes and key patterns;
 2. answers 413 when ``Content-Length`` exceeds the route's limit, before reading anything;
-3. reads the body (Content-Length or chunked) counting bytes, 413 as soon as the limit is passed, and hands
-   the complete body to the route.
+3. reads the body (Content-Length or chunked) into one buffer counting bytes, 413 as soon as the limit is
+   passed, and hands the complete body to the route.
+
+A batch body first reserves its size in the service's batch budget (:class:`~app.services.budget.ByteBudget`,
+``batch_buffer_budget_bytes``; 503 + ``Retry-After`` when it does not fit in ``batch_buffer_wait_seconds``,
+the body unread) and returns it once the route has answered; the buffer is handed on without a copy.
 
 Limits: the batch routes take ``batch_max_bytes``, every other ``/v1`` route ``max_json_body``.
 """
@@ -27,6 +31,7 @@ from app.api.errors import error_response, keystream_error_response
 from app.api.params import is_ascii_integer
 from app.api.state import ServiceState
 from app.errors import BadRequestError, KeystreamError
+from app.services.budget import ByteBudget, OverloadedError
 
 #: Key in the ASGI ``scope["state"]`` under which this middleware leaves the verified
 #: :class:`~app.services.security.Principal`, so the route's dependency does not verify it a second time.
@@ -36,6 +41,8 @@ VERIFIED_PRINCIPAL = "keystream.principal"
 STREAMING_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt)")
 #: The batch routes: bounded by ``batch_max_bytes``.
 BATCH_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt)/batch")
+#: A batch body without Content-Length first reserves this much of the batch budget, then doubles it.
+CHUNKED_RESERVE = 1 << 20
 
 
 def body_limit(path: str, json_limit: int, batch_limit: int) -> int | None:
@@ -99,18 +106,95 @@ class BodyLimitMiddleware:
         if declared is not None and int(declared) > limit:
             await _too_large(scope, receive, send, f"request body is {declared} bytes; the limit is {limit}")
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # nobody to answer; the route never runs
-            body += message.get("body", b"")
-            if len(body) > limit:
-                await _too_large(scope, receive, send, f"request body exceeds the limit of {limit} bytes")
-                return
-            if not message.get("more_body", False):
-                break
-        await self.app(scope, _replay(bytes(body), receive), send)
+        if BATCH_ROUTE.fullmatch(scope["path"]):
+            await _batch(self.app, scope, receive, send, state.batch_budget, limit, declared)
+            return
+        body = await _read_body(scope, receive, send, limit, None)
+        if body is not None:
+            await self.app(scope, _replay(bytes(body), receive), send)
+
+
+async def _batch(
+    app: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    budget: ByteBudget,
+    limit: int,
+    declared: str | None,
+) -> None:
+    """A batch body: reserve its bytes in the budget (503 when they do not fit in time), read it into one
+    buffer, hand that buffer on (no copy) and return the bytes when the route has answered."""
+    held = _Held(budget, scope, receive, send)
+    if not await held.cover(int(declared) if declared else CHUNKED_RESERVE):
+        return
+    try:
+        body = await _read_body(scope, receive, send, limit, held)
+        if body is not None:
+            replay = _replay(body, receive)
+            del body  # the replayed message holds the only reference; the route lets it go after decoding
+            await app(scope, replay, send)
+    finally:
+        await budget.release(held.amount)
+
+
+class _Held:
+    """The budget bytes one batch request holds; a chunked body's reservation doubles as the body grows."""
+
+    def __init__(self, budget: ByteBudget, scope: Scope, receive: Receive, send: Send) -> None:
+        self.budget = budget
+        self.amount = 0
+        self._reply = (scope, receive, send)
+
+    async def cover(self, nbytes: int) -> bool:
+        """Hold at least ``nbytes`` (or the whole budget); ``False`` once the 503 has been sent."""
+        if nbytes <= self.amount or self.amount >= self.budget.limit:
+            return True
+        wanted = min(max(2 * self.amount, nbytes), self.budget.limit) - self.amount
+        try:
+            self.amount += await self.budget.reserve(wanted)
+        except OverloadedError as exc:
+            response = keystream_error_response(exc)
+            response.headers["Connection"] = "close"  # the body stays unread
+            await response(*self._reply)
+            return False
+        return True
+
+
+async def _read_body(
+    scope: Scope, receive: Receive, send: Send, limit: int, held: _Held | None
+) -> bytearray | None:
+    """Read the body into one buffer (preallocated from Content-Length), 413 beyond ``limit``.
+
+    With ``held``, a body longer than its reservation (chunked) grows the reservation first.
+    Returns ``None`` when a response was sent or the client left.
+    """
+    declared = _header(scope, b"content-length")
+    expected = int(declared) if declared is not None else 0
+    body = bytearray(expected)
+    filled = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None  # nobody to answer; the route never runs
+        chunk = message.get("body", b"")
+        end = filled + len(chunk)
+        if end > limit:
+            await _too_large(scope, receive, send, f"request body exceeds the limit of {limit} bytes")
+            return None
+        if held is not None and not await held.cover(end):
+            return None
+        if end <= expected:
+            with memoryview(body) as view:
+                view[filled:end] = chunk  # into the preallocated buffer: no reallocation, no copy
+        else:
+            body[filled:] = chunk
+        filled = end
+        if not message.get("more_body", False):
+            break
+    if filled < expected:
+        del body[filled:]
+    return body
 
 
 async def _too_large(scope: Scope, receive: Receive, send: Send, message: str) -> None:
@@ -118,7 +202,7 @@ async def _too_large(scope: Scope, receive: Receive, send: Send, message: str) -
     await response(scope, receive, send)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def _replay(body: bytes | bytearray, receive: Receive) -> Receive:
     """A ``receive`` that returns the already-read body once, then defers to the server (disconnects)."""
     pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 

@@ -8,6 +8,7 @@ from app.core.config import Settings
 from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
 from app.services.backends import Backends, open_backends
+from app.services.budget import ByteBudget
 from app.services.security import TokenVerifier, install_root_token
 
 
@@ -20,6 +21,8 @@ class ServiceState:
     keycache: KeyCache
     tokens: TokenVerifier
     backends: Backends
+    #: Batch body bytes buffered at once across requests (``batch_buffer_budget_bytes``).
+    batch_budget: ByteBudget
 
 
 def open_state(settings: Settings) -> ServiceState:
@@ -47,6 +50,7 @@ def open_state(settings: Settings) -> ServiceState:
         keycache=keycache,
         tokens=TokenVerifier(keystore, settings.token_cache_ttl),
         backends=backends,
+        batch_budget=ByteBudget(settings.batch_buffer_budget_bytes, settings.batch_buffer_wait_seconds),
     )
 
 

@@ -102,6 +102,18 @@ class Settings(BaseSettings):
 
     batch_max_items: int = Field(default=1000, ge=1)
     batch_max_bytes: int = Field(default=16 * MIB, ge=1024)
+    batch_buffer_budget_bytes: int = Field(
+        default=64 * MIB,
+        ge=1024,
+        description=(
+            "Most batch body bytes a worker buffers at once, over all concurrent batch requests (a request "
+            "also holds its decoded items and results, about 3-4x its body, while it runs). A batch that "
+            "does not fit waits up to batch_buffer_wait_seconds, then gets 503 with Retry-After."
+        ),
+    )
+    batch_buffer_wait_seconds: float = Field(
+        default=5.0, ge=0, description="How long a batch may wait for batch_buffer_budget_bytes (then 503)."
+    )
     max_associated_data: int = Field(default=64 * 1024, ge=0)
     max_json_body: int = Field(
         default=64 * 1024,

@@ -21,11 +21,13 @@ Since the last-segment flag is authenticated, truncation at a segment boundary, 
 segments all fail the tag check.
 
 The package: :mod:`.format` (sizes, header, nonces, HKDF, the format's errors), :mod:`.segments` (per-message
-keys and the segment buffer), :mod:`.encryptor` and :mod:`.decryptor`. Import from here.
+keys and the segment buffer), :mod:`.encryptor` and :mod:`.decryptor`, :mod:`.messages` (what a failed
+decryption says) and :mod:`.batch` (whole messages, many per native call). Import from here.
 """
 
 from __future__ import annotations
 
+from .batch import native_isa, open_many, seal_many
 from .decryptor import SealedDecryptor
 from .encryptor import SealedEncryptor
 from .format import (
@@ -62,6 +64,9 @@ __all__ = [
     "derive_keys",
     "header_length",
     "min_segment_size",
+    "native_isa",
+    "open_many",
+    "seal_many",
     "segment_nonce",
     "validate_segment_size",
 ]

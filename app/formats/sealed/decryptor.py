@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import aescore
 
+from . import messages
 from .format import (
     MAX_SEGMENTS,
     PIECE_SIZE,
@@ -188,11 +189,7 @@ class SealedDecryptor:
 
     def _parse_header(self, header: bytes) -> None:
         if header[0] != self._header_size:
-            raise self._fail(
-                f"sealed ciphertext header is invalid: its length byte says {header[0]}, a {self._key_type} "
-                f"key needs {self._header_size} (wrong key type, or not a sealed ciphertext)",
-                None,
-            )
+            raise self._fail(messages.bad_header(header[0], self._key_type, self._header_size), None)
         self._salt = header[1 : 1 + self._derived_size]
         self._nonce_prefix = header[1 + self._derived_size :]
 
@@ -205,14 +202,7 @@ class SealedDecryptor:
             keys = self._try_candidates(fresh, nonce, body, tag)
         if keys is not None:
             return keys
-        versions = ", ".join(
-            str(version) for version in sorted({v for v, _ in self._candidates}, reverse=True)
-        )
-        raise self._fail(
-            f"segment {index} does not authenticate under any allowed key version (tried {versions}): wrong "
-            "key, wrong associated data, or a tampered or truncated ciphertext",
-            index,
-        )
+        raise self._fail(messages.no_key(index, (version for version, _ in self._candidates)), index)
 
     def _try_candidates(
         self, candidates: Sequence[tuple[int, bytes]], nonce: bytes, body: memoryview, tag: memoryview
@@ -232,23 +222,16 @@ class SealedDecryptor:
     def _open(self, segment: memoryview, last: bool) -> list[bytes]:
         index = self._index
         if index >= MAX_SEGMENTS:
-            raise self._fail(f"segment {index} is past the 2**32-segment limit of the sealed format", index)
+            raise self._fail(messages.too_many_segments(index), index)
         if len(segment) < TAG_SIZE:
-            raise self._fail(
-                f"segment {index} is truncated: {len(segment)} bytes, shorter than its {TAG_SIZE}-byte tag",
-                index,
-            )
+            raise self._fail(messages.short_segment(index, len(segment)), index)
         nonce = segment_nonce(self._nonce_prefix, index, last)
         body, tag = segment[:-TAG_SIZE], segment[-TAG_SIZE:]
         keys = self._keys
         if keys is None:
             keys = self._select_keys(index, nonce, body, tag)
         elif not hmac.compare_digest(keys.tag(nonce, body), tag):
-            raise self._fail(
-                f"segment {index} failed authentication: the ciphertext was tampered with, reordered or "
-                "truncated",
-                index,
-            )
+            raise self._fail(messages.bad_tag(index), index)
         plaintext = keys.transform_pieces(nonce, body, PIECE_SIZE)
         self._index = index + 1
         return plaintext
@@ -273,13 +256,9 @@ class SealedDecryptor:
             raise AlreadyFinalizedError("this SealedDecryptor is finalized (or failed); start a new one")
         self._done = True
         if self._salt is None:
-            raise self._fail(
-                f"sealed ciphertext is truncated: {self._pending.fill} bytes, shorter than the "
-                f"{self._header_size}-byte header",
-                None,
-            )
+            raise self._fail(messages.short_header(self._pending.fill, self._header_size), None)
         if not self._pending.fill:
-            raise self._fail(f"sealed ciphertext is truncated: segment {self._index} is missing", self._index)
+            raise self._fail(messages.missing_segment(self._index), self._index)
         plaintext = self._open(self._pending.contents(), True)
         self._pending.fill = 0
         return plaintext

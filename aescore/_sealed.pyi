@@ -1,0 +1,40 @@
+"""Typing stub for the Cython extension ``aescore._sealed`` (see ``_sealed.pyx`` for the documentation)."""
+
+from collections.abc import Sequence
+from typing import Final
+
+SHA256_IMPL_NAMES: Final[tuple[str, ...]]
+GIL_RELEASE_BYTES: Final[int]
+NONCE_PREFIX_SIZE: Final[int]
+ITEM_OK: Final[int]
+ITEM_SHORT_HEADER: Final[int]
+ITEM_BAD_HEADER: Final[int]
+ITEM_MISSING_SEGMENT: Final[int]
+ITEM_SHORT_SEGMENT: Final[int]
+ITEM_NO_KEY: Final[int]
+ITEM_BAD_TAG: Final[int]
+ITEM_TOO_MANY_SEGMENTS: Final[int]
+
+def sha256_impls() -> tuple[str, ...]: ...
+def get_sha256_impl() -> str: ...
+def set_sha256_impl(name: str) -> None: ...
+def unavailable_reason() -> str | None: ...
+def seal_many(
+    ikm: bytes,
+    derived_size: int,
+    segment_size: int,
+    plaintexts: Sequence[bytes],
+    associated_data: Sequence[bytes],
+    randomness: bytes,
+    isa: str,
+) -> list[bytes | None]: ...
+def open_many(
+    candidates: Sequence[bytes],
+    derived_size: int,
+    segment_size: int,
+    ciphertexts: Sequence[bytes],
+    associated_data: Sequence[bytes],
+    isa: str,
+) -> list[tuple[bytes | None, int, int, int]]: ...
+def sha256(data: bytes, impl: str = "auto") -> bytes: ...
+def hmac_sha256(key: bytes, data: bytes, impl: str = "auto") -> bytes: ...

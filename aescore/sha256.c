@@ -1,0 +1,274 @@
+/*
+ * sha256.c - SHA-256 compression (scalar and SHA-NI), the streaming hash and HMAC-SHA256 (see sha256.h).
+ *
+ * The SHA-NI path keeps the state as the two registers SHA256RNDS2 wants, ABEF and CDGH (lanes high to low),
+ * and computes the message schedule four words at a time: W[t..t+3] = MSG2(MSG1(W[t-16..], W[t-12..]) +
+ * W[t-7..t-4], W[t-4..t-1]). Each group of four rounds adds K to four schedule words; SHA256RNDS2 does two
+ * rounds with the low two of them, then two more with the high two shuffled down.
+ */
+#include "sha256.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <string.h>
+
+#define KS_TARGET_SHANI __attribute__((target("sha,sse4.1,ssse3")))
+
+static const uint32_t ks_sha256_k[64] __attribute__((aligned(16))) = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+static const uint32_t ks_sha256_iv[8] = {
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+};
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* CPU detection                                                                                          */
+/* ------------------------------------------------------------------------------------------------------ */
+
+static unsigned ks_sha256_detect(void) {
+    unsigned eax, ebx, ecx, edx;
+    unsigned result = KS_SHA256_SCALAR;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+        return result;
+    }
+    const int has_ssse3 = (ecx >> 9) & 1, has_sse41 = (ecx >> 19) & 1;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+        return result;
+    }
+    const int has_sha = (ebx >> 29) & 1;
+    if (has_sha && has_ssse3 && has_sse41) {
+        result |= KS_SHA256_SHANI;
+    }
+    return result;
+}
+
+unsigned ks_sha256_impls(void) {
+    static int cached = -1;
+    int value = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (value < 0) {
+        value = (int)ks_sha256_detect();
+        __atomic_store_n(&cached, value, __ATOMIC_RELAXED);
+    }
+    return (unsigned)value;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Scalar compression (FIPS 180-4 6.2.2)                                                                  */
+/* ------------------------------------------------------------------------------------------------------ */
+
+#define KS_ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static uint32_t ks_load_be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static void ks_store_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static void ks_sha256_compress_scalar(uint32_t state[8], const uint8_t *blocks, size_t count) {
+    uint32_t w[64];
+    for (; count > 0; count--, blocks += KS_SHA256_BLOCK_SIZE) {
+        for (int t = 0; t < 16; t++) {
+            w[t] = ks_load_be32(blocks + 4 * t);
+        }
+        for (int t = 16; t < 64; t++) {
+            const uint32_t s0 = KS_ROR(w[t - 15], 7) ^ KS_ROR(w[t - 15], 18) ^ (w[t - 15] >> 3);
+            const uint32_t s1 = KS_ROR(w[t - 2], 17) ^ KS_ROR(w[t - 2], 19) ^ (w[t - 2] >> 10);
+            w[t] = w[t - 16] + s0 + w[t - 7] + s1;
+        }
+        uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
+        uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
+        for (int t = 0; t < 64; t++) {
+            const uint32_t s1 = KS_ROR(e, 6) ^ KS_ROR(e, 11) ^ KS_ROR(e, 25);
+            const uint32_t choose = (e & f) ^ (~e & g);
+            const uint32_t t1 = h + s1 + choose + ks_sha256_k[t] + w[t];
+            const uint32_t s0 = KS_ROR(a, 2) ^ KS_ROR(a, 13) ^ KS_ROR(a, 22);
+            const uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
+            const uint32_t t2 = s0 + majority;
+            h = g;
+            g = f;
+            f = e;
+            e = d + t1;
+            d = c;
+            c = b;
+            b = a;
+            a = t1 + t2;
+        }
+        state[0] += a;
+        state[1] += b;
+        state[2] += c;
+        state[3] += d;
+        state[4] += e;
+        state[5] += f;
+        state[6] += g;
+        state[7] += h;
+    }
+    ks_sha256_wipe(w, sizeof w); /* the schedule of an HMAC key block is key-derived */
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* SHA-NI compression                                                                                     */
+/* ------------------------------------------------------------------------------------------------------ */
+
+KS_TARGET_SHANI static void ks_sha256_compress_shani(uint32_t state[8], const uint8_t *blocks, size_t count) {
+    const __m128i byteswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+    __m128i low = _mm_loadu_si128((const __m128i *)&state[0]);  /* D C B A (lanes 3..0) */
+    __m128i high = _mm_loadu_si128((const __m128i *)&state[4]); /* H G F E */
+    low = _mm_shuffle_epi32(low, 0xB1);                         /* C D A B */
+    high = _mm_shuffle_epi32(high, 0x1B);                       /* E F G H */
+    __m128i abef = _mm_alignr_epi8(low, high, 8);                /* A B E F */
+    __m128i cdgh = _mm_blend_epi16(high, low, 0xF0);             /* C D G H */
+    for (; count > 0; count--, blocks += KS_SHA256_BLOCK_SIZE) {
+        const __m128i abef_saved = abef, cdgh_saved = cdgh;
+        __m128i w0 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(blocks + 0)), byteswap);
+        __m128i w1 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(blocks + 16)), byteswap);
+        __m128i w2 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(blocks + 32)), byteswap);
+        __m128i w3 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(blocks + 48)), byteswap);
+        for (int group = 0; group < 16; group++) {
+            __m128i words;
+            if (group < 4) {
+                words = group == 0 ? w0 : group == 1 ? w1 : group == 2 ? w2 : w3;
+            } else {
+                __m128i next = _mm_sha256msg1_epu32(w0, w1);
+                next = _mm_add_epi32(next, _mm_alignr_epi8(w3, w2, 4));
+                words = _mm_sha256msg2_epu32(next, w3);
+                w0 = w1;
+                w1 = w2;
+                w2 = w3;
+                w3 = words;
+            }
+            __m128i message = _mm_add_epi32(words, _mm_load_si128((const __m128i *)&ks_sha256_k[4 * group]));
+            cdgh = _mm_sha256rnds2_epu32(cdgh, abef, message);
+            message = _mm_shuffle_epi32(message, 0x0E);
+            abef = _mm_sha256rnds2_epu32(abef, cdgh, message);
+        }
+        abef = _mm_add_epi32(abef, abef_saved);
+        cdgh = _mm_add_epi32(cdgh, cdgh_saved);
+    }
+    low = _mm_shuffle_epi32(abef, 0x1B);      /* F E B A */
+    high = _mm_shuffle_epi32(cdgh, 0xB1);     /* D C H G */
+    abef = _mm_blend_epi16(low, high, 0xF0);  /* D C B A */
+    cdgh = _mm_alignr_epi8(high, low, 8);     /* H G F E */
+    _mm_storeu_si128((__m128i *)&state[0], abef);
+    _mm_storeu_si128((__m128i *)&state[4], cdgh);
+}
+
+ks_sha256_compress_fn ks_sha256_compress_of(ks_sha256_impl impl) {
+    if (impl == KS_SHA256_SCALAR) {
+        return ks_sha256_compress_scalar;
+    }
+    if (impl == KS_SHA256_SHANI && (ks_sha256_impls() & KS_SHA256_SHANI)) {
+        return ks_sha256_compress_shani;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Streaming hash and HMAC                                                                                */
+/* ------------------------------------------------------------------------------------------------------ */
+
+void ks_sha256_wipe(void *pointer, size_t len) {
+    memset(pointer, 0, len);
+    __asm__ volatile("" : : "r"(pointer) : "memory");
+}
+
+void ks_sha256_init(ks_sha256_ctx *ctx, ks_sha256_compress_fn compress) {
+    memcpy(ctx->state, ks_sha256_iv, sizeof ctx->state);
+    ctx->buffered = 0;
+    ctx->length = 0;
+    ctx->compress = compress;
+}
+
+void ks_sha256_update(ks_sha256_ctx *ctx, const uint8_t *data, size_t len) {
+    ctx->length += len;
+    if (ctx->buffered) {
+        const size_t take = len < KS_SHA256_BLOCK_SIZE - ctx->buffered ? len : KS_SHA256_BLOCK_SIZE - ctx->buffered;
+        memcpy(ctx->buffer + ctx->buffered, data, take);
+        ctx->buffered += take;
+        data += take;
+        len -= take;
+        if (ctx->buffered < KS_SHA256_BLOCK_SIZE) {
+            return;
+        }
+        ctx->compress(ctx->state, ctx->buffer, 1);
+        ctx->buffered = 0;
+    }
+    const size_t whole = len / KS_SHA256_BLOCK_SIZE;
+    if (whole) {
+        ctx->compress(ctx->state, data, whole);
+        data += whole * KS_SHA256_BLOCK_SIZE;
+        len -= whole * KS_SHA256_BLOCK_SIZE;
+    }
+    if (len) {
+        memcpy(ctx->buffer, data, len);
+        ctx->buffered = len;
+    }
+}
+
+void ks_sha256_final(ks_sha256_ctx *ctx, uint8_t digest[KS_SHA256_DIGEST_SIZE]) {
+    const uint64_t bits = ctx->length * 8;
+    size_t fill = ctx->buffered;
+    ctx->buffer[fill++] = 0x80;
+    if (fill > KS_SHA256_BLOCK_SIZE - 8) {
+        memset(ctx->buffer + fill, 0, KS_SHA256_BLOCK_SIZE - fill);
+        ctx->compress(ctx->state, ctx->buffer, 1);
+        fill = 0;
+    }
+    memset(ctx->buffer + fill, 0, KS_SHA256_BLOCK_SIZE - 8 - fill);
+    ks_store_be32(ctx->buffer + 56, (uint32_t)(bits >> 32));
+    ks_store_be32(ctx->buffer + 60, (uint32_t)bits);
+    ctx->compress(ctx->state, ctx->buffer, 1);
+    for (int i = 0; i < 8; i++) {
+        ks_store_be32(digest + 4 * i, ctx->state[i]);
+    }
+}
+
+void ks_hmac_init(ks_hmac_key *hmac, ks_sha256_compress_fn compress, const uint8_t *key, size_t key_len) {
+    uint8_t block[KS_SHA256_BLOCK_SIZE];
+    memset(block, 0, sizeof block);
+    if (key_len > KS_SHA256_BLOCK_SIZE) {
+        ks_sha256_ctx hashed;
+        ks_sha256_init(&hashed, compress);
+        ks_sha256_update(&hashed, key, key_len);
+        ks_sha256_final(&hashed, block);
+        ks_sha256_wipe(&hashed, sizeof hashed);
+    } else if (key_len) {
+        memcpy(block, key, key_len);
+    }
+    for (int i = 0; i < KS_SHA256_BLOCK_SIZE; i++) {
+        block[i] ^= 0x36;
+    }
+    ks_sha256_init(&hmac->inner, compress);
+    ks_sha256_update(&hmac->inner, block, sizeof block);
+    for (int i = 0; i < KS_SHA256_BLOCK_SIZE; i++) {
+        block[i] ^= 0x36 ^ 0x5c;
+    }
+    ks_sha256_init(&hmac->outer, compress);
+    ks_sha256_update(&hmac->outer, block, sizeof block);
+    ks_sha256_wipe(block, sizeof block);
+}
+
+void ks_hmac_begin(const ks_hmac_key *hmac, ks_sha256_ctx *ctx) {
+    *ctx = hmac->inner;
+}
+
+void ks_hmac_end(const ks_hmac_key *hmac, ks_sha256_ctx *ctx, uint8_t tag[KS_SHA256_DIGEST_SIZE]) {
+    uint8_t inner[KS_SHA256_DIGEST_SIZE];
+    ks_sha256_final(ctx, inner);
+    *ctx = hmac->outer;
+    ks_sha256_update(ctx, inner, sizeof inner);
+    ks_sha256_final(ctx, tag);
+    ks_sha256_wipe(inner, sizeof inner);
+}

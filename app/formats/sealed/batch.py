@@ -1,0 +1,242 @@
+"""Whole sealed messages, many at a time: the batch routes' crypto in one native call per batch.
+
+:func:`seal_many` and :func:`open_many` give the same bytes and the same per-message errors as a
+:class:`~.SealedEncryptor` / :class:`~.SealedDecryptor` per message. With the ``aesni`` backend (the one whose
+``runs_inline`` is true and that has the native core) every message of the call is sealed or opened by one
+C call (``aescore._sealed``: HKDF-SHA256, AES-CTR and HMAC-SHA256, the GIL released for calls over 16 KiB).
+Other backends (``python``, ``hwsim``) keep the per-message Python path, so their work still goes through
+the backend.
+
+Salts and nonce prefixes come from one :func:`os.urandom` call per batch (through the encryptor module's
+``_random_bytes`` hook, which tests replace): the same CSPRNG as the streaming encryptor, one system call
+instead of two per message, and the C code stays free of entropy sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import aescore
+from app.errors import PayloadTooLargeError
+
+from . import encryptor, messages
+from .decryptor import SealedDecryptor
+from .encryptor import SealedEncryptor
+from .format import (
+    NONCE_PREFIX_SIZE,
+    SealedDecryptionError,
+    as_bytes,
+    check_ikm,
+    derived_key_size_of,
+    header_length,
+    too_many_segments_message,
+    validate_segment_size,
+)
+
+try:
+    from aescore import _sealed
+except ImportError:  # built without the extension: the Python path serves every backend
+    _sealed = None  # type: ignore[assignment]
+
+__all__ = ["native_isa", "open_many", "seal_many"]
+
+#: ``(plaintext, key version)`` of a message that opened, else its error.
+Opened = tuple[bytes, int] | SealedDecryptionError
+
+
+def native_isa(backend: aescore.Backend) -> str | None:
+    """The AES path to run ``backend``'s batches natively on, or ``None`` for the per-message Python path."""
+    if _sealed is None or not backend.runs_inline or backend.name != "aesni":
+        return None
+    if _sealed.unavailable_reason() is not None:
+        return None
+    isa = backend.info().get("isa")
+    return isa if isinstance(isa, str) and isa != "none" else None
+
+
+def seal_many(
+    ikm: bytes,
+    key_type: str,
+    segment_size: int,
+    plaintexts: Sequence[bytes],
+    associated_data: Sequence[bytes],
+    backend: aescore.Backend,
+) -> list[bytes | PayloadTooLargeError]:
+    """Seal each plaintext (with the associated data at the same index) as its own sealed message.
+
+    Returns:
+        Per message its ciphertext, or the error of a message that would need more than 2**32 segments.
+
+    Raises:
+        TypeError, ValueError: as :class:`~.SealedEncryptor` (bad key type, material or segment size).
+    """
+    derived_size = derived_key_size_of(key_type)
+    validate_segment_size(key_type, segment_size)
+    material = as_bytes("ikm", ikm)
+    check_ikm(material, derived_size)
+    isa = native_isa(backend)
+    if isa is None:
+        return [
+            _seal_one(material, key_type, segment_size, data, ad, backend)
+            for data, ad in zip(plaintexts, associated_data, strict=True)
+        ]
+    randomness = encryptor._random_bytes((derived_size + NONCE_PREFIX_SIZE) * len(plaintexts))
+    sealed = _sealed.seal_many(
+        material, derived_size, segment_size, plaintexts, associated_data, randomness, isa
+    )
+    return [
+        ciphertext
+        if ciphertext is not None
+        else PayloadTooLargeError(too_many_segments_message(segment_size))
+        for ciphertext in sealed
+    ]
+
+
+def _seal_one(
+    ikm: bytes, key_type: str, segment_size: int, data: bytes, ad: bytes, backend: aescore.Backend
+) -> bytes | PayloadTooLargeError:
+    try:
+        sealer = SealedEncryptor(ikm, key_type, segment_size, ad, backend)
+        return sealer.update(data) + sealer.finalize()
+    except PayloadTooLargeError as exc:
+        return exc
+
+
+def open_many(
+    candidates: Sequence[tuple[int, bytes]],
+    key_type: str,
+    segment_size: int,
+    ciphertexts: Sequence[bytes],
+    associated_data: Sequence[bytes],
+    backend: aescore.Backend,
+    *,
+    more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None = None,
+) -> list[Opened]:
+    """Open each ciphertext; ``candidates`` and ``more_candidates`` as :class:`~.SealedDecryptor`.
+
+    ``more_candidates`` is called at most once per call, when some message verifies under none of
+    ``candidates``; only those messages are tried again, under the new pairs.
+
+    Returns:
+        Per message ``(plaintext, version)`` or its :class:`~.SealedDecryptionError` (no plaintext of a
+        message that fails anywhere is returned).
+
+    Raises:
+        TypeError, ValueError: as :class:`~.SealedDecryptor`.
+        Exception: whatever ``more_candidates`` raises.
+    """
+    derived_size = derived_key_size_of(key_type)
+    validate_segment_size(key_type, segment_size)
+    if not candidates:
+        raise ValueError("candidates must hold at least one (version, key material) pair")
+    isa = native_isa(backend)
+    if isa is None:
+        return [
+            _open_one(candidates, key_type, segment_size, data, ad, backend, more_candidates)
+            for data, ad in zip(ciphertexts, associated_data, strict=True)
+        ]
+    pairs = [(version, as_bytes("ikm", ikm)) for version, ikm in candidates]
+    for _, material in pairs:
+        check_ikm(material, derived_size)
+    opened = _native_open(pairs, key_type, segment_size, ciphertexts, associated_data, isa)
+    missing = [i for i, result in enumerate(opened) if result is _NO_KEY]
+    tried = list(pairs)
+    if missing and more_candidates is not None:
+        fresh = [
+            (version, as_bytes("ikm", ikm))
+            for version, ikm in more_candidates()
+            if (version, ikm) not in pairs
+        ]
+        for _, material in fresh:
+            check_ikm(material, derived_size)
+        tried += fresh
+        if fresh:
+            retried = _native_open(
+                fresh,
+                key_type,
+                segment_size,
+                [ciphertexts[i] for i in missing],
+                [associated_data[i] for i in missing],
+                isa,
+            )
+            for i, result in zip(missing, retried, strict=True):
+                opened[i] = result
+    versions = [version for version, _ in tried]
+    return [
+        result
+        if not isinstance(result, _NoKey)
+        else SealedDecryptionError(messages.no_key(0, versions), segment_index=0, plaintext_released=False)
+        for result in opened
+    ]
+
+
+def _open_one(
+    candidates: Sequence[tuple[int, bytes]],
+    key_type: str,
+    segment_size: int,
+    data: bytes,
+    ad: bytes,
+    backend: aescore.Backend,
+    more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None,
+) -> Opened:
+    opener = SealedDecryptor(candidates, key_type, segment_size, ad, backend, more_candidates=more_candidates)
+    try:
+        plaintext = opener.update(data) + opener.finalize()
+    except SealedDecryptionError as exc:
+        return exc
+    assert opener.version is not None
+    return plaintext, opener.version
+
+
+class _NoKey:
+    """Marks a message whose first segment verified under none of the candidates tried so far."""
+
+
+_NO_KEY = _NoKey()
+
+
+def _native_open(
+    pairs: Sequence[tuple[int, bytes]],
+    key_type: str,
+    segment_size: int,
+    ciphertexts: Sequence[bytes],
+    associated_data: Sequence[bytes],
+    isa: str,
+) -> list[Opened | _NoKey]:
+    derived_size = derived_key_size_of(key_type)
+    header_size = header_length(key_type)
+    results = _sealed.open_many(
+        [material for _, material in pairs], derived_size, segment_size, ciphertexts, associated_data, isa
+    )
+    opened: list[Opened | _NoKey] = []
+    for data, (plaintext, status, segment, candidate) in zip(ciphertexts, results, strict=True):
+        if plaintext is not None:
+            opened.append((plaintext, pairs[candidate][0]))
+        elif status == _sealed.ITEM_NO_KEY:
+            opened.append(_NO_KEY)
+        else:
+            opened.append(_failure(status, segment, data, key_type, header_size, segment_size))
+    return opened
+
+
+def _failure(
+    status: int, segment: int, data: bytes, key_type: str, header_size: int, segment_size: int
+) -> SealedDecryptionError:
+    """The error a :class:`~.SealedDecryptor` raises for the native ``status`` of one message."""
+    if status == _sealed.ITEM_SHORT_HEADER:
+        return SealedDecryptionError(
+            messages.short_header(len(data), header_size), segment_index=None, plaintext_released=False
+        )
+    if status == _sealed.ITEM_BAD_HEADER:
+        return SealedDecryptionError(
+            messages.bad_header(data[0], key_type, header_size), segment_index=None, plaintext_released=False
+        )
+    if status == _sealed.ITEM_MISSING_SEGMENT:
+        message = messages.missing_segment(segment)
+    elif status == _sealed.ITEM_SHORT_SEGMENT:
+        message = messages.short_segment(segment, len(data) - segment * segment_size)
+    elif status == _sealed.ITEM_BAD_TAG:
+        message = messages.bad_tag(segment)
+    else:
+        message = messages.too_many_segments(segment)
+    return SealedDecryptionError(message, segment_index=segment, plaintext_released=segment > 0)

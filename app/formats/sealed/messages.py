@@ -1,0 +1,50 @@
+"""What a failed sealed decryption says: one wording per failure, shared by the streaming decryptor and the
+native batch path (:mod:`.batch`), so both report an item's problem in the same words."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .format import TAG_SIZE
+
+
+def short_header(received: int, header_size: int) -> str:
+    """Fewer bytes than the header."""
+    return f"sealed ciphertext is truncated: {received} bytes, shorter than the {header_size}-byte header"
+
+
+def bad_header(length_byte: int, key_type: str, header_size: int) -> str:
+    """The header's length byte does not fit the key type."""
+    return (
+        f"sealed ciphertext header is invalid: its length byte says {length_byte}, a {key_type} "
+        f"key needs {header_size} (wrong key type, or not a sealed ciphertext)"
+    )
+
+
+def missing_segment(index: int) -> str:
+    """The ciphertext ends before segment ``index``."""
+    return f"sealed ciphertext is truncated: segment {index} is missing"
+
+
+def short_segment(index: int, length: int) -> str:
+    """Segment ``index`` is shorter than its tag."""
+    return f"segment {index} is truncated: {length} bytes, shorter than its {TAG_SIZE}-byte tag"
+
+
+def too_many_segments(index: int) -> str:
+    """Segment ``index`` is past the format's 2**32 segments."""
+    return f"segment {index} is past the 2**32-segment limit of the sealed format"
+
+
+def no_key(index: int, versions: Iterable[int]) -> str:
+    """The first segment verifies under none of ``versions``."""
+    tried = ", ".join(str(version) for version in sorted(set(versions), reverse=True))
+    return (
+        f"segment {index} does not authenticate under any allowed key version (tried {tried}): wrong "
+        "key, wrong associated data, or a tampered or truncated ciphertext"
+    )
+
+
+def bad_tag(index: int) -> str:
+    """A later segment does not verify under the message's key."""
+    return f"segment {index} failed authentication: the ciphertext was tampered with, reordered or truncated"

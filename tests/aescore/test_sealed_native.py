@@ -1,0 +1,188 @@
+"""aescore._sealed: SHA-256/HMAC on both paths, and whole-message seal/open against an independent model.
+
+The model below (hashlib/hmac + the python backend's AES-CTR) is written from the format description only, so
+this file needs nothing from ``app`` and runs under ``make asan`` with the rest of tests/aescore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+import aescore
+from aescore import _sealed
+
+pytestmark = pytest.mark.skipif(
+    _sealed.unavailable_reason() is not None, reason="native sealed core unavailable on this CPU"
+)
+
+TAG = 32
+ISA = str(aescore.get_backend("aesni").info()["isa"]) if _sealed.unavailable_reason() is None else "aesni"
+
+
+@pytest.fixture(params=_sealed.sha256_impls())
+def sha_impl(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every SHA-256 path this CPU runs, set module-wide for the test."""
+    previous = _sealed.get_sha256_impl()
+    _sealed.set_sha256_impl(request.param)
+    yield str(request.param)
+    _sealed.set_sha256_impl(previous)
+
+
+def model_seal(
+    ikm: bytes, derived: int, segment_size: int, plaintext: bytes, ad: bytes, random_: bytes
+) -> bytes:
+    salt, prefix = random_[:derived], random_[derived:]
+    prk = hmac.digest(salt, ikm, "sha256")
+    t1 = hmac.digest(prk, ad + b"\x01", "sha256")
+    okm = t1 + hmac.digest(prk, t1 + ad + b"\x02", "sha256")
+    aes_key, mac_key = okm[:derived], okm[derived : derived + 32]
+    backend = aescore.get_backend("python")
+    expanded = backend.expand_key(aes_key)
+    header = bytes([1 + derived + 7]) + salt + prefix
+    out, position, index = [header], 0, 0
+    while True:
+        size = segment_size - TAG - (len(header) if index == 0 else 0)
+        last = len(plaintext) - position <= size
+        chunk = plaintext[position : position + size]
+        nonce = prefix + index.to_bytes(4, "big") + bytes([last]) + bytes(4)
+        ciphertext = backend.ctr_xor(expanded, nonce, chunk)
+        assert ciphertext is not None
+        out += [ciphertext, hmac.digest(mac_key, nonce + ciphertext, "sha256")]
+        position += len(chunk)
+        index += 1
+        if last:
+            return b"".join(out)
+
+
+@pytest.mark.parametrize("impl", ["scalar", "shani"])
+def test_sha256_and_hmac_match_hashlib(impl: str) -> None:
+    if impl not in _sealed.sha256_impls():
+        pytest.fail(f"{impl} should run on this project's hosts (Zen 3 has SHA-NI)")
+    rng = random.Random(5)
+    for length in [*range(0, 200), 1000, 4095, 65536 + 7]:
+        data = rng.randbytes(length)
+        assert _sealed.sha256(data, impl) == hashlib.sha256(data).digest(), length
+    for key_length in (0, 1, 32, 63, 64, 65, 200):
+        key = rng.randbytes(key_length)
+        data = rng.randbytes(key_length * 3)
+        assert _sealed.hmac_sha256(key, data, impl) == hmac.digest(key, data, "sha256")
+
+
+def test_sha256_path_is_forced_by_the_environment() -> None:
+    code = "from aescore import _sealed; print(_sealed.get_sha256_impl(), _sealed.unavailable_reason())"
+    for setting, expected in (("scalar", "scalar None"), ("auto", f"{_sealed.sha256_impls()[0]} None")):
+        env = {**os.environ, "KEYSTREAM_SHA256_IMPL": setting}
+        output = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert output.stdout.strip() == expected
+    env = {**os.environ, "KEYSTREAM_SHA256_IMPL": "md5"}
+    output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert output.stdout.startswith("none KEYSTREAM_SHA256_IMPL: impl must be one of auto, shani, scalar")
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(aescore.AesCoreValueError, match="must be one of"):
+        _sealed.set_sha256_impl("sha1")
+    with pytest.raises(aescore.AesCoreTypeError):
+        _sealed.set_sha256_impl(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("derived", [16, 24, 32])
+@pytest.mark.parametrize("segment_size", ["min", 100, 4096])
+def test_seal_matches_the_model_and_opens(sha_impl: str, derived: int, segment_size: int | str) -> None:
+    size = 1 + derived + 7 + TAG + 1 if segment_size == "min" else int(segment_size)
+    first = size - (1 + derived + 7) - TAG
+    rng = random.Random(derived * size)
+    ikm = rng.randbytes(32)
+    lengths = [0, 1, first - 1, first, first + 1, first + size - TAG, first + size - TAG + 1, 3000]
+    plaintexts = [rng.randbytes(n) for n in lengths]
+    ads = [rng.randbytes(i % 3 * 40) for i in range(len(lengths))]
+    randomness = rng.randbytes((derived + 7) * len(lengths))
+    sealed = [
+        c for c in _sealed.seal_many(ikm, derived, size, plaintexts, ads, randomness, ISA) if c is not None
+    ]
+    per = derived + 7
+    for i, ciphertext in enumerate(sealed):
+        expected = model_seal(ikm, derived, size, plaintexts[i], ads[i], randomness[i * per : (i + 1) * per])
+        assert ciphertext == expected, lengths[i]
+    opened = _sealed.open_many([rng.randbytes(32), ikm], derived, size, sealed, ads, ISA)
+    assert opened == [(p, _sealed.ITEM_OK, opened[i][2], 1) for i, p in enumerate(plaintexts)]
+
+
+def test_every_tampered_byte_fails_only_its_item(sha_impl: str) -> None:
+    ikm = bytes(range(32))
+    good = _sealed.seal_many(ikm, 16, 64, [b"x" * 70], [b"ad"], bytes(23), ISA)[0]
+    assert good is not None
+    tampered = []
+    for position in range(len(good)):
+        changed = bytearray(good)
+        changed[position] ^= 0x01
+        tampered.append(bytes(changed))
+    items = [good, *tampered, good]
+    results = _sealed.open_many([ikm], 16, 64, items, [b"ad"] * len(items), ISA)
+    assert results[0][0] == results[-1][0] == b"x" * 70
+    for plaintext, status, _, _ in results[1:-1]:
+        assert plaintext is None and status != _sealed.ITEM_OK
+
+
+def test_each_failure_has_its_status_and_segment() -> None:
+    ikm = bytes(range(32))
+    good = _sealed.seal_many(ikm, 16, 100, [b"y" * 100], [b""], bytes(23), ISA)[0]
+    assert good is not None and len(good) == 100 + 88  # segments of 24 + 44 + 32 and 56 + 32 bytes
+    later = bytearray(good)
+    later[150] ^= 1
+    cases = {
+        good[:10]: (_sealed.ITEM_SHORT_HEADER, 0),
+        b"\x19" + good[1:]: (_sealed.ITEM_BAD_HEADER, 0),
+        good[:24]: (_sealed.ITEM_MISSING_SEGMENT, 0),
+        good[: 100 + 20]: (_sealed.ITEM_SHORT_SEGMENT, 1),
+        good[:-1] + bytes([good[-1] ^ 1]): (_sealed.ITEM_BAD_TAG, 1),
+        bytes(later): (_sealed.ITEM_BAD_TAG, 1),
+        good[:30] + bytes([good[30] ^ 1]) + good[31:]: (_sealed.ITEM_NO_KEY, 0),
+        good + b"z": (_sealed.ITEM_BAD_TAG, 1),
+    }
+    results = _sealed.open_many([ikm], 16, 100, list(cases), [b""] * len(cases), ISA)
+    assert [(status, segment) for _, status, segment, _ in results] == list(cases.values())
+    assert all(plaintext is None for plaintext, _, _, _ in results)
+    assert _sealed.open_many([bytes(32)], 16, 100, [good], [b""], ISA)[0][1] == _sealed.ITEM_NO_KEY
+
+
+def test_argument_errors() -> None:
+    ikm = bytes(32)
+    with pytest.raises(aescore.AesCoreValueError, match="randomness must be 23 bytes"):
+        _sealed.seal_many(ikm, 16, 64, [b""], [b""], bytes(22), ISA)
+    with pytest.raises(aescore.AesCoreTypeError, match="plaintexts must hold bytes"):
+        _sealed.seal_many(ikm, 16, 64, [bytearray(1)], [b""], bytes(23), ISA)  # type: ignore[list-item,unused-ignore]
+    with pytest.raises(aescore.AesCoreValueError, match="one entry per item"):
+        _sealed.seal_many(ikm, 16, 64, [b""], [], bytes(23), ISA)
+    with pytest.raises(aescore.AesCoreValueError, match="key material"):
+        _sealed.seal_many(bytes(8), 16, 64, [b""], [b""], bytes(23), ISA)
+    with pytest.raises(aescore.AesCoreValueError, match="segment_size"):
+        _sealed.seal_many(ikm, 16, 56, [b""], [b""], bytes(23), ISA)
+    with pytest.raises(aescore.AesCoreValueError, match="derived_size"):
+        _sealed.open_many([ikm], 20, 64, [b""], [b""], ISA)
+    with pytest.raises(aescore.AesCoreValueError, match="isa must be"):
+        _sealed.open_many([ikm], 16, 64, [b""], [b""], "sse2")
+    assert _sealed.seal_many(ikm, 16, 64, [], [], b"", ISA) == []
+    assert _sealed.open_many([ikm], 16, 64, [], [], ISA) == []
+
+
+def test_large_items_release_the_gil_and_still_match(sha_impl: str) -> None:
+    rng = random.Random(9)
+    plaintexts = [rng.randbytes(300_000), rng.randbytes(5)]
+    randomness = rng.randbytes(39 * 2)
+    sealed = [
+        c for c in _sealed.seal_many(bytes(32), 32, 4096, plaintexts, [b"", b"a"], randomness, ISA) if c
+    ]
+    assert sealed[0] == model_seal(bytes(32), 32, 4096, plaintexts[0], b"", randomness[:39])
+    opened = _sealed.open_many([bytes(32)], 32, 4096, sealed, [b"", b"a"], ISA)
+    assert [result[0] for result in opened] == plaintexts
