@@ -90,34 +90,29 @@ def _complete_responses(path: str, operation: dict[str, Any]) -> None:
                 response["description"] = _DESCRIPTIONS[int(status)]
 
 
-def _batch_bodies(paths: dict[str, Any], bodies: dict[str, dict[str, Any]]) -> None:
-    """The batch routes read their JSON body themselves (bounded): document it, and its errors, here."""
-    for path, body_schema in bodies.items():
+def _batch_errors(paths: dict[str, Any], batch_paths: Sequence[str]) -> None:
+    """The batch routes read their JSON body themselves (bounded, :mod:`app.api.batch_json` documents it):
+    add the errors that reading it can give."""
+    for path in batch_paths:
         operation = paths.get(path, {}).get("post")
         if operation is not None:
             responses = operation.setdefault("responses", {})
             for status, entry in errors(403, 404, 415, 422).items():
                 responses.setdefault(str(status), entry)
-            operation.setdefault(
-                "requestBody",
-                {"required": True, "content": {"application/json": {"schema": body_schema}}},
-            )
 
 
-def build_openapi(
-    app: FastAPI, backends: Sequence[str], batch_bodies: dict[str, dict[str, Any]]
-) -> dict[str, Any]:
+def build_openapi(app: FastAPI, backends: Sequence[str], batch_paths: Sequence[str]) -> dict[str, Any]:
     """The OpenAPI document of ``app`` (see the module docstring for what is added to FastAPI's).
 
     Args:
         app: the application.
         backends: the backend names a request may choose (the ``backend`` parameter's enum).
-        batch_bodies: path -> JSON schema of the body, for routes that read their body by hand.
+        batch_paths: the paths of routes that read their JSON body by hand.
     """
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     paths: dict[str, Any] = schema["paths"]
     paths.update(openapi_paths())
-    _batch_bodies(paths, batch_bodies)
+    _batch_errors(paths, batch_paths)
     for path, item in paths.items():
         for operation in item.values():
             if path.startswith("/v1/"):
@@ -130,6 +125,4 @@ def build_openapi(
     for unused in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422 body, replaced by Error
         schemas.pop(unused, None)
     schemas["Error"] = ERROR_SCHEMA
-    for model_schema in batch_bodies.values():
-        schemas.update(model_schema.pop("$defs", {}))
     return schema
