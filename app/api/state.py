@@ -8,6 +8,7 @@ from app.core.config import Settings
 from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
 from app.services.backends import Backends, open_backends
+from app.services.coherence import ChangeFollower
 from app.services.security import TokenVerifier, install_root_token
 
 
@@ -20,10 +21,11 @@ class ServiceState:
     keycache: KeyCache
     tokens: TokenVerifier
     backends: Backends
+    follower: ChangeFollower
 
 
 def open_state(settings: Settings) -> ServiceState:
-    """Open everything a request needs (blocking: call from a thread or at start-up).
+    """Open everything a request needs and start following the change log (blocking: call from a thread).
 
     Raises:
         MasterKeyError: the master key is malformed or does not open the keystore.
@@ -37,7 +39,16 @@ def open_state(settings: Settings) -> ServiceState:
         if root is not None:
             install_root_token(keystore, root)
         keycache = KeyCache(keystore, settings.key_cache_size, settings.key_metadata_ttl)
+        tokens = TokenVerifier(keystore, settings.token_cache_ttl)
+        follower = ChangeFollower(
+            keystore,
+            keycache,
+            tokens,
+            interval=settings.change_poll_interval,
+            trust_seconds=settings.cache_trust_seconds,
+        )
         backends = open_backends(settings)
+        follower.start()
     except BaseException:
         keystore.close()
         raise
@@ -45,13 +56,15 @@ def open_state(settings: Settings) -> ServiceState:
         settings=settings,
         keystore=keystore,
         keycache=keycache,
-        tokens=TokenVerifier(keystore, settings.token_cache_ttl),
+        tokens=tokens,
         backends=backends,
+        follower=follower,
     )
 
 
 def close_state(state: ServiceState) -> None:
-    """Stop the python-backend processes and close the keystore."""
+    """Stop following the change log and the python-backend processes; close the keystore."""
+    state.follower.stop()
     if state.backends.offload is not None:
         state.backends.offload.shutdown()
     state.keycache.clear()

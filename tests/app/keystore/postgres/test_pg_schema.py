@@ -11,7 +11,7 @@ import pytest
 
 from app.keystore import KeystoreSchemaError, MasterKeyError
 from app.keystore.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresKeyStore
-from app.keystore.sqlite import Migration
+from app.keystore import Migration
 from tests.pg_cluster import PgCluster
 
 Raw = psycopg.Connection[tuple[object, ...]]
@@ -74,7 +74,7 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     pg_url: str, master_key: bytes, raw: Raw
 ) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    step = Migration(2, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
+    step = Migration(3, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
     for _ in range(2):
         upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
         try:
@@ -85,7 +85,7 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     assert versions(raw) == [1, 2]
     assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 2, newer than this release supports \\(1\\)"
+        KeystoreSchemaError, match="schema version 3, newer than this release supports \\(2\\)"
     ) as caught:
         PostgresKeyStore(pg_url, master_key)
     assert "upgrade Keystream" in str(caught.value) and "database 'postgres' on 127.0.0.1:" in str(
@@ -95,7 +95,7 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
 
 def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key: bytes, raw: Raw) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    broken = Migration(2, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
+    broken = Migration(3, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
     with pytest.raises(psycopg.errors.SyntaxError):
         PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
     assert versions(raw) == [1]

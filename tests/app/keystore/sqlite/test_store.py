@@ -430,7 +430,7 @@ def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: byt
     store = open_keystore(data_dir, master_key)
     store.create_key("orders")
     store.close()
-    step = Migration(2, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
+    step = Migration(3, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
     path = data_dir / "keystore.db"
     for _ in range(2):
         with contextlib.closing(SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))) as upgraded:
@@ -441,14 +441,14 @@ def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: byt
                 assert conn.execute("SELECT label FROM keys").fetchone()[0] == ""
     # ...and the release that only knows version 1 refuses the upgraded file instead of misreading it
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 2, newer than this release supports \\(1\\)"
+        KeystoreSchemaError, match="schema version 3, newer than this release supports \\(2\\)"
     ):
         open_keystore(data_dir, master_key)
 
 
 def test_failed_migration_leaves_the_database_unchanged(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
-    broken = Migration(2, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
+    broken = Migration(3, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
     with pytest.raises(sqlite3.OperationalError):
         SqliteKeyStore(data_dir / "keystore.db", master_key, migrations=(*MIGRATIONS, broken))
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
