@@ -22,9 +22,9 @@ def versions(raw: Raw) -> list[int]:
 
 
 def test_schema_version_is_recorded(pg_store: PostgresKeyStore, raw: Raw) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 1
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 2
     assert pg_store.schema_version() == SCHEMA_VERSION
-    assert versions(raw) == [1]
+    assert versions(raw) == [1, 2]
     tables = {
         row[0] for row in raw.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     }
@@ -51,7 +51,7 @@ def test_replicas_starting_together_migrate_once(pg_url: str, master_key: bytes,
         thread.join(timeout=60)
     try:
         assert errors == [] and len(stores) == count
-        assert versions(raw) == [1]
+        assert versions(raw) == [1, 2]
         assert raw.execute("SELECT count(*) FROM meta").fetchone() == (1,)
         stores[0].create_key("orders")
         assert stores[-1].get_key("orders").latest_version == 1
@@ -78,11 +78,11 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     for _ in range(2):
         upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
         try:
-            assert upgraded.schema_version() == 2
+            assert upgraded.schema_version() == 3
             upgraded.create_key(f"k{secrets.token_hex(4)}")
         finally:
             upgraded.close()
-    assert versions(raw) == [1, 2]
+    assert versions(raw) == [1, 2, 3]
     assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
     with pytest.raises(
         KeystoreSchemaError, match="schema version 3, newer than this release supports \\(2\\)"
@@ -98,7 +98,7 @@ def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key:
     broken = Migration(3, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
     with pytest.raises(psycopg.errors.SyntaxError):
         PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
-    assert versions(raw) == [1]
+    assert versions(raw) == [1, 2]
     columns = {
         row[0]
         for row in raw.execute(
