@@ -3,10 +3,11 @@
 Two layers, one lock:
 
 * **Metadata** (:class:`~app.keystore.KeyInfo`) per key name. Coherence across workers and replicas comes
-  from the keystore's change log: :class:`app.services.coherence.ChangeFollower` calls :meth:`KeyCache.invalidate`
-  for exactly the keys that changed (or :meth:`KeyCache.clear`), and after each successful read of the log
-  :meth:`KeyCache.trust_until` extends how long cached metadata may be used: a process that cannot read the
-  log stops trusting its cache after that bound. ``metadata_ttl`` is only a last-resort bound on top.
+  from the keystore's change log: :class:`app.services.coherence.ChangeFollower` calls
+  :meth:`KeyCache.invalidate` for exactly the keys that changed (or :meth:`KeyCache.clear`), and after each
+  successful read of the log :meth:`KeyCache.trust_until` extends how long cached metadata may be used: a
+  process that cannot read the log stops trusting its cache after that bound. ``metadata_ttl`` is only a
+  last-resort bound on top.
 * **Resolved keys** (:class:`ResolvedKey`: material plus the backend's expanded key) per
   ``(name, version, backend name)`` in a bounded LRU. A hit costs a dict lookup: no SQLite, no key expansion.
 

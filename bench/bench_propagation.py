@@ -57,7 +57,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def replicas(count: int, data_dir: Path, database_url: str | None, env_extra: dict[str, str]) -> Iterator[list[Replica]]:
+def replicas(
+    count: int, data_dir: Path, database_url: str | None, env_extra: dict[str, str]
+) -> Iterator[list[Replica]]:
     """Start ``count`` servers on one keystore; stop them afterwards.
 
     Raises:
@@ -65,26 +67,36 @@ def replicas(count: int, data_dir: Path, database_url: str | None, env_extra: di
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update({"KEYSTREAM_ROOT_TOKEN": ROOT, "KEYSTREAM_MASTER_KEY": MASTER, "KEYSTREAM_WORKERS": "1",
-                "KEYSTREAM_LOG_LEVEL": "warning", "KEYSTREAM_TIMEOUT_GRACEFUL_SHUTDOWN": "2",
-                "PYTHONPATH": str(REPO), **env_extra})
+    env.update(
+        {
+            "KEYSTREAM_ROOT_TOKEN": ROOT,
+            "KEYSTREAM_MASTER_KEY": MASTER,
+            "KEYSTREAM_WORKERS": "1",
+            "KEYSTREAM_LOG_LEVEL": "warning",
+            "KEYSTREAM_TIMEOUT_GRACEFUL_SHUTDOWN": "2",
+            "PYTHONPATH": str(REPO),
+            **env_extra,
+        }
+    )
     if database_url:
         env["KEYSTREAM_DATABASE_URL"] = database_url
     started: list[Replica] = []
     try:
         for index in range(count):
             port = _free_port()
-            log = (data_dir / f"replica{index}.log").open("wb")
-            command = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                       "--data-dir", str(data_dir)]
-            process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-            client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10,
-                                  headers={"Authorization": f"Bearer {ROOT}"})
+            log_path = data_dir / f"replica{index}.log"
+            command = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+            command += ["--data-dir", str(data_dir)]
+            with log_path.open("wb") as log:
+                process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            client = httpx.Client(
+                base_url=f"http://127.0.0.1:{port}", timeout=10, headers={"Authorization": f"Bearer {ROOT}"}
+            )
             started.append(Replica(process, client))
             deadline = time.monotonic() + 30
             while True:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"replica {index} did not start: {(data_dir / f'replica{index}.log').read_text()[-1500:]}")
+                    raise RuntimeError(f"replica {index} did not start: {log_path.read_text()[-1500:]}")
                 with contextlib.suppress(httpx.HTTPError):
                     if client.get("/readyz").status_code == 200:
                         break
@@ -146,8 +158,11 @@ def measure_revocation(group: list[Replica], changes: int) -> list[float]:
         done = time.perf_counter()
         pending = list(others)
         while pending and time.perf_counter() - done < GIVE_UP:
-            pending = [r for r in pending
-                       if r.client.post(f"/v1/keys/{name}/encrypt", content=b"x", headers=headers).status_code != 401]
+            pending = [
+                r
+                for r in pending
+                if r.client.post(f"/v1/keys/{name}/encrypt", content=b"x", headers=headers).status_code != 401
+            ]
         delays.append(time.perf_counter() - done)
     return delays
 
@@ -157,21 +172,24 @@ def measure_data_loss(group: list[Replica], changes: int, seed: int) -> dict[str
     rng = random.Random(seed)
     name = f"dl-{secrets.token_hex(3)}"
     group[0].client.post("/v1/keys", json={"name": name, "deletion_allowed": True}).raise_for_status()
-    made = ciphertexts = undecryptable = recreate_refusals = 0
+    made = ciphertexts = undecryptable = recreate_refusals = deletes = 0
     while made < changes:
         for replica in group:  # every replica has the current key cached
             _encrypt(replica, name, b"warm").raise_for_status()
         a, b, c = rng.sample(group, 3)
-        if rng.random() < 0.8:
+        if rng.random() < 0.6:
             a.client.post(f"/v1/keys/{name}/rotate").raise_for_status()
             made += 1
         else:
             a.client.delete(f"/v1/keys/{name}").raise_for_status()
+            deletes += 1
             while True:  # re-create through another replica as soon as the tombstone allows
                 reply = b.client.post("/v1/keys", json={"name": name, "deletion_allowed": True})
                 if reply.status_code == 201:
                     break
-                assert reply.status_code == 409 and reply.json()["error"]["code"] == "key_recently_deleted", reply.text
+                assert reply.status_code == 409 and reply.json()["error"]["code"] == "key_recently_deleted", (
+                    reply.text
+                )
                 recreate_refusals += 1
                 time.sleep(0.05)
             made += 2
@@ -183,15 +201,24 @@ def measure_data_loss(group: list[Replica], changes: int, seed: int) -> dict[str
             opened = decryptor.client.post(f"/v1/keys/{name}/decrypt", content=sealed.content)
             if opened.status_code != 200 or opened.content != plaintext:
                 undecryptable += 1
-    return {"changes": made, "ciphertexts": ciphertexts, "undecryptable": undecryptable,
-            "recreate_refusals_409": recreate_refusals}
+    return {
+        "changes": made,
+        "deletes": deletes,
+        "ciphertexts": ciphertexts,
+        "undecryptable": undecryptable,
+        "recreate_refusals_409": recreate_refusals,
+    }
 
 
 def _summary(delays: list[float]) -> dict[str, Any]:
     ms = sorted(delay * 1000 for delay in delays)
     p99 = ms[min(len(ms) - 1, max(0, round(0.99 * len(ms)) - 1))]
-    return {"count": len(ms), "p50_ms": round(statistics.median(ms), 2), "p99_ms": round(p99, 2),
-            "max_ms": round(ms[-1], 2)}
+    return {
+        "count": len(ms),
+        "p50_ms": round(statistics.median(ms), 2),
+        "p99_ms": round(p99, 2),
+        "max_ms": round(ms[-1], 2),
+    }
 
 
 @dataclass
@@ -204,8 +231,14 @@ class Run:
     data_loss: dict[str, int] = field(default_factory=dict)
 
 
-def run(keystore: str, changes: int, data_dir: Path, database_url: str | None,
-        env_extra: dict[str, str] | None = None, count: int = 3) -> Run:
+def run(
+    keystore: str,
+    changes: int,
+    data_dir: Path,
+    database_url: str | None,
+    env_extra: dict[str, str] | None = None,
+    count: int = 3,
+) -> Run:
     """Start ``count`` replicas on the keystore and measure everything with ``changes`` changes each."""
     with replicas(count, data_dir, database_url, env_extra or {}) as group:
         result = Run(keystore)

@@ -97,7 +97,7 @@ class Settings(BaseSettings):
         default=0.25,
         gt=0,
         le=60,
-        description="Seconds between two reads of the keystore's change log (PostgreSQL NOTIFY reads at once).",
+        description="Seconds between two reads of the keystore's change log (a change hint reads at once).",
     )
     key_tombstone_seconds: float | None = Field(
         default=None,

@@ -8,8 +8,9 @@ master key (see :mod:`app.keystore.master`) and leaves the store unwrapped only 
 The interface is deliberately small so that a second implementation (PostgreSQL, for several replicas) needs
 nothing but these methods; every change also appends to an ordered change log (:mod:`app.keystore.changes`)
 read with :meth:`KeyStore.changes_since`, which keeps the caches of several workers or replicas coherent, and
-a deleted key's name is held by a tombstone (:mod:`app.keystore.tombstones`). Validation lives in :mod:`app.keystore.checks`, in plain functions, so every
-implementation applies the same rules and raises the same errors.
+a deleted key's name is held by a tombstone (:mod:`app.keystore.tombstones`). Validation lives in
+:mod:`app.keystore.checks`, in plain functions, so every implementation applies the same rules and raises the
+same errors.
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ class ChangeFollower:
                 return
             try:
                 self.poll()
-            except Exception as exc:  # noqa: BLE001 (an outage: the caches stop being trusted; retry)
+            except Exception as exc:
                 logger.warning("cannot read the change log: %s: %s", type(exc).__name__, exc)
 
     def stop(self) -> None:

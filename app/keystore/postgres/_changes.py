@@ -1,9 +1,10 @@
 """The change log: an ordered record of every change to a key or token, for keeping caches coherent.
 
 The records (:class:`~app.keystore.changes.Change`, :class:`~app.keystore.changes.ChangeBatch`) are shared
-with the SQLite keystore. Every mutating keystore method calls :func:`append_change` as the last statement of its own transaction, so
-a change and its log row commit together or not at all. A replica remembers the last sequence number it has
-applied and asks :func:`changes_since` for what came after.
+with the SQLite keystore. Every mutating keystore method calls :func:`append_change` as the last statement of
+its own transaction, so a change and its log row commit together or not at all. A replica remembers the last
+sequence number it has applied and asks :func:`changes_since` for what came after.
+
 
 Sequence numbers come from a ``bigserial``, and a plain sequence can commit out of order: a transaction that
 took number 11 may commit after one that took 12, and a reader that saw 12 would skip 11 for ever. So

@@ -185,12 +185,16 @@ def update_policy(
 
 
 def delete_key(conn: Connection, name: str, tombstone_seconds: float) -> None:
-    """Delete the key and (by cascade) its versions; hold its name for ``tombstone_seconds`` (database clock)."""
+    """Delete the key and (by cascade) its versions; hold its name for ``tombstone_seconds``.
+
+    The tombstone's times come from the database's clock, shared by every replica.
+    """
     conn.execute("DELETE FROM keys WHERE name = %s", (name,))
     conn.execute(
         "INSERT INTO key_tombstones (name, deleted_at, reusable_at) "
         "VALUES (%s, now(), now() + make_interval(secs => %s)) "
-        "ON CONFLICT (name) DO UPDATE SET deleted_at = excluded.deleted_at, reusable_at = excluded.reusable_at",
+        "ON CONFLICT (name) DO UPDATE SET deleted_at = excluded.deleted_at, "
+        "reusable_at = excluded.reusable_at",
         (name, tombstone_seconds),
     )
 

@@ -55,7 +55,7 @@ class ChangeListener:
         while not self._stop.is_set():
             try:
                 conn = self._database.connect()
-            except Exception as exc:  # noqa: BLE001 (unreachable database: retry after the backoff)
+            except Exception as exc:
                 logger.debug("change listener cannot connect: %s", type(exc).__name__)
             else:
                 try:
@@ -69,8 +69,10 @@ class ChangeListener:
                     while not self._stop.is_set():
                         for _notify in conn.notifies(timeout=_WAKE_SECONDS, stop_after=1):
                             self._on_hint()
-                except Exception as exc:  # noqa: BLE001 (a lost connection: reconnect)
-                    logger.warning("change listener lost its connection (%s); reconnecting", type(exc).__name__)
+                except Exception as exc:
+                    logger.warning(
+                        "change listener lost its connection (%s); reconnecting", type(exc).__name__
+                    )
                 finally:
                     with contextlib.suppress(Exception):
                         conn.close()

@@ -24,6 +24,7 @@ from app.errors import (
 )
 
 from ..base import KeyInfo, KeyStore, TokenRecord, utc_now
+from ..changes import ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
@@ -38,7 +39,6 @@ from ..checks import (
     key_type_for_material,
 )
 from ..master import check_master_key, unwrap_key_material, wrap_key_material
-from ..changes import ChangeBatch
 from ..migrations import Migration
 from ..tombstones import check_tombstone_seconds
 from . import _changes, _keys, _schema, _tokens
@@ -64,7 +64,8 @@ class PostgresKeyStore(KeyStore):
         wait_timeout: seconds a call waits for a free connection before ``KeystoreUnavailableError``.
         connect_timeout: seconds one connection attempt may take.
         migrations: the schema steps to apply (tests pass extra ones).
-        tombstone_seconds: how long a deleted key's name cannot be re-created (:mod:`app.keystore.tombstones`).
+        tombstone_seconds: how long a deleted key's name cannot be re-created
+            (:mod:`app.keystore.tombstones`).
 
     Raises:
         BadRequestError: ``tombstone_seconds`` is negative.

@@ -22,8 +22,8 @@ Every change appends to the change log in its own transaction, and a delete leav
 (:mod:`.changes`).
 
 The package: :mod:`.schema` (migrations), :mod:`.connections` (the pool and transactions), :mod:`.keys`,
-:mod:`.tokens` and :mod:`.changes` (the SQL of each table) and :mod:`.store` (:class:`SqliteKeyStore`, which validates arguments
-and puts the pieces together).
+:mod:`.tokens` and :mod:`.changes` (the SQL of each table) and :mod:`.store` (:class:`SqliteKeyStore`, which
+validates arguments and puts the pieces together).
 """
 
 from __future__ import annotations

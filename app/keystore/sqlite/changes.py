@@ -19,7 +19,7 @@ from ..checks import check_integer
 from ..tombstones import recently_deleted
 from .schema import from_text, to_text
 
-__all__ = ["append_change", "changes_since", "check_tombstone", "add_tombstone", "trim_changes"]
+__all__ = ["add_tombstone", "append_change", "changes_since", "check_tombstone", "trim_changes"]
 
 
 def append_change(
@@ -82,7 +82,8 @@ def add_tombstone(conn: sqlite3.Connection, name: str, seconds: float) -> None:
     now = utc_now()
     conn.execute(
         "INSERT INTO key_tombstones (name, deleted_at, reusable_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET deleted_at = excluded.deleted_at, reusable_at = excluded.reusable_at",
+        "ON CONFLICT (name) DO UPDATE SET deleted_at = excluded.deleted_at, "
+        "reusable_at = excluded.reusable_at",
         (name, to_text(now), to_text(now + timedelta(seconds=seconds))),
     )
 

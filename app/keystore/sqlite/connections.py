@@ -1,8 +1,9 @@
 """The SQLite connection pool and transactions of the keystore (see :mod:`app.keystore.sqlite`).
 
-Connections come from a small pool (one connection is never used by two threads at once); after ``fork()``
-the child opens its own and never touches the inherited ones. SQLite errors that mean "cannot serve right
-now" become :class:`~app.keystore.errors.KeystoreUnavailableError` (503 with ``Retry-After``); anything else surfaces as the bug it is.
+Connections come from a small pool (one connection is never used by two threads at once); after ``fork()`` the
+child opens its own and never touches the inherited ones. SQLite errors that mean "cannot serve right now"
+become :class:`~app.keystore.errors.KeystoreUnavailableError` (503 with ``Retry-After``); anything else
+surfaces as the bug it is.
 """
 
 from __future__ import annotations

@@ -18,7 +18,15 @@ from ..changes import CHANGE_KINDS
 from ..master import MasterKeyError, make_master_key_check, master_key_matches
 from ..migrations import KeystoreSchemaError, Migration
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "KeystoreSchemaError", "Migration", "from_text", "migrate", "to_text"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "KeystoreSchemaError",
+    "Migration",
+    "from_text",
+    "migrate",
+    "to_text",
+]
 
 logger = logging.getLogger("app.keystore.sqlite")
 

@@ -46,7 +46,8 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             ``ServiceUnavailableError``.
         pool_size: idle connections kept for reuse.
         migrations: the schema steps to apply (tests pass extra ones).
-        tombstone_seconds: how long a deleted key's name cannot be re-created (:mod:`app.keystore.tombstones`).
+        tombstone_seconds: how long a deleted key's name cannot be re-created
+            (:mod:`app.keystore.tombstones`).
 
     Raises:
         BadRequestError: ``tombstone_seconds`` is negative.
@@ -252,5 +253,8 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             return changes.trim_changes(conn, keep)
 
     def listen_for_changes(self, on_hint: Callable[[], None]) -> Callable[[], None]:
-        """Call ``on_hint`` soon after any connection commits to the file (see :mod:`.watch`); return a stopper."""
+        """Call ``on_hint`` soon after any connection commits to the file (see :mod:`.watch`).
+
+        Returns the watcher's stopper.
+        """
         return DataVersionWatcher(self.path, on_hint).stop

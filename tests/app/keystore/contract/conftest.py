@@ -42,14 +42,10 @@ class Backing:
 @pytest.fixture(params=STORES)
 def backing(request: pytest.FixtureRequest, data_dir: Path) -> Iterator[Backing]:
     if request.param == "sqlite":
-        backing = Backing(
-            "sqlite", lambda key, held: open_keystore(data_dir, key, tombstone_seconds=held)
-        )
+        backing = Backing("sqlite", lambda key, held: open_keystore(data_dir, key, tombstone_seconds=held))
     else:
         url: str = request.getfixturevalue("pg_url")  # the cluster starts only if a postgres test runs
-        backing = Backing(
-            "postgres", lambda key, held: PostgresKeyStore(url, key, tombstone_seconds=held)
-        )
+        backing = Backing("postgres", lambda key, held: PostgresKeyStore(url, key, tombstone_seconds=held))
     try:
         yield backing
     finally:

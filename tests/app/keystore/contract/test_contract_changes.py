@@ -92,7 +92,9 @@ def test_a_deleted_name_is_held_by_a_tombstone_for_every_store(backing: Backing,
     first.create_key("orders", deletion_allowed=True)
     first.delete_key("orders")
     for attempt in (lambda: other.create_key("orders"), lambda: other.import_key("orders", bytes(32))):
-        with pytest.raises(KeyRecentlyDeletedError, match="can be re-created from .*Z \\(in 0\\.[0-9]+ s\\)") as err:
+        with pytest.raises(
+            KeyRecentlyDeletedError, match=r"can be re-created from .*Z \(in 0\.[0-9]+ s\)"
+        ) as err:
             attempt()
         assert err.value.retry_after_seconds == 1
     other.create_key("unrelated")  # other names are free

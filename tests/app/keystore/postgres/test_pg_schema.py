@@ -9,9 +9,8 @@ import threading
 import psycopg
 import pytest
 
-from app.keystore import KeystoreSchemaError, MasterKeyError
+from app.keystore import KeystoreSchemaError, MasterKeyError, Migration
 from app.keystore.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresKeyStore
-from app.keystore import Migration
 from tests.pg_cluster import PgCluster
 
 Raw = psycopg.Connection[tuple[object, ...]]
