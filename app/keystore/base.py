@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .changes import MAX_CHANGES_PER_CALL, ChangeBatch
+from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import DEFAULT_SEGMENT_SIZE
 
 __all__ = ["KeyInfo", "KeyStore", "KeyVersionInfo", "TokenRecord", "utc_now"]
@@ -256,11 +256,13 @@ class KeyStore(abc.ABC):
             ServiceUnavailableError: the database cannot serve now.
         """
 
-    def listen_for_changes(self, on_hint: Callable[[], None]) -> Callable[[], None]:
+    def listen_for_changes(self, on_hint: Callable[[Change | None], None]) -> Callable[[], None]:
         """Call ``on_hint`` (from another thread) whenever the change log may have grown; return a stopper.
 
-        A hint only says "read the log now" (:meth:`changes_since` stays the truth); it may be late, lost or
-        repeated. This default sends none: readers poll. PostgreSQL sends one per committed change.
+        A hint may carry the committed change itself, else ``None``; either way it may be late, lost or
+        repeated, so :meth:`changes_since` stays the truth (a change is applied from a hint only when it is
+        the very next number). This default sends none: readers poll. PostgreSQL sends one per committed
+        change (``NOTIFY``), SQLite one per commit it notices (``data_version``).
         """
         return _no_listener
 

@@ -72,6 +72,7 @@ class ChangeFollower:
         self.last_success: float | None = None
         self.polls = 0
         self.trims = 0
+        self.hint_applied = 0
 
     def __repr__(self) -> str:
         return f"<ChangeFollower applied={self.applied} polls={self.polls} trims={self.trims}>"
@@ -89,8 +90,22 @@ class ChangeFollower:
         self._thread = threading.Thread(target=self._run, name="change-follower", daemon=True)
         self._thread.start()
 
-    def hint(self) -> None:
-        """Read the log now (thread-safe; called by the keystore's listener)."""
+    def hint(self, change: Change | None = None) -> None:
+        """Apply ``change`` if it is the very next number, else read the log now (thread-safe, never blocks).
+
+        Called by the keystore's listener thread. Applying the next change from the notification saves a
+        database round trip and a thread hop; anything else (a gap, no change attached, a poll under way)
+        wakes the poll thread, which reads the log.
+        """
+        if change is not None and self._lock.acquire(blocking=False):
+            try:
+                if change.seq == self.applied + 1:
+                    self._apply(change)
+                    self.applied = change.seq
+                    self.hint_applied += 1
+                    return
+            finally:
+                self._lock.release()
         self._wake.set()
 
     def poll(self) -> int:

@@ -17,12 +17,15 @@ rolled back), and a reader that has seen number *n* has seen everything below it
 behind the trimmed part is told (``trimmed=True``) to drop its caches instead of missing changes silently.
 
 Each append also sends ``NOTIFY`` on :data:`CHANGE_CHANNEL` in the same transaction (PostgreSQL delivers it
-only if the transaction commits): listeners take it as a hint to read the log now, never as the change itself.
+only if the transaction commits), carrying the change (:func:`encode_change`): a listener whose last applied
+number is just below it applies it at once; any other case (a gap, a lost notification) is a hint to read
+the log now, which stays the truth.
 """
 
 from __future__ import annotations
 
-from datetime import UTC
+import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from app.errors import BadRequestError
@@ -49,6 +52,8 @@ __all__ = [
     "ChangeBatch",
     "append_change",
     "changes_since",
+    "decode_change",
+    "encode_change",
     "trim_changes",
 ]
 
@@ -68,14 +73,33 @@ def append_change(
     if kind not in CHANGE_KINDS:
         raise ValueError(f"unknown change kind {kind!r}; allowed: {', '.join(CHANGE_KINDS)}")
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
+    at = utc_now()
     row = conn.execute(
         "INSERT INTO key_changes (kind, key_name, token_id, at) VALUES (%s, %s, %s, %s) RETURNING seq",
-        (kind, key_name, token_id, utc_now()),
+        (kind, key_name, token_id, at),
     ).fetchone()
     assert row is not None  # INSERT ... RETURNING always returns the row
     seq = int(row[0])
-    conn.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, str(seq)))
+    payload = encode_change(Change(seq, kind, key_name, token_id, at))
+    conn.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, payload))
     return seq
+
+
+def encode_change(change: Change) -> str:
+    """The ``NOTIFY`` payload of ``change``: JSON, far below PostgreSQL's 8000-byte payload limit."""
+    return json.dumps([change.seq, change.kind, change.key_name, change.token_id, change.at.isoformat()])
+
+
+def decode_change(payload: str) -> Change | None:
+    """The change a ``NOTIFY`` payload describes, or ``None`` if it is not one (then it is a bare hint)."""
+    try:
+        seq, kind, key_name, token_id, at = json.loads(payload)
+        change = Change(int(seq), str(kind), key_name, token_id, datetime.fromisoformat(at).astimezone(UTC))
+    except (ValueError, TypeError):
+        return None
+    if kind not in CHANGE_KINDS or (key_name is None) == (token_id is None):
+        return None
+    return change
 
 
 def changes_since(conn: Connection, seq: int, limit: int = MAX_CHANGES_PER_CALL) -> ChangeBatch:

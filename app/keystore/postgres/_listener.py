@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ._changes import CHANGE_CHANNEL
+from ..changes import Change
+from ._changes import CHANGE_CHANNEL, decode_change
 
 if TYPE_CHECKING:
     from ._database import Database
@@ -31,14 +32,15 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.1, 2.0
 
 
 class ChangeListener:
-    """A daemon thread holding ``LISTEN`` on :data:`CHANGE_CHANNEL`; calls ``on_hint`` per notification.
+    """A daemon thread holding ``LISTEN`` on :data:`CHANGE_CHANNEL`; calls ``on_hint`` per notification with
+    the change it carries (``None`` after a (re)connection: read the log).
 
     Args:
         database: where to connect (a connection outside the pool, kept for the listener's life).
         on_hint: called from the listener thread; must be quick and thread-safe.
     """
 
-    def __init__(self, database: Database, on_hint: Callable[[], None]) -> None:
+    def __init__(self, database: Database, on_hint: Callable[[Change | None], None]) -> None:
         self._database = database
         self._on_hint = on_hint
         self._stop = threading.Event()
@@ -65,10 +67,10 @@ class ChangeListener:
                         logger.info("change listener reconnected to %s", self._database.description)
                     connected_once = True
                     backoff = _BACKOFF_FIRST
-                    self._on_hint()  # anything committed while we were not listening: read the log now
+                    self._on_hint(None)  # anything committed while we were not listening: read the log
                     while not self._stop.is_set():
-                        for _notify in conn.notifies(timeout=_WAKE_SECONDS, stop_after=1):
-                            self._on_hint()
+                        for notify in conn.notifies(timeout=_WAKE_SECONDS, stop_after=1):
+                            self._on_hint(decode_change(notify.payload))
                 except Exception as exc:
                     logger.warning(
                         "change listener lost its connection (%s); reconnecting", type(exc).__name__

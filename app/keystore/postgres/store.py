@@ -24,7 +24,7 @@ from app.errors import (
 )
 
 from ..base import KeyInfo, KeyStore, TokenRecord, utc_now
-from ..changes import ChangeBatch
+from ..changes import Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
@@ -300,8 +300,9 @@ class PostgresKeyStore(KeyStore):
         """
         return self._database.write(lambda conn: _changes.trim_changes(conn, keep))
 
-    def listen_for_changes(self, on_hint: Callable[[], None]) -> Callable[[], None]:
-        """Call ``on_hint`` on every committed change (``LISTEN``/``NOTIFY``) and after each reconnection.
+    def listen_for_changes(self, on_hint: Callable[[Change | None], None]) -> Callable[[], None]:
+        """Call ``on_hint`` with every committed change (``LISTEN``/``NOTIFY``), and ``None`` after each
+        (re)connection.
 
         See :mod:`._listener`: a dedicated connection, re-opened whenever it breaks. Returns its stopper.
         """

@@ -13,7 +13,7 @@ from pathlib import Path
 from app.errors import BadRequestError
 
 from ..base import KeyInfo, KeyStore, TokenRecord
-from ..changes import MAX_CHANGES_PER_CALL, ChangeBatch
+from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
@@ -252,7 +252,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._write() as conn:
             return changes.trim_changes(conn, keep)
 
-    def listen_for_changes(self, on_hint: Callable[[], None]) -> Callable[[], None]:
+    def listen_for_changes(self, on_hint: Callable[[Change | None], None]) -> Callable[[], None]:
         """Call ``on_hint`` soon after any connection commits to the file (see :mod:`.watch`).
 
         Returns the watcher's stopper.

@@ -24,14 +24,14 @@ HINT_INTERVAL = 0.01
 
 
 class DataVersionWatcher:
-    """A daemon thread calling ``on_hint`` when the database file was committed to by another connection.
+    """A daemon thread calling ``on_hint(None)`` (read the log) when another connection committed to the file.
 
     Args:
         path: the database file.
         on_hint: called from the watcher thread; must be quick and thread-safe.
     """
 
-    def __init__(self, path: Path, on_hint: Callable[[], None]) -> None:
+    def __init__(self, path: Path, on_hint: Callable[[None], None]) -> None:
         self._path = path
         self._on_hint = on_hint
         self._stop = threading.Event()
@@ -55,7 +55,7 @@ class DataVersionWatcher:
                 conn = None
                 continue
             if last is not None and version != last:
-                self._on_hint()
+                self._on_hint(None)
             last = version
         if conn is not None:
             conn.close()
