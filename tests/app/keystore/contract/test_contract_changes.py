@@ -75,7 +75,7 @@ def test_another_store_on_the_same_data_sees_the_change_and_gets_a_hint(
     writer, reader = backing.open(master_key), backing.open(master_key)
     start = reader.changes_since(1 << 62).latest
     hinted = threading.Event()
-    stop = reader.listen_for_changes(hinted.set)
+    stop = reader.listen_for_changes(lambda change: hinted.set())
     try:
         time.sleep(0.3)  # the listener is connected (PostgreSQL) or has its first data_version (SQLite)
         hinted.clear()
