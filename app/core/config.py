@@ -203,6 +203,18 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _tombstone_outlasts_trust(self) -> Settings:
+        # A replica that cannot read the change log uses its caches for cache_trust_seconds; a deleted name
+        # must stay held longer than that (plus one poll), or that replica could encrypt under the deleted key.
+        least = (TRUST_POLLS + 1) * self.change_poll_interval
+        if self.key_tombstone_seconds is not None and self.key_tombstone_seconds < least:
+            raise ValueError(
+                f"key_tombstone_seconds must be at least {TRUST_POLLS + 1} x change_poll_interval "
+                f"({least:g} s), got {self.key_tombstone_seconds:g}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _master_key_source(self) -> Settings:
         try:
             check_master_key_source(
