@@ -238,13 +238,15 @@ def run(
     database_url: str | None,
     env_extra: dict[str, str] | None = None,
     count: int = 3,
+    data_loss_changes: int | None = None,
 ) -> Run:
     """Start ``count`` replicas on the keystore and measure everything with ``changes`` changes each."""
     with replicas(count, data_dir, database_url, env_extra or {}) as group:
         result = Run(keystore)
         result.rotation = _summary(measure_rotation(group, changes))
         result.revocation = _summary(measure_revocation(group, changes))
-        result.data_loss = measure_data_loss(group, max(changes // 4, 6), seed=changes)
+        loss_changes = data_loss_changes if data_loss_changes is not None else max(changes // 4, 6)
+        result.data_loss = measure_data_loss(group, loss_changes, seed=changes)
     return result
 
 
@@ -258,14 +260,27 @@ def main() -> None:
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        results.append(run("sqlite", args.changes, Path(tmp), None))
+        results.append(run("sqlite", args.changes, Path(tmp), None, data_loss_changes=args.changes))
         cluster = start_cluster()
         try:
             with tempfile.TemporaryDirectory() as tmp_pg:
-                results.append(run("postgres", args.changes, Path(tmp_pg), cluster.new_schema()))
+                results.append(
+                    run(
+                        "postgres",
+                        args.changes,
+                        Path(tmp_pg),
+                        cluster.new_schema(),
+                        data_loss_changes=args.changes,
+                    )
+                )
         finally:
             remove_cluster(cluster)
-    payload = {"replicas": 3, "changes": args.changes, "results": [vars(result) for result in results]}
+    payload = {
+        "replicas": 3,
+        "changes": args.changes,
+        "load_average_at_end": os.getloadavg(),
+        "results": [vars(result) for result in results],
+    }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(payload, indent=2) + "\n")
     print(json.dumps(payload, indent=2))
