@@ -204,8 +204,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _tombstone_outlasts_trust(self) -> Settings:
-        # A replica that cannot read the change log uses its caches for cache_trust_seconds; a deleted name
-        # must stay held longer than that (plus one poll), or that replica could encrypt under the deleted key.
+        # A replica that cannot read the change log uses its caches for cache_trust_seconds; a deleted
+        # name must stay held longer than that (plus one poll), or it could encrypt under the deleted key.
         least = (TRUST_POLLS + 1) * self.change_poll_interval
         if self.key_tombstone_seconds is not None and self.key_tombstone_seconds < least:
             raise ValueError(
