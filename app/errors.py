@@ -84,7 +84,7 @@ class KeyRecentlyDeletedError(ConflictError):
 
     code = "key_recently_deleted"
 
-    def __init__(self, message: str, retry_after_seconds: int) -> None:
+    def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
         super().__init__(message)
         self.retry_after_seconds = retry_after_seconds
 
