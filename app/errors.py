@@ -75,6 +75,20 @@ class KeyExistsError(ConflictError):
     code = "key_exists"
 
 
+class KeyRecentlyDeletedError(ConflictError):
+    """A key of that name was deleted too recently to re-create the name (its tombstone has not expired).
+
+    Until then a replica whose cache is not yet coherent could still encrypt under the deleted key's material
+    while the name points to a new key. :attr:`retry_after_seconds` says when the name is free again.
+    """
+
+    code = "key_recently_deleted"
+
+    def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
 class DeletionNotAllowedError(ConflictError):
     code = "deletion_not_allowed"
 

@@ -2,9 +2,12 @@
 
 Two layers, one lock:
 
-* **Metadata** (:class:`~app.keystore.KeyInfo`) per key name, kept for ``metadata_ttl`` seconds. Every
-  lookup checks it, so a key deleted, rotated or re-policied by *another* worker process is seen at the latest
-  ``metadata_ttl`` seconds later. In this process, :meth:`KeyCache.invalidate` makes it immediate.
+* **Metadata** (:class:`~app.keystore.KeyInfo`) per key name. Coherence across workers and replicas comes
+  from the keystore's change log: :class:`app.services.coherence.ChangeFollower` calls
+  :meth:`KeyCache.invalidate` for exactly the keys that changed (or :meth:`KeyCache.clear`), and after each
+  successful read of the log :meth:`KeyCache.trust_until` extends how long cached metadata may be used: a
+  process that cannot read the log stops trusting its cache after that bound. ``metadata_ttl`` is only a
+  last-resort bound on top.
 * **Resolved keys** (:class:`ResolvedKey`: material plus the backend's expanded key) per
   ``(name, version, backend name)`` in a bounded LRU. A hit costs a dict lookup: no SQLite, no key expansion.
 
@@ -16,6 +19,7 @@ cached versions are dropped: same name and version no longer mean same material.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -106,6 +110,7 @@ class KeyCache:
         self._metadata: dict[str, _Metadata] = {}
         self._generations: dict[str, int] = {}
         self._epoch = 0  # bumped by clear(): outdates every load in flight, whatever its key
+        self._trusted_until = math.inf  # set by the change-log follower: cached metadata is used until then
         self.hits = 0
         self.misses = 0
         self.evictions = 0
@@ -130,7 +135,7 @@ class KeyCache:
         now = self._clock()
         with self._lock:
             cached = self._metadata.get(name)
-            if cached is not None and now < cached.expires_at:
+            if cached is not None and now < cached.expires_at and now < self._trusted_until:
                 return cached.info
         if cached_only:
             raise CacheMissError(name)
@@ -317,12 +322,22 @@ class KeyCache:
         """Forget everything about key ``name``: its metadata and every resolved version, for every backend.
 
         Call it after rotate, import, update (PATCH) and delete, in the process that made the change; other
-        processes see the change within ``metadata_ttl``.
+        processes call it when they read the change from the keystore's change log.
         """
         with self._lock:
             self._generations[name] = self._generations.get(name, 0) + 1
             self._metadata.pop(name, None)
             self._drop_entries(name)
+
+    def trust_until(self, deadline: float) -> None:
+        """Use cached metadata until ``deadline`` (this cache's clock); later lookups read the keystore.
+
+        Called by the change-log follower after each successful read of the log, with the read's start plus
+        the trust bound: if the log cannot be read (the database is unreachable from here), the cache stops
+        answering from memory within that bound instead of serving keys deleted elsewhere.
+        """
+        with self._lock:
+            self._trusted_until = deadline
 
     def clear(self) -> None:
         """Forget every key. Counters are kept."""

@@ -16,6 +16,7 @@ gives each class its status::
     │   └── TokenNotFoundError              404 token_not_found
     ├── ConflictError                       409 conflict
     │   ├── KeyExistsError                  409 key_exists
+    │   ├── KeyRecentlyDeletedError         409 key_recently_deleted + Retry-After (the tombstone's rest)
     │   └── DeletionNotAllowedError         409 deletion_not_allowed
     ├── PayloadTooLargeError                413 payload_too_large
     ├── UnsupportedMediaTypeError           415 unsupported_media_type
@@ -51,6 +52,7 @@ from app.errors import (
     ConflictError,
     DecryptionFailedError,
     ForbiddenError,
+    KeyRecentlyDeletedError,
     KeystreamError,
     NotFoundError,
     PayloadTooLargeError,
@@ -118,12 +120,12 @@ def error_response(
 
 def keystream_error_response(exc: KeystreamError) -> Response:
     """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``, an
-    unavailable keystore or a full batch budget ``Retry-After``)."""
+    unavailable keystore, a full batch budget or a recently deleted key name ``Retry-After``)."""
     status = http_status(exc)
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, KeystoreUnavailableError | OverloadedError):
+    if isinstance(exc, KeystoreUnavailableError | OverloadedError | KeyRecentlyDeletedError):
         headers["Retry-After"] = str(exc.retry_after_seconds)
     return error_response(status, exc.code, exc.message, headers or None)
 

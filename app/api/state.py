@@ -9,6 +9,7 @@ from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
 from app.services.backends import Backends, open_backends
 from app.services.budget import ByteBudget
+from app.services.coherence import ChangeFollower
 from app.services.security import TokenVerifier, install_root_token
 
 
@@ -23,10 +24,11 @@ class ServiceState:
     backends: Backends
     #: Batch body bytes buffered at once across requests (``batch_buffer_budget_bytes``).
     batch_budget: ByteBudget
+    follower: ChangeFollower
 
 
 def open_state(settings: Settings) -> ServiceState:
-    """Open everything a request needs (blocking: call from a thread or at start-up).
+    """Open everything a request needs and start following the change log (blocking: call from a thread).
 
     Raises:
         MasterKeyError: the master key is malformed or does not open the keystore.
@@ -40,7 +42,16 @@ def open_state(settings: Settings) -> ServiceState:
         if root is not None:
             install_root_token(keystore, root)
         keycache = KeyCache(keystore, settings.key_cache_size, settings.key_metadata_ttl)
+        tokens = TokenVerifier(keystore, settings.token_cache_ttl)
+        follower = ChangeFollower(
+            keystore,
+            keycache,
+            tokens,
+            interval=settings.change_poll_interval,
+            trust_seconds=settings.cache_trust_seconds,
+        )
         backends = open_backends(settings)
+        follower.start()
     except BaseException:
         keystore.close()
         raise
@@ -48,14 +59,16 @@ def open_state(settings: Settings) -> ServiceState:
         settings=settings,
         keystore=keystore,
         keycache=keycache,
-        tokens=TokenVerifier(keystore, settings.token_cache_ttl),
+        tokens=tokens,
         backends=backends,
         batch_budget=ByteBudget(settings.batch_buffer_budget_bytes, settings.batch_buffer_wait_seconds),
+        follower=follower,
     )
 
 
 def close_state(state: ServiceState) -> None:
-    """Stop the python-backend processes and close the keystore."""
+    """Stop following the change log and the python-backend processes; close the keystore."""
+    state.follower.stop()
     if state.backends.offload is not None:
         state.backends.offload.shutdown()
     state.keycache.clear()

@@ -21,6 +21,10 @@ from app.core.token_format import parse_token
 #: Backends the service knows how to serve, in the order of preference for the default.
 KNOWN_BACKENDS: tuple[str, ...] = ("aesni", "python", "hwsim")
 MIB = 1 << 20
+#: A deleted name is held for this many poll intervals (unless ``key_tombstone_seconds`` is set).
+TOMBSTONE_POLLS = 10
+#: Caches are used for this many poll intervals after the last successful read of the change log.
+TRUST_POLLS = 5
 
 
 def usable_cpus() -> int:
@@ -97,8 +101,20 @@ class Settings(BaseSettings):
 
     allow_key_import: bool = False
     key_cache_size: int = Field(default=1024, ge=1)
-    key_metadata_ttl: float = Field(default=1.0, ge=0)
-    token_cache_ttl: float = Field(default=1.0, ge=0)
+    #: Coherence comes from the change log (see docs/operations.md); these TTLs are only a last-resort bound.
+    key_metadata_ttl: float = Field(default=60.0, ge=0)
+    token_cache_ttl: float = Field(default=60.0, ge=0)
+    change_poll_interval: float = Field(
+        default=0.25,
+        gt=0,
+        le=60,
+        description="Seconds between two reads of the keystore's change log (a change hint reads at once).",
+    )
+    key_tombstone_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds a deleted key's name cannot be re-created; unset: 10 x change_poll_interval.",
+    )
 
     batch_max_items: int = Field(default=1000, ge=1)
     batch_max_bytes: int = Field(default=16 * MIB, ge=1024)
@@ -152,6 +168,22 @@ class Settings(BaseSettings):
     )
 
     bench_echo: bool = Field(default=False, description="Expose POST /bench/echo (benchmarks only).")
+
+    @property
+    def effective_tombstone_seconds(self) -> float:
+        """``key_tombstone_seconds``, or 10 x ``change_poll_interval`` when unset."""
+        if self.key_tombstone_seconds is not None:
+            return self.key_tombstone_seconds
+        return TOMBSTONE_POLLS * self.change_poll_interval
+
+    @property
+    def cache_trust_seconds(self) -> float:
+        """How long caches are used after the last successful read of the change log: 5 poll intervals.
+
+        Half the default tombstone, so that a replica cut off from the database stops using cached keys well
+        before a deleted name can be re-created elsewhere.
+        """
+        return TRUST_POLLS * self.change_poll_interval
 
     @field_validator("enabled_backends", mode="before")
     @classmethod
@@ -215,6 +247,18 @@ class Settings(BaseSettings):
                 "root_token must look like ks_<id>_<secret> (id: 4-32 hex digits, secret >= 16 chars)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _tombstone_outlasts_trust(self) -> Settings:
+        # A replica that cannot read the change log uses its caches for cache_trust_seconds; a deleted
+        # name must stay held longer than that (plus one poll), or it could encrypt under the deleted key.
+        least = (TRUST_POLLS + 1) * self.change_poll_interval
+        if self.key_tombstone_seconds is not None and self.key_tombstone_seconds < least:
+            raise ValueError(
+                f"key_tombstone_seconds must be at least {TRUST_POLLS + 1} x change_poll_interval "
+                f"({least:g} s), got {self.key_tombstone_seconds:g}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _master_key_source(self) -> Settings:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .base import KeyInfo, KeyStore, KeyVersionInfo, TokenRecord
+from .changes import CHANGE_KINDS, Change, ChangeBatch
 from .checks import (
     ALLOWED_SEGMENT_SIZES,
     DEFAULT_SEGMENT_SIZE,
@@ -39,13 +40,15 @@ from .master import (
     parse_master_key,
     read_master_key_file,
 )
-from .sqlite import DATABASE_FILE, SCHEMA_VERSION, KeystoreSchemaError, SqliteKeyStore
+from .migrations import KeystoreSchemaError, Migration
+from .sqlite import DATABASE_FILE, SCHEMA_VERSION, SqliteKeyStore
 
 if TYPE_CHECKING:
     from app.core.config import Settings
 
 __all__ = [
     "ALLOWED_SEGMENT_SIZES",
+    "CHANGE_KINDS",
     "DATABASE_FILE",
     "DEFAULT_SEGMENT_SIZE",
     "KEY_NAME_PATTERN",
@@ -53,6 +56,8 @@ __all__ = [
     "MAX_SEGMENT_SIZE",
     "MIN_SEGMENT_SIZE",
     "SCHEMA_VERSION",
+    "Change",
+    "ChangeBatch",
     "KeyInfo",
     "KeyStore",
     "KeyUnwrapError",
@@ -60,6 +65,7 @@ __all__ = [
     "KeystoreSchemaError",
     "KeystoreUnavailableError",
     "MasterKeyError",
+    "Migration",
     "SqliteKeyStore",
     "TokenRecord",
     "check_key_name",
@@ -71,12 +77,15 @@ __all__ = [
 ]
 
 
-def open_keystore(data_dir: Path, master_key: bytes, database_url: str | None = None) -> KeyStore:
+def open_keystore(
+    data_dir: Path, master_key: bytes, database_url: str | None = None, *, tombstone_seconds: float = 0.0
+) -> KeyStore:
     """Open the PostgreSQL keystore at ``database_url`` if given, else the SQLite one in ``data_dir``.
 
     SQLite: ``data_dir/keystore.db`` in WAL mode, created if needed; ``data_dir`` is created with mode 0700
     if missing and the database file 0600. PostgreSQL: the schema is migrated (once, whatever the number of
-    replicas starting) and ``data_dir`` is not used.
+    replicas starting) and ``data_dir`` is not used. A deleted key's name cannot be re-created for
+    ``tombstone_seconds`` (:mod:`app.keystore.tombstones`).
 
     Raises:
         MasterKeyError: ``master_key`` is not 32 bytes, is not the key the keystore was created with, or the
@@ -89,9 +98,9 @@ def open_keystore(data_dir: Path, master_key: bytes, database_url: str | None = 
     if database_url is not None:
         from .postgres import PostgresKeyStore  # psycopg is needed only here
 
-        return PostgresKeyStore(database_url, master_key)
+        return PostgresKeyStore(database_url, master_key, tombstone_seconds=tombstone_seconds)
     directory = ensure_data_dir(Path(data_dir))
-    return SqliteKeyStore(directory / DATABASE_FILE, master_key)
+    return SqliteKeyStore(directory / DATABASE_FILE, master_key, tombstone_seconds=tombstone_seconds)
 
 
 def open_keystore_for(settings: Settings) -> KeyStore:
@@ -100,7 +109,7 @@ def open_keystore_for(settings: Settings) -> KeyStore:
     ``settings.database_url`` set: the PostgreSQL keystore, with the master key from ``master_key`` or
     ``master_key_file`` (required: a generated one would differ per replica). Unset: the SQLite keystore in
     ``data_dir``, with the master key from ``master_key``, ``master_key_file`` or ``data_dir/master.key``
-    (generated on first start).
+    (generated on first start). Deleted names are held for ``settings.effective_tombstone_seconds``.
 
     Raises:
         MasterKeyError: see :func:`check_master_key_source`, :func:`load_or_create_master_key` and
@@ -117,4 +126,6 @@ def open_keystore_for(settings: Settings) -> KeyStore:
         key = parse_master_key(env_value, "KEYSTREAM_MASTER_KEY")
     else:
         key = load_or_create_master_key(settings.data_dir, env_value)
-    return open_keystore(settings.data_dir, key, database_url)
+    return open_keystore(
+        settings.data_dir, key, database_url, tombstone_seconds=settings.effective_tombstone_seconds
+    )

@@ -6,17 +6,22 @@ master key (see :mod:`app.keystore.master`) and leaves the store unwrapped only 
 :meth:`KeyStore.key_material`. Token secrets are stored only as hashes.
 
 The interface is deliberately small so that a second implementation (PostgreSQL, for several replicas) needs
-nothing but these methods; validation lives in :mod:`app.keystore.checks`, in plain functions, so every
-implementation applies the same rules and raises the same errors.
+nothing but these methods; every change also appends to an ordered change log (:mod:`app.keystore.changes`)
+read with :meth:`KeyStore.changes_since`, which keeps the caches of several workers or replicas coherent, and
+a deleted key's name is held by a tombstone (:mod:`app.keystore.tombstones`). Validation lives in
+:mod:`app.keystore.checks`, in plain functions, so every implementation applies the same rules and raises the
+same errors.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import DEFAULT_SEGMENT_SIZE
 
 __all__ = ["KeyInfo", "KeyStore", "KeyVersionInfo", "TokenRecord", "utc_now"]
@@ -102,6 +107,9 @@ class KeyStore(abc.ABC):
     errors of :mod:`app.errors` named below. No error message, log line or ``repr`` contains key material.
     """
 
+    #: Seconds a deleted key's name cannot be re-created (set at open; 0 = no tombstone).
+    tombstone_seconds: float = 0.0
+
     @abc.abstractmethod
     def create_key(
         self,
@@ -115,6 +123,7 @@ class KeyStore(abc.ABC):
         Raises:
             BadRequestError: invalid name, key type or segment size.
             KeyExistsError: a key with that name exists.
+            KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
 
     @abc.abstractmethod
@@ -130,6 +139,7 @@ class KeyStore(abc.ABC):
         Raises:
             BadRequestError: invalid name or segment size, or material not 16, 24 or 32 bytes long.
             KeyExistsError: a key with that name exists.
+            KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
 
     @abc.abstractmethod
@@ -170,7 +180,7 @@ class KeyStore(abc.ABC):
 
     @abc.abstractmethod
     def delete_key(self, name: str) -> None:
-        """Delete key ``name`` and every version of it.
+        """Delete key ``name`` and every version of it; its name keeps a tombstone for ``tombstone_seconds``.
 
         Raises:
             KeyNotFoundError: no such key.
@@ -223,5 +233,43 @@ class KeyStore(abc.ABC):
         """Return the number of stored tokens (0 on first start: the service then creates the root token)."""
 
     @abc.abstractmethod
+    def changes_since(self, seq: int, limit: int = MAX_CHANGES_PER_CALL) -> ChangeBatch:
+        """The changes to keys and tokens after sequence number ``seq``, oldest first (at most ``limit``).
+
+        Returns:
+            ``(changes, latest, trimmed)``: see :class:`~app.keystore.changes.ChangeBatch`. A ``seq`` beyond
+            the newest change answers ``trimmed`` with the newest number: a fresh replica starts there.
+
+        Raises:
+            BadRequestError: ``seq`` is not an int >= 0 or ``limit`` not an int >= 1.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
+    @abc.abstractmethod
+    def trim_changes(self, keep: int) -> int:
+        """Delete all but the newest ``keep`` change-log rows; return how many were deleted.
+
+        A replica whose last applied number is below the trimmed part then gets ``trimmed=True``.
+
+        Raises:
+            BadRequestError: ``keep`` is not an int >= 0.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
+    def listen_for_changes(self, on_hint: Callable[[Change | None], None]) -> Callable[[], None]:
+        """Call ``on_hint`` (from another thread) whenever the change log may have grown; return a stopper.
+
+        A hint may carry the committed change itself, else ``None``; either way it may be late, lost or
+        repeated, so :meth:`changes_since` stays the truth (a change is applied from a hint only when it is
+        the very next number). This default sends none: readers poll. PostgreSQL sends one per committed
+        change (``NOTIFY``), SQLite one per commit it notices (``data_version``).
+        """
+        return _no_listener
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Release connections. Idempotent; other methods raise ``ServiceUnavailableError`` afterwards."""
+
+
+def _no_listener() -> None:
+    """Stop a listener that never started."""

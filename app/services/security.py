@@ -2,10 +2,11 @@
 
 Only ``SHA-256(secret)`` is stored (in the keystore's token table); verification hashes the presented secret
 and compares with :func:`hmac.compare_digest`. Scopes: ``admin`` (key management, tokens), ``encrypt``,
-``decrypt``. Key patterns are :func:`fnmatch.fnmatchcase` globs (``*`` = every key). Verified tokens are
-cached
-for ``token_cache_ttl`` seconds so the hot path of an encrypt does not touch SQLite; a token deleted through
-this process is forgotten at once, one deleted through another worker within the TTL.
+``decrypt``. Key patterns are :func:`fnmatch.fnmatchcase` globs (``*`` = every key). Token records are cached
+so the hot path of an encrypt does not touch the keystore; a token revoked through this process is forgotten
+at once, one revoked through another worker or replica when the change log says so
+(:mod:`app.services.coherence`). ``token_cache_ttl`` is only a last-resort bound, and the cache is not used
+once the change log has not been read for the trust bound (:meth:`TokenVerifier.trust_until`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
+import math
 import secrets
 import threading
 import time
@@ -125,19 +127,23 @@ def install_root_token(keystore: KeyStore, token: str | None) -> str | None:
 
 
 class TokenVerifier:
-    """Verifies bearer tokens against the keystore with a short-lived cache of records."""
+    """Verifies bearer tokens against the keystore with a cache of records kept coherent by the change log."""
 
     def __init__(self, keystore: KeyStore, ttl: float = 1.0) -> None:
         self._keystore = keystore
         self._ttl = ttl
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, TokenRecord]] = {}
+        self._generation = 0  # bumped by forget()/clear(): a read that raced with them caches nothing
+        self._trusted_until = math.inf
 
     def _record(self, token_id: str) -> TokenRecord | None:
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(token_id)
-        if cached is not None and now - cached[0] < self._ttl:
+            generation = self._generation
+            trusted = now < self._trusted_until
+        if cached is not None and trusted and now - cached[0] < self._ttl:
             return cached[1]
         try:
             record = self._keystore.get_token(token_id)
@@ -146,15 +152,29 @@ class TokenVerifier:
                 self._cache.pop(token_id, None)
             return None
         with self._lock:
+            if self._generation != generation:
+                return record  # revoked or cleared while we read: use it once, cache nothing older
             if len(self._cache) > 4096:
                 self._cache.clear()
             self._cache[token_id] = (now, record)
         return record
 
     def forget(self, token_id: str) -> None:
-        """Drop a cached record (call after deleting the token)."""
+        """Drop a cached record (call after deleting the token, or when the change log reports it)."""
         with self._lock:
+            self._generation += 1
             self._cache.pop(token_id, None)
+
+    def clear(self) -> None:
+        """Drop every cached record (the change log was trimmed past what this process applied)."""
+        with self._lock:
+            self._generation += 1
+            self._cache.clear()
+
+    def trust_until(self, deadline: float) -> None:
+        """Use cached records until ``deadline`` (``time.monotonic``); later checks read the keystore."""
+        with self._lock:
+            self._trusted_until = deadline
 
     def verify(self, authorization: str | None) -> Principal:
         """Check an ``Authorization`` header value.

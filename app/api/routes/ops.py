@@ -29,17 +29,28 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses=errors(503))
 async def readyz(state: StateDep) -> dict[str, Any]:
-    """Readiness: the keystore answers and the default backend can run.
+    """Readiness: the keystore answers (``keystore: up``), how far this process's caches are behind the change
+    log (``change_log.behind``, in changes; ``last_read_ms``, since the last successful read), and the default
+    backend can run. No URL, path or secret is reported.
 
     Raises:
-        ServiceUnavailableError: either is not the case (503).
+        ServiceUnavailableError: the keystore is down or no backend can run (503).
     """
     try:
-        await to_thread.run_sync(state.keystore.count_tokens)
+        behind, age = await to_thread.run_sync(state.follower.lag)
     except Exception as exc:
-        raise ServiceUnavailableError(f"keystore unavailable ({type(exc).__name__})") from None
+        raise ServiceUnavailableError(f"keystore down ({type(exc).__name__})") from None
     state.backends.get(None)
-    return {"status": "ready", "default_backend": state.backends.default}
+    return {
+        "status": "ready",
+        "default_backend": state.backends.default,
+        "keystore": "up",
+        "change_log": {
+            "applied": state.follower.applied,
+            "behind": behind,
+            "last_read_ms": None if age is None else round(age * 1000, 1),
+        },
+    }
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

@@ -91,7 +91,7 @@ async def list_tokens(principal: TokenAdminDep, state: StateDep) -> dict[str, An
 
 @router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
 async def delete_token(token_id: str, principal: TokenAdminDep, state: StateDep) -> Response:
-    """Revoke a token (effective at once in this worker, within ``token_cache_ttl`` in the others)."""
+    """Revoke a token: at once in this worker, in the others when they read the change log (milliseconds)."""
     await to_thread.run_sync(state.keystore.delete_token, token_id)
     state.tokens.forget(token_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

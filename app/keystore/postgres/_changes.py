@@ -1,8 +1,10 @@
 """The change log: an ordered record of every change to a key or token, for keeping caches coherent.
 
-Every mutating keystore method calls :func:`append_change` as the last statement of its own transaction, so
-a change and its log row commit together or not at all. A replica remembers the last sequence number it has
-applied and asks :func:`changes_since` for what came after.
+The records (:class:`~app.keystore.changes.Change`, :class:`~app.keystore.changes.ChangeBatch`) are shared
+with the SQLite keystore. Every mutating keystore method calls :func:`append_change` as the last statement of
+its own transaction, so a change and its log row commit together or not at all. A replica remembers the last
+sequence number it has applied and asks :func:`changes_since` for what came after.
+
 
 Sequence numbers come from a ``bigserial``, and a plain sequence can commit out of order: a transaction that
 took number 11 may commit after one that took 12, and a reader that saw 12 would skip 11 for ever. So
@@ -13,70 +15,52 @@ rolled back), and a reader that has seen number *n* has seen everything below it
 
 :func:`trim_changes` drops old rows and remembers the highest number it removed, so a replica that fell
 behind the trimmed part is told (``trimmed=True``) to drop its caches instead of missing changes silently.
+
+Each append also sends ``NOTIFY`` on :data:`CHANGE_CHANNEL` in the same transaction (PostgreSQL delivers it
+only if the transaction commits), carrying the change (:func:`encode_change`): a listener whose last applied
+number is just below it applies it at once; any other case (a gap, a lost notification) is a hint to read
+the log now, which stays the truth.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from app.errors import BadRequestError
 
 from ..base import utc_now
+from ..changes import (
+    CHANGE_KINDS,
+    MAX_CHANGES_PER_CALL,
+    Change,
+    ChangeBatch,
+    check_since_arguments,
+)
 from ..checks import check_integer
 
 if TYPE_CHECKING:
     from ._database import Connection
 
 __all__ = [
+    "CHANGE_CHANNEL",
     "CHANGE_KINDS",
     "CHANGE_LOCK",
+    "MAX_CHANGES_PER_CALL",
     "Change",
     "ChangeBatch",
     "append_change",
     "changes_since",
+    "decode_change",
+    "encode_change",
     "trim_changes",
 ]
 
-#: What a change did; ``key_*`` rows name a key, ``token_*`` rows a token id.
-CHANGE_KINDS: tuple[str, ...] = (
-    "key_created",
-    "key_imported",
-    "key_rotated",
-    "key_updated",
-    "key_deleted",
-    "token_created",
-    "token_deleted",
-)
 #: ``pg_advisory_xact_lock`` key that serializes appends ("kschange" as a big-endian 64-bit number).
 CHANGE_LOCK = int.from_bytes(b"kschange", "big") >> 1
-#: Most changes :func:`changes_since` returns at once.
-MAX_CHANGES_PER_CALL = 10_000
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change: its sequence number, what happened, to which key or token, and when (UTC)."""
-
-    seq: int
-    kind: str
-    key_name: str | None
-    token_id: str | None
-    at: datetime
-
-
-class ChangeBatch(NamedTuple):
-    """What :func:`changes_since` returns; unpacks as ``changes, latest, trimmed``.
-
-    ``latest`` is the number to ask from next time. ``trimmed`` is true when changes after the number asked
-    for may be missing (the log was trimmed past it, or the database is behind it, e.g. restored from a
-    backup): the caller must then drop every cache and continue from ``latest``; ``changes`` is empty.
-    """
-
-    changes: list[Change]
-    latest: int
-    trimmed: bool
+#: The ``NOTIFY`` channel: a hint, sent in the change's transaction (so only on commit), to read the log now.
+CHANGE_CHANNEL = "keystream_changes"
 
 
 def append_change(
@@ -89,12 +73,33 @@ def append_change(
     if kind not in CHANGE_KINDS:
         raise ValueError(f"unknown change kind {kind!r}; allowed: {', '.join(CHANGE_KINDS)}")
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
+    at = utc_now()
     row = conn.execute(
         "INSERT INTO key_changes (kind, key_name, token_id, at) VALUES (%s, %s, %s, %s) RETURNING seq",
-        (kind, key_name, token_id, utc_now()),
+        (kind, key_name, token_id, at),
     ).fetchone()
     assert row is not None  # INSERT ... RETURNING always returns the row
-    return int(row[0])
+    seq = int(row[0])
+    payload = encode_change(Change(seq, kind, key_name, token_id, at))
+    conn.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, payload))
+    return seq
+
+
+def encode_change(change: Change) -> str:
+    """The ``NOTIFY`` payload of ``change``: JSON, far below PostgreSQL's 8000-byte payload limit."""
+    return json.dumps([change.seq, change.kind, change.key_name, change.token_id, change.at.isoformat()])
+
+
+def decode_change(payload: str) -> Change | None:
+    """The change a ``NOTIFY`` payload describes, or ``None`` if it is not one (then it is a bare hint)."""
+    try:
+        seq, kind, key_name, token_id, at = json.loads(payload)
+        change = Change(int(seq), str(kind), key_name, token_id, datetime.fromisoformat(at).astimezone(UTC))
+    except (ValueError, TypeError):
+        return None
+    if kind not in CHANGE_KINDS or (key_name is None) == (token_id is None):
+        return None
+    return change
 
 
 def changes_since(conn: Connection, seq: int, limit: int = MAX_CHANGES_PER_CALL) -> ChangeBatch:
@@ -103,10 +108,7 @@ def changes_since(conn: Connection, seq: int, limit: int = MAX_CHANGES_PER_CALL)
     Raises:
         BadRequestError: ``seq`` is not an int >= 0, or ``limit`` not an int >= 1.
     """
-    check_integer("seq", seq)
-    check_integer("limit", limit)
-    if seq < 0 or limit < 1:
-        raise BadRequestError(f"seq must be >= 0 and limit >= 1, got seq={seq}, limit={limit}")
+    check_since_arguments(seq, limit)
     rows = conn.execute(
         """WITH state AS (
                SELECT (SELECT through FROM key_changes_trimmed) AS trimmed_through,

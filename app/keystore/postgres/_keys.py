@@ -8,6 +8,8 @@ Concurrency is left to PostgreSQL:
 * every read-modify-write (rotate, update, delete) starts with ``SELECT ... FOR UPDATE`` on the key's row, so
   two replicas rotating one key queue on the row lock and get two distinct versions, and a policy update
   never overwrites a change it did not see;
+* a deleted name keeps a tombstone (:mod:`app.keystore.tombstones`), checked *after* the insert: an insert
+  that waited for a concurrent delete of the same name then sees that delete's tombstone and rolls back;
 * a key with its versions is read by one statement, so it is one snapshot even outside a transaction.
 
 Material is wrapped and unwrapped by the caller (:mod:`app.keystore.master`); only wrapped blobs pass here.
@@ -22,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 from app.errors import KeyNotFoundError
 
 from ..base import KeyInfo, KeyVersionInfo, utc_now
+from ..tombstones import recently_deleted
 
 if TYPE_CHECKING:
     from ._database import Connection
 
 __all__ = [
     "LockedKey",
+    "check_tombstone",
     "delete_key",
     "insert_key",
     "insert_version",
@@ -180,9 +184,35 @@ def update_policy(
     )
 
 
-def delete_key(conn: Connection, name: str) -> None:
-    """Delete the key and (by cascade) its versions."""
+def delete_key(conn: Connection, name: str, tombstone_seconds: float) -> None:
+    """Delete the key and (by cascade) its versions; hold its name for ``tombstone_seconds``.
+
+    The tombstone's times come from the database's clock, shared by every replica.
+    """
     conn.execute("DELETE FROM keys WHERE name = %s", (name,))
+    conn.execute(
+        "INSERT INTO key_tombstones (name, deleted_at, reusable_at) "
+        "VALUES (%s, now(), now() + make_interval(secs => %s)) "
+        "ON CONFLICT (name) DO UPDATE SET deleted_at = excluded.deleted_at, "
+        "reusable_at = excluded.reusable_at",
+        (name, tombstone_seconds),
+    )
+
+
+def check_tombstone(conn: Connection, name: str) -> None:
+    """Drop an expired tombstone of ``name``.
+
+    Raises:
+        KeyRecentlyDeletedError: ``name`` was deleted and its tombstone has not expired (database clock).
+    """
+    row = conn.execute(
+        "DELETE FROM key_tombstones WHERE name = %s AND reusable_at <= now() RETURNING name", (name,)
+    ).fetchone()
+    if row is not None:
+        return
+    held = conn.execute("SELECT reusable_at, now() FROM key_tombstones WHERE name = %s", (name,)).fetchone()
+    if held is not None:
+        raise recently_deleted(name, held[0].astimezone(UTC), held[1].astimezone(UTC))
 
 
 def read_wrapped(conn: Connection, name: str, version: int) -> tuple[bytes | None, int] | None:

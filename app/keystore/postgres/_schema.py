@@ -5,13 +5,14 @@
 migrations and commits, the others then find the schema current and change nothing. PostgreSQL's DDL is
 transactional, so a failed migration leaves no trace. The ``schema_version`` table records every migration
 applied; a database whose newest version is above what this release knows is refused
-(:class:`~app.keystore.sqlite.KeystoreSchemaError`), as the SQLite keystore does.
+(:class:`~app.keystore.migrations.KeystoreSchemaError`), as the SQLite keystore does.
 
 The same transaction checks the master key against the check value stored in ``meta`` (written by the first
 replica), so a replica started with another master key refuses to start before it can write anything.
 
 Schema version 1 includes the change log ``key_changes``: one row per change to a key or token, appended in
-the change's own transaction (see :mod:`._changes`).
+the change's own transaction (see :mod:`._changes`). Version 2 adds ``key_tombstones``: when a deleted name
+may be re-created (see :mod:`app.keystore.tombstones`), and the index that keeps the poll one cheap query.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..base import utc_now
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 from ..master import MasterKeyError, make_master_key_check, master_key_matches
-from ..sqlite import KeystoreSchemaError, Migration
+from ..migrations import KeystoreSchemaError, Migration
 from ._changes import CHANGE_KINDS
 
 if TYPE_CHECKING:
@@ -93,6 +94,17 @@ MIGRATIONS: tuple[Migration, ...] = (
                 through bigint NOT NULL
             )""",
             "INSERT INTO key_changes_trimmed (through) VALUES (0)",
+        ),
+    ),
+    Migration(
+        2,
+        "tombstones of deleted key names",
+        (
+            """CREATE TABLE key_tombstones (
+                name        text PRIMARY KEY,
+                deleted_at  timestamptz NOT NULL,
+                reusable_at timestamptz NOT NULL
+            )""",
         ),
     ),
 )

@@ -10,7 +10,7 @@ that also appends to the change log (:mod:`._changes`). Connection loss becomes
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from app.core.database_url import check_database_url
@@ -24,6 +24,7 @@ from app.errors import (
 )
 
 from ..base import KeyInfo, KeyStore, TokenRecord, utc_now
+from ..changes import Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
@@ -38,10 +39,11 @@ from ..checks import (
     key_type_for_material,
 )
 from ..master import check_master_key, unwrap_key_material, wrap_key_material
-from ..sqlite import Migration
+from ..migrations import Migration
+from ..tombstones import check_tombstone_seconds
 from . import _changes, _keys, _schema, _tokens
-from ._changes import ChangeBatch
 from ._database import Database
+from ._listener import ChangeListener
 
 if TYPE_CHECKING:
     from ._database import Connection
@@ -62,8 +64,11 @@ class PostgresKeyStore(KeyStore):
         wait_timeout: seconds a call waits for a free connection before ``KeystoreUnavailableError``.
         connect_timeout: seconds one connection attempt may take.
         migrations: the schema steps to apply (tests pass extra ones).
+        tombstone_seconds: how long a deleted key's name cannot be re-created
+            (:mod:`app.keystore.tombstones`).
 
     Raises:
+        BadRequestError: ``tombstone_seconds`` is negative.
         ValueError: ``url`` is not a PostgreSQL URL.
         MasterKeyError: ``master_key`` is not 32 bytes, or the database was created with another one.
         KeystoreSchemaError: the database comes from a newer release.
@@ -79,8 +84,10 @@ class PostgresKeyStore(KeyStore):
         wait_timeout: float = 5.0,
         connect_timeout: float = 5.0,
         migrations: Sequence[Migration] = _schema.MIGRATIONS,
+        tombstone_seconds: float = 0.0,
     ) -> None:
         self._master_key = check_master_key(master_key)
+        self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
         check_database_url(url)
         # Migrations run on a connection of their own while the pool fills in the background: an unreachable
         # database fails the start at once, with the reason, instead of after the pool's retries.
@@ -113,6 +120,7 @@ class PostgresKeyStore(KeyStore):
         def work(conn: Connection) -> None:
             if not _keys.insert_key(conn, info, wrapped):
                 raise KeyExistsError(f"key {info.name!r} already exists")
+            _keys.check_tombstone(conn, info.name)
             kind = "key_imported" if info.imported else "key_created"
             _changes.append_change(conn, kind, key_name=info.name)
 
@@ -210,7 +218,7 @@ class PostgresKeyStore(KeyStore):
                 raise DeletionNotAllowedError(
                     f"key {name!r} cannot be deleted: set deletion_allowed to true first"
                 )
-            _keys.delete_key(conn, name)
+            _keys.delete_key(conn, name, self.tombstone_seconds)
             _changes.append_change(conn, "key_deleted", key_name=name)
 
         self._database.write(work)
@@ -273,7 +281,7 @@ class PostgresKeyStore(KeyStore):
         """The changes to keys and tokens after sequence number ``seq``, oldest first (at most ``limit``).
 
         Returns:
-            ``(changes, latest, trimmed)``: see :class:`~._changes.ChangeBatch`. Start with ``seq=0``.
+            ``(changes, latest, trimmed)``: see :class:`~app.keystore.changes.ChangeBatch`.
 
         Raises:
             BadRequestError: ``seq`` is not an int >= 0 or ``limit`` not an int >= 1.
@@ -291,3 +299,11 @@ class PostgresKeyStore(KeyStore):
             KeystoreUnavailableError: the database cannot serve now.
         """
         return self._database.write(lambda conn: _changes.trim_changes(conn, keep))
+
+    def listen_for_changes(self, on_hint: Callable[[Change | None], None]) -> Callable[[], None]:
+        """Call ``on_hint`` with every committed change (``LISTEN``/``NOTIFY``), and ``None`` after each
+        (re)connection.
+
+        See :mod:`._listener`: a dedicated connection, re-opened whenever it breaks. Returns its stopper.
+        """
+        return ChangeListener(self._database, on_hint).stop

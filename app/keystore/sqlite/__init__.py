@@ -18,9 +18,12 @@ workers starting together migrate once); ``PRAGMA user_version`` holds the curre
 Deleted rows are overwritten (``secure_delete``), but copies of wrapped material may remain in the WAL file
 until the next checkpoint; they are wrapped under the master key, like every stored copy.
 
-The package: :mod:`.schema` (migrations), :mod:`.connections` (the pool and transactions), :mod:`.keys` and
-:mod:`.tokens` (the SQL of each table) and :mod:`.store` (:class:`SqliteKeyStore`, which validates arguments
-and puts the pieces together).
+Every change appends to the change log in its own transaction, and a delete leaves a tombstone
+(:mod:`.changes`).
+
+The package: :mod:`.schema` (migrations), :mod:`.connections` (the pool and transactions), :mod:`.keys`,
+:mod:`.tokens` and :mod:`.changes` (the SQL of each table) and :mod:`.store` (:class:`SqliteKeyStore`, which
+validates arguments and puts the pieces together).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The SQLite connection pool and transactions of the keystore (see :mod:`app.keystore.sqlite`).
 
-Connections come from a small pool (one connection is never used by two threads at once); after ``fork()``
-the child opens its own and never touches the inherited ones. SQLite errors that mean "cannot serve right
-now" become :class:`~app.errors.ServiceUnavailableError`; anything else surfaces as the bug it is.
+Connections come from a small pool (one connection is never used by two threads at once); after ``fork()`` the
+child opens its own and never touches the inherited ones. SQLite errors that mean "cannot serve right now"
+become :class:`~app.keystore.errors.KeystoreUnavailableError` (503 with ``Retry-After``); anything else
+surfaces as the bug it is.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app.errors import ServiceUnavailableError
+
+from ..errors import KeystoreUnavailableError
 
 logger = logging.getLogger("app.keystore.sqlite")
 
@@ -98,7 +101,7 @@ class SqliteConnections:
                 conn = self._new_connection()
         except sqlite3.Error as exc:
             logger.error("cannot open keystore %s: %s", self.path, exc)
-            raise ServiceUnavailableError(f"cannot open the keystore: {exc}") from exc
+            raise KeystoreUnavailableError(f"cannot open the keystore: {exc}") from exc
         try:
             yield conn
         except sqlite3.OperationalError as exc:
@@ -107,7 +110,7 @@ class SqliteConnections:
             # "database is locked" after busy_timeout, disk full, read-only file...: none carry key bytes.
             # SQLite's messages for these codes are fixed texts ("database is locked"), never file names.
             logger.warning("keystore %s: %s", self.path, exc)
-            raise ServiceUnavailableError(f"keystore database error: {exc}") from exc
+            raise KeystoreUnavailableError(f"keystore database error: {exc}") from exc
         finally:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):

@@ -1,7 +1,8 @@
 """The keystore's schema: versioned migrations applied in order at open, and the master-key check.
 
 ``PRAGMA user_version`` holds the current version and the ``schema_version`` table records when each
-migration ran. A database from a newer release is refused (:class:`KeystoreSchemaError`).
+migration ran. A database from a newer release is refused (:class:`KeystoreSchemaError`). Version 2 adds the
+change log (``key_changes``, see :mod:`.changes`) and the tombstones of deleted key names.
 """
 
 from __future__ import annotations
@@ -9,26 +10,30 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ..base import utc_now
+from ..changes import CHANGE_KINDS
 from ..master import MasterKeyError, make_master_key_check, master_key_matches
+from ..migrations import KeystoreSchemaError, Migration
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "KeystoreSchemaError",
+    "Migration",
+    "from_text",
+    "migrate",
+    "to_text",
+]
 
 logger = logging.getLogger("app.keystore.sqlite")
 
 _MASTER_CHECK = "master_key_check"
 
 
-@dataclass(frozen=True)
-class Migration:
-    """One schema step: the statements that take the database from ``version - 1`` to ``version``."""
-
-    version: int
-    description: str
-    statements: tuple[str, ...]
-
+_KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -72,13 +77,35 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        2,
+        "change log, tombstones of deleted key names",
+        (
+            # AUTOINCREMENT: a number is never reused, even after the newest rows were trimmed.
+            f"""CREATE TABLE key_changes (
+                seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_SQL})),
+                key_name TEXT,
+                token_id TEXT,
+                at       TEXT NOT NULL,
+                CHECK ((key_name IS NULL) <> (token_id IS NULL))
+            )""",
+            # Highest sequence number removed by trimming (0: nothing trimmed yet). One row.
+            """CREATE TABLE key_changes_trimmed (
+                one     INTEGER PRIMARY KEY CHECK (one = 1),
+                through INTEGER NOT NULL
+            )""",
+            "INSERT INTO key_changes_trimmed (one, through) VALUES (1, 0)",
+            """CREATE TABLE key_tombstones (
+                name        TEXT PRIMARY KEY,
+                deleted_at  TEXT NOT NULL,
+                reusable_at TEXT NOT NULL
+            )""",
+        ),
+    ),
 )
 #: The schema version this code writes and expects.
 SCHEMA_VERSION = MIGRATIONS[-1].version
-
-
-class KeystoreSchemaError(RuntimeError):
-    """The database's schema version is newer than this release understands."""
 
 
 def to_text(moment: datetime) -> str:

@@ -7,12 +7,13 @@ It validates arguments, opens one transaction per call (:mod:`.connections`) and
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from app.errors import BadRequestError, ServiceUnavailableError
+from app.errors import BadRequestError
 
 from ..base import KeyInfo, KeyStore, TokenRecord
+from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
@@ -23,10 +24,14 @@ from ..checks import (
     check_token_id,
     key_type_for_material,
 )
+from ..errors import KeystoreUnavailableError
 from ..master import check_master_key
-from . import keys, tokens
+from ..migrations import Migration
+from ..tombstones import check_tombstone_seconds
+from . import changes, keys, tokens
 from .connections import SqliteConnections, logger, prepare_database_file
-from .schema import MIGRATIONS, Migration, migrate
+from .schema import MIGRATIONS, migrate
+from .watch import DataVersionWatcher
 
 __all__ = ["SqliteKeyStore"]
 
@@ -41,11 +46,14 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             ``ServiceUnavailableError``.
         pool_size: idle connections kept for reuse.
         migrations: the schema steps to apply (tests pass extra ones).
+        tombstone_seconds: how long a deleted key's name cannot be re-created
+            (:mod:`app.keystore.tombstones`).
 
     Raises:
+        BadRequestError: ``tombstone_seconds`` is negative.
         MasterKeyError: ``master_key`` is not 32 bytes, or is not the key this database was created with.
         KeystoreSchemaError: the database comes from a newer release.
-        ServiceUnavailableError: the file cannot be opened or stays locked longer than ``busy_timeout``.
+        KeystoreUnavailableError: the file cannot be opened or stays locked longer than ``busy_timeout``.
     """
 
     def __init__(
@@ -56,15 +64,17 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         busy_timeout: float = 10.0,
         pool_size: int = 8,
         migrations: Sequence[Migration] = MIGRATIONS,
+        tombstone_seconds: float = 0.0,
     ) -> None:
         super().__init__(path, busy_timeout, pool_size)
         self._master_key = check_master_key(master_key)
+        self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
         try:
             prepare_database_file(self.path)
         except OSError as exc:
             # The path goes to the server log only: error bodies never name files.
             logger.error("cannot open keystore %s: %s", self.path, exc.strerror)
-            raise ServiceUnavailableError(f"cannot open the keystore: {exc.strerror}") from exc
+            raise KeystoreUnavailableError(f"cannot open the keystore: {exc.strerror}") from exc
         try:
             with self._connection() as conn:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -96,9 +106,12 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         imported: bool,
     ) -> KeyInfo:
         with self._write() as conn:
-            return keys.insert_key(
+            changes.check_tombstone(conn, name)
+            info = keys.insert_key(
                 conn, self._master_key, name, key_type, material, segment_size, deletion_allowed, imported
             )
+            changes.append_change(conn, "key_imported" if imported else "key_created", key_name=name)
+            return info
 
     def create_key(
         self,
@@ -146,7 +159,9 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._write() as conn:
             info = keys.require_key(conn, name)
             material = secrets.token_bytes(KEY_TYPES[info.key_type])
-            return keys.add_version(conn, self._master_key, info, material)
+            rotated = keys.add_version(conn, self._master_key, info, material)
+            changes.append_change(conn, "key_rotated", key_name=name)
+            return rotated
 
     def update_key(
         self,
@@ -173,13 +188,17 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
                 info.min_decryption_version if min_decryption_version is None else min_decryption_version
             )
             new_deletion = info.deletion_allowed if deletion_allowed is None else deletion_allowed
-            return keys.update_policy(conn, info, new_min, new_deletion)
+            updated = keys.update_policy(conn, info, new_min, new_deletion)
+            changes.append_change(conn, "key_updated", key_name=name)
+            return updated
 
     def delete_key(self, name: str) -> None:
         """See :meth:`KeyStore.delete_key`."""
         check_key_name(name)
         with self._write() as conn:
             keys.delete_key(conn, name)
+            changes.add_tombstone(conn, name, self.tombstone_seconds)
+            changes.append_change(conn, "key_deleted", key_name=name)
 
     def key_material(self, name: str, version: int) -> bytes:
         """See :meth:`KeyStore.key_material`."""
@@ -196,6 +215,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         tokens.token_values(record)  # a malformed record is refused before the write lock is taken
         with self._write() as conn:
             tokens.insert_token(conn, record)
+            changes.append_change(conn, "token_created", token_id=record.token_id)
 
     def get_token(self, token_id: str) -> TokenRecord:
         """See :meth:`KeyStore.get_token`."""
@@ -213,8 +233,28 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         check_token_id(token_id)
         with self._write() as conn:
             tokens.delete_token(conn, token_id)
+            changes.append_change(conn, "token_deleted", token_id=token_id)
 
     def count_tokens(self) -> int:
         """See :meth:`KeyStore.count_tokens`."""
         with self._connection() as conn:
             return tokens.count_tokens(conn)
+
+    # -- change log ---------------------------------------------------------------------------------------
+
+    def changes_since(self, seq: int, limit: int = MAX_CHANGES_PER_CALL) -> ChangeBatch:
+        """See :meth:`KeyStore.changes_since`: one indexed read (the ``seq`` primary key)."""
+        with self._read() as conn:
+            return changes.changes_since(conn, seq, limit)
+
+    def trim_changes(self, keep: int) -> int:
+        """See :meth:`KeyStore.trim_changes`."""
+        with self._write() as conn:
+            return changes.trim_changes(conn, keep)
+
+    def listen_for_changes(self, on_hint: Callable[[Change | None], None]) -> Callable[[], None]:
+        """Call ``on_hint`` soon after any connection commits to the file (see :mod:`.watch`).
+
+        Returns the watcher's stopper.
+        """
+        return DataVersionWatcher(self.path, on_hint).stop

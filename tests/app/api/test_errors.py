@@ -120,6 +120,7 @@ def test_every_domain_error_has_a_status_and_the_docstring_tree_names_it() -> No
         errors.TokenNotFoundError: 404,
         errors.ConflictError: 409,
         errors.KeyExistsError: 409,
+        errors.KeyRecentlyDeletedError: 409,
         errors.DeletionNotAllowedError: 409,
         errors.PayloadTooLargeError: 413,
         errors.UnsupportedMediaTypeError: 415,

@@ -102,3 +102,12 @@ def test_malformed_secrets_are_not_echoed(monkeypatch: pytest.MonkeyPatch, field
     text = str(info.value)
     assert value not in text and value[:8] not in text
     assert field.removeprefix("KEYSTREAM_").lower() in text  # the field is still named
+
+
+def test_change_log_settings_and_the_tombstone_bound() -> None:
+    settings = Settings(change_poll_interval=0.1)
+    assert settings.effective_tombstone_seconds == pytest.approx(1.0)
+    assert settings.cache_trust_seconds == pytest.approx(0.5)
+    assert Settings(key_tombstone_seconds=30).effective_tombstone_seconds == 30
+    with pytest.raises(ValueError, match="key_tombstone_seconds must be at least 6 x change_poll_interval"):
+        Settings(key_tombstone_seconds=1.0)  # below 6 x 0.25 s: a cut-off replica could outlive it

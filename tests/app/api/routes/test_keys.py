@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Callable
 
@@ -166,3 +167,19 @@ async def test_import_validation_error_does_not_echo_key(settings_factory: Calla
         response = await api.client.post("/v1/keys/imp/import", json=body, headers=api.auth())
         assert response.status_code == 422
         assert secret not in response.text
+
+
+async def test_a_deleted_name_is_refused_with_409_and_retry_after_until_its_tombstone_expires(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    async with running_api(settings_factory(change_poll_interval=0.05)) as api:  # 0.5 s tombstone
+        body = {"name": "gone", "deletion_allowed": True}
+        assert (await api.client.post("/v1/keys", json=body, headers=api.auth())).status_code == 201
+        assert (await api.client.delete("/v1/keys/gone", headers=api.auth())).status_code == 204
+        again = await api.client.post("/v1/keys", json=body, headers=api.auth())
+        assert again.status_code == 409 and again.headers["Retry-After"] == "1"
+        error = again.json()["error"]
+        assert error["code"] == "key_recently_deleted"
+        assert "can be re-created from" in error["message"] and "Z (in 0." in error["message"]
+        await asyncio.sleep(0.6)
+        assert (await api.client.post("/v1/keys", json=body, headers=api.auth())).status_code == 201

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -46,3 +47,16 @@ async def test_hwsim_round_trips_and_exports_device_metrics(api: Api) -> None:
     metrics = (await api.client.get("/metrics")).text
     assert "keystream_hwsim_jobs_submitted_total" in metrics
     assert 'keystream_crypto_bytes_total{backend="hwsim",operation="encrypt"}' in metrics
+
+
+async def test_readyz_reports_the_keystore_and_the_change_log_lag(api: Api) -> None:
+    await api.create_key("k")
+    for _ in range(200):  # the change is applied within a poll interval (at once on the data_version hint)
+        body = (await api.client.get("/readyz")).json()
+        if body["change_log"]["behind"] == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert body["keystore"] == "up" and body["status"] == "ready"
+    log = body["change_log"]
+    assert log["behind"] == 0 and log["applied"] >= 1 and log["last_read_ms"] >= 0
+    assert "data" not in str(body) and "ks_" not in str(body)  # no path, no token

@@ -25,12 +25,12 @@ class Backing:
     """Where one test's keystore lives, and a way to open more stores on it."""
 
     kind: str
-    opener: Callable[[bytes], KeyStore]
+    opener: Callable[[bytes, float], KeyStore]
     opened: list[KeyStore] = field(default_factory=list)
 
-    def open(self, master_key: bytes) -> KeyStore:
+    def open(self, master_key: bytes, tombstone_seconds: float = 0.0) -> KeyStore:
         """Another store on the same data (another worker or replica); closed after the test."""
-        store = self.opener(master_key)
+        store = self.opener(master_key, tombstone_seconds)
         self.opened.append(store)
         return store
 
@@ -42,10 +42,10 @@ class Backing:
 @pytest.fixture(params=STORES)
 def backing(request: pytest.FixtureRequest, data_dir: Path) -> Iterator[Backing]:
     if request.param == "sqlite":
-        backing = Backing("sqlite", lambda key: open_keystore(data_dir, key))
+        backing = Backing("sqlite", lambda key, held: open_keystore(data_dir, key, tombstone_seconds=held))
     else:
         url: str = request.getfixturevalue("pg_url")  # the cluster starts only if a postgres test runs
-        backing = Backing("postgres", lambda key: PostgresKeyStore(url, key))
+        backing = Backing("postgres", lambda key, held: PostgresKeyStore(url, key, tombstone_seconds=held))
     try:
         yield backing
     finally:

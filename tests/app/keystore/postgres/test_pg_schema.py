@@ -9,9 +9,8 @@ import threading
 import psycopg
 import pytest
 
-from app.keystore import KeystoreSchemaError, MasterKeyError
+from app.keystore import KeystoreSchemaError, MasterKeyError, Migration
 from app.keystore.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresKeyStore
-from app.keystore.sqlite import Migration
 from tests.pg_cluster import PgCluster
 
 Raw = psycopg.Connection[tuple[object, ...]]
@@ -22,9 +21,9 @@ def versions(raw: Raw) -> list[int]:
 
 
 def test_schema_version_is_recorded(pg_store: PostgresKeyStore, raw: Raw) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 1
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 2
     assert pg_store.schema_version() == SCHEMA_VERSION
-    assert versions(raw) == [1]
+    assert versions(raw) == [1, 2]
     tables = {
         row[0] for row in raw.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     }
@@ -51,7 +50,7 @@ def test_replicas_starting_together_migrate_once(pg_url: str, master_key: bytes,
         thread.join(timeout=60)
     try:
         assert errors == [] and len(stores) == count
-        assert versions(raw) == [1]
+        assert versions(raw) == [1, 2]
         assert raw.execute("SELECT count(*) FROM meta").fetchone() == (1,)
         stores[0].create_key("orders")
         assert stores[-1].get_key("orders").latest_version == 1
@@ -74,18 +73,18 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     pg_url: str, master_key: bytes, raw: Raw
 ) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    step = Migration(2, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
+    step = Migration(3, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
     for _ in range(2):
         upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
         try:
-            assert upgraded.schema_version() == 2
+            assert upgraded.schema_version() == 3
             upgraded.create_key(f"k{secrets.token_hex(4)}")
         finally:
             upgraded.close()
-    assert versions(raw) == [1, 2]
+    assert versions(raw) == [1, 2, 3]
     assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 2, newer than this release supports \\(1\\)"
+        KeystoreSchemaError, match="schema version 3, newer than this release supports \\(2\\)"
     ) as caught:
         PostgresKeyStore(pg_url, master_key)
     assert "upgrade Keystream" in str(caught.value) and "database 'postgres' on 127.0.0.1:" in str(
@@ -95,10 +94,10 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
 
 def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key: bytes, raw: Raw) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    broken = Migration(2, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
+    broken = Migration(3, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
     with pytest.raises(psycopg.errors.SyntaxError):
         PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
-    assert versions(raw) == [1]
+    assert versions(raw) == [1, 2]
     columns = {
         row[0]
         for row in raw.execute(

@@ -412,47 +412,47 @@ def test_open_database_file_is_tightened(data_dir: Path, master_key: bytes) -> N
 
 
 def test_schema_version_is_recorded(store: SqliteKeyStore) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 1
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 2
     assert store.schema_version() == SCHEMA_VERSION
     with raw_connection(store) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         rows = conn.execute("SELECT version, description FROM schema_version").fetchall()
-    assert [row[0] for row in rows] == [1]
+    assert [row[0] for row in rows] == [1, 2]
 
 
 def test_reopen_does_not_migrate_again(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 1
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 2
 
 
 def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: bytes) -> None:
     store = open_keystore(data_dir, master_key)
     store.create_key("orders")
     store.close()
-    step = Migration(2, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
+    step = Migration(3, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
     path = data_dir / "keystore.db"
     for _ in range(2):
         with contextlib.closing(SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))) as upgraded:
-            assert upgraded.schema_version() == 2
+            assert upgraded.schema_version() == 3
             assert upgraded.get_key("orders").latest_version == 1
             with raw_connection(upgraded) as conn:
-                assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1, 2]
+                assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1, 2, 3]
                 assert conn.execute("SELECT label FROM keys").fetchone()[0] == ""
-    # ...and the release that only knows version 1 refuses the upgraded file instead of misreading it
+    # ...and the release that only knows version 2 refuses the upgraded file instead of misreading it
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 2, newer than this release supports \\(1\\)"
+        KeystoreSchemaError, match="schema version 3, newer than this release supports \\(2\\)"
     ):
         open_keystore(data_dir, master_key)
 
 
 def test_failed_migration_leaves_the_database_unchanged(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
-    broken = Migration(2, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
+    broken = Migration(3, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
     with pytest.raises(sqlite3.OperationalError):
         SqliteKeyStore(data_dir / "keystore.db", master_key, migrations=(*MIGRATIONS, broken))
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert store.schema_version() == 1
+        assert store.schema_version() == 2
         assert "x" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
 
 

@@ -1,0 +1,70 @@
+"""The change log's records, shared by both keystores: what :meth:`KeyStore.changes_since` returns.
+
+Every change to a key or token (create, import, rotate, PATCH, delete, token create/revoke) appends one row to
+an ordered log in the change's own transaction, so a change and its row commit together or not at all. Numbers
+grow in commit order (SQLite: one writer at a time; PostgreSQL: appends serialized by an advisory lock), so a
+reader that has seen number *n* has seen every change below it. A replica remembers the last number it
+applied and asks for what came after (see :mod:`app.services.coherence`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+from app.errors import BadRequestError
+
+from .checks import check_integer
+
+__all__ = ["CHANGE_KINDS", "MAX_CHANGES_PER_CALL", "Change", "ChangeBatch", "check_since_arguments"]
+
+#: What a change did; ``key_*`` rows name a key, ``token_*`` rows a token id.
+CHANGE_KINDS: tuple[str, ...] = (
+    "key_created",
+    "key_imported",
+    "key_rotated",
+    "key_updated",
+    "key_deleted",
+    "token_created",
+    "token_deleted",
+)
+#: Most changes one ``changes_since`` call returns.
+MAX_CHANGES_PER_CALL = 10_000
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change: its sequence number, what happened, to which key or token, and when (UTC)."""
+
+    seq: int
+    kind: str
+    key_name: str | None
+    token_id: str | None
+    at: datetime
+
+
+class ChangeBatch(NamedTuple):
+    """What ``changes_since`` returns; unpacks as ``changes, latest, trimmed``.
+
+    ``latest`` is the number to ask from next time. ``trimmed`` is true when changes after the number asked
+    for may be missing (the log was trimmed past it, or the database is behind it, e.g. restored from a
+    backup, or the number is beyond the newest change): the caller must then drop every cache and continue
+    from ``latest``; ``changes`` is empty.
+    """
+
+    changes: list[Change]
+    latest: int
+    trimmed: bool
+
+
+def check_since_arguments(seq: int, limit: int) -> None:
+    """Validate the arguments of ``changes_since``.
+
+    Raises:
+        BadRequestError: ``seq`` is not an int >= 0, or ``limit`` not an int >= 1.
+    """
+    check_integer("seq", seq)
+    check_integer("limit", limit)
+    if seq < 0 or limit < 1:
+        raise BadRequestError(f"seq must be >= 0 and limit >= 1, got seq={seq}, limit={limit}")
