@@ -78,9 +78,9 @@ def start(data_dir: Path, log: Path) -> RunningServer:
             "KEYSTREAM_ALLOW_KEY_IMPORT": "true",
             "KEYSTREAM_LOG_LEVEL": "warning",
             "KEYSTREAM_TIMEOUT_GRACEFUL_SHUTDOWN": "3",
-            # One worker: these tests check the client against one server's answers. With a worker per CPU (the
-            # default) a token revoked through one worker is refused by the others within the bounded staleness
-            # of docs/operations.md, not at once; tests/app/e2e/test_e2e_propagation.py measures that bound.
+            # One worker: these tests check the client against one server's answers. With a worker per
+            # CPU (the default) a token revoked through one worker is refused by the others within the
+            # bounded staleness of docs/operations.md, not at once (test_e2e_propagation.py measures it).
             "KEYSTREAM_WORKERS": "1",
             "PYTHONPATH": str(REPO),
         }
