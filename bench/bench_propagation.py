@@ -85,7 +85,7 @@ def replicas(
         for index in range(count):
             port = _free_port()
             log_path = data_dir / f"replica{index}.log"
-            command = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+            command = [sys.executable, "-m", "app.admin", "serve", "--host", "127.0.0.1", "--port", str(port)]
             command += ["--data-dir", str(data_dir)]
             with log_path.open("wb") as log:
                 process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
