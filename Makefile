@@ -8,8 +8,9 @@ CLIENT := clients/python
 # `make run` installs the server alone (no test extras, no client); `make test` adds both of those.
 RUN_STAMP := $(VENV)/.run-stamp
 STAMP  := $(VENV)/.installed-stamp
-# What the editable install compiles (it builds the extension in place, in an isolated build environment).
-EXTENSION_SOURCES := $(wildcard aescore/*.pyx aescore/*.pxd aescore/*.c aescore/*.h)
+# What the editable install compiles (it builds the extension in place, in an isolated build environment);
+# the .c files Cython generates (aescore/_*.c) are outputs, not sources: a build must not make `make run` reinstall.
+EXTENSION_SOURCES := $(filter-out aescore/_%.c,$(wildcard aescore/*.pyx aescore/*.pxd aescore/*.c aescore/*.h))
 BENCH_ARGS ?=
 
 .PHONY: test run build lint typecheck unit asan bench bench-aescore report load docker-test tools clean \
