@@ -1,12 +1,26 @@
-"""Per-message segment keys (AES-CTR transform and HMAC tag of a segment) and the reusable segment buffer."""
+"""Per-message segment keys of each scheme (seal and open one segment) and the reusable segment buffer.
+
+:class:`SegmentKeys` (``ctr-hmac``: AES-CTR, then HMAC-SHA256 over nonce and ciphertext) and
+:class:`GcmSegmentKeys` (``gcm``: AES-GCM with the segment nonce, no associated data) share the methods the
+encryptor and decryptor use: ``nonce``, ``seal`` and ``open``; :func:`segment_keys` makes the right one.
+"""
 
 from __future__ import annotations
 
 import hmac
 
 import aescore
+from app.core.schemes import GCM
 
-from .format import SHA256, segment_nonce
+from .format import (
+    GCM_TAG_SIZE,
+    SHA256,
+    TAG_SIZE,
+    derive_gcm_key,
+    derive_keys,
+    segment_nonce,
+    tag_size_of,
+)
 
 
 class SegmentBuffer:
@@ -39,16 +53,61 @@ class SegmentBuffer:
         return self._view[: self.fill]
 
 
-class SegmentKeys:
-    """The per-message AES and HMAC keys; tags and transforms one segment at a time."""
+def segment_keys(
+    scheme: str,
+    ikm: bytes,
+    salt: bytes,
+    associated_data: bytes,
+    derived_key_size: int,
+    nonce_prefix: bytes,
+    backend: aescore.Backend,
+) -> SegmentKeys | GcmSegmentKeys:
+    """The per-message keys of ``scheme`` (HKDF-SHA256 of ``ikm`` with ``salt`` and the associated data).
 
-    __slots__ = ("_backend", "_expanded", "_mac", "_nonce_prefix")
+    Raises:
+        ValueError: unknown ``scheme``.
+    """
+    tag_size_of(scheme)
+    if scheme == GCM:
+        return GcmSegmentKeys(
+            derive_gcm_key(ikm, salt, associated_data, derived_key_size), nonce_prefix, backend
+        )
+    aes_key, mac_key = derive_keys(ikm, salt, associated_data, derived_key_size)
+    return SegmentKeys(aes_key, mac_key, nonce_prefix, backend)
+
+
+class SegmentKeys:
+    """``ctr-hmac``: the per-message AES and HMAC keys; tags and transforms one segment at a time.
+
+    The AES key is expanded at the first transform, so a candidate key whose tag fails (trial decryption of
+    the first segment) costs HKDF and one HMAC only.
+    """
+
+    __slots__ = ("_aes_key", "_backend", "_expanded", "_mac", "_nonce_prefix")
+
+    #: Tag bytes after each segment.
+    tag_size = TAG_SIZE
 
     def __init__(self, aes_key: bytes, mac_key: bytes, nonce_prefix: bytes, backend: aescore.Backend) -> None:
         self._backend = backend
-        self._expanded = backend.expand_key(aes_key)
+        self._aes_key = aes_key
+        self._expanded: aescore.ExpandedKey | None = None
         self._mac = hmac.new(mac_key, digestmod=SHA256)
         self._nonce_prefix = nonce_prefix
+
+    def _expanded_key(self) -> aescore.ExpandedKey:
+        expanded = self._expanded
+        if expanded is None:
+            expanded = self._expanded = self._backend.expand_key(self._aes_key)
+        return expanded
+
+    def open(self, nonce: bytes, segment: memoryview, piece: int) -> list[bytes] | None:
+        """Verify and decrypt one segment (ciphertext then tag): its plaintext in pieces of at most ``piece``
+        bytes, or ``None`` (and no plaintext computed) when the tag does not verify."""
+        body, tag = segment[:-TAG_SIZE], segment[-TAG_SIZE:]
+        if not hmac.compare_digest(self.tag(nonce, body), tag):
+            return None
+        return self.transform_pieces(nonce, body, piece)
 
     def nonce(self, index: int, last: bool) -> bytes:
         """Segment ``index``'s nonce (see :func:`segment_nonce`)."""
@@ -78,7 +137,7 @@ class SegmentKeys:
         """:meth:`transform` in pieces of at most ``piece`` bytes (CTR from each piece's offset)."""
         if len(data) <= piece:
             return [self.transform(nonce, data)] if data else []
-        ctr_xor, expanded = self._backend.ctr_xor, self._expanded
+        ctr_xor, expanded = self._backend.ctr_xor, self._expanded_key()
         pieces: list[bytes] = []
         for start in range(0, len(data), piece):
             result = ctr_xor(expanded, nonce, data[start : start + piece], start)
@@ -88,9 +147,47 @@ class SegmentKeys:
 
     def transform(self, nonce: bytes, data: bytes | bytearray | memoryview) -> bytes:
         """AES-CTR over ``data`` with ``nonce`` as the initial counter block (encrypt = decrypt)."""
-        result = self._backend.ctr_xor(self._expanded, nonce, data)
+        result = self._backend.ctr_xor(self._expanded_key(), nonce, data)
         assert result is not None
         return result
 
     def __repr__(self) -> str:
-        return "<SegmentKeys>"
+        return "<SegmentKeys scheme=ctr-hmac>"
+
+
+class GcmSegmentKeys:
+    """``gcm``: the per-message AES-GCM key; seals and opens one segment at a time (Tink
+    ``AesGcmHkdfStreaming``: the segment nonce is the GCM nonce, there is no GCM associated data).
+
+    A segment's ciphertext and tag come out as one piece (GCM computes them in one call); :func:`send_pieces`
+    of the service cuts it for sending.
+    """
+
+    __slots__ = ("_gcm", "_nonce_prefix")
+
+    #: Tag bytes after each segment.
+    tag_size = GCM_TAG_SIZE
+
+    def __init__(self, aes_key: bytes, nonce_prefix: bytes, backend: aescore.Backend) -> None:
+        self._gcm = aescore.AesGcm(backend, aes_key)
+        self._nonce_prefix = nonce_prefix
+
+    def nonce(self, index: int, last: bool) -> bytes:
+        """Segment ``index``'s 12-byte nonce (see :func:`segment_nonce`)."""
+        return segment_nonce(self._nonce_prefix, index, last, GCM)
+
+    def seal(self, nonce: bytes, plaintext: memoryview, piece: int) -> list[bytes]:
+        """Encrypt one segment: ``[ciphertext | tag]`` (``piece`` is not used: one GCM call, one piece)."""
+        return [self._gcm.encrypt(nonce, plaintext, None)]
+
+    def open(self, nonce: bytes, segment: memoryview, piece: int) -> list[bytes] | None:
+        """Verify and decrypt one segment (ciphertext then tag): ``[plaintext]`` (``[]`` when empty), or
+        ``None`` when the tag does not verify (aescore returns no plaintext then)."""
+        try:
+            plaintext = self._gcm.decrypt(nonce, segment, None)
+        except aescore.InvalidTag:
+            return None
+        return [plaintext] if plaintext else []
+
+    def __repr__(self) -> str:
+        return "<SegmentKeys scheme=gcm>"
