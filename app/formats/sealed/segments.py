@@ -8,6 +8,7 @@ encryptor and decryptor use: ``nonce``, ``seal`` and ``open``; :func:`segment_ke
 from __future__ import annotations
 
 import hmac
+from typing import cast
 
 import aescore
 from app.core.schemes import GCM
@@ -159,8 +160,8 @@ class GcmSegmentKeys:
     """``gcm``: the per-message AES-GCM key; seals and opens one segment at a time (Tink
     ``AesGcmHkdfStreaming``: the segment nonce is the GCM nonce, there is no GCM associated data).
 
-    A segment's ciphertext and tag come out as one piece (GCM computes them in one call); :func:`send_pieces`
-    of the service cuts it for sending.
+    GCM computes a segment in one call, so its output is one ``bytes``; longer than ``piece`` it is handed
+    out as zero-copy ``memoryview`` slices of it (see :func:`_views`).
     """
 
     __slots__ = ("_gcm", "_nonce_prefix")
@@ -177,17 +178,32 @@ class GcmSegmentKeys:
         return segment_nonce(self._nonce_prefix, index, last, GCM)
 
     def seal(self, nonce: bytes, plaintext: memoryview, piece: int) -> list[bytes]:
-        """Encrypt one segment: ``[ciphertext | tag]`` (``piece`` is not used: one GCM call, one piece)."""
-        return [self._gcm.encrypt(nonce, plaintext, None)]
+        """Encrypt one segment: ``ciphertext | tag`` in pieces of at most ``piece`` bytes."""
+        return _views(self._gcm.encrypt(nonce, plaintext, None), piece)
 
     def open(self, nonce: bytes, segment: memoryview, piece: int) -> list[bytes] | None:
-        """Verify and decrypt one segment (ciphertext then tag): ``[plaintext]`` (``[]`` when empty), or
-        ``None`` when the tag does not verify (aescore returns no plaintext then)."""
+        """Verify and decrypt one segment (ciphertext then tag): its plaintext in pieces of at most ``piece``
+        bytes, or ``None`` when the tag does not verify (aescore returns no plaintext then)."""
         try:
             plaintext = self._gcm.decrypt(nonce, segment, None)
         except aescore.InvalidTag:
             return None
-        return [plaintext] if plaintext else []
+        return _views(plaintext, piece)
 
     def __repr__(self) -> str:
         return "<SegmentKeys scheme=gcm>"
+
+
+def _views(data: bytes, piece: int) -> list[bytes]:
+    """``data`` as pieces of at most ``piece`` bytes: ``[data]`` when it fits (``[]`` when empty), else
+    ``memoryview`` slices of it.
+
+    Slices instead of ``bytes`` copies: the service sends each piece as it is (``len``, ``b"".join`` and
+    socket writes take any bytes-like object), so a 1 MiB segment costs no extra allocation and copy; that
+    copy was measured at a third of the time of sending it. They are typed ``bytes`` because every consumer
+    of pieces only needs the buffer protocol; ``update``/``finalize`` join them into real ``bytes``.
+    """
+    if len(data) <= piece:
+        return [data] if data else []
+    view = memoryview(data)
+    return [cast(bytes, view[start : start + piece]) for start in range(0, len(data), piece)]
