@@ -88,18 +88,19 @@ class ThreadRecordingDecryptor(SealedDecryptor):
         return super().finalize_pieces()
 
 
+@pytest.mark.parametrize("scheme", ["ctr-hmac", "gcm"])
 @pytest.mark.parametrize(("versions", "leaves_the_loop"), [(1, False), (2, False), (40, True)])
 async def test_a_trial_over_many_key_versions_leaves_the_event_loop(
-    versions: int, leaves_the_loop: bool
+    versions: int, leaves_the_loop: bool, scheme: str
 ) -> None:
     """Trying the first segment under each candidate version (a decrypt without key_version) is crypto work
     like any other: past the inline budget it runs in a thread (issue 11 item 4). 40 versions of a 1000-byte
     message count 40 HKDFs and 40 HMACs, more than the 1 MiB budget; one or two stay inline."""
     backend = InlinePython()
     candidates = [(version, os.urandom(32)) for version in range(versions, 0, -1)]
-    sealer = SealedEncryptor(candidates[-1][1], "aes128", 4096, b"", backend)
+    sealer = SealedEncryptor(candidates[-1][1], "aes128", 4096, b"", backend, scheme=scheme)
     message = sealer.update(b"m" * 1000) + sealer.finalize()
-    decryptor = ThreadRecordingDecryptor(candidates, "aes128", 4096, b"", backend)
+    decryptor = ThreadRecordingDecryptor(candidates, "aes128", 4096, b"", backend, scheme=scheme)
     step = sealed_step(backend, "decrypt", decryptor, 4096, inline_max=1 << 20, candidates=versions)
 
     assert await step.run_whole(message) == b"m" * 1000

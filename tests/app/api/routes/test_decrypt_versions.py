@@ -17,12 +17,13 @@ from app.core.config import Settings
 from tests.app.api.conftest import Api, running_api
 
 
+@pytest.mark.parametrize("scheme", ["ctr-hmac", "gcm"])
 @pytest.mark.parametrize("body_size", [10, 200_000])  # read whole / streamed
 async def test_a_version_beyond_the_bound_is_not_tried_and_key_version_reaches_it(
-    settings_factory: Callable[..., Settings], body_size: int
+    settings_factory: Callable[..., Settings], body_size: int, scheme: str
 ) -> None:
     async with running_api(settings_factory(max_decrypt_versions=2)) as api:
-        await api.create_key("v", segment_size=4096)
+        await api.create_key("v", segment_size=4096, scheme=scheme)
         for _ in range(2):
             assert (await api.client.post("/v1/keys/v/rotate", headers=api.auth())).status_code == 200
         plaintext = b"p" * body_size
