@@ -13,6 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from anyio import CapacityLimiter
+from anyio.lowlevel import RunVar
 from prometheus_client import Counter, Histogram
 
 import aescore
@@ -33,6 +35,23 @@ HEADER_MAX_BYTES = 256
 #: What trying one more key version on a first segment costs besides its HMAC over the segment (HKDF in
 #: Python, ~30 us), counted as bytes of segment work (HMAC-SHA256: ~1 ns per byte) against the inline budget.
 TRIAL_OVERHEAD_BYTES = 32 * 1024
+
+
+#: Trials that leave the event loop run at most this many at a time per worker process: two garbage clients
+#: each keeping a thread busy on a 2-CPU host left the loop one CPU to share with both (measured under load:
+#: /healthz p99 58-63 ms with two trial threads, 20-50 ms with one, and more decrypts per second, too).
+TRIAL_THREADS = 1
+_trial_limiter: RunVar[CapacityLimiter] = RunVar("keystream_trial_limiter")
+
+
+def trial_limiter() -> CapacityLimiter:
+    """This event loop's limiter for trial decryptions over several key versions (:data:`TRIAL_THREADS`)."""
+    try:
+        return _trial_limiter.get()
+    except LookupError:
+        limiter = CapacityLimiter(TRIAL_THREADS)
+        _trial_limiter.set(limiter)
+        return limiter
 
 
 def trial_work(nbytes: int, first_segment_bytes: int, candidates: int) -> int:
@@ -82,11 +101,12 @@ async def run_timed(
     work: Callable[[], T],
     *,
     cost: int | None = None,
+    limiter: CapacityLimiter | None = None,
 ) -> T:
     """Count ``nbytes``, then run ``work`` timed, inline or off the loop as :func:`run_crypto` decides.
 
     ``cost``: the bytes of work that decision weighs when they differ from ``nbytes`` (a trial over
-    several key versions, :func:`trial_work`).
+    several key versions, :func:`trial_work`); ``limiter``: as :func:`run_crypto` (:func:`trial_limiter`).
 
     Raises:
         Exception: whatever ``work`` raises.
@@ -94,7 +114,7 @@ async def run_timed(
     seconds, counter = crypto_metrics(backend.name, operation, fmt)
     counter.inc(nbytes)
     weight = nbytes if cost is None else cost
-    return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work))
+    return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work), limiter)
 
 
 class CryptoStep:
@@ -177,7 +197,14 @@ class CryptoStep:
             self._with_trials(work),
             self._inline_max,
             lambda: timed(self._seconds, lambda: self._update(data)),
+            self._trial_limiter(),
         )
+
+    def _trial_limiter(self) -> CapacityLimiter | None:
+        """:func:`trial_limiter` while the next call may try several key versions, else ``None``."""
+        if self._candidates is None or self._candidates() <= 1:
+            return None
+        return trial_limiter()
 
     def _with_trials(self, nbytes: int) -> int:
         """``nbytes`` plus the cost of trying the first segment under each candidate key version."""
@@ -196,7 +223,11 @@ class CryptoStep:
             return b""
         held = self._buffered() if self._buffered is not None else 0
         return await run_crypto(
-            self._backend, self._with_trials(held), self._inline_max, lambda: timed(self._seconds, finalize)
+            self._backend,
+            self._with_trials(held),
+            self._inline_max,
+            lambda: timed(self._seconds, finalize),
+            self._trial_limiter(),
         )
 
     async def run_whole(self, data: bytes) -> bytes:
@@ -217,7 +248,11 @@ class CryptoStep:
             return out[0] if len(out) == 1 else b"".join(out)
 
         return await run_crypto(
-            self._backend, self._with_trials(len(data)), self._inline_max, lambda: timed(self._seconds, work)
+            self._backend,
+            self._with_trials(len(data)),
+            self._inline_max,
+            lambda: timed(self._seconds, work),
+            self._trial_limiter(),
         )
 
 

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import ClassVar, TypeVar
 
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
 
 import aescore
 from app.core.metrics import BACKEND_POOL_RESTARTS
@@ -178,12 +178,19 @@ def _restarting() -> BackendRestartingError:
     )
 
 
-async def run_crypto(backend: aescore.Backend, nbytes: int, inline_max: int, work: Callable[[], T]) -> T:
+async def run_crypto(
+    backend: aescore.Backend,
+    nbytes: int,
+    inline_max: int,
+    work: Callable[[], T],
+    limiter: CapacityLimiter | None = None,
+) -> T:
     """Run ``work`` (a synchronous crypto call over ``nbytes``) without stalling the event loop.
 
     Calls of at most ``inline_max`` bytes on a backend that ``runs_inline`` run on the loop; everything else
-    goes to the thread pool (for the python backend that thread waits on the process pool).
+    goes to the thread pool (for the python backend that thread waits on the process pool), holding a token
+    of ``limiter`` when one is given (else of anyio's default thread limiter).
     """
     if backend.runs_inline and nbytes <= inline_max:
         return work()
-    return await to_thread.run_sync(work)
+    return await to_thread.run_sync(work, limiter=limiter)

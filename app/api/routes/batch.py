@@ -36,7 +36,7 @@ from app.api.params import BACKEND_DESCRIPTION, KeyVersion, check_associated_dat
 from app.api.state import ServiceState
 from app.errors import KeystreamError
 from app.formats.sealed import native_isa, open_many, seal_many
-from app.services.crypto_step import run_timed, trial_work
+from app.services.crypto_step import run_timed, trial_limiter, trial_work
 from app.services.keys import decryption_keys, encryption_key
 
 router = APIRouter(prefix="/v1/keys", tags=["batch"])
@@ -136,7 +136,8 @@ async def _run(
         inline_max = state.settings.inline_crypto_max_bytes
     else:
         inline_max = PYTHON_INLINE_MAX_BYTES if len(data) <= PYTHON_INLINE_MAX_ITEMS else -1
-    return await run_timed(backend, operation, "sealed", nbytes, inline_max, work, cost=cost)
+    limiter = trial_limiter() if candidates > 1 else None
+    return await run_timed(backend, operation, "sealed", nbytes, inline_max, work, cost=cost, limiter=limiter)
 
 
 @router.post(

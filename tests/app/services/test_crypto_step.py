@@ -7,16 +7,19 @@ import threading
 from typing import Any
 
 import pytest
+from anyio import CapacityLimiter
 from prometheus_client import REGISTRY
 
 import aescore
 from app.formats.sealed import SealedDecryptor, SealedEncryptor
 from app.services.crypto_step import (
     TRIAL_OVERHEAD_BYTES,
+    TRIAL_THREADS,
     CryptoStep,
     raw_step,
     run_timed,
     sealed_step,
+    trial_limiter,
     trial_work,
 )
 from app.services.offload import ProcessOffloadBackend, run_crypto
@@ -75,16 +78,20 @@ async def test_run_timed_counts_bytes_and_times_the_work_once() -> None:
 class ThreadRecordingDecryptor(SealedDecryptor):
     """A decryptor that records the thread each ``update_pieces``/``finalize_pieces`` call ran in."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limiter: CapacityLimiter, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.threads: list[int] = []
+        self.limiter = limiter
+        self.tokens_held: list[float] = []
 
     def update_pieces(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         self.threads.append(threading.get_ident())
+        self.tokens_held.append(self.limiter.borrowed_tokens)
         return super().update_pieces(data)
 
     def finalize_pieces(self) -> list[bytes]:
         self.threads.append(threading.get_ident())
+        self.tokens_held.append(self.limiter.borrowed_tokens)
         return super().finalize_pieces()
 
 
@@ -100,13 +107,18 @@ async def test_a_trial_over_many_key_versions_leaves_the_event_loop(
     candidates = [(version, os.urandom(32)) for version in range(versions, 0, -1)]
     sealer = SealedEncryptor(candidates[-1][1], "aes128", 4096, b"", backend, scheme=scheme)
     message = sealer.update(b"m" * 1000) + sealer.finalize()
-    decryptor = ThreadRecordingDecryptor(candidates, "aes128", 4096, b"", backend, scheme=scheme)
+    decryptor = ThreadRecordingDecryptor(
+        candidates, "aes128", 4096, b"", backend, scheme=scheme, limiter=trial_limiter()
+    )
     step = sealed_step(backend, "decrypt", decryptor, 4096, inline_max=1 << 20, candidates=versions)
 
     assert await step.run_whole(message) == b"m" * 1000
     assert decryptor.version == 1
     loop_thread = threading.get_ident()
     assert all((thread != loop_thread) is leaves_the_loop for thread in decryptor.threads)
+    # Off the loop, trials hold this loop's trial limiter: at most TRIAL_THREADS run at once.
+    assert decryptor.tokens_held == [1 if leaves_the_loop else 0] * len(decryptor.threads)
+    assert trial_limiter() is decryptor.limiter and trial_limiter().total_tokens == TRIAL_THREADS
 
 
 def test_trial_work_counts_each_candidate_on_the_first_segment_only() -> None:
