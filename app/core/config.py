@@ -99,6 +99,15 @@ class Settings(BaseSettings):
     #: Bodies with a Content-Length up to this size are read whole and answered with a plain response.
     small_body_max_bytes: int = Field(default=64 * 1024, ge=0, le=16 * MIB)
 
+    max_decrypt_versions: int = Field(
+        default=64,
+        ge=1,
+        description=(
+            "Most key versions a decrypt without key_version tries, the newest first (each is a trial "
+            "decryption of the first segment); a ciphertext of an older version needs key_version."
+        ),
+    )
+
     allow_key_import: bool = False
     key_cache_size: int = Field(default=1024, ge=1)
     #: Coherence comes from the change log (see docs/operations.md); these TTLs are only a last-resort bound.

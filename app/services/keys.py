@@ -5,10 +5,10 @@ read, unwrap, key expansion: about half a millisecond) in a worker thread (:func
 
 * Encrypt uses the latest version, or an explicit ``key_version`` that exists and is not below the key's
   ``min_decryption_version`` (a ciphertext nobody may decrypt is refused up front).
-* Decrypt tries an explicit ``key_version`` only, or every version from the latest down to
-  ``min_decryption_version``; without ``key_version`` a ciphertext that verifies under none of the cached
-  versions gets one fresh read of the key's versions (another worker may have rotated the key less than
-  ``key_metadata_ttl`` ago).
+* Decrypt tries an explicit ``key_version`` only, or the versions from the latest down to
+  ``min_decryption_version``, at most ``max_decrypt_versions`` of them (the key cache's bound); without
+  ``key_version`` a ciphertext that verifies under none of the cached versions gets one fresh read of the
+  key's versions (another worker may have rotated the key less than ``key_metadata_ttl`` ago).
 """
 
 from __future__ import annotations

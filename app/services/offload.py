@@ -23,7 +23,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import ClassVar, TypeVar
 
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
 
 import aescore
 from app.core.metrics import BACKEND_POOL_RESTARTS
@@ -96,14 +96,23 @@ class ProcessOffloadBackend(aescore.Backend):
         self, material: bytes, initial_counter: bytes, data: bytes, offset: int
     ) -> tuple[ProcessPoolExecutor, Future[bytes]]:
         """Submit a ``ctr_xor`` call; a pool found broken before the call reached it is replaced and the call
-        goes to the new one (nothing was lost: the worker died while idle)."""
+        goes to the new one (nothing was lost: the worker died while idle).
+
+        Raises:
+            BackendRestartingError: the new pool is broken as well.
+        """
+        arguments = (material, initial_counter, data, offset)
         pool = self._get_pool()
         try:
-            return pool, pool.submit(_offload_worker.ctr_xor, material, initial_counter, data, offset)
+            return pool, pool.submit(_offload_worker.ctr_xor, *arguments)
         except BrokenProcessPool:
             self._replace(pool)
         pool = self._get_pool()
-        return pool, pool.submit(_offload_worker.ctr_xor, material, initial_counter, data, offset)
+        try:
+            return pool, pool.submit(_offload_worker.ctr_xor, *arguments)
+        except BrokenProcessPool as exc:
+            self._replace(pool)
+            raise _restarting() from exc
 
     def start(self) -> None:
         """Start the worker processes now rather than on the first request."""
@@ -151,10 +160,7 @@ class ProcessOffloadBackend(aescore.Backend):
             result = future.result()
         except BrokenProcessPool as exc:
             self._replace(pool)
-            raise BackendRestartingError(
-                "the python backend's worker process died during this request; its pool is being "
-                "restarted: retry"
-            ) from exc
+            raise _restarting() from exc
         if out is None:
             return result
         memoryview(out)[: len(result)] = result
@@ -166,12 +172,25 @@ class ProcessOffloadBackend(aescore.Backend):
         return info
 
 
-async def run_crypto(backend: aescore.Backend, nbytes: int, inline_max: int, work: Callable[[], T]) -> T:
+def _restarting() -> BackendRestartingError:
+    return BackendRestartingError(
+        "the python backend's worker process died during this request; its pool is being restarted: retry"
+    )
+
+
+async def run_crypto(
+    backend: aescore.Backend,
+    nbytes: int,
+    inline_max: int,
+    work: Callable[[], T],
+    limiter: CapacityLimiter | None = None,
+) -> T:
     """Run ``work`` (a synchronous crypto call over ``nbytes``) without stalling the event loop.
 
     Calls of at most ``inline_max`` bytes on a backend that ``runs_inline`` run on the loop; everything else
-    goes to the thread pool (for the python backend that thread waits on the process pool).
+    goes to the thread pool (for the python backend that thread waits on the process pool), holding a token
+    of ``limiter`` when one is given (else of anyio's default thread limiter).
     """
     if backend.runs_inline and nbytes <= inline_max:
         return work()
-    return await to_thread.run_sync(work)
+    return await to_thread.run_sync(work, limiter=limiter)

@@ -36,7 +36,7 @@ from app.api.params import BACKEND_DESCRIPTION, KeyVersion, check_associated_dat
 from app.api.state import ServiceState
 from app.errors import KeystreamError
 from app.formats.sealed import native_isa, open_many, seal_many
-from app.services.crypto_step import run_timed
+from app.services.crypto_step import run_timed, trial_limiter, trial_work
 from app.services.keys import decryption_keys, encryption_key
 
 router = APIRouter(prefix="/v1/keys", tags=["batch"])
@@ -122,8 +122,13 @@ async def _run(
     operation: str,
     data: list[bytes],
     work: Callable[[], T],
+    *,
+    segment_size: int = 0,
+    candidates: int = 1,
 ) -> T:
     nbytes = sum(map(len, data))
+    # A decrypt without key_version tries each item's first segment under every candidate version.
+    cost = sum(trial_work(len(item), segment_size, candidates) for item in data) if candidates > 1 else nbytes
     # Native batches run inline up to inline_crypto_max_bytes. The per-item Python path (aesni without the
     # native core) costs tens of microseconds per item: inline only for a handful of small items. Backends
     # that do not run inline leave the loop whatever inline_max says.
@@ -131,7 +136,8 @@ async def _run(
         inline_max = state.settings.inline_crypto_max_bytes
     else:
         inline_max = PYTHON_INLINE_MAX_BYTES if len(data) <= PYTHON_INLINE_MAX_ITEMS else -1
-    return await run_timed(backend, operation, "sealed", nbytes, inline_max, work)
+    limiter = trial_limiter() if candidates > 1 else None
+    return await run_timed(backend, operation, "sealed", nbytes, inline_max, work, cost=cost, limiter=limiter)
 
 
 @router.post(
@@ -232,6 +238,8 @@ async def decrypt_batch(
             more_candidates=keys.more,
             scheme=first.scheme,
         ),
+        segment_size=first.segment_size,
+        candidates=len(candidates),
     )
     data.clear()
     references = [item.reference for item in items]

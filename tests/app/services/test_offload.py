@@ -42,19 +42,19 @@ def _pool(backend: ProcessOffloadBackend) -> ProcessPoolExecutor:
 
 
 def _kill_worker(backend: ProcessOffloadBackend) -> None:
-    (pid,) = _pool(backend)._processes  # type: ignore[attr-defined]
+    (pid,) = _pool(backend)._processes
     os.kill(pid, signal.SIGKILL)
 
 
 def _wait_until_submitted(backend: ProcessOffloadBackend, calls: int) -> None:
     deadline = time.monotonic() + 10
-    while len(_pool(backend)._pending_work_items) < calls:  # type: ignore[attr-defined]
+    while len(_pool(backend)._pending_work_items) < calls:
         assert time.monotonic() < deadline, "the calls never reached the pool"
         time.sleep(0.005)
 
 
 def _restarts_metric() -> float:
-    return BACKEND_POOL_RESTARTS.labels(backend="python")._value.get()
+    return float(BACKEND_POOL_RESTARTS.labels(backend="python")._value.get())
 
 
 def _expected(data: bytes) -> bytes:
@@ -101,7 +101,7 @@ def test_a_worker_that_died_while_idle_is_replaced_without_failing_a_call(
     broken = _pool(offload)
     _kill_worker(offload)
     deadline = time.monotonic() + 10
-    while not broken._broken:  # type: ignore[attr-defined]
+    while not broken._broken:
         assert time.monotonic() < deadline, "the pool never noticed its dead worker"
         time.sleep(0.01)
 
