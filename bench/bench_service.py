@@ -6,6 +6,7 @@ Client and server share this machine (the server is ``app.server.serve`` in a su
 Cases (targets from issue 3):
 * streaming raw encrypt vs ``POST /bench/echo`` (target >= 0.85x), sealed encrypt vs echo (>= 0.6x);
 * the same sealed stream with a key of scheme ``gcm`` (issue 13: >= 0.9x of echo);
+* the server's CPU milliseconds per MiB of each stream (load-independent: what each path costs the server);
 * 1 KiB sealed encrypt requests/s vs ``/healthz`` requests/s over keep-alive connections (>= 0.6x), with a
   ``ctr-hmac`` and a ``gcm`` key (issue 13: gcm at least the ctr-hmac rate);
 * batch items/s for 100 x 1 KiB items (both schemes);
@@ -116,6 +117,19 @@ def build_request(method: str, path: str, headers: dict[str, str], body: bytes =
     if method != "GET":
         lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def server_cpu_seconds(server: Server) -> float:
+    """User + system CPU seconds of the server process and its live children (workers) so far."""
+    process = psutil.Process(server.process.pid)
+    total = 0.0
+    for member in (process, *process.children(recursive=True)):
+        try:
+            times = member.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 # -- batch, RSS, latency --
@@ -280,12 +294,26 @@ def main() -> None:
             default = next(name for name, b in backends.items() if b["default"])
             print(f"server backend {default} ({backends[default]['isa']}); cpu {cpu_model()}", flush=True)
 
+            # Server CPU per MiB of each stream: unlike throughput it hardly moves with the machine's load, so
+            # it shows what a case costs the server beyond the echo route even on a busy shared machine.
+            cpu_per_mib: dict[str, list[float]] = {}
+
+            def streamed(name: str, path: str) -> Callable[[], Coroutine[Any, Any, float]]:
+                async def run() -> float:
+                    before = server_cpu_seconds(server)
+                    rate = await stream_once(server, path, stream_size)
+                    spent = server_cpu_seconds(server) - before
+                    cpu_per_mib.setdefault(name, []).append(spent / (stream_size / MIB) * 1e3)
+                    return rate
+
+                return run
+
             streams = interleaved(
                 {
-                    "echo": lambda: stream_once(server, "/bench/echo", stream_size),
-                    "raw": lambda: stream_once(server, "/v1/keys/bench/encrypt?format=raw", stream_size),
-                    "sealed": lambda: stream_once(server, "/v1/keys/bench/encrypt", stream_size),
-                    "sealed gcm": lambda: stream_once(server, "/v1/keys/bench-gcm/encrypt", stream_size),
+                    "echo": streamed("echo", "/bench/echo"),
+                    "raw": streamed("raw", "/v1/keys/bench/encrypt?format=raw"),
+                    "sealed": streamed("sealed", "/v1/keys/bench/encrypt"),
+                    "sealed gcm": streamed("sealed gcm", "/v1/keys/bench-gcm/encrypt"),
                 },
                 repeats,
             )
@@ -301,6 +329,13 @@ def main() -> None:
                     "GB/s",
                     paired_ratio(streams[name], streams["echo"]),
                 )
+            for name, case in (
+                ("echo", "echo"),
+                ("raw", "raw"),
+                ("sealed", "sealed [ctr-hmac key]"),
+                ("sealed gcm", "sealed [gcm key]"),
+            ):
+                record(f"server CPU per MiB, stream {case}", statistics.median(cpu_per_mib[name]), "ms")
 
             health = build_request("GET", "/healthz", {})
             encrypt = build_request(
