@@ -170,22 +170,22 @@ def client_ssl_context(verify: Verify = None, cert: ClientCert = None) -> ssl.SS
         bundle = os.fspath(verify)
         try:
             context = ssl.create_default_context(cafile=bundle)
+        except ssl.SSLError as exc:  # before OSError, its base class
+            raise ValueError(f"CA bundle {bundle}: no PEM certificate in it ({exc.reason})") from None
         except OSError as exc:
             raise ValueError(f"CA bundle {bundle}: {exc.strerror or exc}") from None
-        except ssl.SSLError as exc:
-            raise ValueError(f"CA bundle {bundle}: no PEM certificate in it ({exc.reason})") from None
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert is not None:
         cert_file, key_file = (cert[0], cert[1]) if isinstance(cert, tuple) else (cert, None)
         names = os.fspath(cert_file) + (f" and {os.fspath(key_file)}" if key_file is not None else "")
         try:
             context.load_cert_chain(cert_file, key_file)
-        except OSError as exc:
-            raise ValueError(f"client certificate {names}: {exc.strerror or exc}") from None
-        except ssl.SSLError as exc:
+        except ssl.SSLError as exc:  # before OSError, its base class
             raise ValueError(
                 f"client certificate {names}: not a PEM certificate and its matching key ({exc.reason})"
             ) from None
+        except OSError as exc:
+            raise ValueError(f"client certificate {names}: {exc.strerror or exc}") from None
     return context
 
 
