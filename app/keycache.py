@@ -54,6 +54,7 @@ class ResolvedKey:
     name: str
     version: int
     key_type: str
+    scheme: str
     segment_size: int
     material: bytes = field(repr=False)
     expanded: aescore.ExpandedKey
@@ -286,6 +287,7 @@ class KeyCache:
             name=info.name,
             version=version,
             key_type=info.key_type,
+            scheme=info.scheme,
             segment_size=info.segment_size,
             material=material,
             expanded=backend.expand_key(material),

@@ -5,8 +5,10 @@ Client and server share this machine (the server is ``app.server.serve`` in a su
 
 Cases (targets from issue 3):
 * streaming raw encrypt vs ``POST /bench/echo`` (target >= 0.85x), sealed encrypt vs echo (>= 0.6x);
-* 1 KiB sealed encrypt requests/s vs ``/healthz`` requests/s over keep-alive connections (>= 0.6x);
-* batch items/s for 100 x 1 KiB items;
+* the same sealed stream with a key of scheme ``gcm`` (issue 13: >= 0.9x of echo);
+* 1 KiB sealed encrypt requests/s vs ``/healthz`` requests/s over keep-alive connections (>= 0.6x), with a
+  ``ctr-hmac`` and a ``gcm`` key (issue 13: gcm at least the ctr-hmac rate);
+* batch items/s for 100 x 1 KiB items (both schemes);
 * server RSS growth during a 1 GiB sealed encrypt -> decrypt round trip (< 64 MiB);
 * per-backend latency samples of a 1 KiB sealed encrypt, for a CDF plot.
 
@@ -119,14 +121,14 @@ def build_request(method: str, path: str, headers: dict[str, str], body: bytes =
 # -- batch, RSS, latency --
 
 
-def batch_rate(server: Server, seconds: float) -> float:
+def batch_rate(server: Server, seconds: float, key: str = "bench") -> float:
     items = [{"plaintext": base64.b64encode(bytes([i]) * 1024).decode()} for i in range(100)]
     processed = 0
     with httpx.Client(base_url=server.url, headers=server.auth, timeout=30) as client:
-        client.post("/v1/keys/bench/encrypt/batch", json={"items": items[:1]})
+        client.post(f"/v1/keys/{key}/encrypt/batch", json={"items": items[:1]})
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
-            response = client.post("/v1/keys/bench/encrypt/batch", json={"items": items})
+            response = client.post(f"/v1/keys/{key}/encrypt/batch", json={"items": items})
             if response.status_code != 200 or len(response.json()["results"]) != 100:
                 raise RuntimeError(f"batch failed: {response.status_code}")
             processed += 100
@@ -273,6 +275,7 @@ def main() -> None:
         try:
             with server.client() as client:
                 client.post("/v1/keys", json={"name": "bench"}).raise_for_status()
+                client.post("/v1/keys", json={"name": "bench-gcm", "scheme": "gcm"}).raise_for_status()
                 backends = {b["name"]: b for b in client.get("/v1/backends").json()["backends"]}
             default = next(name for name, b in backends.items() if b["default"])
             print(f"server backend {default} ({backends[default]['isa']}); cpu {cpu_model()}", flush=True)
@@ -282,13 +285,18 @@ def main() -> None:
                     "echo": lambda: stream_once(server, "/bench/echo", stream_size),
                     "raw": lambda: stream_once(server, "/v1/keys/bench/encrypt?format=raw", stream_size),
                     "sealed": lambda: stream_once(server, "/v1/keys/bench/encrypt", stream_size),
+                    "sealed gcm": lambda: stream_once(server, "/v1/keys/bench-gcm/encrypt", stream_size),
                 },
                 repeats,
             )
             record("stream echo (baseline)", statistics.median(streams["echo"]) / 1e9, "GB/s")
-            for name in ("raw", "sealed"):
+            for name, case in (
+                ("raw", "raw"),
+                ("sealed", "sealed [ctr-hmac key]"),
+                ("sealed gcm", "sealed [gcm key]"),
+            ):
                 record(
-                    f"stream {name} encrypt",
+                    f"stream {case} encrypt",
                     statistics.median(streams[name]) / 1e9,
                     "GB/s",
                     paired_ratio(streams[name], streams["echo"]),
@@ -301,23 +309,38 @@ def main() -> None:
                 {**server.auth, "Content-Type": "application/octet-stream"},
                 bytes(1024),
             )
+            encrypt_gcm = build_request(
+                "POST",
+                "/v1/keys/bench-gcm/encrypt",
+                {**server.auth, "Content-Type": "application/octet-stream"},
+                bytes(1024),
+            )
             rates = interleaved(
                 {
                     "healthz": lambda: request_rate(server, health, rate_seconds),
                     "encrypt": lambda: request_rate(server, encrypt, rate_seconds),
+                    "encrypt gcm": lambda: request_rate(server, encrypt_gcm, rate_seconds),
                 },
                 repeats,
             )
             record("GET /healthz", statistics.median(rates["healthz"]), "req/s")
+            for name, case in (("encrypt", "ctr-hmac key"), ("encrypt gcm", "gcm key")):
+                record(
+                    f"1 KiB sealed encrypt [{case}]",
+                    statistics.median(rates[name]),
+                    "req/s",
+                    paired_ratio(rates[name], rates["healthz"]),
+                )
             record(
-                "1 KiB sealed encrypt",
-                statistics.median(rates["encrypt"]),
-                "req/s",
-                paired_ratio(rates["encrypt"], rates["healthz"]),
+                "1 KiB sealed encrypt, gcm / ctr-hmac key",
+                statistics.median(rates["encrypt gcm"]) / statistics.median(rates["encrypt"]),
+                "x",
+                paired_ratio(rates["encrypt gcm"], rates["encrypt"]),
             )
 
-            batch = statistics.median(batch_rate(server, rate_seconds) for _ in range(repeats))
-            record("batch encrypt, 100 x 1 KiB items", batch, "items/s")
+            for key, case in (("bench", "ctr-hmac key"), ("bench-gcm", "gcm key")):
+                batch = statistics.median(batch_rate(server, rate_seconds, key) for _ in range(repeats))
+                record(f"batch encrypt, 100 x 1 KiB items [{case}]", batch, "items/s")
 
             growth, round_trip = asyncio.run(rss_round_trip(server, rss_size))
             record(f"RSS growth, {rss_size // MIB} MiB sealed round trip", growth, "MiB")

@@ -73,7 +73,7 @@ class DecryptionKeys:
     """The versions a ciphertext of one key may be decrypted with, newest first, and how to find more.
 
     Attributes:
-        candidates: at least one resolved version; all share ``key_type`` and ``segment_size``.
+        candidates: at least one resolved version; all share ``key_type``, ``scheme`` and ``segment_size``.
         more: for a :class:`~app.formats.sealed.SealedDecryptor`'s ``more_candidates`` (``None`` when an
             explicit version was asked for). It re-reads the key's versions at most once per instance, however
             many messages (a batch) call it.
@@ -100,6 +100,7 @@ class DecryptionKeys:
             associated_data,
             backend,
             more_candidates=self.more,
+            scheme=self.first.scheme,
         )
 
 
@@ -132,4 +133,6 @@ def sealed_encryptor(key: ResolvedKey, associated_data: bytes, backend: aescore.
     Raises:
         TypeError, ValueError: as :class:`~app.formats.sealed.SealedEncryptor`.
     """
-    return SealedEncryptor(key.material, key.key_type, key.segment_size, associated_data, backend)
+    return SealedEncryptor(
+        key.material, key.key_type, key.segment_size, associated_data, backend, scheme=key.scheme
+    )

@@ -6,7 +6,10 @@
   the thread pool.
 * ``python`` holds the GIL for its whole call, so a thread is not enough: :class:`ProcessOffloadBackend`
   stands in for it and runs each ``ctr_xor`` in a process pool. Formats call it from a worker thread, which
-  just waits on the pool (releasing the GIL), so ``/healthz`` stays responsive.
+  just waits on the pool (releasing the GIL), so ``/healthz`` stays responsive. A pool whose worker died
+  (killed, out of memory) is broken for good; it is replaced once per breakage, the call that lost its work
+  raises :class:`~app.errors.BackendRestartingError` (503 with ``Retry-After``) and later calls use the new
+  pool; ``restarts`` and ``keystream_backend_pool_restarts_total`` count the replacements.
 * ``hwsim`` and anything else with ``runs_inline`` false run in the thread pool (``ctr_xor_async`` is
   awaited directly for raw CTR).
 """
@@ -16,12 +19,15 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import ClassVar, TypeVar
 
 from anyio import to_thread
 
 import aescore
+from app.core.metrics import BACKEND_POOL_RESTARTS
+from app.errors import BackendRestartingError
 from app.services import _offload_worker
 
 T = TypeVar("T")
@@ -65,6 +71,8 @@ class ProcessOffloadBackend(aescore.Backend):
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
         self._inner = aescore.get_backend("python")
+        #: Pools replaced because a worker process died (also ``keystream_backend_pool_restarts_total``).
+        self.restarts = 0
 
     def _get_pool(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -73,6 +81,29 @@ class ProcessOffloadBackend(aescore.Backend):
                     max_workers=self._processes, mp_context=multiprocessing.get_context("spawn")
                 )
             return self._pool
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        """Drop ``broken``: the next call starts a new pool. Counted once however many calls saw it break."""
+        with self._lock:
+            if self._pool is not broken:
+                return  # another thread replaced it already
+            self._pool = None
+            self.restarts += 1
+        BACKEND_POOL_RESTARTS.labels(backend=self.name).inc()
+        broken.shutdown(wait=False, cancel_futures=True)
+
+    def _submit(
+        self, material: bytes, initial_counter: bytes, data: bytes, offset: int
+    ) -> tuple[ProcessPoolExecutor, Future[bytes]]:
+        """Submit a ``ctr_xor`` call; a pool found broken before the call reached it is replaced and the call
+        goes to the new one (nothing was lost: the worker died while idle)."""
+        pool = self._get_pool()
+        try:
+            return pool, pool.submit(_offload_worker.ctr_xor, material, initial_counter, data, offset)
+        except BrokenProcessPool:
+            self._replace(pool)
+        pool = self._get_pool()
+        return pool, pool.submit(_offload_worker.ctr_xor, material, initial_counter, data, offset)
 
     def start(self) -> None:
         """Start the worker processes now rather than on the first request."""
@@ -110,13 +141,20 @@ class ProcessOffloadBackend(aescore.Backend):
         Raises:
             TypeError: ``expanded_key`` does not come from this backend.
             aescore.AesCoreError: as the python backend raises.
+            BackendRestartingError: a worker process died before the call completed (the pool is being
+                replaced: retry).
         """
         if not isinstance(expanded_key, _MaterialKey):
             raise aescore.AesCoreTypeError("expanded_key was not made by this backend")
-        future = self._get_pool().submit(
-            _offload_worker.ctr_xor, expanded_key.material, bytes(initial_counter), bytes(data), offset
-        )
-        result = future.result()
+        pool, future = self._submit(expanded_key.material, bytes(initial_counter), bytes(data), offset)
+        try:
+            result = future.result()
+        except BrokenProcessPool as exc:
+            self._replace(pool)
+            raise BackendRestartingError(
+                "the python backend's worker process died during this request; its pool is being "
+                "restarted: retry"
+            ) from exc
         if out is None:
             return result
         memoryview(out)[: len(result)] = result

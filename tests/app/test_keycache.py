@@ -225,7 +225,7 @@ def test_material_never_in_repr(real_store: SqliteKeyStore, cache: KeyCache, bac
 
 def test_resolved_key_is_frozen() -> None:
     resolved = ResolvedKey(
-        "k", 1, "aes128", 4096, bytes(16), aescore.get_backend("python").expand_key(bytes(16))
+        "k", 1, "aes128", "ctr-hmac", 4096, bytes(16), aescore.get_backend("python").expand_key(bytes(16))
     )
     with pytest.raises(AttributeError):
         resolved.material = b"other"  # type: ignore[misc]

@@ -116,13 +116,18 @@ def _results(
 
 
 async def _run(
-    state: ServiceState, backend: aescore.Backend, operation: str, data: list[bytes], work: Callable[[], T]
+    state: ServiceState,
+    backend: aescore.Backend,
+    scheme: str,
+    operation: str,
+    data: list[bytes],
+    work: Callable[[], T],
 ) -> T:
     nbytes = sum(map(len, data))
     # Native batches run inline up to inline_crypto_max_bytes. The per-item Python path (aesni without the
     # native core) costs tens of microseconds per item: inline only for a handful of small items. Backends
     # that do not run inline leave the loop whatever inline_max says.
-    if native_isa(backend) is not None:
+    if native_isa(backend, scheme) is not None:
         inline_max = state.settings.inline_crypto_max_bytes
     else:
         inline_max = PYTHON_INLINE_MAX_BYTES if len(data) <= PYTHON_INLINE_MAX_ITEMS else -1
@@ -159,9 +164,18 @@ async def encrypt_batch(
     sealed = await _run(
         state,
         chosen,
+        resolved.scheme,
         "encrypt",
         data,
-        lambda: seal_many(resolved.material, resolved.key_type, resolved.segment_size, data, ads, chosen),
+        lambda: seal_many(
+            resolved.material,
+            resolved.key_type,
+            resolved.segment_size,
+            data,
+            ads,
+            chosen,
+            scheme=resolved.scheme,
+        ),
     )
     data.clear()  # the inputs are no longer needed while the response is built
     version = resolved.version
@@ -205,10 +219,18 @@ async def decrypt_batch(
     opened = await _run(
         state,
         chosen,
+        first.scheme,
         "decrypt",
         data,
         lambda: open_many(
-            candidates, first.key_type, first.segment_size, data, ads, chosen, more_candidates=keys.more
+            candidates,
+            first.key_type,
+            first.segment_size,
+            data,
+            ads,
+            chosen,
+            more_candidates=keys.more,
+            scheme=first.scheme,
         ),
     )
     data.clear()

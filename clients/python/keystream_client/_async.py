@@ -128,15 +128,24 @@ class AsyncKeystreamClient(BaseClient):
         key_type: str = "aes256",
         segment_size: int | None = None,
         deletion_allowed: bool = False,
+        scheme: str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.create_key`."""
-        return parse_key(await self._send(create_key_call(name, key_type, segment_size, deletion_allowed)))
+        call = create_key_call(name, key_type, segment_size, deletion_allowed, scheme)
+        return parse_key(await self._send(call))
 
     async def import_key(
-        self, name: str, material: bytes, *, segment_size: int | None = None, deletion_allowed: bool = False
+        self,
+        name: str,
+        material: bytes,
+        *,
+        segment_size: int | None = None,
+        deletion_allowed: bool = False,
+        scheme: str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.import_key`."""
-        return parse_key(await self._send(import_key_call(name, material, segment_size, deletion_allowed)))
+        call = import_key_call(name, material, segment_size, deletion_allowed, scheme)
+        return parse_key(await self._send(call))
 
     async def list_keys(self) -> list[Key]:
         """As :meth:`KeystreamClient.list_keys`."""

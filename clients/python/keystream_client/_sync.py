@@ -101,25 +101,38 @@ class KeystreamClient(SyncStreamingClient):
         key_type: str = "aes256",
         segment_size: int | None = None,
         deletion_allowed: bool = False,
+        scheme: str | None = None,
     ) -> Key:
         """Create a key with server-generated material.
 
+        ``scheme`` picks the sealed format's primitive for the key's whole life: ``ctr-hmac`` (the
+        service's default when ``None``) or ``gcm`` (Tink AesGcmHkdfStreaming).
+
         Raises:
-            KeystreamAPIError: 409 ``key_exists``, 400 for a bad name/type/segment size, 403 no admin.
+            KeystreamAPIError: 409 ``key_exists``, 400/422 for a bad name/type/segment size/scheme, 403 no
+                admin.
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_key(self._send(create_key_call(name, key_type, segment_size, deletion_allowed)))
+        return parse_key(self._send(create_key_call(name, key_type, segment_size, deletion_allowed, scheme)))
 
     def import_key(
-        self, name: str, material: bytes, *, segment_size: int | None = None, deletion_allowed: bool = False
+        self,
+        name: str,
+        material: bytes,
+        *,
+        segment_size: int | None = None,
+        deletion_allowed: bool = False,
+        scheme: str | None = None,
     ) -> Key:
-        """Import key material (16, 24 or 32 bytes); the service must allow imports.
+        """Import key material (16, 24 or 32 bytes); the service must allow imports. ``scheme`` as
+        :meth:`create_key`.
 
         Raises:
             KeystreamAPIError: e.g. 403 when imports are disabled, 400 for a bad length.
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_key(self._send(import_key_call(name, material, segment_size, deletion_allowed)))
+        call = import_key_call(name, material, segment_size, deletion_allowed, scheme)
+        return parse_key(self._send(call))
 
     def list_keys(self) -> list[Key]:
         """Every key's metadata.

@@ -52,6 +52,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
             key_type=args.key_type,
             segment_size=args.segment_size,
             deletion_allowed=args.deletion_allowed,
+            scheme=args.scheme,
         )
     print_key(key, args.json)
     return EXIT_OK
@@ -76,7 +77,11 @@ def cmd_keys_import(args: argparse.Namespace) -> int:
         raise UsageError(f"key material must be 16, 24 or 32 bytes, got {len(material)}")
     with make_client(args) as client:
         key = client.import_key(
-            args.name, material, segment_size=args.segment_size, deletion_allowed=args.deletion_allowed
+            args.name,
+            material,
+            segment_size=args.segment_size,
+            deletion_allowed=args.deletion_allowed,
+            scheme=args.scheme,
         )
     print_key(key, args.json)
     return EXIT_OK
@@ -89,11 +94,12 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json([key.to_json() for key in keys])
     elif keys:
-        rows = [["NAME", "TYPE", "SEGMENT", "LATEST", "MIN_DECRYPT", "DELETABLE"]]
+        rows = [["NAME", "TYPE", "SCHEME", "SEGMENT", "LATEST", "MIN_DECRYPT", "DELETABLE"]]
         rows += [
             [
                 k.name,
                 k.type,
+                k.scheme,
                 str(k.segment_size),
                 str(k.latest_version),
                 str(k.min_decryption_version),
