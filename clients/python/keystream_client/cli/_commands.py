@@ -16,22 +16,29 @@ from keystream_client.cli._output import print_json, print_key, print_tokens, ta
 
 
 def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> KeystreamClient:
-    """A client from ``--url``/``--token``/``--timeout``/``--insecure``; the client itself falls back to
-    ``KEYSTREAM_URL`` (then its default URL) and ``KEYSTREAM_TOKEN``.
+    """A client from ``--url``/``--token``/``--timeout``/``--insecure``/``--cacert``/``--client-cert``/
+    ``--client-key``; the client itself falls back to ``KEYSTREAM_URL`` (then its default URL),
+    ``KEYSTREAM_TOKEN``, ``KEYSTREAM_CACERT`` and ``KEYSTREAM_CLIENT_CERT``/``KEYSTREAM_CLIENT_KEY``.
 
     Raises:
-        UsageError: no token at all, or a URL that is not http(s).
+        UsageError: no token at all, a URL that is not http(s), ``--client-key`` without ``--client-cert``,
+            or a CA bundle or client certificate that cannot be loaded.
     """
     token = args.token or os.environ.get(TOKEN_ENV)
     if not token:
         raise UsageError(f"no token: pass --token or set {TOKEN_ENV}")
+    client_cert: str | None = args.client_cert
+    client_key: str | None = args.client_key
+    if client_key and not client_cert:
+        raise UsageError("--client-key needs --client-cert")
     try:
         return KeystreamClient(
             args.url or None,
             token,
             timeout=args.timeout if args.timeout is not None else 30.0,
             stream_timeout=stream_timeout,
-            verify=not args.insecure,
+            verify=False if args.insecure else (args.cacert or None),
+            cert=(client_cert, client_key) if client_cert and client_key else (client_cert or None),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc

@@ -76,6 +76,17 @@ def _client_options(parser: argparse.ArgumentParser | None = None) -> argparse.A
     group.add_argument(
         "--insecure", action="store_true", default=default, help="do not verify the TLS certificate"
     )
+    group.add_argument(
+        "--cacert", default=default, help="PEM CA bundle to verify the server with (env KEYSTREAM_CACERT)"
+    )
+    group.add_argument(
+        "--client-cert", default=default, help="PEM client certificate for mTLS (env KEYSTREAM_CLIENT_CERT)"
+    )
+    group.add_argument(
+        "--client-key",
+        default=default,
+        help="its PEM private key, unless in --client-cert's file (env KEYSTREAM_CLIENT_KEY)",
+    )
     return common
 
 
