@@ -59,8 +59,9 @@ class RunningServer:
         return env
 
 
-def start(data_dir: Path, log: Path) -> RunningServer:
-    """Start ``keystream-server serve`` and wait for ``/healthz``.
+def start(data_dir: Path, log: Path, settings: dict[str, str] | None = None) -> RunningServer:
+    """Start ``keystream-server serve`` and wait for ``/healthz``; ``settings`` adds ``KEYSTREAM_*``
+    environment variables (e.g. lower batch limits).
 
     Raises:
         RuntimeError: the console script is missing, or the server exited or did not answer within
@@ -83,6 +84,7 @@ def start(data_dir: Path, log: Path) -> RunningServer:
             # bounded staleness of docs/operations.md, not at once (test_e2e_propagation.py measures it).
             "KEYSTREAM_WORKERS": "1",
             "PYTHONPATH": str(REPO),
+            **(settings or {}),
         }
     )
     command = [str(SERVER_SCRIPT), "serve", "--host", "127.0.0.1", "--port", str(port)]
@@ -119,9 +121,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=5)
 
 
-def running(base: Path) -> Iterator[RunningServer]:
-    """Generator for a session fixture: start, yield, stop."""
-    server = start(base / "data", base / "server.log")
+def running(base: Path, settings: dict[str, str] | None = None) -> Iterator[RunningServer]:
+    """Generator for a fixture: start, yield, stop."""
+    server = start(base / "data", base / "server.log", settings)
     try:
         yield server
     finally:

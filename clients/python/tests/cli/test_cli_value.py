@@ -20,7 +20,7 @@ def test_value_round_trip_prints_base64_then_text(cli: RunCli, key: str) -> None
     for text in ("hello", "grüße ✓ with spaces", ""):
         ciphertext = _ok(cli("encrypt", "--key", key, "--value", text))
         assert ciphertext.count(b"\n") == 1 and ciphertext.endswith(b"\n")
-        assert len(base64.b64decode(ciphertext, validate=True)) > len(text.encode())
+        assert len(base64.b64decode(ciphertext.strip(), validate=True)) > len(text.encode())
         plain = _ok(cli("decrypt", "--key", key, "--value", ciphertext.decode().strip()))
         assert plain == text.encode() + b"\n"
 
