@@ -77,12 +77,13 @@ def cmd_crypto(args: argparse.Namespace) -> int:
         if args.output == "-":
             sys.stdout.buffer.flush()
     if args.operation == "encrypt" and args.format == "raw":
-        iv = result.iv.hex() if result.iv else "?"
-        print(
-            f"keystream: raw: iv={iv} key_version={result.key_version} (both needed to decrypt)",
-            file=sys.stderr,
-        )
+        _print_raw_parameters(result.iv, result.key_version)
     return EXIT_OK
+
+
+def _print_raw_parameters(iv: bytes | None, key_version: int | None) -> None:
+    shown = iv.hex() if iv else "?"
+    print(f"keystream: raw: iv={shown} key_version={key_version} (both needed to decrypt)", file=sys.stderr)
 
 
 def cmd_value(args: argparse.Namespace) -> int:
@@ -116,7 +117,7 @@ def cmd_value(args: argparse.Namespace) -> int:
     elif args.operation == "encrypt":
         print(b64(result.data))
         if result.iv is not None:
-            print(f"keystream: raw: iv={result.iv.hex()} key_version={result.key_version}", file=sys.stderr)
+            _print_raw_parameters(result.iv, result.key_version)
     else:
         try:
             text = result.data.decode("utf-8")
