@@ -35,7 +35,7 @@ class TerminatedError(KeyboardInterrupt):
 
 
 def raise_terminated(signum: int, frame: object) -> None:
-    """SIGTERM handler of ``encrypt``/``decrypt``.
+    """SIGTERM handler of ``encrypt``/``decrypt`` and ``batch``.
 
     Raises:
         TerminatedError: always.

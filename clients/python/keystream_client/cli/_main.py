@@ -14,6 +14,7 @@ from keystream_client import (
     KeystreamConnectionError,
     KeystreamStreamError,
 )
+from keystream_client.cli._batch import cmd_batch
 from keystream_client.cli._codes import (
     EXIT_API_ERROR,
     EXIT_AUTH,
@@ -65,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    if handler is cmd_crypto and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    if handler in (cmd_crypto, cmd_batch) and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, raise_terminated)
     try:
         return handler(args)

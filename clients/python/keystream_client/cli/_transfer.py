@@ -41,8 +41,6 @@ def _check_paths(args: argparse.Namespace) -> None:
         raise UsageError("give IN and OUT, or --value")
     if args.json:
         raise UsageError("--json goes with --value")
-    if args.operation == "decrypt" and args.format == "raw" and (args.iv is None or args.key_version is None):
-        raise UsageError("decrypting the raw format needs --iv and --key-version (encrypt printed them)")
     if args.input != "-" and not Path(args.input).exists():
         raise CommandError(f"input not found: {args.input}", EXIT_IO)
     if args.output == "-":
@@ -57,6 +55,8 @@ def _check_paths(args: argparse.Namespace) -> None:
 def cmd_crypto(args: argparse.Namespace) -> int:
     """``encrypt`` / ``decrypt``: stream IN through the service into OUT with a progress bar (or
     :func:`cmd_value` for ``--value``)."""
+    if args.operation == "decrypt" and args.format == "raw" and (args.iv is None or args.key_version is None):
+        raise UsageError("decrypting the raw format needs --iv and --key-version (encrypt printed them)")
     if args.value is not None:
         return cmd_value(args)
     _check_paths(args)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,10 +18,12 @@ import keystream_server
 from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
 from keystream_client.cli import (
     EXIT_AUTH,
+    EXIT_INTERRUPTED,
     EXIT_IO,
     EXIT_ITEMS_FAILED,
     EXIT_NOT_FOUND,
     EXIT_OK,
+    EXIT_TERMINATED,
     EXIT_USAGE,
 )
 from keystream_server import REPO, RunningServer
@@ -140,3 +144,31 @@ def test_batch_splits_requests_to_the_service_limits(small_limits: RunningServer
     decrypted = run("batch", "decrypt", "--key", "small", "--input", "-", data=sealed)
     assert decrypted.returncode == EXIT_OK, decrypted.stderr
     assert [base64.b64decode(r["plaintext"]) for r in read_lines(decrypted.stdout)] == values
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, EXIT_INTERRUPTED), (signal.SIGTERM, EXIT_TERMINATED)]
+)
+def test_batch_stopped_midway_removes_the_partial_output(
+    server: RunningServer, key: str, tmp_path: Path, signum: int, code: int
+) -> None:
+    """Stop a batch while it waits for more input lines: one error line, and no output file left behind."""
+    out = tmp_path / "out.jsonl"
+    process = subprocess.Popen(
+        [*KEYSTREAM, "batch", "encrypt", "--key", key, "--input", "-", "--output", str(out)],
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=server.env(), cwd=REPO,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stderr is not None
+    process.stdin.write(json.dumps({"plaintext": b64(b"x")}).encode() + b"\n")
+    process.stdin.flush()
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob(".out.jsonl.*.partial")):
+        assert time.monotonic() < deadline and process.poll() is None, "no partial output appeared"
+        time.sleep(0.05)
+    time.sleep(0.2)
+    process.send_signal(signum)
+    assert process.wait(timeout=30) == code
+    assert len(process.stderr.read().splitlines()) == 1
+    process.stdin.close()
+    process.stderr.close()
+    assert list(tmp_path.iterdir()) == []

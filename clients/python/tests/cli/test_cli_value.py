@@ -69,6 +69,7 @@ def test_value_errors(cli: RunCli, key: str) -> None:
         ["encrypt", "--key", key, "--value", "x", "in.txt", "out.ks"],
         ["encrypt", "--key", key, "in.txt"],
         ["encrypt", "--key", key, "in.txt", "out.ks", "--json"],
+        ["decrypt", "--key", key, "--format", "raw", "--value", sealed],
     ):
         usage = cli(*args)
         assert usage.returncode == EXIT_USAGE, args
