@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from keystream_client import KeystreamClient
-from keystream_client._base import TOKEN_ENV
-from keystream_client.cli._codes import EXIT_OK, UsageError
+from keystream_client._base import TOKEN_ENV, TlsFilesError
+from keystream_client.cli._codes import EXIT_AUTH, EXIT_OK, EXIT_USAGE, CommandError, UsageError
 from keystream_client.cli._output import print_json, print_key, print_tokens, table
 
 
@@ -21,12 +21,13 @@ def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> Keys
     ``KEYSTREAM_TOKEN``, ``KEYSTREAM_CACERT`` and ``KEYSTREAM_CLIENT_CERT``/``KEYSTREAM_CLIENT_KEY``.
 
     Raises:
-        UsageError: no token at all, a URL that is not http(s), ``--client-key`` without ``--client-cert``,
-            or a CA bundle or client certificate that cannot be loaded.
+        CommandError: no token at all (exit code 5, as a 401 would give), or a CA bundle or client
+            certificate that cannot be loaded (exit code 2, one line).
+        UsageError: a URL that is not http(s), or ``--client-key`` without ``--client-cert``.
     """
     token = args.token or os.environ.get(TOKEN_ENV)
     if not token:
-        raise UsageError(f"no token: pass --token or set {TOKEN_ENV}")
+        raise CommandError(f"no token: pass --token or set {TOKEN_ENV}", EXIT_AUTH)
     client_cert: str | None = args.client_cert
     client_key: str | None = args.client_key
     if client_key and not client_cert:
@@ -40,7 +41,9 @@ def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> Keys
             verify=False if args.insecure else (args.cacert or None),
             cert=(client_cert, client_key) if client_cert and client_key else (client_cert or None),
         )
-    except ValueError as exc:
+    except TlsFilesError as exc:  # an unreadable CA bundle or client certificate: a runtime error
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    except ValueError as exc:  # a URL that is not http(s)
         raise UsageError(str(exc)) from exc
 
 
@@ -66,7 +69,7 @@ def _read_material(path: str, encoding: str) -> bytes:
         if encoding == "hex":
             return bytes.fromhex(raw.decode("ascii").strip())
     except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise UsageError(f"key file is not valid {encoding}") from None
+        raise CommandError(f"key file is not valid {encoding}", EXIT_USAGE) from None
     return raw
 
 
@@ -74,7 +77,7 @@ def cmd_keys_import(args: argparse.Namespace) -> int:
     """``keys import``: material from a file or stdin, never from argv."""
     material = _read_material(args.file, args.encoding)
     if len(material) not in (16, 24, 32):
-        raise UsageError(f"key material must be 16, 24 or 32 bytes, got {len(material)}")
+        raise CommandError(f"key material must be 16, 24 or 32 bytes, got {len(material)}", EXIT_USAGE)
     with make_client(args) as client:
         key = client.import_key(
             args.name,
