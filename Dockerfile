@@ -5,7 +5,14 @@
 #   docker build -t keystream .                                   # python:3.11-slim, dependencies from PyPI
 #   docker build --build-arg BASE_IMAGE=local/bookworm \
 #                --build-arg WHEELHOUSE=build/wheelhouse -t keystream .   # offline (see deploy/docker-test.sh)
-#   docker run -p 127.0.0.1:8000:8000 -v keystream-data:/var/lib/keystream keystream
+#   docker run -p 127.0.0.1:8000:8000 -v keystream-data:/var/lib/keystream \
+#              -e KEYSTREAM_TLS_DISABLE=true keystream               # plain HTTP; TLS ends at a proxy
+#   docker run -p 127.0.0.1:8443:8000 -v keystream-data:/var/lib/keystream -v "$PWD/tls:/etc/keystream/tls:ro" \
+#              -e KEYSTREAM_TLS_CERT_FILE=/etc/keystream/tls/server.pem \
+#              -e KEYSTREAM_TLS_KEY_FILE=/etc/keystream/tls/server.key keystream   # HTTPS in the container
+#
+# The image listens on 0.0.0.0, so it refuses to start without one of the two: TLS files, or
+# KEYSTREAM_TLS_DISABLE=true to say that a proxy in front terminates TLS (docs/operations.md, TLS).
 #
 # Works with the classic builder (no BuildKit features). Any Debian-based image with Python 3.11+ (or none:
 # Debian's python3 is installed then) can be the base.
@@ -73,6 +80,9 @@ VOLUME ["/var/lib/keystream"]
 WORKDIR /var/lib/keystream
 EXPOSE 8000
 USER 10001:10001
+# Over https when the container serves TLS. The probe sends no token and reads only /healthz on loopback, so it
+# does not verify the certificate (which names the service, not 127.0.0.1). Under mTLS
+# (KEYSTREAM_TLS_CLIENT_CA_FILE) it has no client certificate: replace it (docs/operations.md, TLS).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('KEYSTREAM_PORT', '8000'), timeout=2)"]
+    CMD ["python", "-c", "import os, ssl, urllib.request; tls = bool(os.environ.get('KEYSTREAM_TLS_CERT_FILE')); context = ssl.create_default_context(); context.check_hostname = False; context.verify_mode = ssl.CERT_NONE; urllib.request.urlopen('%s://127.0.0.1:%s/healthz' % ('https' if tls else 'http', os.environ.get('KEYSTREAM_PORT', '8000')), timeout=2, context=context if tls else None)"]
 CMD ["keystream-server", "serve"]

@@ -121,3 +121,16 @@ class BackendUnavailableError(ServiceUnavailableError):
     """The chosen crypto backend is enabled but cannot run on this machine."""
 
     code = "backend_unavailable"
+
+
+class BackendRestartingError(BackendUnavailableError):
+    """The backend's worker processes died during the call and are being replaced: retry shortly.
+
+    :attr:`retry_after_seconds` says when a retry should find the rebuilt pool.
+    """
+
+    code = "backend_restarting"
+
+    def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds

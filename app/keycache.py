@@ -54,6 +54,7 @@ class ResolvedKey:
     name: str
     version: int
     key_type: str
+    scheme: str
     segment_size: int
     material: bytes = field(repr=False)
     expanded: aescore.ExpandedKey
@@ -83,10 +84,12 @@ class KeyCache:
         keystore: where metadata and material come from.
         max_entries: the LRU bound (at least 1).
         metadata_ttl: seconds a key's metadata is trusted before it is read again (0: every lookup reads it).
+        max_decrypt_versions: most versions :meth:`decryption_candidates` offers without an explicit
+            version (the newest ones); ``None``: every version down to ``min_decryption_version``.
         clock: monotonic seconds; tests inject a fake one.
 
     Raises:
-        ValueError: ``max_entries`` < 1 or ``metadata_ttl`` < 0.
+        ValueError: ``max_entries`` < 1, ``metadata_ttl`` < 0 or ``max_decrypt_versions`` < 1.
     """
 
     def __init__(
@@ -95,10 +98,14 @@ class KeyCache:
         max_entries: int = 1024,
         metadata_ttl: float = 1.0,
         *,
+        max_decrypt_versions: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries must be an integer >= 1, got {max_entries!r}")
+        if max_decrypt_versions is not None and max_decrypt_versions < 1:
+            raise ValueError(f"max_decrypt_versions must be >= 1, got {max_decrypt_versions!r}")
+        self.max_decrypt_versions = max_decrypt_versions
         if metadata_ttl < 0:
             raise ValueError(f"metadata_ttl must be >= 0 seconds, got {metadata_ttl!r}")
         self._keystore = keystore
@@ -210,7 +217,9 @@ class KeyCache:
     ) -> list[ResolvedKey]:
         """Return the key versions a ciphertext of key ``name`` may be decrypted with, newest first.
 
-        With ``version``: just that version. Without: ``latest_version`` down to ``min_decryption_version``.
+        With ``version``: just that version. Without: ``latest_version`` down to ``min_decryption_version``,
+        at most ``max_decrypt_versions`` of them (each costs a trial decryption of the first segment; a
+        ciphertext of an older version needs its ``version``).
 
         Raises:
             BadRequestError: invalid name or version type, or ``version`` below ``min_decryption_version``.
@@ -221,7 +230,10 @@ class KeyCache:
         """
         info = self.key_info(name, cached_only=cached_only)
         if version is None:
-            versions: Sequence[int] = range(info.latest_version, info.min_decryption_version - 1, -1)
+            oldest = info.min_decryption_version
+            if self.max_decrypt_versions is not None:
+                oldest = max(oldest, info.latest_version - self.max_decrypt_versions + 1)
+            versions: Sequence[int] = range(info.latest_version, oldest - 1, -1)
         else:
             info = self._check_version(info, version, cached_only)
             if version < info.min_decryption_version:
@@ -286,6 +298,7 @@ class KeyCache:
             name=info.name,
             version=version,
             key_type=info.key_type,
+            scheme=info.scheme,
             segment_size=info.segment_size,
             material=material,
             expanded=backend.expand_key(material),

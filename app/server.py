@@ -10,6 +10,8 @@ from here too: running uvicorn directly (Dockerfile, k8s) needs
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -22,9 +24,19 @@ import uvicorn
 from app.core.config import Settings, get_settings
 from app.keystore import open_keystore_for
 from app.services.security import install_root_token
-from app.serving import BoundedHttpToolsProtocol, ConnectionLimits, Supervisor, raise_open_file_limit
+from app.serving import (
+    BoundedHttpToolsProtocol,
+    ConnectionLimits,
+    ServerTls,
+    StartupRefusedError,
+    Supervisor,
+    check_plain_http_bind,
+    raise_open_file_limit,
+)
 
-__all__ = ["BoundedHttpToolsProtocol", "bootstrap", "serve"]
+__all__ = ["BoundedHttpToolsProtocol", "StartupRefusedError", "bootstrap", "serve"]
+#: uvicorn's failed-start exit status (uvicorn.run exits with it when the server did not start).
+_STARTUP_FAILURE = 3
 
 
 def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
@@ -48,13 +60,19 @@ def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
     if generated is not None:
         stream = out if out is not None else sys.stdout
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host  # noqa: S104
-        base = f"http://{host}:{settings.port}"
+        scheme = "https" if settings.tls_cert_file is not None else "http"
+        base = f"{scheme}://{host}:{settings.port}"
         # curl's --data-binary defaults to application/x-www-form-urlencoded, which the service refuses (415).
         octets = "-H 'Content-Type: application/octet-stream'"
+        tls_note = ""
+        if scheme == "https":
+            mtls = ", and --cert/--key with a client certificate" if settings.tls_client_ca_file else ""
+            tls_note = f"(HTTPS: add --cacert CA.pem unless the system trusts the certificate's CA{mtls})\n"
         print(
             "\nKeystream root token (shown once; store it somewhere safe):\n"
             f"  {generated}\n\n"
             "Try it:\n"
+            f"{tls_note}"
             f"  export KEYSTREAM_TOKEN={generated}\n"
             f'  curl -s -H "Authorization: Bearer $KEYSTREAM_TOKEN" -H "Content-Type: application/json" '
             f'-d \'{{"name": "demo"}}\' {base}/v1/keys\n'
@@ -103,11 +121,20 @@ def serve(settings: Settings | None = None) -> None:
     the app from the environment (the settings are exported as ``KEYSTREAM_*``) and metrics switch to
     prometheus-client's multiprocess mode.
 
+    With ``tls_cert_file`` and ``tls_key_file`` every worker serves HTTPS (:mod:`app.serving.tls`); plain HTTP
+    on a non-loopback host needs ``tls_disable`` and logs a WARNING.
+
     Raises:
+        StartupRefusedError: a TLS file is unusable, or plain HTTP on a non-loopback host without
+            ``tls_disable`` (checked before anything is created or bound).
         app.keystore.master.MasterKeyError: bad master key (nothing is served).
         OSError: the listening address is in use or invalid (with several workers).
     """
     settings = settings if settings is not None else get_settings()
+    tls = ServerTls.from_settings(settings)
+    if tls is not None:
+        tls.context()  # a bad file stops the start here with one line, not in every worker
+    plain_http_warning = check_plain_http_bind(settings.host, tls, settings.tls_disable)
     bootstrap(settings)
     raise_open_file_limit()  # before the limits: the default connection cap follows the open-file limit
     BoundedHttpToolsProtocol.max_header_bytes = settings.max_header_bytes
@@ -123,10 +150,20 @@ def serve(settings: Settings | None = None) -> None:
         "access_log": settings.access_log,
         "server_header": False,
     }
+    if tls is not None:
+        common["ssl_context_factory"] = tls  # picklable: each worker builds its own context
+    # A Config configures uvicorn's logging (as uvicorn.run does), so the warning below has its format.
+    uvicorn.Config("app.main:create_app", factory=True, **common)
+    if plain_http_warning is not None:
+        logging.getLogger("uvicorn.error").warning("%s", plain_http_warning)
     if settings.workers == 1:
         from app.main import create_app
 
-        uvicorn.run(create_app(settings), **common)
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), **common))
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+        if not server.started:
+            sys.exit(_STARTUP_FAILURE)  # what uvicorn.run does
         return
     metrics_dir = _prepare_multiprocess_dir(settings)
     _export_settings(settings)

@@ -5,8 +5,11 @@ Client and server share this machine (the server is ``app.server.serve`` in a su
 
 Cases (targets from issue 3):
 * streaming raw encrypt vs ``POST /bench/echo`` (target >= 0.85x), sealed encrypt vs echo (>= 0.6x);
-* 1 KiB sealed encrypt requests/s vs ``/healthz`` requests/s over keep-alive connections (>= 0.6x);
-* batch items/s for 100 x 1 KiB items;
+* the same sealed stream with a key of scheme ``gcm`` (issue 13: >= 0.9x of echo);
+* the server's CPU milliseconds per MiB of each stream (load-independent: what each path costs the server);
+* 1 KiB sealed encrypt requests/s vs ``/healthz`` requests/s over keep-alive connections (>= 0.6x), with a
+  ``ctr-hmac`` and a ``gcm`` key (issue 13: gcm at least the ctr-hmac rate);
+* batch items/s for 100 x 1 KiB items (both schemes);
 * server RSS growth during a 1 GiB sealed encrypt -> decrypt round trip (< 64 MiB);
 * per-backend latency samples of a 1 KiB sealed encrypt, for a CDF plot.
 
@@ -116,17 +119,30 @@ def build_request(method: str, path: str, headers: dict[str, str], body: bytes =
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
+def server_cpu_seconds(server: Server) -> float:
+    """User + system CPU seconds of the server process and its live children (workers) so far."""
+    process = psutil.Process(server.process.pid)
+    total = 0.0
+    for member in (process, *process.children(recursive=True)):
+        try:
+            times = member.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 # -- batch, RSS, latency --
 
 
-def batch_rate(server: Server, seconds: float) -> float:
+def batch_rate(server: Server, seconds: float, key: str = "bench") -> float:
     items = [{"plaintext": base64.b64encode(bytes([i]) * 1024).decode()} for i in range(100)]
     processed = 0
     with httpx.Client(base_url=server.url, headers=server.auth, timeout=30) as client:
-        client.post("/v1/keys/bench/encrypt/batch", json={"items": items[:1]})
+        client.post(f"/v1/keys/{key}/encrypt/batch", json={"items": items[:1]})
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
-            response = client.post("/v1/keys/bench/encrypt/batch", json={"items": items})
+            response = client.post(f"/v1/keys/{key}/encrypt/batch", json={"items": items})
             if response.status_code != 200 or len(response.json()["results"]) != 100:
                 raise RuntimeError(f"batch failed: {response.status_code}")
             processed += 100
@@ -273,26 +289,53 @@ def main() -> None:
         try:
             with server.client() as client:
                 client.post("/v1/keys", json={"name": "bench"}).raise_for_status()
+                client.post("/v1/keys", json={"name": "bench-gcm", "scheme": "gcm"}).raise_for_status()
                 backends = {b["name"]: b for b in client.get("/v1/backends").json()["backends"]}
             default = next(name for name, b in backends.items() if b["default"])
             print(f"server backend {default} ({backends[default]['isa']}); cpu {cpu_model()}", flush=True)
 
+            # Server CPU per MiB of each stream: unlike throughput it hardly moves with the machine's load, so
+            # it shows what a case costs the server beyond the echo route even on a busy shared machine.
+            cpu_per_mib: dict[str, list[float]] = {}
+
+            def streamed(name: str, path: str) -> Callable[[], Coroutine[Any, Any, float]]:
+                async def run() -> float:
+                    before = server_cpu_seconds(server)
+                    rate = await stream_once(server, path, stream_size)
+                    spent = server_cpu_seconds(server) - before
+                    cpu_per_mib.setdefault(name, []).append(spent / (stream_size / MIB) * 1e3)
+                    return rate
+
+                return run
+
             streams = interleaved(
                 {
-                    "echo": lambda: stream_once(server, "/bench/echo", stream_size),
-                    "raw": lambda: stream_once(server, "/v1/keys/bench/encrypt?format=raw", stream_size),
-                    "sealed": lambda: stream_once(server, "/v1/keys/bench/encrypt", stream_size),
+                    "echo": streamed("echo", "/bench/echo"),
+                    "raw": streamed("raw", "/v1/keys/bench/encrypt?format=raw"),
+                    "sealed": streamed("sealed", "/v1/keys/bench/encrypt"),
+                    "sealed gcm": streamed("sealed gcm", "/v1/keys/bench-gcm/encrypt"),
                 },
                 repeats,
             )
             record("stream echo (baseline)", statistics.median(streams["echo"]) / 1e9, "GB/s")
-            for name in ("raw", "sealed"):
+            for name, case in (
+                ("raw", "raw"),
+                ("sealed", "sealed [ctr-hmac key]"),
+                ("sealed gcm", "sealed [gcm key]"),
+            ):
                 record(
-                    f"stream {name} encrypt",
+                    f"stream {case} encrypt",
                     statistics.median(streams[name]) / 1e9,
                     "GB/s",
                     paired_ratio(streams[name], streams["echo"]),
                 )
+            for name, case in (
+                ("echo", "echo"),
+                ("raw", "raw"),
+                ("sealed", "sealed [ctr-hmac key]"),
+                ("sealed gcm", "sealed [gcm key]"),
+            ):
+                record(f"server CPU per MiB, stream {case}", statistics.median(cpu_per_mib[name]), "ms")
 
             health = build_request("GET", "/healthz", {})
             encrypt = build_request(
@@ -301,23 +344,38 @@ def main() -> None:
                 {**server.auth, "Content-Type": "application/octet-stream"},
                 bytes(1024),
             )
+            encrypt_gcm = build_request(
+                "POST",
+                "/v1/keys/bench-gcm/encrypt",
+                {**server.auth, "Content-Type": "application/octet-stream"},
+                bytes(1024),
+            )
             rates = interleaved(
                 {
                     "healthz": lambda: request_rate(server, health, rate_seconds),
                     "encrypt": lambda: request_rate(server, encrypt, rate_seconds),
+                    "encrypt gcm": lambda: request_rate(server, encrypt_gcm, rate_seconds),
                 },
                 repeats,
             )
             record("GET /healthz", statistics.median(rates["healthz"]), "req/s")
+            for name, case in (("encrypt", "ctr-hmac key"), ("encrypt gcm", "gcm key")):
+                record(
+                    f"1 KiB sealed encrypt [{case}]",
+                    statistics.median(rates[name]),
+                    "req/s",
+                    paired_ratio(rates[name], rates["healthz"]),
+                )
             record(
-                "1 KiB sealed encrypt",
-                statistics.median(rates["encrypt"]),
-                "req/s",
-                paired_ratio(rates["encrypt"], rates["healthz"]),
+                "1 KiB sealed encrypt, gcm / ctr-hmac key",
+                statistics.median(rates["encrypt gcm"]) / statistics.median(rates["encrypt"]),
+                "x",
+                paired_ratio(rates["encrypt gcm"], rates["encrypt"]),
             )
 
-            batch = statistics.median(batch_rate(server, rate_seconds) for _ in range(repeats))
-            record("batch encrypt, 100 x 1 KiB items", batch, "items/s")
+            for key, case in (("bench", "ctr-hmac key"), ("bench-gcm", "gcm key")):
+                batch = statistics.median(batch_rate(server, rate_seconds, key) for _ in range(repeats))
+                record(f"batch encrypt, 100 x 1 KiB items [{case}]", batch, "items/s")
 
             growth, round_trip = asyncio.run(rss_round_trip(server, rss_size))
             record(f"RSS growth, {rss_size // MIB} MiB sealed round trip", growth, "MiB")

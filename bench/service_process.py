@@ -9,6 +9,7 @@ import base64
 import os
 import resource
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -29,23 +30,56 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class ServerTlsFiles:
+    """HTTPS for :func:`start_server`: the server's certificate and key, the CA that issued it (the probes
+    verify against it) and, for mTLS, the client CA bundle the server requires plus a client certificate and
+    key for the probes."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+    client_ca_file: Path | None = None
+    client_cert: tuple[Path, Path] | None = None
+
+    def env(self) -> dict[str, str]:
+        """The ``KEYSTREAM_TLS_*`` settings."""
+        env = {"KEYSTREAM_TLS_CERT_FILE": str(self.cert_file), "KEYSTREAM_TLS_KEY_FILE": str(self.key_file)}
+        if self.client_ca_file is not None:
+            env["KEYSTREAM_TLS_CLIENT_CA_FILE"] = str(self.client_ca_file)
+        return env
+
+    def ssl_context(self, *, client_cert: bool = True) -> ssl.SSLContext:
+        """A client context trusting ``ca_file``, with the client certificate when there is one."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if client_cert and self.client_cert is not None:
+            context.load_cert_chain(*self.client_cert)
+        return context
+
+
 @dataclass
 class Server:
     process: subprocess.Popen[bytes]
     host: str
     port: int
     log: Path
+    tls: ServerTlsFiles | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {ROOT_TOKEN}"}
 
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """httpx's ``verify=`` for this server (its CA and client certificate under TLS)."""
+        return self.tls.ssl_context() if self.tls is not None else True
+
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=self.auth, timeout=60)
+        return httpx.Client(base_url=self.url, headers=self.auth, timeout=60, verify=self.verify)
 
 
 def start_server(
@@ -54,9 +88,13 @@ def start_server(
     *,
     root_token: str | None = ROOT_TOKEN,
     open_files: int | None = None,
+    tls: ServerTlsFiles | None = None,
     **env_overrides: str,
 ) -> Server:
     """Run ``serve()`` with ``KEYSTREAM_*`` overrides and wait (<= 30 s) until ``/healthz`` answers.
+
+    ``tls`` serves HTTPS with those files (``Server.url`` is then ``https://``; ``Server.client()`` verifies
+    against ``tls.ca_file`` and presents ``tls.client_cert``).
 
     ``root_token=None`` lets the server generate one and print it (first-start banner) into ``log``.
     ``open_files`` sets the server's soft and hard ``RLIMIT_NOFILE`` (as a small systemd limit would).
@@ -81,6 +119,8 @@ def start_server(
     )
     if root_token is not None:
         env["KEYSTREAM_ROOT_TOKEN"] = root_token
+    if tls is not None:
+        env.update(tls.env())
     env.update(env_overrides)
     with log.open("wb") as handle:
         process = subprocess.Popen(
@@ -91,13 +131,14 @@ def start_server(
             stderr=subprocess.STDOUT,
             preexec_fn=None if open_files is None else lambda: _limit_open_files(open_files),
         )
-    server = Server(process, "127.0.0.1", port, log)
+    server = Server(process, "127.0.0.1", port, log, tls)
+    verify = server.verify
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}: {log.read_text()[-2000:]}")
         try:
-            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+            if httpx.get(f"{server.url}/healthz", timeout=1, verify=verify).status_code == 200:
                 return server
         except httpx.HTTPError:
             time.sleep(0.1)

@@ -64,10 +64,11 @@ port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0
 token="ks_$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')_$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
 log "running $container on 127.0.0.1:$port"
 # As deploy/k8s runs it: read-only root filesystem with a tmpfs /tmp, no capabilities, no privilege
-# escalation, two workers (multiprocess metrics in /tmp).
+# escalation, two workers (multiprocess metrics in /tmp). Plain HTTP on the container's 0.0.0.0 needs
+# KEYSTREAM_TLS_DISABLE=true (published on the host's loopback only, as a proxy would reach it).
 docker run -d --name "$container" -p "127.0.0.1:$port:8000" \
     --read-only --tmpfs /tmp:rw,size=64m --cap-drop ALL --security-opt no-new-privileges \
-    -e "KEYSTREAM_ROOT_TOKEN=$token" -e KEYSTREAM_WORKERS=2 "$image" >/dev/null
+    -e "KEYSTREAM_ROOT_TOKEN=$token" -e KEYSTREAM_WORKERS=2 -e KEYSTREAM_TLS_DISABLE=true "$image" >/dev/null
 health=""
 for _ in $(seq 1 90); do
     health="$(docker inspect -f '{{.State.Health.Status}}' "$container")"

@@ -38,8 +38,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Bootstrap (first start prints the root token once) and serve until interrupted.
 
     Returns:
-        ``EXIT_OK`` after a normal shutdown; ``EXIT_USAGE`` when the master key, the data directory or the
-        keystore is unusable (one error line, no traceback).
+        ``EXIT_OK`` after a normal shutdown; ``EXIT_USAGE`` when the master key, the data directory, the
+        keystore or a TLS file is unusable, or plain HTTP would listen on a non-loopback address (one error
+        line, no traceback).
 
     Raises:
         UsageError: a ``KEYSTREAM_*`` setting or flag is invalid (the message names the setting, never a
@@ -55,7 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.core.config import get_settings
     from app.errors import KeystreamError
     from app.keystore import KeystoreSchemaError, MasterKeyError
-    from app.server import serve
+    from app.server import StartupRefusedError, serve
 
     try:
         get_settings.cache_clear()
@@ -64,9 +65,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"invalid settings: {exc}") from exc
     try:
         serve(settings)
-    except (MasterKeyError, KeystoreSchemaError, KeystreamError) as exc:
+    except (MasterKeyError, KeystoreSchemaError, KeystreamError, StartupRefusedError) as exc:
         # The start-up refusals (master key open to others or not matching the keystore, a database from a
-        # newer release, a keystore that cannot be opened) say what to fix; a traceback would bury that.
+        # newer release, a keystore that cannot be opened, an unusable TLS file, plain HTTP on a network
+        # address) say what to fix; a traceback would bury that.
         # Their messages name files and variables, never key material.
         error(f"cannot start: {exc}")
         return EXIT_USAGE

@@ -23,6 +23,7 @@ gives each class its status::
     ├── ValidationError                     422 validation_error
     └── ServiceUnavailableError             503 unavailable
         ├── BackendUnavailableError         503 backend_unavailable
+        │   └── BackendRestartingError      503 backend_restarting + Retry-After (pool being rebuilt)
         ├── OverloadedError                 503 overloaded + Retry-After (app.services.budget)
         ├── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
         └── KeystoreUnavailableError        503 keystore_unavailable + Retry-After (app.keystore.errors)
@@ -48,6 +49,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import (
+    BackendRestartingError,
     BadRequestError,
     ConflictError,
     DecryptionFailedError,
@@ -120,12 +122,15 @@ def error_response(
 
 def keystream_error_response(exc: KeystreamError) -> Response:
     """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``, an
-    unavailable keystore, a full batch budget or a recently deleted key name ``Retry-After``)."""
+    unavailable keystore, a full batch budget, a backend pool being rebuilt or a recently deleted key name
+    ``Retry-After``)."""
     status = http_status(exc)
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, KeystoreUnavailableError | OverloadedError | KeyRecentlyDeletedError):
+    if isinstance(
+        exc, KeystoreUnavailableError | OverloadedError | KeyRecentlyDeletedError | BackendRestartingError
+    ):
         headers["Retry-After"] = str(exc.retry_after_seconds)
     return error_response(status, exc.code, exc.message, headers or None)
 

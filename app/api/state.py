@@ -41,7 +41,12 @@ def open_state(settings: Settings) -> ServiceState:
         root = settings.root_token.get_secret_value() if settings.root_token else None
         if root is not None:
             install_root_token(keystore, root)
-        keycache = KeyCache(keystore, settings.key_cache_size, settings.key_metadata_ttl)
+        keycache = KeyCache(
+            keystore,
+            settings.key_cache_size,
+            settings.key_metadata_ttl,
+            max_decrypt_versions=settings.max_decrypt_versions,
+        )
         tokens = TokenVerifier(keystore, settings.token_cache_ttl)
         follower = ChangeFollower(
             keystore,

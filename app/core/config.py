@@ -75,6 +75,22 @@ class Settings(BaseSettings):
     timeout_graceful_shutdown: float = Field(default=10.0, gt=0)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = False
+    tls_cert_file: Path | None = Field(
+        default=None,
+        description="PEM certificate chain (leaf first): serve HTTPS, TLS 1.2 or later only "
+        "(with tls_key_file).",
+    )
+    tls_key_file: Path | None = Field(
+        default=None, description="PEM private key of tls_cert_file (unencrypted; mode 0600)."
+    )
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="PEM CA bundle: require a client certificate it issued (mTLS), in addition to tokens.",
+    )
+    tls_disable: bool = Field(
+        default=False,
+        description="Allow plain HTTP on a non-loopback host (TLS terminated by a proxy); logs a WARNING.",
+    )
 
     default_backend: str | None = Field(
         default=None,
@@ -98,6 +114,15 @@ class Settings(BaseSettings):
     inline_crypto_max_bytes: int = Field(default=1 << 20, ge=0)
     #: Bodies with a Content-Length up to this size are read whole and answered with a plain response.
     small_body_max_bytes: int = Field(default=64 * 1024, ge=0, le=16 * MIB)
+
+    max_decrypt_versions: int = Field(
+        default=64,
+        ge=1,
+        description=(
+            "Most key versions a decrypt without key_version tries, the newest first (each is a trial "
+            "decryption of the first segment); a ciphertext of an older version needs key_version."
+        ),
+    )
 
     allow_key_import: bool = False
     key_cache_size: int = Field(default=1024, ge=1)
@@ -224,7 +249,14 @@ class Settings(BaseSettings):
             raise ValueError(str(exc)) from None
         return value
 
-    @field_validator("master_key_file", "database_url", mode="before")
+    @field_validator(
+        "master_key_file",
+        "database_url",
+        "tls_cert_file",
+        "tls_key_file",
+        "tls_client_ca_file",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
@@ -270,6 +302,16 @@ class Settings(BaseSettings):
             )
         except MasterKeyError as exc:
             raise ValueError(str(exc)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> Settings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both for HTTPS, or neither")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+        if self.tls_disable and self.tls_cert_file is not None:
+            raise ValueError("tls_disable contradicts tls_cert_file: unset one of them")
         return self
 
     @model_validator(mode="after")

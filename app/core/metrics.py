@@ -70,3 +70,8 @@ KEY_CACHE_ENTRIES = Gauge(
     "Entries in the expanded-key cache.",
     multiprocess_mode="livesum",
 )
+BACKEND_POOL_RESTARTS = Counter(
+    "keystream_backend_pool_restarts",
+    "Worker-process pools of a backend rebuilt after a worker died (python backend).",
+    ["backend"],
+)

@@ -1,7 +1,8 @@
 """Ciphertext formats of the service.
 
 - :mod:`app.formats.sealed`: the default, authenticated format, byte-compatible with Google Tink's
-  ``AesCtrHmacStreaming`` streaming AEAD (segments of a key-defined size, each with an HMAC-SHA256 tag).
+  streaming AEADs (segments of a key-defined size): ``AesCtrHmacStreaming`` (each segment with an
+  HMAC-SHA256 tag) or ``AesGcmHkdfStreaming`` (AES-GCM per segment), as the key's scheme says.
 - :mod:`app.formats.raw`: plain AES-CTR with a caller-visible IV and random access by byte offset.
 
 Both are synchronous (raw also has :class:`~app.formats.raw.AsyncRawCipher` for backends with

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from app.core.schemes import DEFAULT_SCHEME
+
 from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import DEFAULT_SEGMENT_SIZE
 
@@ -53,12 +55,14 @@ class KeyInfo:
     """Metadata of a key. Never carries material.
 
     ``latest_version`` is used to encrypt; decryption accepts versions ``min_decryption_version`` ..
-    ``latest_version``. ``segment_size`` is the ciphertext segment size of the sealed format, fixed at
-    creation so that a change of settings never strands old ciphertexts.
+    ``latest_version``. ``segment_size`` is the ciphertext segment size of the sealed format and ``scheme``
+    its per-segment primitive (:mod:`app.core.schemes`), both fixed at creation so that a change of settings
+    never strands old ciphertexts and no key material ever keys two primitives.
     """
 
     name: str
     key_type: str
+    scheme: str
     segment_size: int
     deletion_allowed: bool
     min_decryption_version: int
@@ -73,6 +77,7 @@ class KeyInfo:
         return {
             "name": self.name,
             "type": self.key_type,
+            "scheme": self.scheme,
             "segment_size": self.segment_size,
             "deletion_allowed": self.deletion_allowed,
             "min_decryption_version": self.min_decryption_version,
@@ -117,11 +122,13 @@ class KeyStore(abc.ABC):
         key_type: str = "aes256",
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         deletion_allowed: bool = False,
+        *,
+        scheme: str = DEFAULT_SCHEME,
     ) -> KeyInfo:
-        """Create key ``name`` with a random version 1 (``secrets.token_bytes``).
+        """Create key ``name`` with a random version 1 (``secrets.token_bytes``) and the sealed ``scheme``.
 
         Raises:
-            BadRequestError: invalid name, key type or segment size.
+            BadRequestError: invalid name, key type, segment size or scheme.
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
@@ -133,11 +140,13 @@ class KeyStore(abc.ABC):
         material: bytes,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         deletion_allowed: bool = False,
+        *,
+        scheme: str = DEFAULT_SCHEME,
     ) -> KeyInfo:
         """Create key ``name`` whose version 1 is ``material``; the type follows from its length.
 
         Raises:
-            BadRequestError: invalid name or segment size, or material not 16, 24 or 32 bytes long.
+            BadRequestError: invalid name, segment size or scheme, or material not 16, 24 or 32 bytes long.
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """

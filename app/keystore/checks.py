@@ -1,4 +1,4 @@
-"""The keystore's rules for names, key types, segment sizes and flags: one set for every implementation.
+"""The keystore's rules for names, key types, schemes, segment sizes and flags: one set for all keystores.
 
 Each ``check_*`` returns the value when it is valid and raises :class:`~app.errors.BadRequestError` naming the
 field and what is allowed (never echoing key material) when it is not.
@@ -11,6 +11,7 @@ import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from app.core.schemes import SCHEMES
 from app.errors import BadRequestError
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ __all__ = [
     "check_key_name",
     "check_key_type",
     "check_min_decryption_version",
+    "check_scheme",
     "check_segment_size",
     "check_token_id",
     "check_token_record",
@@ -89,6 +91,18 @@ def check_key_type(key_type: object) -> str:
         allowed = ", ".join(KEY_TYPES)
         raise BadRequestError(f"invalid key type {key_type!r}: allowed types are {allowed}")
     return key_type
+
+
+def check_scheme(scheme: object) -> str:
+    """Return ``scheme`` if it is one of :data:`app.core.schemes.SCHEMES`.
+
+    Raises:
+        BadRequestError: any other value; the message lists the allowed schemes.
+    """
+    if not isinstance(scheme, str) or scheme not in SCHEMES:
+        shown = repr(scheme)[:40] if isinstance(scheme, str) else f"a {type(scheme).__name__}"
+        raise BadRequestError(f"invalid scheme {shown}: allowed schemes are {', '.join(SCHEMES)}")
+    return scheme
 
 
 def check_segment_size(segment_size: object) -> int:

@@ -1,7 +1,7 @@
 """Code that runs inside the python-backend worker processes (imported by ``spawn``; keep it light).
 
-Key material reaches a worker only as an argument of :func:`ctr_xor` through the process pool's pipe; it is
-never logged, and expanded keys stay in a small per-process LRU.
+Key material reaches a worker only as an argument of :func:`ctr_xor` or :func:`gcm` through the process pool's
+pipe; it is never logged, and expanded keys stay in a small per-process LRU.
 """
 
 from __future__ import annotations
@@ -32,6 +32,19 @@ def ctr_xor(material: bytes, initial_counter: bytes, data: bytes, offset: int) -
     result = backend.ctr_xor(expanded, initial_counter, data, offset)
     assert result is not None
     return result
+
+
+def gcm(encrypt: bool, material: bytes, nonce: bytes, data: bytes, associated_data: bytes | None) -> bytes:
+    """AES-GCM encrypt (``encrypt``) or decrypt with the pure-Python backend in this process.
+
+    Raises:
+        aescore.InvalidTag: decrypt, and the tag does not verify.
+        aescore.AesCoreError: as :class:`aescore.AesGcm` raises.
+    """
+    key = aescore.get_backend("python").gcm_key(material)
+    if encrypt:
+        return key.encrypt(nonce, data, associated_data)
+    return key.decrypt(nonce, data, associated_data)
 
 
 def ping() -> int:

@@ -67,6 +67,8 @@ class Backends:
                 "isa": None,
                 "preset": None,
                 "constant_time": None,
+                # Worker-process pools rebuilt after a worker died (python); None where there is no pool.
+                "restarts": None,
                 "info": {},
             }
             if backend is not None:
@@ -76,6 +78,8 @@ class Backends:
                 entry["isa"] = info.get("isa")
                 if name == "hwsim":
                     entry["preset"] = info.get("preset", self.hwsim_preset)
+                if isinstance(backend, ProcessOffloadBackend):
+                    entry["restarts"] = backend.restarts
             entries.append(entry)
         return entries
 

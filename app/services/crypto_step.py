@@ -13,6 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from anyio import CapacityLimiter
+from anyio.lowlevel import RunVar
 from prometheus_client import Counter, Histogram
 
 import aescore
@@ -30,6 +32,37 @@ SealedCipher = SealedEncryptor | SealedDecryptor
 PIPELINE_MIN_BYTES = 1 << 20
 #: Safety margin for estimating buffered bytes: more than a header (40 bytes) plus a few tags.
 HEADER_MAX_BYTES = 256
+#: What trying one more key version on a first segment costs besides its HMAC over the segment (HKDF in
+#: Python, ~30 us), counted as bytes of segment work (HMAC-SHA256: ~1 ns per byte) against the inline budget.
+TRIAL_OVERHEAD_BYTES = 32 * 1024
+
+
+#: Trials that leave the event loop run at most this many at a time per worker process: two garbage clients
+#: each keeping a thread busy on a 2-CPU host left the loop one CPU to share with both (measured under load:
+#: /healthz p99 58-63 ms with two trial threads, 20-50 ms with one, and more decrypts per second, too).
+TRIAL_THREADS = 1
+_trial_limiter: RunVar[CapacityLimiter] = RunVar("keystream_trial_limiter")
+
+
+def trial_limiter() -> CapacityLimiter:
+    """This event loop's limiter for trial decryptions over several key versions (:data:`TRIAL_THREADS`)."""
+    try:
+        return _trial_limiter.get()
+    except LookupError:
+        limiter = CapacityLimiter(TRIAL_THREADS)
+        _trial_limiter.set(limiter)
+        return limiter
+
+
+def trial_work(nbytes: int, first_segment_bytes: int, candidates: int) -> int:
+    """The crypto to count for ``nbytes`` whose first ``first_segment_bytes`` are tried under ``candidates``
+    key versions (a sealed decrypt without ``key_version``): each candidate costs an HKDF and an HMAC over
+    the first segment, so a trial over many versions leaves the event loop like any other big work.
+    """
+    if candidates <= 1:
+        return nbytes
+    first = min(nbytes, first_segment_bytes)
+    return nbytes + (candidates - 1) * first + candidates * TRIAL_OVERHEAD_BYTES
 
 
 @functools.lru_cache(maxsize=64)
@@ -66,15 +99,22 @@ async def run_timed(
     nbytes: int,
     inline_max: int,
     work: Callable[[], T],
+    *,
+    cost: int | None = None,
+    limiter: CapacityLimiter | None = None,
 ) -> T:
     """Count ``nbytes``, then run ``work`` timed, inline or off the loop as :func:`run_crypto` decides.
+
+    ``cost``: the bytes of work that decision weighs when they differ from ``nbytes`` (a trial over
+    several key versions, :func:`trial_work`); ``limiter``: as :func:`run_crypto` (:func:`trial_limiter`).
 
     Raises:
         Exception: whatever ``work`` raises.
     """
     seconds, counter = crypto_metrics(backend.name, operation, fmt)
     counter.inc(nbytes)
-    return await run_crypto(backend, nbytes, inline_max, lambda: timed(seconds, work))
+    weight = nbytes if cost is None else cost
+    return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work), limiter)
 
 
 class CryptoStep:
@@ -90,6 +130,8 @@ class CryptoStep:
         async_update: an awaitable ``update`` that replaces ``update`` (raw CTR through ``ctr_xor_async``).
         segment_size: sealed: the key's segment size (calls below one segment only buffer).
         buffered: sealed: bytes the format holds for its next segment.
+        candidates: sealed decrypt: how many key versions the next segment may be tried under (1 once the
+            first segment verified); counted by :func:`trial_work` in deciding where a call runs.
     """
 
     def __init__(
@@ -104,6 +146,7 @@ class CryptoStep:
         async_update: Callable[[bytes], Awaitable[bytes]] | None = None,
         segment_size: int | None = None,
         buffered: Callable[[], int] | None = None,
+        candidates: Callable[[], int] | None = None,
     ) -> None:
         self._backend = backend
         # Sealed formats only buffer until a segment is complete: below this many held bytes an update is a
@@ -122,6 +165,7 @@ class CryptoStep:
         self._finalize = finalize
         self._seconds, self._bytes = crypto_metrics(backend.name, operation, fmt)
         self._buffered = buffered
+        self._candidates = candidates
         #: Bytes each stage of a :func:`~app.services.pipeline.pipeline` may hold: one segment or 1 MiB.
         self.pipeline_bytes = max(segment_size or 0, PIPELINE_MIN_BYTES)
 
@@ -149,8 +193,24 @@ class CryptoStep:
         # Sealed: the crypto is the segments this call completes; the rest of the held bytes is only copied.
         work = held - held % self._segment_size if self._segment_size else held
         return await run_crypto(
-            self._backend, work, self._inline_max, lambda: timed(self._seconds, lambda: self._update(data))
+            self._backend,
+            self._with_trials(work),
+            self._inline_max,
+            lambda: timed(self._seconds, lambda: self._update(data)),
+            self._trial_limiter(),
         )
+
+    def _trial_limiter(self) -> CapacityLimiter | None:
+        """:func:`trial_limiter` while the next call may try several key versions, else ``None``."""
+        if self._candidates is None or self._candidates() <= 1:
+            return None
+        return trial_limiter()
+
+    def _with_trials(self, nbytes: int) -> int:
+        """``nbytes`` plus the cost of trying the first segment under each candidate key version."""
+        if self._candidates is None:
+            return nbytes
+        return trial_work(nbytes, self._segment_size, self._candidates())
 
     async def finalize(self) -> Pieces:
         """Flush the last segment (sealed) or nothing (raw).
@@ -162,7 +222,13 @@ class CryptoStep:
         if finalize is None:
             return b""
         held = self._buffered() if self._buffered is not None else 0
-        return await run_crypto(self._backend, held, self._inline_max, lambda: timed(self._seconds, finalize))
+        return await run_crypto(
+            self._backend,
+            self._with_trials(held),
+            self._inline_max,
+            lambda: timed(self._seconds, finalize),
+            self._trial_limiter(),
+        )
 
     async def run_whole(self, data: bytes) -> bytes:
         """Transform a complete (small) body in one call: ``update`` then ``finalize``.
@@ -182,7 +248,11 @@ class CryptoStep:
             return out[0] if len(out) == 1 else b"".join(out)
 
         return await run_crypto(
-            self._backend, len(data), self._inline_max, lambda: timed(self._seconds, work)
+            self._backend,
+            self._with_trials(len(data)),
+            self._inline_max,
+            lambda: timed(self._seconds, work),
+            self._trial_limiter(),
         )
 
 
@@ -215,8 +285,17 @@ def sealed_step(
     segment_size: int,
     *,
     inline_max: int,
+    candidates: int = 1,
 ) -> CryptoStep:
-    """A sealed step over a :class:`~app.formats.sealed.SealedEncryptor` or ``SealedDecryptor``."""
+    """A sealed step over a :class:`~app.formats.sealed.SealedEncryptor` or ``SealedDecryptor``.
+
+    ``candidates``: a decryptor's number of candidate key versions; until one verifies the first segment,
+    the trial over all of them counts as crypto work (:func:`trial_work`), so a large trial leaves the loop.
+    """
+    pending: Callable[[], int] | None = None
+    if isinstance(cipher, SealedDecryptor) and candidates > 1:
+        decryptor = cipher
+        pending = lambda: candidates if decryptor.version is None else 1  # noqa: E731
     return CryptoStep(
         backend,
         operation,
@@ -226,4 +305,5 @@ def sealed_step(
         inline_max=inline_max,
         segment_size=segment_size,
         buffered=lambda: cipher.buffered,
+        candidates=pending,
     )

@@ -5,10 +5,10 @@ read, unwrap, key expansion: about half a millisecond) in a worker thread (:func
 
 * Encrypt uses the latest version, or an explicit ``key_version`` that exists and is not below the key's
   ``min_decryption_version`` (a ciphertext nobody may decrypt is refused up front).
-* Decrypt tries an explicit ``key_version`` only, or every version from the latest down to
-  ``min_decryption_version``; without ``key_version`` a ciphertext that verifies under none of the cached
-  versions gets one fresh read of the key's versions (another worker may have rotated the key less than
-  ``key_metadata_ttl`` ago).
+* Decrypt tries an explicit ``key_version`` only, or the versions from the latest down to
+  ``min_decryption_version``, at most ``max_decrypt_versions`` of them (the key cache's bound); without
+  ``key_version`` a ciphertext that verifies under none of the cached versions gets one fresh read of the
+  key's versions (another worker may have rotated the key less than ``key_metadata_ttl`` ago).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class DecryptionKeys:
     """The versions a ciphertext of one key may be decrypted with, newest first, and how to find more.
 
     Attributes:
-        candidates: at least one resolved version; all share ``key_type`` and ``segment_size``.
+        candidates: at least one resolved version; all share ``key_type``, ``scheme`` and ``segment_size``.
         more: for a :class:`~app.formats.sealed.SealedDecryptor`'s ``more_candidates`` (``None`` when an
             explicit version was asked for). It re-reads the key's versions at most once per instance, however
             many messages (a batch) call it.
@@ -100,6 +100,7 @@ class DecryptionKeys:
             associated_data,
             backend,
             more_candidates=self.more,
+            scheme=self.first.scheme,
         )
 
 
@@ -132,4 +133,6 @@ def sealed_encryptor(key: ResolvedKey, associated_data: bytes, backend: aescore.
     Raises:
         TypeError, ValueError: as :class:`~app.formats.sealed.SealedEncryptor`.
     """
-    return SealedEncryptor(key.material, key.key_type, key.segment_size, associated_data, backend)
+    return SealedEncryptor(
+        key.material, key.key_type, key.segment_size, associated_data, backend, scheme=key.scheme
+    )

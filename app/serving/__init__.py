@@ -1,15 +1,19 @@
-"""Serving the app: the HTTP protocol with the service's limits (:class:`BoundedHttpToolsProtocol`) and the
-worker supervisor (:class:`Supervisor`)."""
+"""Serving the app: the HTTP protocol with the service's limits (:class:`BoundedHttpToolsProtocol`), the
+worker supervisor (:class:`Supervisor`) and HTTPS (:class:`ServerTls`, :func:`check_plain_http_bind`)."""
 
 from app.serving.limits import ConnectionLimits, raise_open_file_limit
 from app.serving.protocol import BoundedHttpToolsProtocol, HeadersTooLargeError
+from app.serving.tls import ServerTls, StartupRefusedError, check_plain_http_bind
 from app.serving.workers import Supervisor, reserve_port
 
 __all__ = [
     "BoundedHttpToolsProtocol",
     "ConnectionLimits",
     "HeadersTooLargeError",
+    "ServerTls",
+    "StartupRefusedError",
     "Supervisor",
+    "check_plain_http_bind",
     "raise_open_file_limit",
     "reserve_port",
 ]

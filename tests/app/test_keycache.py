@@ -225,7 +225,7 @@ def test_material_never_in_repr(real_store: SqliteKeyStore, cache: KeyCache, bac
 
 def test_resolved_key_is_frozen() -> None:
     resolved = ResolvedKey(
-        "k", 1, "aes128", 4096, bytes(16), aescore.get_backend("python").expand_key(bytes(16))
+        "k", 1, "aes128", "ctr-hmac", 4096, bytes(16), aescore.get_backend("python").expand_key(bytes(16))
     )
     with pytest.raises(AttributeError):
         resolved.material = b"other"  # type: ignore[misc]
@@ -427,6 +427,28 @@ def test_decryption_candidates_follow_a_policy_change_after_invalidate(
     real_store.update_key("orders", min_decryption_version=2)
     cache.invalidate("orders")
     assert [c.version for c in cache.decryption_candidates("orders", backend)] == [2]  # type: ignore[arg-type]
+
+
+def test_decryption_candidates_are_bounded_to_the_newest_versions(
+    real_store: SqliteKeyStore, spy: SpyKeyStore, backend: SpyBackend
+) -> None:
+    """Each candidate costs a trial decryption of the first segment: at most max_decrypt_versions are offered
+    (issue 11 item 4); an older version is reachable only by asking for it."""
+    real_store.create_key("orders")
+    for _ in range(4):
+        real_store.rotate_key("orders")
+    cache = KeyCache(spy, metadata_ttl=60, max_decrypt_versions=2)  # type: ignore[arg-type]
+    assert [c.version for c in cache.decryption_candidates("orders", backend)] == [5, 4]  # type: ignore[arg-type]
+    assert [v for v, _ in cache.refreshed_candidates("orders", backend)] == [5, 4]  # type: ignore[arg-type]
+    assert [c.version for c in cache.decryption_candidates("orders", backend, 1)] == [1]  # type: ignore[arg-type]
+    real_store.update_key("orders", min_decryption_version=5)
+    cache.invalidate("orders")
+    assert [c.version for c in cache.decryption_candidates("orders", backend)] == [5]  # type: ignore[arg-type]
+    unbounded = KeyCache(spy, metadata_ttl=60)  # type: ignore[arg-type]
+    real_store.update_key("orders", min_decryption_version=1)
+    assert len(unbounded.decryption_candidates("orders", backend)) == 5  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_decrypt_versions"):
+        KeyCache(spy, max_decrypt_versions=0)  # type: ignore[arg-type]
 
 
 # -- threads -----------------------------------------------------------------------------------------------

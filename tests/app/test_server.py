@@ -61,3 +61,39 @@ def test_export_settings_round_trips(tmp_path: Path) -> None:
         os.environ.clear()
         os.environ.update(saved)
     assert rebuilt == settings
+
+
+def test_banner_shows_https_and_the_cacert_hint_under_tls(tmp_path: Path) -> None:
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        data_dir=tmp_path / "data",
+        port=8443,
+        tls_cert_file=tmp_path / "server.pem",
+        tls_key_file=tmp_path / "server.key",
+        tls_client_ca_file=tmp_path / "ca.pem",
+    )
+    out = io.StringIO()
+    assert bootstrap(settings, out) is not None
+    printed = out.getvalue()
+    assert "https://127.0.0.1:8443/v1/keys" in printed and "http://" not in printed
+    assert "--cacert" in printed and "--cert/--key" in printed
+
+
+def test_export_settings_carries_the_tls_files_to_the_workers(tmp_path: Path) -> None:
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        data_dir=tmp_path,
+        tls_cert_file=tmp_path / "server.pem",
+        tls_key_file=tmp_path / "server.key",
+        tls_client_ca_file=tmp_path / "ca.pem",
+    )
+    saved = dict(os.environ)
+    try:
+        for name in [k for k in os.environ if k.startswith("KEYSTREAM_")]:
+            del os.environ[name]
+        _export_settings(settings)
+        rebuilt = Settings(_env_file=None)  # type: ignore[call-arg]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert rebuilt == settings

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 from deploy_paths import REPO, tool
 
-SCRIPTS = [REPO / "deploy" / "docker-test.sh", REPO / "scripts" / "install-tools.sh"]
+SCRIPTS = [
+    REPO / "deploy" / "docker-test.sh",
+    REPO / "deploy" / "compose" / "make-test-certs.sh",
+    REPO / "scripts" / "install-tools.sh",
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

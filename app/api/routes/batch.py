@@ -36,7 +36,7 @@ from app.api.params import BACKEND_DESCRIPTION, KeyVersion, check_associated_dat
 from app.api.state import ServiceState
 from app.errors import KeystreamError
 from app.formats.sealed import native_isa, open_many, seal_many
-from app.services.crypto_step import run_timed
+from app.services.crypto_step import run_timed, trial_limiter, trial_work
 from app.services.keys import decryption_keys, encryption_key
 
 router = APIRouter(prefix="/v1/keys", tags=["batch"])
@@ -116,17 +116,28 @@ def _results(
 
 
 async def _run(
-    state: ServiceState, backend: aescore.Backend, operation: str, data: list[bytes], work: Callable[[], T]
+    state: ServiceState,
+    backend: aescore.Backend,
+    scheme: str,
+    operation: str,
+    data: list[bytes],
+    work: Callable[[], T],
+    *,
+    segment_size: int = 0,
+    candidates: int = 1,
 ) -> T:
     nbytes = sum(map(len, data))
+    # A decrypt without key_version tries each item's first segment under every candidate version.
+    cost = sum(trial_work(len(item), segment_size, candidates) for item in data) if candidates > 1 else nbytes
     # Native batches run inline up to inline_crypto_max_bytes. The per-item Python path (aesni without the
     # native core) costs tens of microseconds per item: inline only for a handful of small items. Backends
     # that do not run inline leave the loop whatever inline_max says.
-    if native_isa(backend) is not None:
+    if native_isa(backend, scheme) is not None:
         inline_max = state.settings.inline_crypto_max_bytes
     else:
         inline_max = PYTHON_INLINE_MAX_BYTES if len(data) <= PYTHON_INLINE_MAX_ITEMS else -1
-    return await run_timed(backend, operation, "sealed", nbytes, inline_max, work)
+    limiter = trial_limiter() if candidates > 1 else None
+    return await run_timed(backend, operation, "sealed", nbytes, inline_max, work, cost=cost, limiter=limiter)
 
 
 @router.post(
@@ -159,9 +170,18 @@ async def encrypt_batch(
     sealed = await _run(
         state,
         chosen,
+        resolved.scheme,
         "encrypt",
         data,
-        lambda: seal_many(resolved.material, resolved.key_type, resolved.segment_size, data, ads, chosen),
+        lambda: seal_many(
+            resolved.material,
+            resolved.key_type,
+            resolved.segment_size,
+            data,
+            ads,
+            chosen,
+            scheme=resolved.scheme,
+        ),
     )
     data.clear()  # the inputs are no longer needed while the response is built
     version = resolved.version
@@ -205,11 +225,21 @@ async def decrypt_batch(
     opened = await _run(
         state,
         chosen,
+        first.scheme,
         "decrypt",
         data,
         lambda: open_many(
-            candidates, first.key_type, first.segment_size, data, ads, chosen, more_candidates=keys.more
+            candidates,
+            first.key_type,
+            first.segment_size,
+            data,
+            ads,
+            chosen,
+            more_candidates=keys.more,
+            scheme=first.scheme,
         ),
+        segment_size=first.segment_size,
+        candidates=len(candidates),
     )
     data.clear()
     references = [item.reference for item in items]

@@ -122,7 +122,14 @@ async def decrypt(request: Request) -> Response:
     ad = _associated_data(state, params)
     keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
     decryptor = keys.sealed_decryptor(ad, chosen)
-    step = sealed_step(chosen, "decrypt", decryptor, keys.first.segment_size, inline_max=inline_max)
+    step = sealed_step(
+        chosen,
+        "decrypt",
+        decryptor,
+        keys.first.segment_size,
+        inline_max=inline_max,
+        candidates=len(keys.candidates),
+    )
     try:
         body = await small_body(request, params, state.settings.small_body_max_bytes)
     except ClientDisconnect:

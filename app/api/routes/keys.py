@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
+from app.core.schemes import DEFAULT_SCHEME, Scheme
 from app.errors import BadRequestError, ForbiddenError
 from app.keystore import DEFAULT_SEGMENT_SIZE, KEY_NAME_PATTERN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 
@@ -25,6 +26,12 @@ router = APIRouter(prefix="/v1/keys", tags=["keys"])
 KEY_MATERIAL_BASE64 = r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=)$"
 
 
+_SCHEME_DESCRIPTION = (
+    "The sealed format's per-segment primitive, fixed for the key's life: ctr-hmac (Tink "
+    "AesCtrHmacStreaming) or gcm (Tink AesGcmHkdfStreaming)."
+)
+
+
 class CreateKeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -32,6 +39,7 @@ class CreateKeyRequest(BaseModel):
         min_length=1, max_length=128, json_schema_extra={"pattern": f"^{KEY_NAME_PATTERN.pattern}$"}
     )
     type: Literal["aes128", "aes192", "aes256"] = "aes256"
+    scheme: Scheme = Field(default=DEFAULT_SCHEME, description=_SCHEME_DESCRIPTION)
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
     deletion_allowed: bool = False
 
@@ -42,6 +50,7 @@ class ImportKeyRequest(BaseModel):
     key: str = Field(
         min_length=1, max_length=64, repr=False, json_schema_extra={"pattern": KEY_MATERIAL_BASE64}
     )
+    scheme: Scheme = Field(default=DEFAULT_SCHEME, description=_SCHEME_DESCRIPTION)
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
     deletion_allowed: bool = False
 
@@ -51,6 +60,11 @@ class UpdateKeyRequest(BaseModel):
 
     min_decryption_version: int | None = Field(default=None, ge=1)
     deletion_allowed: bool | None = None
+    scheme: Scheme | None = Field(
+        default=None,
+        description="Cannot change: a value other than the key's scheme is refused with 400 "
+        "(create a new key instead).",
+    )
 
 
 @router.post(
@@ -60,7 +74,9 @@ async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDe
     """Create a key with a random version 1."""
     principal.require("admin", body.name)
     info = await to_thread.run_sync(
-        lambda: state.keystore.create_key(body.name, body.type, body.segment_size, body.deletion_allowed)
+        lambda: state.keystore.create_key(
+            body.name, body.type, body.segment_size, body.deletion_allowed, scheme=body.scheme
+        )
     )
     state.keycache.invalidate(body.name)
     return info.to_json()
@@ -84,7 +100,9 @@ async def import_key(
     except (binascii.Error, ValueError):
         raise BadRequestError("key must be base64 of 16, 24 or 32 bytes") from None
     info = await to_thread.run_sync(
-        lambda: state.keystore.import_key(name, material, body.segment_size, body.deletion_allowed)
+        lambda: state.keystore.import_key(
+            name, material, body.segment_size, body.deletion_allowed, scheme=body.scheme
+        )
     )
     state.keycache.invalidate(name)
     return info.to_json()
@@ -119,8 +137,15 @@ async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> dict[st
 async def update_key(
     name: str, body: UpdateKeyRequest, principal: AdminDep, state: StateDep
 ) -> dict[str, Any]:
-    """Change ``min_decryption_version`` and/or ``deletion_allowed``."""
+    """Change ``min_decryption_version`` and/or ``deletion_allowed`` (``scheme`` cannot change)."""
     principal.require("admin", name)
+    if body.scheme is not None:
+        current = (await to_thread.run_sync(state.keystore.get_key, name)).scheme
+        if body.scheme != current:
+            raise BadRequestError(
+                f"the scheme of key {name!r} is {current} and cannot change (its material would key two "
+                f"primitives): create a new key with scheme {body.scheme}"
+            )
     info = await to_thread.run_sync(
         lambda: state.keystore.update_key(
             name, min_decryption_version=body.min_decryption_version, deletion_allowed=body.deletion_allowed

@@ -1,6 +1,8 @@
-"""The sealed format: Google Tink's ``AesCtrHmacStreaming`` streaming AEAD, byte for byte.
+"""The sealed format: Google Tink's streaming AEADs, byte for byte: ``AesCtrHmacStreaming`` (scheme
+``ctr-hmac``) and ``AesGcmHkdfStreaming`` (scheme ``gcm``). A key's scheme is fixed at its creation
+(:mod:`app.core.schemes`); the two share the header, the segment layout and the key derivation.
 
-Wire format (all integers big-endian)::
+Wire format of ``ctr-hmac`` (all integers big-endian)::
 
     ciphertext = header | segment_0 | segment_1 | ... | segment_n
     header     = header_length (1 byte, = 1 + D + 7) | salt (D bytes, random) | nonce_prefix (7 bytes, random)
@@ -20,6 +22,16 @@ the last, which may be shorter (at least the 32-byte tag: an empty plaintext is 
 Since the last-segment flag is authenticated, truncation at a segment boundary, appended data and reordered
 segments all fail the tag check.
 
+``gcm`` (Tink's ``AES128_GCM_HKDF_*`` and ``AES256_GCM_HKDF_*`` templates) differs only per segment::
+
+    segment_i  = AES-GCM(aes_key, nonce_i, plaintext_i, no associated data)   (ciphertext | 16-byte tag)
+    nonce_i    = nonce_prefix (7) | i (u32) | last (1 byte)                   (12 bytes)
+
+with ``aes_key = HKDF-SHA256(ikm, salt, info = associated data)`` of ``D`` bytes (no HMAC key). The tag is
+16 bytes, so segments carry 16 more plaintext bytes than ``ctr-hmac``'s, and the smallest segment size is
+``header_length + 16 + 1``. The decryptor releases a segment's plaintext only after its GCM tag verifies
+(aescore's ``AesGcm.decrypt`` returns none otherwise).
+
 The package: :mod:`.format` (sizes, header, nonces, HKDF, the format's errors), :mod:`.segments` (per-message
 keys and the segment buffer), :mod:`.encryptor` and :mod:`.decryptor`, :mod:`.messages` (what a failed
 decryption says) and :mod:`.batch` (whole messages, many per native call). Import from here.
@@ -32,35 +44,42 @@ from .decryptor import SealedDecryptor
 from .encryptor import SealedEncryptor
 from .format import (
     DERIVED_KEY_SIZE,
+    GCM_TAG_SIZE,
     HMAC_KEY_SIZE,
     MAX_SEGMENT_SIZE,
     MAX_SEGMENTS,
     NONCE_PREFIX_SIZE,
     PIECE_SIZE,
     TAG_SIZE,
+    TAG_SIZES,
     AlreadyFinalizedError,
     SealedDecryptionError,
     ciphertext_length,
+    derive_gcm_key,
     derive_keys,
     header_length,
     min_segment_size,
     segment_nonce,
+    tag_size_of,
     validate_segment_size,
 )
 
 __all__ = [
     "DERIVED_KEY_SIZE",
+    "GCM_TAG_SIZE",
     "HMAC_KEY_SIZE",
     "MAX_SEGMENTS",
     "MAX_SEGMENT_SIZE",
     "NONCE_PREFIX_SIZE",
     "PIECE_SIZE",
     "TAG_SIZE",
+    "TAG_SIZES",
     "AlreadyFinalizedError",
     "SealedDecryptionError",
     "SealedDecryptor",
     "SealedEncryptor",
     "ciphertext_length",
+    "derive_gcm_key",
     "derive_keys",
     "header_length",
     "min_segment_size",
@@ -68,5 +87,6 @@ __all__ = [
     "open_many",
     "seal_many",
     "segment_nonce",
+    "tag_size_of",
     "validate_segment_size",
 ]

@@ -5,7 +5,8 @@
 ``runs_inline`` is true and that has the native core) every message of the call is sealed or opened by one
 C call (``aescore._sealed``: HKDF-SHA256, AES-CTR and HMAC-SHA256, the GIL released for calls over 16 KiB).
 Other backends (``python``, ``hwsim``) keep the per-message Python path, so their work still goes through
-the backend.
+the backend. The native core serves the ``ctr-hmac`` scheme; ``gcm`` keys take the per-message path on every
+backend (one AES-GCM call per segment, in aescore's C on ``aesni``).
 
 Salts and nonce prefixes come from one :func:`os.urandom` call per batch (through the encryptor module's
 ``_random_bytes`` hook, which tests replace): the same CSPRNG as the streaming encryptor, one system call
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 import aescore
+from app.core.schemes import CTR_HMAC, DEFAULT_SCHEME
 from app.errors import PayloadTooLargeError
 
 from . import encryptor, messages
@@ -44,9 +46,10 @@ __all__ = ["native_isa", "open_many", "seal_many"]
 Opened = tuple[bytes, int] | SealedDecryptionError
 
 
-def native_isa(backend: aescore.Backend) -> str | None:
-    """The AES path to run ``backend``'s batches natively on, or ``None`` for the per-message Python path."""
-    if _sealed is None or not backend.runs_inline or backend.name != "aesni":
+def native_isa(backend: aescore.Backend, scheme: str = DEFAULT_SCHEME) -> str | None:
+    """The AES path to run ``backend``'s batches of ``scheme`` natively on, or ``None`` for the per-message
+    Python path."""
+    if scheme != CTR_HMAC or _sealed is None or not backend.runs_inline or backend.name != "aesni":
         return None
     if _sealed.unavailable_reason() is not None:
         return None
@@ -61,6 +64,8 @@ def seal_many(
     plaintexts: Sequence[bytes],
     associated_data: Sequence[bytes],
     backend: aescore.Backend,
+    *,
+    scheme: str = DEFAULT_SCHEME,
 ) -> list[bytes | PayloadTooLargeError]:
     """Seal each plaintext (with the associated data at the same index) as its own sealed message.
 
@@ -68,16 +73,16 @@ def seal_many(
         Per message its ciphertext, or the error of a message that would need more than 2**32 segments.
 
     Raises:
-        TypeError, ValueError: as :class:`~.SealedEncryptor` (bad key type, material or segment size).
+        TypeError, ValueError: as :class:`~.SealedEncryptor` (bad key type, scheme, material or segment size).
     """
     derived_size = derived_key_size_of(key_type)
-    validate_segment_size(key_type, segment_size)
+    validate_segment_size(key_type, segment_size, scheme)
     material = as_bytes("ikm", ikm)
     check_ikm(material, derived_size)
-    isa = native_isa(backend)
+    isa = native_isa(backend, scheme)
     if isa is None:
         return [
-            _seal_one(material, key_type, segment_size, data, ad, backend)
+            _seal_one(material, key_type, segment_size, data, ad, backend, scheme)
             for data, ad in zip(plaintexts, associated_data, strict=True)
         ]
     randomness = encryptor._random_bytes((derived_size + NONCE_PREFIX_SIZE) * len(plaintexts))
@@ -93,10 +98,16 @@ def seal_many(
 
 
 def _seal_one(
-    ikm: bytes, key_type: str, segment_size: int, data: bytes, ad: bytes, backend: aescore.Backend
+    ikm: bytes,
+    key_type: str,
+    segment_size: int,
+    data: bytes,
+    ad: bytes,
+    backend: aescore.Backend,
+    scheme: str,
 ) -> bytes | PayloadTooLargeError:
     try:
-        sealer = SealedEncryptor(ikm, key_type, segment_size, ad, backend)
+        sealer = SealedEncryptor(ikm, key_type, segment_size, ad, backend, scheme=scheme)
         return sealer.update(data) + sealer.finalize()
     except PayloadTooLargeError as exc:
         return exc
@@ -111,6 +122,7 @@ def open_many(
     backend: aescore.Backend,
     *,
     more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None = None,
+    scheme: str = DEFAULT_SCHEME,
 ) -> list[Opened]:
     """Open each ciphertext; ``candidates`` and ``more_candidates`` as :class:`~.SealedDecryptor`.
 
@@ -126,13 +138,13 @@ def open_many(
         Exception: whatever ``more_candidates`` raises.
     """
     derived_size = derived_key_size_of(key_type)
-    validate_segment_size(key_type, segment_size)
+    validate_segment_size(key_type, segment_size, scheme)
     if not candidates:
         raise ValueError("candidates must hold at least one (version, key material) pair")
-    isa = native_isa(backend)
+    isa = native_isa(backend, scheme)
     if isa is None:
         return [
-            _open_one(candidates, key_type, segment_size, data, ad, backend, more_candidates)
+            _open_one(candidates, key_type, segment_size, data, ad, backend, more_candidates, scheme)
             for data, ad in zip(ciphertexts, associated_data, strict=True)
         ]
     pairs = [(version, as_bytes("ikm", ikm)) for version, ikm in candidates]
@@ -178,8 +190,11 @@ def _open_one(
     ad: bytes,
     backend: aescore.Backend,
     more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None,
+    scheme: str,
 ) -> Opened:
-    opener = SealedDecryptor(candidates, key_type, segment_size, ad, backend, more_candidates=more_candidates)
+    opener = SealedDecryptor(
+        candidates, key_type, segment_size, ad, backend, more_candidates=more_candidates, scheme=scheme
+    )
     try:
         plaintext = opener.update(data) + opener.finalize()
     except SealedDecryptionError as exc:

@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable, Iterable, Sequence
 
 import aescore
+from app.core.schemes import DEFAULT_SCHEME
 
 from . import messages
 from .format import (
     MAX_SEGMENTS,
     PIECE_SIZE,
-    SHA256,
-    TAG_SIZE,
     AlreadyFinalizedError,
     SealedDecryptionError,
     as_bytes,
     as_view,
     check_ikm,
-    derive_keys,
     derived_key_size_of,
     header_length,
     segment_nonce,
+    tag_size_of,
     validate_segment_size,
 )
-from .segments import SegmentBuffer, SegmentKeys
+from .segments import GcmSegmentKeys, SegmentBuffer, SegmentKeys, segment_keys
 
 __all__ = ["SealedDecryptor"]
 
@@ -42,15 +40,17 @@ class SealedDecryptor:
         key_type: ``aes128``, ``aes192`` or ``aes256``.
         segment_size: the key's ciphertext segment size (all versions of a key share it).
         associated_data: must equal the encryptor's.
-        backend: the aescore backend doing the CTR work.
+        backend: the aescore backend doing the AES work.
         more_candidates: called at most once, when the first segment verifies under none of ``candidates``
             (so before any plaintext was released); returns ``(version, ikm)`` pairs to try as well, e.g. the
             versions of a fresh read of the key's metadata when the caller's copy may be stale (another
             worker process rotated the key). Pairs already tried are skipped. Its exceptions propagate.
+        scheme: the key's scheme (:mod:`app.core.schemes`): ``ctr-hmac`` (the default) or ``gcm``.
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: no candidates, unknown ``key_type``, too short key material or unusable ``segment_size``.
+        ValueError: no candidates, unknown ``key_type`` or ``scheme``, too short key material or unusable
+            ``segment_size``.
     """
 
     __slots__ = (
@@ -68,7 +68,9 @@ class SealedDecryptor:
         "_nonce_prefix",
         "_pending",
         "_salt",
+        "_scheme",
         "_segment_size",
+        "_tag_size",
         "_version",
     )
 
@@ -81,9 +83,12 @@ class SealedDecryptor:
         backend: aescore.Backend,
         *,
         more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None = None,
+        scheme: str = DEFAULT_SCHEME,
     ) -> None:
         self._derived_size = derived_key_size_of(key_type)
-        validate_segment_size(key_type, segment_size)
+        validate_segment_size(key_type, segment_size, scheme)
+        self._scheme = scheme
+        self._tag_size = tag_size_of(scheme)
         if not candidates:
             raise ValueError("candidates must hold at least one (version, key material) pair")
         self._candidates = self._checked(candidates)
@@ -97,7 +102,7 @@ class SealedDecryptor:
         self._pending = SegmentBuffer(segment_size)
         self._salt: bytes | None = None
         self._nonce_prefix = b""
-        self._keys: SegmentKeys | None = None
+        self._keys: SegmentKeys | GcmSegmentKeys | None = None
         self._version: int | None = None
         self._index = 0
         self._done = False
@@ -193,46 +198,55 @@ class SealedDecryptor:
         self._salt = header[1 : 1 + self._derived_size]
         self._nonce_prefix = header[1 + self._derived_size :]
 
-    def _select_keys(self, index: int, nonce: bytes, body: memoryview, tag: memoryview) -> SegmentKeys:
-        keys = self._try_candidates(self._candidates, nonce, body, tag)
-        if keys is None and self._more_candidates is not None:
+    def _select_keys(self, index: int, nonce: bytes, segment: memoryview) -> list[bytes]:
+        """Open the first segment under the first candidate that verifies it (kept for the message)."""
+        plaintext = self._try_candidates(self._candidates, nonce, segment)
+        if plaintext is None and self._more_candidates is not None:
             more, self._more_candidates = self._more_candidates, None
             fresh = tuple(pair for pair in self._checked(more()) if pair not in self._candidates)
             self._candidates += fresh
-            keys = self._try_candidates(fresh, nonce, body, tag)
-        if keys is not None:
-            return keys
+            plaintext = self._try_candidates(fresh, nonce, segment)
+        if plaintext is not None:
+            return plaintext
         raise self._fail(messages.no_key(index, (version for version, _ in self._candidates)), index)
 
     def _try_candidates(
-        self, candidates: Sequence[tuple[int, bytes]], nonce: bytes, body: memoryview, tag: memoryview
-    ) -> SegmentKeys | None:
-        """The keys of the first candidate whose HMAC key verifies ``tag`` (kept for the message), or None."""
+        self, candidates: Sequence[tuple[int, bytes]], nonce: bytes, segment: memoryview
+    ) -> list[bytes] | None:
+        """The plaintext of ``segment`` under the first candidate whose keys verify it, or None."""
         assert self._salt is not None
         for version, ikm in candidates:
-            aes_key, mac_key = derive_keys(ikm, self._salt, self._associated_data, self._derived_size)
-            expected = hmac.new(mac_key, nonce, SHA256)
-            expected.update(body)
-            if hmac.compare_digest(expected.digest(), tag):
-                self._keys = SegmentKeys(aes_key, mac_key, self._nonce_prefix, self._backend)
+            keys = segment_keys(
+                self._scheme,
+                ikm,
+                self._salt,
+                self._associated_data,
+                self._derived_size,
+                self._nonce_prefix,
+                self._backend,
+            )
+            plaintext = keys.open(nonce, segment, PIECE_SIZE)
+            if plaintext is not None:
+                self._keys = keys
                 self._version = version
-                return self._keys
+                return plaintext
         return None
 
     def _open(self, segment: memoryview, last: bool) -> list[bytes]:
         index = self._index
         if index >= MAX_SEGMENTS:
             raise self._fail(messages.too_many_segments(index), index)
-        if len(segment) < TAG_SIZE:
-            raise self._fail(messages.short_segment(index, len(segment)), index)
-        nonce = segment_nonce(self._nonce_prefix, index, last)
-        body, tag = segment[:-TAG_SIZE], segment[-TAG_SIZE:]
+        if len(segment) < self._tag_size:
+            raise self._fail(messages.short_segment(index, len(segment), self._tag_size), index)
+        nonce = segment_nonce(self._nonce_prefix, index, last, self._scheme)
         keys = self._keys
         if keys is None:
-            keys = self._select_keys(index, nonce, body, tag)
-        elif not hmac.compare_digest(keys.tag(nonce, body), tag):
-            raise self._fail(messages.bad_tag(index), index)
-        plaintext = keys.transform_pieces(nonce, body, PIECE_SIZE)
+            plaintext = self._select_keys(index, nonce, segment)
+        else:
+            opened = keys.open(nonce, segment, PIECE_SIZE)
+            if opened is None:
+                raise self._fail(messages.bad_tag(index), index)
+            plaintext = opened
         self._index = index + 1
         return plaintext
 
@@ -265,6 +279,7 @@ class SealedDecryptor:
 
     def __repr__(self) -> str:
         return (
-            f"<SealedDecryptor key_type={self._key_type} segment_size={self._segment_size} "
+            f"<SealedDecryptor key_type={self._key_type} scheme={self._scheme} "
+            f"segment_size={self._segment_size} "
             f"version={self._version} segments_verified={self._index} finalized={self._done}>"
         )

@@ -6,24 +6,23 @@ import os
 from collections.abc import Callable
 
 import aescore
+from app.core.schemes import DEFAULT_SCHEME
 from app.errors import PayloadTooLargeError
 
 from .format import (
     MAX_SEGMENTS,
     NONCE_PREFIX_SIZE,
     PIECE_SIZE,
-    TAG_SIZE,
     AlreadyFinalizedError,
     as_bytes,
     as_view,
     check_ikm,
-    derive_keys,
     derived_key_size_of,
     header_length,
     too_many_segments_message,
     validate_segment_size,
 )
-from .segments import SegmentBuffer, SegmentKeys
+from .segments import SegmentBuffer, segment_keys
 
 __all__ = ["SealedEncryptor"]
 
@@ -42,11 +41,12 @@ class SealedEncryptor:
         key_type: ``aes128``, ``aes192`` or ``aes256`` (derived AES key of 16, 24 or 32 bytes).
         segment_size: the key's ciphertext segment size, tag included.
         associated_data: authenticated but not encrypted; the decryptor needs the same bytes.
-        backend: the aescore backend doing the CTR work; the derived key is expanded once per message.
+        backend: the aescore backend doing the AES work; the derived key is expanded once per message.
+        scheme: the key's scheme (:mod:`app.core.schemes`): ``ctr-hmac`` (the default) or ``gcm``.
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: unknown ``key_type``, too short ``ikm`` or unusable ``segment_size``.
+        ValueError: unknown ``key_type`` or ``scheme``, too short ``ikm`` or unusable ``segment_size``.
     """
 
     __slots__ = (
@@ -59,6 +59,7 @@ class SealedEncryptor:
         "_keys",
         "_later_size",
         "_pending",
+        "_scheme",
         "_segment_size",
     )
 
@@ -69,23 +70,26 @@ class SealedEncryptor:
         segment_size: int,
         associated_data: bytes,
         backend: aescore.Backend,
+        *,
+        scheme: str = DEFAULT_SCHEME,
     ) -> None:
         derived_size = derived_key_size_of(key_type)
-        validate_segment_size(key_type, segment_size)
+        validate_segment_size(key_type, segment_size, scheme)
         material = as_bytes("ikm", ikm)
         check_ikm(material, derived_size)
         info = as_bytes("associated_data", associated_data)
         salt = _random_bytes(derived_size)
         nonce_prefix = _random_bytes(NONCE_PREFIX_SIZE)
-        aes_key, mac_key = derive_keys(material, salt, info, derived_size)
-        self._keys = SegmentKeys(aes_key, mac_key, nonce_prefix, backend)
+        self._keys = segment_keys(scheme, material, salt, info, derived_size, nonce_prefix, backend)
         header_size = header_length(key_type)
         self._header = bytes([header_size]) + salt + nonce_prefix
         self._header_sent = False
         self._key_type = key_type
+        self._scheme = scheme
         self._segment_size = segment_size
-        self._first_size = segment_size - header_size - TAG_SIZE
-        self._later_size = segment_size - TAG_SIZE
+        tag_size = self._keys.tag_size
+        self._first_size = segment_size - header_size - tag_size
+        self._later_size = segment_size - tag_size
         self._pending = SegmentBuffer(self._later_size)
         self._index = 0
         self._done = False
@@ -191,6 +195,7 @@ class SealedEncryptor:
 
     def __repr__(self) -> str:
         return (
-            f"<SealedEncryptor key_type={self._key_type} segment_size={self._segment_size} "
+            f"<SealedEncryptor key_type={self._key_type} scheme={self._scheme} "
+            f"segment_size={self._segment_size} "
             f"segments_sealed={self._index} finalized={self._done}>"
         )

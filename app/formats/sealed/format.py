@@ -1,5 +1,8 @@
 """The sealed format's facts: sizes, header, segment nonces, HKDF, argument checks and the format's errors.
 
+Functions that depend on the key's scheme (:mod:`app.core.schemes`) take it as ``scheme``, ``ctr-hmac`` when
+omitted.
+
 The wire format is described in :mod:`app.formats.sealed`.
 """
 
@@ -8,12 +11,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from app.core.schemes import CTR_HMAC, GCM, SCHEMES
 from app.errors import DecryptionFailedError, PayloadTooLargeError
 
 #: Bytes of AES key derived per message, by key type.
 DERIVED_KEY_SIZE: dict[str, int] = {"aes128": 16, "aes192": 24, "aes256": 32}
-#: HMAC-SHA256 tag after every segment (Tink's templates use the full 32 bytes).
+#: HMAC-SHA256 tag after every ``ctr-hmac`` segment (Tink's templates use the full 32 bytes).
 TAG_SIZE = 32
+#: AES-GCM tag after every ``gcm`` segment.
+GCM_TAG_SIZE = 16
+#: Tag bytes after every segment, by scheme.
+TAG_SIZES: dict[str, int] = {CTR_HMAC: TAG_SIZE, GCM: GCM_TAG_SIZE}
 #: HMAC key derived per message, after the AES key.
 HMAC_KEY_SIZE = 32
 #: Random nonce prefix in the header.
@@ -27,6 +35,18 @@ MIN_IKM_SIZE = 16
 
 SHA256 = hashlib.sha256
 NONCE_SUFFIX = bytes(4)
+
+
+def tag_size_of(scheme: str) -> int:
+    """Tag bytes after every segment of ``scheme``: 32 (``ctr-hmac``) or 16 (``gcm``).
+
+    Raises:
+        ValueError: unknown ``scheme`` (the message lists the allowed ones).
+    """
+    size = TAG_SIZES.get(scheme) if isinstance(scheme, str) else None
+    if size is None:
+        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    return size
 
 
 def derived_key_size_of(key_type: str) -> int:
@@ -50,53 +70,54 @@ def header_length(key_type: str) -> int:
     return 1 + derived_key_size_of(key_type) + NONCE_PREFIX_SIZE
 
 
-def min_segment_size(key_type: str) -> int:
+def min_segment_size(key_type: str, scheme: str = CTR_HMAC) -> int:
     """Smallest ciphertext segment size for ``key_type`` (Tink's rule: header + tag + at least 1 byte).
 
     Raises:
-        ValueError: unknown ``key_type``.
+        ValueError: unknown ``key_type`` or ``scheme``.
     """
-    return header_length(key_type) + TAG_SIZE + 1
+    return header_length(key_type) + tag_size_of(scheme) + 1
 
 
-def validate_segment_size(key_type: str, segment_size: int) -> None:
-    """Check that ``segment_size`` works for ``key_type``.
+def validate_segment_size(key_type: str, segment_size: int, scheme: str = CTR_HMAC) -> None:
+    """Check that ``segment_size`` works for ``key_type`` and ``scheme``.
 
     Raises:
         TypeError: ``segment_size`` is not an int.
-        ValueError: unknown ``key_type``, or ``segment_size`` outside
-            ``min_segment_size(key_type) .. MAX_SEGMENT_SIZE``.
+        ValueError: unknown ``key_type`` or ``scheme``, or ``segment_size`` outside
+            ``min_segment_size(key_type, scheme) .. MAX_SEGMENT_SIZE``.
     """
-    minimum = min_segment_size(key_type)
+    minimum = min_segment_size(key_type, scheme)
     if isinstance(segment_size, bool) or not isinstance(segment_size, int):
         raise TypeError(f"segment_size must be an int, got {type(segment_size).__name__}")
     if not minimum <= segment_size <= MAX_SEGMENT_SIZE:
         raise ValueError(
-            f"segment_size must be between {minimum} (header + {TAG_SIZE}-byte tag + 1 byte) and "
-            f"{MAX_SEGMENT_SIZE} for {key_type} keys, got {segment_size}"
+            f"segment_size must be between {minimum} (header + {tag_size_of(scheme)}-byte tag + 1 byte) and "
+            f"{MAX_SEGMENT_SIZE} for {key_type} keys of scheme {scheme}, got {segment_size}"
         )
 
 
-def ciphertext_length(plaintext_length: int, key_type: str, segment_size: int) -> int:
+def ciphertext_length(plaintext_length: int, key_type: str, segment_size: int, scheme: str = CTR_HMAC) -> int:
     """Exact sealed ciphertext length for a plaintext of ``plaintext_length`` bytes (header included).
 
     Raises:
         TypeError: ``plaintext_length`` or ``segment_size`` is not an int.
-        ValueError: a negative length, an unknown ``key_type`` or an unusable ``segment_size``.
+        ValueError: a negative length, an unknown ``key_type`` or ``scheme`` or an unusable ``segment_size``.
         PayloadTooLargeError: the plaintext needs more than 2**32 segments.
     """
-    validate_segment_size(key_type, segment_size)
+    validate_segment_size(key_type, segment_size, scheme)
     if isinstance(plaintext_length, bool) or not isinstance(plaintext_length, int):
         raise TypeError(f"plaintext_length must be an int, got {type(plaintext_length).__name__}")
     if plaintext_length < 0:
         raise ValueError(f"plaintext_length must be >= 0, got {plaintext_length}")
-    plaintext_segment = segment_size - TAG_SIZE
+    tag_size = tag_size_of(scheme)
+    plaintext_segment = segment_size - tag_size
     # As Tink: the header occupies the front of segment 0, so count it with the plaintext.
     full_segments, rest = divmod(plaintext_length + header_length(key_type), plaintext_segment)
     segments = full_segments + (1 if rest else 0)
     if segments > MAX_SEGMENTS:
         raise PayloadTooLargeError(too_many_segments_message(segment_size))
-    return full_segments * segment_size + (rest + TAG_SIZE if rest else 0)
+    return full_segments * segment_size + (rest + tag_size if rest else 0)
 
 
 def too_many_segments_message(segment_size: int) -> str:
@@ -107,23 +128,41 @@ def too_many_segments_message(segment_size: int) -> str:
     )
 
 
-def segment_nonce(nonce_prefix: bytes, index: int, last: bool) -> bytes:
-    """The 16-byte nonce (= AES-CTR initial counter block) of segment ``index``.
+def segment_nonce(nonce_prefix: bytes, index: int, last: bool, scheme: str = CTR_HMAC) -> bytes:
+    """The nonce of segment ``index``: ``nonce_prefix (7) | index (u32 BE) | last (1 byte)``, then for
+    ``ctr-hmac`` 4 zero bytes (16 bytes: the AES-CTR initial counter block), for ``gcm`` nothing (12 bytes:
+    the AES-GCM nonce).
 
     Raises:
-        ValueError: ``nonce_prefix`` is not 7 bytes or ``index`` is outside ``0 .. 2**32 - 1``.
+        ValueError: ``nonce_prefix`` is not 7 bytes, ``index`` is outside ``0 .. 2**32 - 1`` or an unknown
+            ``scheme``.
     """
     if len(nonce_prefix) != NONCE_PREFIX_SIZE:
         raise ValueError(f"nonce_prefix must be {NONCE_PREFIX_SIZE} bytes, got {len(nonce_prefix)}")
     if not 0 <= index < MAX_SEGMENTS:
         raise ValueError(f"segment index must be between 0 and {MAX_SEGMENTS - 1}, got {index}")
-    return bytes(nonce_prefix) + index.to_bytes(4, "big") + (b"\x01" if last else b"\x00") + NONCE_SUFFIX
+    suffix = NONCE_SUFFIX if tag_size_of(scheme) == TAG_SIZE else b""
+    return bytes(nonce_prefix) + index.to_bytes(4, "big") + (b"\x01" if last else b"\x00") + suffix
+
+
+def hkdf_sha256(ikm: bytes, salt: bytes, info: bytes, length: int) -> bytes:
+    """HKDF-SHA256 (RFC 5869): ``length`` bytes (at most 255 * 32) from ``ikm``, ``salt`` and ``info``."""
+    prk = hmac.digest(salt, ikm, SHA256)
+    output = bytearray()
+    block = b""
+    counter = 1
+    while len(output) < length:
+        block = hmac.digest(prk, block + info + bytes([counter]), SHA256)
+        output += block
+        counter += 1
+    return bytes(output[:length])
 
 
 def derive_keys(
     ikm: bytes, salt: bytes, associated_data: bytes, derived_key_size: int
 ) -> tuple[bytes, bytes]:
-    """HKDF-SHA256 (RFC 5869) as Tink uses it: one output of ``derived_key_size + 32`` bytes, split in two.
+    """``ctr-hmac``'s per-message keys as Tink derives them: one HKDF-SHA256 output of
+    ``derived_key_size + 32`` bytes, split in two.
 
     Args:
         ikm: the key's material.
@@ -134,16 +173,14 @@ def derive_keys(
     Returns:
         ``(aes_key, hmac_key)``.
     """
-    length = derived_key_size + HMAC_KEY_SIZE
-    prk = hmac.digest(salt, ikm, SHA256)
-    output = bytearray()
-    block = b""
-    counter = 1
-    while len(output) < length:
-        block = hmac.digest(prk, block + associated_data + bytes([counter]), SHA256)
-        output += block
-        counter += 1
-    return bytes(output[:derived_key_size]), bytes(output[derived_key_size:length])
+    output = hkdf_sha256(ikm, salt, associated_data, derived_key_size + HMAC_KEY_SIZE)
+    return output[:derived_key_size], output[derived_key_size:]
+
+
+def derive_gcm_key(ikm: bytes, salt: bytes, associated_data: bytes, derived_key_size: int) -> bytes:
+    """``gcm``'s per-message AES-GCM key as Tink derives it: HKDF-SHA256 of ``derived_key_size`` bytes with
+    the header's salt and the associated data as ``info``."""
+    return hkdf_sha256(ikm, salt, associated_data, derived_key_size)
 
 
 def as_bytes(name: str, value: object) -> bytes:

@@ -26,9 +26,9 @@ def missing_segment(index: int) -> str:
     return f"sealed ciphertext is truncated: segment {index} is missing"
 
 
-def short_segment(index: int, length: int) -> str:
-    """Segment ``index`` is shorter than its tag."""
-    return f"segment {index} is truncated: {length} bytes, shorter than its {TAG_SIZE}-byte tag"
+def short_segment(index: int, length: int, tag_size: int = TAG_SIZE) -> str:
+    """Segment ``index`` is shorter than its tag (``tag_size``: 32 bytes for ``ctr-hmac``, 16 for ``gcm``)."""
+    return f"segment {index} is truncated: {length} bytes, shorter than its {tag_size}-byte tag"
 
 
 def too_many_segments(index: int) -> str:

@@ -44,8 +44,8 @@ __all__ = [
 ]
 
 _INFO_SELECT = """
-    SELECT k.name, k.key_type, k.segment_size, k.deletion_allowed, k.min_decryption_version, k.latest_version,
-           k.imported, k.created_at, k.updated_at,
+    SELECT k.name, k.key_type, k.scheme, k.segment_size, k.deletion_allowed, k.min_decryption_version,
+           k.latest_version, k.imported, k.created_at, k.updated_at,
            array_agg(v.version ORDER BY v.version), array_agg(v.created_at ORDER BY v.version)
     FROM keys k JOIN key_versions v ON v.key_name = k.name
 """
@@ -56,11 +56,14 @@ def _utc(moment: datetime) -> datetime:
 
 
 def _info(row: Sequence[Any]) -> KeyInfo:
-    name, key_type, segment_size, deletion_allowed, min_dv, latest, imported, created, updated = row[:9]
-    numbers, times = row[9], row[10]
+    name, key_type, scheme, segment_size, deletion_allowed, min_dv, latest, imported, created, updated = row[
+        :10
+    ]
+    numbers, times = row[10], row[11]
     return KeyInfo(
         name=name,
         key_type=key_type,
+        scheme=scheme,
         segment_size=int(segment_size),
         deletion_allowed=bool(deletion_allowed),
         min_decryption_version=int(min_dv),
@@ -72,12 +75,15 @@ def _info(row: Sequence[Any]) -> KeyInfo:
     )
 
 
-def new_info(name: str, key_type: str, segment_size: int, deletion_allowed: bool, imported: bool) -> KeyInfo:
+def new_info(
+    name: str, key_type: str, scheme: str, segment_size: int, deletion_allowed: bool, imported: bool
+) -> KeyInfo:
     """The metadata of a key about to be created: version 1, created now."""
     now = utc_now()
     return KeyInfo(
         name=name,
         key_type=key_type,
+        scheme=scheme,
         segment_size=segment_size,
         deletion_allowed=deletion_allowed,
         min_decryption_version=1,
@@ -114,12 +120,13 @@ def insert_key(
 ) -> bool:
     """Insert ``info`` (version 1 only) with its wrapped material; False when the name is taken."""
     row = conn.execute(
-        "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at) VALUES (%s, %s, %s, %s, 1, 1, %s, %s, %s) "
+        "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
+        "latest_version, imported, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, 1, 1, %s, %s, %s) "
         "ON CONFLICT (name) DO NOTHING RETURNING name",
         (
             info.name,
             info.key_type,
+            info.scheme,
             info.segment_size,
             info.deletion_allowed,
             info.imported,

@@ -13,12 +13,16 @@ replica), so a replica started with another master key refuses to start before i
 Schema version 1 includes the change log ``key_changes``: one row per change to a key or token, appended in
 the change's own transaction (see :mod:`._changes`). Version 2 adds ``key_tombstones``: when a deleted name
 may be re-created (see :mod:`app.keystore.tombstones`), and the index that keeps the poll one cheap query.
+Version 3 adds each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stored before it keep
+``ctr-hmac``, the only format they can have.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 
 from ..base import utc_now
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
@@ -38,6 +42,7 @@ MASTER_CHECK = "master_key_check"
 
 _KEY_TYPES_SQL = ", ".join(f"'{key_type}'" for key_type in KEY_TYPES)
 _KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
+_SCHEMES_SQL = ", ".join(f"'{scheme}'" for scheme in SCHEMES)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -105,6 +110,14 @@ MIGRATIONS: tuple[Migration, ...] = (
                 deleted_at  timestamptz NOT NULL,
                 reusable_at timestamptz NOT NULL
             )""",
+        ),
+    ),
+    Migration(
+        3,
+        "the sealed scheme of each key (existing keys: ctr-hmac)",
+        (
+            f"""ALTER TABLE keys ADD COLUMN scheme text NOT NULL DEFAULT '{DEFAULT_SCHEME}'
+                CHECK (scheme IN ({_SCHEMES_SQL}))""",
         ),
     ),
 )

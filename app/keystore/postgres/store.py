@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from app.core.database_url import check_database_url
+from app.core.schemes import DEFAULT_SCHEME
 from app.errors import (
     ConflictError,
     DeletionNotAllowedError,
@@ -33,6 +34,7 @@ from ..checks import (
     check_key_name,
     check_key_type,
     check_min_decryption_version,
+    check_scheme,
     check_segment_size,
     check_token_id,
     check_token_record,
@@ -133,14 +135,18 @@ class PostgresKeyStore(KeyStore):
         key_type: str = "aes256",
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         deletion_allowed: bool = False,
+        *,
+        scheme: str = DEFAULT_SCHEME,
     ) -> KeyInfo:
         """See :meth:`KeyStore.create_key`."""
         check_key_name(name)
         check_key_type(key_type)
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
+        check_scheme(scheme)
         material = secrets.token_bytes(KEY_TYPES[key_type])
-        return self._insert(_keys.new_info(name, key_type, segment_size, deletion_allowed, False), material)
+        info = _keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, False)
+        return self._insert(info, material)
 
     def import_key(
         self,
@@ -148,13 +154,18 @@ class PostgresKeyStore(KeyStore):
         material: bytes,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         deletion_allowed: bool = False,
+        *,
+        scheme: str = DEFAULT_SCHEME,
     ) -> KeyInfo:
         """See :meth:`KeyStore.import_key`."""
         check_key_name(name)
         key_type, data = key_type_for_material(material)
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
-        return self._insert(_keys.new_info(name, key_type, segment_size, deletion_allowed, True), data)
+        check_scheme(scheme)
+        return self._insert(
+            _keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, True), data
+        )
 
     def get_key(self, name: str) -> KeyInfo:
         """See :meth:`KeyStore.get_key`."""

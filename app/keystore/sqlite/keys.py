@@ -27,8 +27,8 @@ from .schema import from_text, to_text
 def key_info(conn: sqlite3.Connection, name: str) -> KeyInfo | None:
     """Key ``name`` with its versions, or ``None``."""
     row = conn.execute(
-        "SELECT name, key_type, segment_size, deletion_allowed, min_decryption_version, latest_version, "
-        "imported, created_at, updated_at FROM keys WHERE name = ?",
+        "SELECT name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
+        "latest_version, imported, created_at, updated_at FROM keys WHERE name = ?",
         (name,),
     ).fetchone()
     if row is None:
@@ -56,6 +56,7 @@ def insert_key(
     master_key: bytes,
     name: str,
     key_type: str,
+    scheme: str,
     material: bytes,
     segment_size: int,
     deletion_allowed: bool,
@@ -70,9 +71,9 @@ def insert_key(
     if conn.execute("SELECT 1 FROM keys WHERE name = ?", (name,)).fetchone() is not None:
         raise KeyExistsError(f"key {name!r} already exists")
     conn.execute(
-        "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, ?, ?)",
-        (name, key_type, segment_size, int(deletion_allowed), int(imported), now, now),
+        "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
+        "latest_version, imported, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 1, 1, ?, ?, ?)",
+        (name, key_type, scheme, segment_size, int(deletion_allowed), int(imported), now, now),
     )
     conn.execute(
         "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, 1, ?, ?)",
@@ -84,7 +85,7 @@ def insert_key(
 def list_keys(conn: sqlite3.Connection) -> list[KeyInfo]:
     """Every key with its versions, by name."""
     rows = conn.execute(
-        "SELECT name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+        "SELECT name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
         "latest_version, imported, created_at, updated_at FROM keys ORDER BY name"
     ).fetchall()
     versions: dict[str, list[KeyVersionInfo]] = {}
@@ -165,10 +166,11 @@ def key_material(conn: sqlite3.Connection, master_key: bytes, name: str, version
 
 
 def _info_from_row(row: Sequence[Any], versions: list[KeyVersionInfo]) -> KeyInfo:
-    name, key_type, segment_size, deletion_allowed, min_dv, latest, imported, created, updated = row
+    name, key_type, scheme, segment_size, deletion_allowed, min_dv, latest, imported, created, updated = row
     return KeyInfo(
         name=name,
         key_type=key_type,
+        scheme=scheme,
         segment_size=int(segment_size),
         deletion_allowed=bool(deletion_allowed),
         min_decryption_version=int(min_dv),

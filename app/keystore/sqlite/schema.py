@@ -2,7 +2,9 @@
 
 ``PRAGMA user_version`` holds the current version and the ``schema_version`` table records when each
 migration ran. A database from a newer release is refused (:class:`KeystoreSchemaError`). Version 2 adds the
-change log (``key_changes``, see :mod:`.changes`) and the tombstones of deleted key names.
+change log (``key_changes``, see :mod:`.changes`) and the tombstones of deleted key names. Version 3 adds
+each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stored before it keep ``ctr-hmac``, the only
+format they can have.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+
+from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 
 from ..base import utc_now
 from ..changes import CHANGE_KINDS
@@ -34,6 +38,7 @@ _MASTER_CHECK = "master_key_check"
 
 
 _KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
+_SCHEMES_SQL = ", ".join(f"'{scheme}'" for scheme in SCHEMES)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -101,6 +106,14 @@ MIGRATIONS: tuple[Migration, ...] = (
                 deleted_at  TEXT NOT NULL,
                 reusable_at TEXT NOT NULL
             )""",
+        ),
+    ),
+    Migration(
+        3,
+        "the sealed scheme of each key (existing keys: ctr-hmac)",
+        (
+            f"""ALTER TABLE keys ADD COLUMN scheme TEXT NOT NULL DEFAULT '{DEFAULT_SCHEME}'
+                CHECK (scheme IN ({_SCHEMES_SQL}))""",
         ),
     ),
 )

@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.core.schemes import DEFAULT_SCHEME
 from app.errors import BadRequestError
 
 from ..base import KeyInfo, KeyStore, TokenRecord
@@ -20,6 +21,7 @@ from ..checks import (
     check_bool,
     check_key_name,
     check_key_type,
+    check_scheme,
     check_segment_size,
     check_token_id,
     key_type_for_material,
@@ -100,6 +102,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         self,
         name: str,
         key_type: str,
+        scheme: str,
         material: bytes,
         segment_size: int,
         deletion_allowed: bool,
@@ -108,7 +111,15 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._write() as conn:
             changes.check_tombstone(conn, name)
             info = keys.insert_key(
-                conn, self._master_key, name, key_type, material, segment_size, deletion_allowed, imported
+                conn,
+                self._master_key,
+                name,
+                key_type,
+                scheme,
+                material,
+                segment_size,
+                deletion_allowed,
+                imported,
             )
             changes.append_change(conn, "key_imported" if imported else "key_created", key_name=name)
             return info
@@ -119,14 +130,19 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         key_type: str = "aes256",
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         deletion_allowed: bool = False,
+        *,
+        scheme: str = DEFAULT_SCHEME,
     ) -> KeyInfo:
         """See :meth:`KeyStore.create_key`."""
         check_key_name(name)
         check_key_type(key_type)
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
+        check_scheme(scheme)
         material = secrets.token_bytes(KEY_TYPES[key_type])
-        return self._insert_key(name, key_type, material, segment_size, deletion_allowed, imported=False)
+        return self._insert_key(
+            name, key_type, scheme, material, segment_size, deletion_allowed, imported=False
+        )
 
     def import_key(
         self,
@@ -134,13 +150,16 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         material: bytes,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         deletion_allowed: bool = False,
+        *,
+        scheme: str = DEFAULT_SCHEME,
     ) -> KeyInfo:
         """See :meth:`KeyStore.import_key`."""
         check_key_name(name)
         key_type, data = key_type_for_material(material)
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
-        return self._insert_key(name, key_type, data, segment_size, deletion_allowed, imported=True)
+        check_scheme(scheme)
+        return self._insert_key(name, key_type, scheme, data, segment_size, deletion_allowed, imported=True)
 
     def get_key(self, name: str) -> KeyInfo:
         """See :meth:`KeyStore.get_key`."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import httpx
 
 from keystream_client import _transport as transport
-from keystream_client._base import DEFAULT_CHUNK_SIZE, BaseClient, mapped_errors
+from keystream_client._base import DEFAULT_CHUNK_SIZE, BaseClient, ClientCert, Verify, mapped_errors
 from keystream_client._calls import (
     Call,
     batch_call,
@@ -91,7 +90,8 @@ class AsyncKeystreamClient(BaseClient):
         *,
         timeout: float = 30.0,
         stream_timeout: float = 120.0,
-        verify: bool | str | ssl.SSLContext = True,
+        verify: Verify = None,
+        cert: ClientCert = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -101,6 +101,7 @@ class AsyncKeystreamClient(BaseClient):
             timeout=timeout,
             stream_timeout=stream_timeout,
             verify=verify,
+            cert=cert,
             chunk_size=chunk_size,
         )
         self._http = httpx.AsyncClient(transport=transport, **self._httpx_options())
@@ -116,7 +117,7 @@ class AsyncKeystreamClient(BaseClient):
         await self._http.aclose()
 
     async def _send(self, call: Call) -> Any:
-        with mapped_errors():
+        with mapped_errors(tls=self._ssl is not None):
             response = await self._http.request(call.method, call.path, json=call.json)
         return self._result(response, call)
 
@@ -127,15 +128,24 @@ class AsyncKeystreamClient(BaseClient):
         key_type: str = "aes256",
         segment_size: int | None = None,
         deletion_allowed: bool = False,
+        scheme: str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.create_key`."""
-        return parse_key(await self._send(create_key_call(name, key_type, segment_size, deletion_allowed)))
+        call = create_key_call(name, key_type, segment_size, deletion_allowed, scheme)
+        return parse_key(await self._send(call))
 
     async def import_key(
-        self, name: str, material: bytes, *, segment_size: int | None = None, deletion_allowed: bool = False
+        self,
+        name: str,
+        material: bytes,
+        *,
+        segment_size: int | None = None,
+        deletion_allowed: bool = False,
+        scheme: str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.import_key`."""
-        return parse_key(await self._send(import_key_call(name, material, segment_size, deletion_allowed)))
+        call = import_key_call(name, material, segment_size, deletion_allowed, scheme)
+        return parse_key(await self._send(call))
 
     async def list_keys(self) -> list[Key]:
         """As :meth:`KeystreamClient.list_keys`."""
@@ -179,7 +189,7 @@ class AsyncKeystreamClient(BaseClient):
 
     async def health(self) -> bool:
         """As :meth:`KeystreamClient.health`."""
-        with mapped_errors():
+        with mapped_errors(tls=self._ssl is not None):
             return (await self._http.get("/healthz")).is_success
 
     async def encrypt_batch(

@@ -1,7 +1,8 @@
 """What the sync and async Keystream clients share: URL, token, TLS and timeouts, and the error mapping.
 
 Like hvac's ``Client()``, a client built without arguments reads its URL from ``KEYSTREAM_URL`` (default
-:data:`DEFAULT_URL`) and its token from ``KEYSTREAM_TOKEN``.
+:data:`DEFAULT_URL`) and its token from ``KEYSTREAM_TOKEN``; for https, a CA bundle from ``KEYSTREAM_CACERT``
+and a client certificate (mTLS) from ``KEYSTREAM_CLIENT_CERT`` and ``KEYSTREAM_CLIENT_KEY``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 #: Environment variables read when the URL or the token is not given.
 URL_ENV = "KEYSTREAM_URL"
 TOKEN_ENV = "KEYSTREAM_TOKEN"  # noqa: S105 (the variable name, not a secret)
+CACERT_ENV = "KEYSTREAM_CACERT"
+CLIENT_CERT_ENV = "KEYSTREAM_CLIENT_CERT"
+CLIENT_KEY_ENV = "KEYSTREAM_CLIENT_KEY"
+#: ``verify=``: True/False, a CA bundle path, a context, or None (``KEYSTREAM_CACERT`` if set, else True).
+Verify = bool | str | os.PathLike[str] | ssl.SSLContext | None
+#: ``cert=``: a PEM file holding the certificate and its key, or a (certificate, key) pair of paths.
+ClientCert = str | os.PathLike[str] | tuple[str | os.PathLike[str], str | os.PathLike[str]] | None
 #: Bytes read from a source per request-body chunk.
 DEFAULT_CHUNK_SIZE = 256 * 1024
 
@@ -39,10 +47,13 @@ class BaseClient:
     """Configuration shared by both clients: URL, token, TLS and timeouts.
 
     ``base_url`` None (or empty) reads ``KEYSTREAM_URL``, then falls back to :data:`DEFAULT_URL`; ``token``
-    None reads ``KEYSTREAM_TOKEN`` (unset or empty: no ``Authorization`` header).
+    None reads ``KEYSTREAM_TOKEN`` (unset or empty: no ``Authorization`` header). For an https URL, ``verify``
+    None reads ``KEYSTREAM_CACERT`` (unset: the system's CA store) and ``cert`` None reads
+    ``KEYSTREAM_CLIENT_CERT`` and ``KEYSTREAM_CLIENT_KEY``; see :func:`client_ssl_context`.
 
     Raises:
-        ValueError: the URL is not http(s), or ``chunk_size`` < 1.
+        ValueError: the URL is not http(s), ``chunk_size`` < 1, or a CA bundle or client certificate cannot
+            be loaded.
     """
 
     def __init__(
@@ -52,7 +63,8 @@ class BaseClient:
         *,
         timeout: float = 30.0,
         stream_timeout: float = 120.0,
-        verify: bool | str | ssl.SSLContext = True,
+        verify: Verify = None,
+        cert: ClientCert = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> None:
         base_url = base_url or os.environ.get(URL_ENV) or DEFAULT_URL
@@ -68,17 +80,7 @@ class BaseClient:
         self._timeout = timeout
         self._stream_timeout = stream_timeout
         self._chunk_size = chunk_size
-        self._ssl: ssl.SSLContext | None = None
-        if url.scheme == "https":
-            if isinstance(verify, ssl.SSLContext):
-                self._ssl = verify
-            elif isinstance(verify, str):
-                self._ssl = ssl.create_default_context(cafile=verify)
-            else:
-                self._ssl = ssl.create_default_context()
-                if not verify:
-                    self._ssl.check_hostname = False
-                    self._ssl.verify_mode = ssl.CERT_NONE
+        self._ssl = client_ssl_context(verify, cert) if url.scheme == "https" else None
         self._endpoint = transport.Endpoint(
             url.host, url.port or (443 if url.scheme == "https" else 80), self._ssl
         )
@@ -132,10 +134,66 @@ class BaseClient:
             raise KeystreamAPIError(response.status_code, "invalid_response", "response is not JSON") from exc
 
 
+def client_ssl_context(verify: Verify = None, cert: ClientCert = None) -> ssl.SSLContext:
+    """The TLS context both transports use (httpx for JSON calls, h11 for streams).
+
+    Args:
+        verify: True verifies against the system's CA store; a path verifies against that PEM CA bundle;
+            False turns verification off (testing only); an :class:`ssl.SSLContext` is used as it is; None
+            reads the bundle path from ``KEYSTREAM_CACERT`` (unset or empty: True).
+        cert: the client certificate for mTLS: one PEM file with the certificate and its key, or a
+            (certificate, key) pair; None reads ``KEYSTREAM_CLIENT_CERT`` (and ``KEYSTREAM_CLIENT_KEY`` when
+            the key is a separate file).
+
+    Raises:
+        ValueError: a file is missing or not PEM, the key does not match the certificate, or ``cert`` was
+            given with an :class:`ssl.SSLContext` (load it into the context instead). The message names the
+            file, never its contents.
+    """
+    if verify is None:
+        verify = os.environ.get(CACERT_ENV) or True
+    if cert is None:
+        env_cert, env_key = os.environ.get(CLIENT_CERT_ENV) or None, os.environ.get(CLIENT_KEY_ENV) or None
+        if env_key and not env_cert:
+            raise ValueError(f"{CLIENT_KEY_ENV} is set without {CLIENT_CERT_ENV}")
+        cert = (env_cert, env_key) if env_cert and env_key else env_cert
+    if isinstance(verify, ssl.SSLContext):
+        if cert is not None:
+            raise ValueError("cert= cannot be combined with an SSLContext: load the certificate into it")
+        return verify
+    if isinstance(verify, bool):
+        context = ssl.create_default_context()
+        if not verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+    else:
+        bundle = os.fspath(verify)
+        try:
+            context = ssl.create_default_context(cafile=bundle)
+        except ssl.SSLError as exc:  # before OSError, its base class
+            raise ValueError(f"CA bundle {bundle}: no PEM certificate in it ({exc.reason})") from None
+        except OSError as exc:
+            raise ValueError(f"CA bundle {bundle}: {exc.strerror or exc}") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert is not None:
+        cert_file, key_file = (cert[0], cert[1]) if isinstance(cert, tuple) else (cert, None)
+        names = os.fspath(cert_file) + (f" and {os.fspath(key_file)}" if key_file is not None else "")
+        try:
+            context.load_cert_chain(cert_file, key_file)
+        except ssl.SSLError as exc:  # before OSError, its base class
+            raise ValueError(
+                f"client certificate {names}: not a PEM certificate and its matching key ({exc.reason})"
+            ) from None
+        except OSError as exc:
+            raise ValueError(f"client certificate {names}: {exc.strerror or exc}") from None
+    return context
+
+
 @contextlib.contextmanager
-def mapped_errors() -> Iterator[None]:
+def mapped_errors(tls: bool = False) -> Iterator[None]:
     """Transport failures as the client's exceptions: a response cut short is a stream error, a failure to
-    reach the service a connection error."""
+    reach the service a connection error. With ``tls``, a connection closed before any answer is a connection
+    error too (that is how a server requiring a client certificate refuses one under TLS 1.3)."""
     try:
         yield
     except transport.ConnectFailedError as exc:
@@ -145,6 +203,8 @@ def mapped_errors() -> Iterator[None]:
     except transport.RequestBodyError as exc:
         raise KeystreamClientError(str(exc)) from exc
     except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        if tls and "without sending a response" in str(exc):
+            raise KeystreamConnectionError(f"{transport.TLS_CLOSED_HINT} ({exc})") from exc
         raise KeystreamStreamError(f"the response was cut short: {exc}") from exc
     except httpx.TransportError as exc:
         raise KeystreamConnectionError(f"{type(exc).__name__}: {exc}") from exc

@@ -29,17 +29,25 @@ class Call:
     expect_json: bool = True
 
 
-def create_key_call(name: str, key_type: str, segment_size: int | None, deletion_allowed: bool) -> Call:
+def create_key_call(
+    name: str, key_type: str, segment_size: int | None, deletion_allowed: bool, scheme: str | None = None
+) -> Call:
     body: dict[str, Any] = {"name": name, "type": key_type, "deletion_allowed": deletion_allowed}
     if segment_size is not None:
         body["segment_size"] = segment_size
+    if scheme is not None:
+        body["scheme"] = scheme
     return Call("POST", "/v1/keys", body)
 
 
-def import_key_call(name: str, material: bytes, segment_size: int | None, deletion_allowed: bool) -> Call:
+def import_key_call(
+    name: str, material: bytes, segment_size: int | None, deletion_allowed: bool, scheme: str | None = None
+) -> Call:
     body: dict[str, Any] = {"key": base64.b64encode(material).decode(), "deletion_allowed": deletion_allowed}
     if segment_size is not None:
         body["segment_size"] = segment_size
+    if scheme is not None:
+        body["scheme"] = scheme
     return Call("POST", f"/v1/keys/{quote(name)}/import", body)
 
 

@@ -37,12 +37,15 @@ class Key:
     created_at: datetime
     updated_at: datetime
     versions: tuple[KeyVersion, ...]
+    #: The sealed format's scheme: ``ctr-hmac`` (Tink AesCtrHmacStreaming) or ``gcm`` (AesGcmHkdfStreaming).
+    scheme: str = "ctr-hmac"
 
     def to_json(self) -> dict[str, Any]:
         """The metadata as JSON-ready data (timestamps ISO-8601)."""
         return {
             "name": self.name,
             "type": self.type,
+            "scheme": self.scheme,
             "segment_size": self.segment_size,
             "deletion_allowed": self.deletion_allowed,
             "min_decryption_version": self.min_decryption_version,
@@ -152,6 +155,7 @@ def parse_key(data: Any) -> Key:
         versions=tuple(
             KeyVersion(int(v["version"]), _time(v["created_at"])) for v in data.get("versions", ())
         ),
+        scheme=str(data.get("scheme", "ctr-hmac")),  # servers before schemes only had ctr-hmac
     )
 
 

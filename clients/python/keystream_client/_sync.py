@@ -3,13 +3,12 @@ httpx, plus the streaming methods of :class:`keystream_client._sync_stream.SyncS
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
-from keystream_client._base import DEFAULT_CHUNK_SIZE, mapped_errors
+from keystream_client._base import DEFAULT_CHUNK_SIZE, ClientCert, Verify, mapped_errors
 from keystream_client._calls import (
     Call,
     batch_call,
@@ -44,12 +43,16 @@ class KeystreamClient(SyncStreamingClient):
             errors.
         timeout: seconds for JSON calls and for the response head of a stream.
         stream_timeout: seconds without progress before a streaming transfer fails.
-        verify: TLS verification: True, False, a CA bundle path or an :class:`ssl.SSLContext`.
+        verify: TLS verification: True (the system's CA store), a CA bundle path, an :class:`ssl.SSLContext`,
+            False (no verification; testing only), or None: ``KEYSTREAM_CACERT`` if set, else True.
+        cert: client certificate for mTLS: a PEM file with certificate and key, or a (certificate, key) pair
+            of paths; None reads ``KEYSTREAM_CLIENT_CERT`` and ``KEYSTREAM_CLIENT_KEY``.
         chunk_size: bytes read from a source per request chunk.
         transport: an httpx transport for JSON calls (tests), else a normal connection pool.
 
     Raises:
-        ValueError: the URL is not http(s), or ``chunk_size`` < 1.
+        ValueError: the URL is not http(s), ``chunk_size`` < 1, or a CA bundle or client certificate cannot
+            be loaded (the message names the file).
     """
 
     def __init__(
@@ -59,7 +62,8 @@ class KeystreamClient(SyncStreamingClient):
         *,
         timeout: float = 30.0,
         stream_timeout: float = 120.0,
-        verify: bool | str | ssl.SSLContext = True,
+        verify: Verify = None,
+        cert: ClientCert = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
@@ -69,6 +73,7 @@ class KeystreamClient(SyncStreamingClient):
             timeout=timeout,
             stream_timeout=stream_timeout,
             verify=verify,
+            cert=cert,
             chunk_size=chunk_size,
         )
         self._http = httpx.Client(transport=transport, **self._httpx_options())
@@ -84,7 +89,7 @@ class KeystreamClient(SyncStreamingClient):
         self._http.close()
 
     def _send(self, call: Call) -> Any:
-        with mapped_errors():
+        with mapped_errors(tls=self._ssl is not None):
             response = self._http.request(call.method, call.path, json=call.json)
         return self._result(response, call)
 
@@ -96,25 +101,38 @@ class KeystreamClient(SyncStreamingClient):
         key_type: str = "aes256",
         segment_size: int | None = None,
         deletion_allowed: bool = False,
+        scheme: str | None = None,
     ) -> Key:
         """Create a key with server-generated material.
 
+        ``scheme`` picks the sealed format's primitive for the key's whole life: ``ctr-hmac`` (the
+        service's default when ``None``) or ``gcm`` (Tink AesGcmHkdfStreaming).
+
         Raises:
-            KeystreamAPIError: 409 ``key_exists``, 400 for a bad name/type/segment size, 403 no admin.
+            KeystreamAPIError: 409 ``key_exists``, 400/422 for a bad name/type/segment size/scheme, 403 no
+                admin.
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_key(self._send(create_key_call(name, key_type, segment_size, deletion_allowed)))
+        return parse_key(self._send(create_key_call(name, key_type, segment_size, deletion_allowed, scheme)))
 
     def import_key(
-        self, name: str, material: bytes, *, segment_size: int | None = None, deletion_allowed: bool = False
+        self,
+        name: str,
+        material: bytes,
+        *,
+        segment_size: int | None = None,
+        deletion_allowed: bool = False,
+        scheme: str | None = None,
     ) -> Key:
-        """Import key material (16, 24 or 32 bytes); the service must allow imports.
+        """Import key material (16, 24 or 32 bytes); the service must allow imports. ``scheme`` as
+        :meth:`create_key`.
 
         Raises:
             KeystreamAPIError: e.g. 403 when imports are disabled, 400 for a bad length.
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_key(self._send(import_key_call(name, material, segment_size, deletion_allowed)))
+        call = import_key_call(name, material, segment_size, deletion_allowed, scheme)
+        return parse_key(self._send(call))
 
     def list_keys(self) -> list[Key]:
         """Every key's metadata.
@@ -209,7 +227,7 @@ class KeystreamClient(SyncStreamingClient):
         Raises:
             KeystreamConnectionError: the service is unreachable.
         """
-        with mapped_errors():
+        with mapped_errors(tls=self._ssl is not None):
             return self._http.get("/healthz").is_success
 
     # -- batch -----------------------------------------------------------------------------------------------

@@ -30,6 +30,12 @@ import h11
 ChunkReader = Callable[[], Awaitable[bytes]]
 
 READ_SIZE = 256 * 1024
+#: Why a TLS connection may close before any answer: under TLS 1.3 the server checks the client certificate
+#: after the client's side of the handshake is done, and a server requiring one (mTLS) just closes.
+TLS_CLOSED_HINT = (
+    "the server closed the TLS connection without answering: if it requires a client certificate (mTLS), "
+    "give one (cert=, KEYSTREAM_CLIENT_CERT/KEYSTREAM_CLIENT_KEY, or the CLI's --client-cert/--client-key)"
+)
 
 
 class ConnectFailedError(Exception):
@@ -101,12 +107,14 @@ class DuplexCall:
         self._body_error: RequestBodyError | None = None
         self._status = 0
         self._done = False
+        self._received = 0  # bytes received from the server
 
     async def start(self) -> ResponseHead:
         """Connect, start sending the body and wait for the response head.
 
         Raises:
-            ConnectFailedError: connecting failed or timed out.
+            ConnectFailedError: connecting failed or timed out, or (https) the server closed the connection
+                before sending any byte (a server requiring a client certificate does so under TLS 1.3).
             StreamBrokenError: the connection failed before the response head arrived.
             RequestBodyError: reading the request body failed before the response head arrived.
         """
@@ -132,7 +140,12 @@ class DuplexCall:
         self._write(h11.Request(method=self._method, target=self._target, headers=headers))
         self._sender = asyncio.create_task(self._send_body())
         while True:
-            event = await self._next_event(self._connect_timeout + self._read_timeout)
+            try:
+                event = await self._next_event(self._connect_timeout + self._read_timeout)
+            except StreamBrokenError as exc:
+                if self._endpoint.ssl_context is not None and self._received == 0:
+                    raise ConnectFailedError(f"{TLS_CLOSED_HINT} ({exc})") from exc
+                raise
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
@@ -274,9 +287,11 @@ class DuplexCall:
         assert self._reader is not None
         try:
             async with asyncio.timeout(timeout):
-                return await self._reader.read(READ_SIZE)
+                data = await self._reader.read(READ_SIZE)
         except TimeoutError:
             raise StreamBrokenError(f"no data from the server for {timeout:g} s") from None
         except (ConnectionError, OSError, ssl.SSLError) as exc:
             self._check_sender()
             raise StreamBrokenError(f"the connection failed mid-transfer: {exc}") from exc
+        self._received += len(data)
+        return data

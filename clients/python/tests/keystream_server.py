@@ -1,8 +1,10 @@
 """A real Keystream server for the client and CLI tests: ``keystream-server serve`` in a subprocess.
 
 Listens on 127.0.0.1 and a free port, keeps its keystore in a temp dir, uses a fixed root token
-(``KEYSTREAM_ROOT_TOKEN``) and allows key import. Started through the server distribution's console script
-(next to this interpreter), so that command is exercised too. Used by ``client/``, ``cli/`` and the
+(``KEYSTREAM_ROOT_TOKEN``) and allows key import. ``start(..., tls=files)`` serves HTTPS with certificates
+from :mod:`tls_ca` (and, with ``mtls=True``, requires client certificates from the same CA). Started
+through the server distribution's console script (next to this interpreter), so that command is exercised
+too. Used by ``client/``, ``cli/`` and the
 distribution test (each starts one). The server distribution must be installed (``make test`` does it);
 when it is not, :func:`start` raises and the tests fail.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -20,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tls_ca import TlsFiles
 
 ROOT_TOKEN = "ks_c11e0000cafe_client-cli-tests-root-secret-0123"
 MASTER_KEY = base64.b64encode(bytes(range(1, 33))).decode()
@@ -45,6 +50,7 @@ class RunningServer:
     token: str
     log: Path
     backends: tuple[str, ...]
+    tls: TlsFiles | None = None
 
     @property
     def fast_backend(self) -> str | None:
@@ -59,9 +65,28 @@ class RunningServer:
         return env
 
 
-def start(data_dir: Path, log: Path, settings: dict[str, str] | None = None) -> RunningServer:
+def _verify(tls: TlsFiles | None, mtls: bool) -> ssl.SSLContext | bool:
+    if tls is None:
+        return True
+    context = ssl.create_default_context(cafile=str(tls.ca))
+    if mtls:
+        context.load_cert_chain(tls.client_cert, tls.client_key)
+    return context
+
+
+def start(
+    data_dir: Path,
+    log: Path,
+    tls: TlsFiles | None = None,
+    *,
+    mtls: bool = False,
+    settings: dict[str, str] | None = None,
+) -> RunningServer:
     """Start ``keystream-server serve`` and wait for ``/healthz``; ``settings`` adds ``KEYSTREAM_*``
     environment variables (e.g. lower batch limits).
+
+    ``tls`` serves HTTPS with its server certificate (``url`` is then ``https://``); ``mtls`` also requires
+    client certificates issued by ``tls.ca``.
 
     Raises:
         RuntimeError: the console script is missing, or the server exited or did not answer within
@@ -87,22 +112,31 @@ def start(data_dir: Path, log: Path, settings: dict[str, str] | None = None) -> 
             **(settings or {}),
         }
     )
+    if tls is not None:
+        env["KEYSTREAM_TLS_CERT_FILE"] = str(tls.server_cert)
+        env["KEYSTREAM_TLS_KEY_FILE"] = str(tls.server_key)
+        if mtls:
+            env["KEYSTREAM_TLS_CLIENT_CA_FILE"] = str(tls.ca)
     command = [str(SERVER_SCRIPT), "serve", "--host", "127.0.0.1", "--port", str(port)]
     command += ["--data-dir", str(data_dir)]
     with log.open("wb") as handle:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    verify = _verify(tls, mtls)
     deadline = time.monotonic() + STARTUP_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}: {log.read_text()[-2000:]}")
         try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+            if httpx.get(f"{url}/healthz", timeout=1, verify=verify).status_code == 200:
                 listing = httpx.get(
-                    f"{url}/v1/backends", headers={"Authorization": f"Bearer {ROOT_TOKEN}"}, timeout=5
+                    f"{url}/v1/backends",
+                    headers={"Authorization": f"Bearer {ROOT_TOKEN}"},
+                    timeout=5,
+                    verify=verify,
                 ).json()
                 backends = tuple(b["name"] for b in listing["backends"] if b["available"] and b["enabled"])
-                return RunningServer(process, url, ROOT_TOKEN, log, backends)
+                return RunningServer(process, url, ROOT_TOKEN, log, backends, tls)
         except httpx.HTTPError:
             time.sleep(0.1)
     stop(process)
@@ -123,7 +157,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 def running(base: Path, settings: dict[str, str] | None = None) -> Iterator[RunningServer]:
     """Generator for a fixture: start, yield, stop."""
-    server = start(base / "data", base / "server.log", settings)
+    server = start(base / "data", base / "server.log", settings=settings)
     try:
         yield server
     finally:

@@ -117,6 +117,17 @@ async def test_64mib_round_trip_with_flat_memory(server: Server) -> None:
     assert growth < 64, f"server RSS grew by {growth:.1f} MiB"
 
 
+async def test_gcm_key_round_trip_through_uvicorn(server: Server) -> None:
+    """1 MiB gcm segments leave the format as memoryview slices: a real server sends and reads them right."""
+    for size, chunked in ((9 * MIB + 12345, False), (3 * MIB - 7, True), (0, False)):
+        ok, encrypted, decrypted = await round_trip(
+            server, size, seed=size, key="stream-gcm", chunked=chunked
+        )
+        assert ok, (size, encrypted.status, decrypted.status)
+        segments = max(1, -(-(size + 40) // (MIB - 16)))
+        assert encrypted.received == size + 40 + 16 * segments and decrypted.received == size
+
+
 async def test_concurrent_round_trips_are_all_exact(server: Server) -> None:
     cases: list[dict[str, Any]] = []
     for index in range(24):

@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterator
 import pytest
 import tink
 from tink import secret_key_access, streaming_aead
-from tink.proto import aes_ctr_hmac_streaming_pb2, common_pb2, tink_pb2
+from tink.proto import aes_ctr_hmac_streaming_pb2, aes_gcm_hkdf_streaming_pb2, common_pb2, tink_pb2
 
 import aescore
 
 #: Backends cheap enough to run every small case through (hwsim models a device and is tested elsewhere).
 CHEAP_BACKENDS = ("aesni", "python")
 TINK_KEY_TYPE_URL = "type.googleapis.com/google.crypto.tink.AesCtrHmacStreamingKey"
+TINK_GCM_KEY_TYPE_URL = "type.googleapis.com/google.crypto.tink.AesGcmHkdfStreamingKey"
 
 
 def _available(name: str) -> bool:
@@ -33,27 +34,36 @@ def fast_backend() -> aescore.Backend:
     return aescore.get_backend("aesni" if _available("aesni") else "python")
 
 
-def tink_keyset_handle(
-    keys: list[tuple[int, bytes]], derived_key_size: int, segment_size: int
-) -> tink.KeysetHandle:
-    """A Tink keyset of AesCtrHmacStreaming keys with the given (key id, material), the first one primary.
-
-    The parameters are those of Tink's ``AES{128,256}_CTR_HMAC_SHA256_{4KB,1MB}`` templates (HKDF-SHA256,
-    HMAC-SHA256, 32-byte tags) except for the sizes passed in.
-    """
-    keyset = tink_pb2.Keyset(primary_key_id=keys[0][0])
-    for key_id, material in keys:
+def _key_data(material: bytes, derived_key_size: int, segment_size: int, scheme: str) -> tink_pb2.KeyData:
+    if scheme == "gcm":
+        gcm_key = aes_gcm_hkdf_streaming_pb2.AesGcmHkdfStreamingKey(version=0, key_value=material)
+        gcm_key.params.ciphertext_segment_size = segment_size
+        gcm_key.params.derived_key_size = derived_key_size
+        gcm_key.params.hkdf_hash_type = common_pb2.SHA256
+        value, type_url = gcm_key.SerializeToString(), TINK_GCM_KEY_TYPE_URL
+    else:
         key = aes_ctr_hmac_streaming_pb2.AesCtrHmacStreamingKey(version=0, key_value=material)
         key.params.ciphertext_segment_size = segment_size
         key.params.derived_key_size = derived_key_size
         key.params.hkdf_hash_type = common_pb2.SHA256
         key.params.hmac_params.hash = common_pb2.SHA256
         key.params.hmac_params.tag_size = 32
-        key_data = tink_pb2.KeyData(
-            type_url=TINK_KEY_TYPE_URL,
-            value=key.SerializeToString(),
-            key_material_type=tink_pb2.KeyData.SYMMETRIC,
-        )
+        value, type_url = key.SerializeToString(), TINK_KEY_TYPE_URL
+    return tink_pb2.KeyData(type_url=type_url, value=value, key_material_type=tink_pb2.KeyData.SYMMETRIC)
+
+
+def tink_keyset_handle(
+    keys: list[tuple[int, bytes]], derived_key_size: int, segment_size: int, scheme: str = "ctr-hmac"
+) -> tink.KeysetHandle:
+    """A Tink keyset of streaming AEAD keys with the given (key id, material), the first one primary.
+
+    ``scheme`` ``ctr-hmac``: AesCtrHmacStreaming keys with the parameters of Tink's
+    ``AES{128,256}_CTR_HMAC_SHA256_{4KB,1MB}`` templates (HKDF-SHA256, HMAC-SHA256, 32-byte tags); ``gcm``:
+    AesGcmHkdfStreaming keys as ``AES{128,256}_GCM_HKDF_{4KB,1MB}`` (HKDF-SHA256); the sizes as passed in.
+    """
+    keyset = tink_pb2.Keyset(primary_key_id=keys[0][0])
+    for key_id, material in keys:
+        key_data = _key_data(material, derived_key_size, segment_size, scheme)
         keyset.key.append(
             tink_pb2.Keyset.Key(
                 key_data=key_data, status=tink_pb2.ENABLED, key_id=key_id, output_prefix_type=tink_pb2.RAW
@@ -74,10 +84,16 @@ class _KeepValue(io.BytesIO):
 
 
 class TinkStreamingAead:
-    """Tink's own AesCtrHmacStreaming, to check interoperability in both directions."""
+    """Tink's own AesCtrHmacStreaming (or AesGcmHkdfStreaming), to check interoperability both ways."""
 
-    def __init__(self, keys: list[tuple[int, bytes]], derived_key_size: int, segment_size: int) -> None:
-        handle = tink_keyset_handle(keys, derived_key_size, segment_size)
+    def __init__(
+        self,
+        keys: list[tuple[int, bytes]],
+        derived_key_size: int,
+        segment_size: int,
+        scheme: str = "ctr-hmac",
+    ) -> None:
+        handle = tink_keyset_handle(keys, derived_key_size, segment_size, scheme)
         self._primitive = handle.primitive(streaming_aead.StreamingAead)
 
     def encrypt(self, plaintext: bytes, associated_data: bytes, write_size: int | None = None) -> bytes:
@@ -95,6 +111,6 @@ class TinkStreamingAead:
 
 
 @pytest.fixture(scope="session")
-def tink_factory() -> Iterator[Callable[[list[tuple[int, bytes]], int, int], TinkStreamingAead]]:
+def tink_factory() -> Iterator[Callable[..., TinkStreamingAead]]:
     streaming_aead.register()
     yield TinkStreamingAead

@@ -111,6 +111,7 @@ def test_key_info_json_shape() -> None:
     info = KeyInfo(
         name="orders",
         key_type="aes128",
+        scheme="gcm",
         segment_size=4096,
         deletion_allowed=True,
         min_decryption_version=2,
@@ -123,6 +124,7 @@ def test_key_info_json_shape() -> None:
     assert info.to_json() == {
         "name": "orders",
         "type": "aes128",
+        "scheme": "gcm",
         "segment_size": 4096,
         "deletion_allowed": True,
         "min_decryption_version": 2,

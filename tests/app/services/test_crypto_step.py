@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from typing import Any
 
+import pytest
+from anyio import CapacityLimiter
 from prometheus_client import REGISTRY
 
 import aescore
-from app.services.crypto_step import CryptoStep, raw_step, run_timed
+from app.formats.sealed import SealedDecryptor, SealedEncryptor
+from app.services.crypto_step import (
+    TRIAL_OVERHEAD_BYTES,
+    TRIAL_THREADS,
+    CryptoStep,
+    raw_step,
+    run_timed,
+    sealed_step,
+    trial_limiter,
+    trial_work,
+)
 from app.services.offload import ProcessOffloadBackend, run_crypto
 
 PYTHON = aescore.get_backend("python")
@@ -59,3 +73,55 @@ async def test_run_timed_counts_bytes_and_times_the_work_once() -> None:
         "keystream_crypto_bytes_total", {"backend": "python", "operation": "encrypt"}
     )
     assert after_bytes == before_bytes + 123
+
+
+class ThreadRecordingDecryptor(SealedDecryptor):
+    """A decryptor that records the thread each ``update_pieces``/``finalize_pieces`` call ran in."""
+
+    def __init__(self, *args: Any, limiter: CapacityLimiter, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.threads: list[int] = []
+        self.limiter = limiter
+        self.tokens_held: list[float] = []
+
+    def update_pieces(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        self.threads.append(threading.get_ident())
+        self.tokens_held.append(self.limiter.borrowed_tokens)
+        return super().update_pieces(data)
+
+    def finalize_pieces(self) -> list[bytes]:
+        self.threads.append(threading.get_ident())
+        self.tokens_held.append(self.limiter.borrowed_tokens)
+        return super().finalize_pieces()
+
+
+@pytest.mark.parametrize("scheme", ["ctr-hmac", "gcm"])
+@pytest.mark.parametrize(("versions", "leaves_the_loop"), [(1, False), (2, False), (40, True)])
+async def test_a_trial_over_many_key_versions_leaves_the_event_loop(
+    versions: int, leaves_the_loop: bool, scheme: str
+) -> None:
+    """Trying the first segment under each candidate version (a decrypt without key_version) is crypto work
+    like any other: past the inline budget it runs in a thread (issue 11 item 4). 40 versions of a 1000-byte
+    message count 40 HKDFs and 40 HMACs, more than the 1 MiB budget; one or two stay inline."""
+    backend = InlinePython()
+    candidates = [(version, os.urandom(32)) for version in range(versions, 0, -1)]
+    sealer = SealedEncryptor(candidates[-1][1], "aes128", 4096, b"", backend, scheme=scheme)
+    message = sealer.update(b"m" * 1000) + sealer.finalize()
+    decryptor = ThreadRecordingDecryptor(
+        candidates, "aes128", 4096, b"", backend, scheme=scheme, limiter=trial_limiter()
+    )
+    step = sealed_step(backend, "decrypt", decryptor, 4096, inline_max=1 << 20, candidates=versions)
+
+    assert await step.run_whole(message) == b"m" * 1000
+    assert decryptor.version == 1
+    loop_thread = threading.get_ident()
+    assert all((thread != loop_thread) is leaves_the_loop for thread in decryptor.threads)
+    # Off the loop, trials hold this loop's trial limiter: at most TRIAL_THREADS run at once.
+    assert decryptor.tokens_held == [1 if leaves_the_loop else 0] * len(decryptor.threads)
+    assert trial_limiter() is decryptor.limiter and trial_limiter().total_tokens == TRIAL_THREADS
+
+
+def test_trial_work_counts_each_candidate_on_the_first_segment_only() -> None:
+    assert trial_work(5000, 4096, 1) == 5000
+    assert trial_work(5000, 4096, 3) == 5000 + 2 * 4096 + 3 * TRIAL_OVERHEAD_BYTES
+    assert trial_work(100, 4096, 2) == 100 + 100 + 2 * TRIAL_OVERHEAD_BYTES

@@ -16,23 +16,30 @@ from keystream_client.cli._output import print_json, print_key, print_tokens, ta
 
 
 def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> KeystreamClient:
-    """A client from ``--url``/``--token``/``--timeout``/``--insecure``; the client itself falls back to
-    ``KEYSTREAM_URL`` (then its default URL) and ``KEYSTREAM_TOKEN``.
+    """A client from ``--url``/``--token``/``--timeout``/``--insecure``/``--cacert``/``--client-cert``/
+    ``--client-key``; the client itself falls back to ``KEYSTREAM_URL`` (then its default URL),
+    ``KEYSTREAM_TOKEN``, ``KEYSTREAM_CACERT`` and ``KEYSTREAM_CLIENT_CERT``/``KEYSTREAM_CLIENT_KEY``.
 
     Raises:
         CommandError: no token at all (exit code 5, as a 401 would give).
-        UsageError: a URL that is not http(s).
+        UsageError: a URL that is not http(s), ``--client-key`` without ``--client-cert``, or a CA bundle or
+            client certificate that cannot be loaded.
     """
     token = args.token or os.environ.get(TOKEN_ENV)
     if not token:
         raise CommandError(f"no token: pass --token or set {TOKEN_ENV}", EXIT_AUTH)
+    client_cert: str | None = args.client_cert
+    client_key: str | None = args.client_key
+    if client_key and not client_cert:
+        raise UsageError("--client-key needs --client-cert")
     try:
         return KeystreamClient(
             args.url or None,
             token,
             timeout=args.timeout if args.timeout is not None else 30.0,
             stream_timeout=stream_timeout,
-            verify=not args.insecure,
+            verify=False if args.insecure else (args.cacert or None),
+            cert=(client_cert, client_key) if client_cert and client_key else (client_cert or None),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -46,6 +53,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
             key_type=args.key_type,
             segment_size=args.segment_size,
             deletion_allowed=args.deletion_allowed,
+            scheme=args.scheme,
         )
     print_key(key, args.json)
     return EXIT_OK
@@ -70,7 +78,11 @@ def cmd_keys_import(args: argparse.Namespace) -> int:
         raise CommandError(f"key material must be 16, 24 or 32 bytes, got {len(material)}", EXIT_USAGE)
     with make_client(args) as client:
         key = client.import_key(
-            args.name, material, segment_size=args.segment_size, deletion_allowed=args.deletion_allowed
+            args.name,
+            material,
+            segment_size=args.segment_size,
+            deletion_allowed=args.deletion_allowed,
+            scheme=args.scheme,
         )
     print_key(key, args.json)
     return EXIT_OK
@@ -83,11 +95,12 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json([key.to_json() for key in keys])
     elif keys:
-        rows = [["NAME", "TYPE", "SEGMENT", "LATEST", "MIN_DECRYPT", "DELETABLE"]]
+        rows = [["NAME", "TYPE", "SCHEME", "SEGMENT", "LATEST", "MIN_DECRYPT", "DELETABLE"]]
         rows += [
             [
                 k.name,
                 k.type,
+                k.scheme,
                 str(k.segment_size),
                 str(k.latest_version),
                 str(k.min_decryption_version),

@@ -20,6 +20,7 @@ def print_key(key: Key, as_json: bool) -> None:
         return
     print(f"name:                   {key.name}")
     print(f"type:                   {key.type}")
+    print(f"scheme:                 {key.scheme}")
     print(f"segment_size:           {key.segment_size}")
     print(f"latest_version:         {key.latest_version}")
     print(f"min_decryption_version: {key.min_decryption_version}")

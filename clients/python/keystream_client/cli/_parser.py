@@ -26,6 +26,8 @@ from keystream_client.cli._commands import (
 )
 from keystream_client.cli._transfer import cmd_crypto
 
+#: The service's sealed schemes (``app.core.schemes`` on the server; the client does not import the server).
+SCHEMES = ("ctr-hmac", "gcm")
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?)?\s*$", re.IGNORECASE)
 
 
@@ -85,6 +87,17 @@ def _client_options(parser: argparse.ArgumentParser | None = None) -> argparse.A
     group.add_argument(
         "--insecure", action="store_true", default=default, help="do not verify the TLS certificate"
     )
+    group.add_argument(
+        "--cacert", default=default, help="PEM CA bundle to verify the server with (env KEYSTREAM_CACERT)"
+    )
+    group.add_argument(
+        "--client-cert", default=default, help="PEM client certificate for mTLS (env KEYSTREAM_CLIENT_CERT)"
+    )
+    group.add_argument(
+        "--client-key",
+        default=default,
+        help="its PEM private key, unless in --client-cert's file (env KEYSTREAM_CLIENT_KEY)",
+    )
     return common
 
 
@@ -135,6 +148,12 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         "--segment-size", type=parse_size, help="sealed segment size, e.g. 4KiB (default 1MiB)"
     )
     create.add_argument("--deletion-allowed", action="store_true", help="allow `keys delete` later")
+    create.add_argument(
+        "--scheme",
+        choices=SCHEMES,
+        help="sealed format: ctr-hmac (Tink AesCtrHmacStreaming, the service default) or gcm "
+        "(Tink AesGcmHkdfStreaming); fixed for the key's life",
+    )
     create.set_defaults(handler=cmd_keys_create)
 
     imp = sub.add_parser("import", parents=[conn, as_json], help="import key material from a file")
@@ -147,6 +166,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     imp.add_argument("--encoding", choices=("raw", "base64", "hex"), default="raw", help="file format")
     imp.add_argument("--segment-size", type=parse_size)
     imp.add_argument("--deletion-allowed", action="store_true")
+    imp.add_argument("--scheme", choices=SCHEMES, help="sealed format, as for `keys create`")
     imp.set_defaults(handler=cmd_keys_import)
 
     listing = sub.add_parser("list", parents=[conn, as_json], help="list keys")

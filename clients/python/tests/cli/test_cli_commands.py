@@ -96,11 +96,26 @@ def test_keys_commands(cli: RunCli) -> None:
     assert missing.returncode == EXIT_NOT_FOUND and b"key_not_found" in missing.stderr
 
 
+def test_keys_create_with_scheme(cli: RunCli) -> None:
+    created = _json(cli("keys", "create", "cli-gcm", "--scheme", "gcm", "--json"))
+    assert isinstance(created, dict) and created["scheme"] == "gcm"
+    default = _json(cli("keys", "create", "cli-ctr", "--json"))
+    assert isinstance(default, dict) and default["scheme"] == "ctr-hmac"
+    shown = cli("keys", "show", "cli-gcm")
+    assert shown.returncode == EXIT_OK and b"scheme:                 gcm" in shown.stdout
+    table = cli("keys", "list").stdout.decode()
+    assert "SCHEME" in table.splitlines()[0]
+    assert any(line.split()[:3] == ["cli-gcm", "aes256", "gcm"] for line in table.splitlines())
+    bad = cli("keys", "create", "cli-bad-scheme", "--scheme", "aes-gcm")
+    assert bad.returncode == EXIT_USAGE and b"invalid choice" in bad.stderr
+
+
 def test_keys_import_from_file_and_stdin(cli: RunCli, tmp_path: Path) -> None:
     raw = tmp_path / "key.bin"
     raw.write_bytes(os.urandom(32))
-    imported = _json(cli("keys", "import", "cli-imported", str(raw), "--json"))
+    imported = _json(cli("keys", "import", "cli-imported", str(raw), "--scheme", "gcm", "--json"))
     assert isinstance(imported, dict) and imported["imported"] is True and imported["type"] == "aes256"
+    assert imported["scheme"] == "gcm"
 
     encoded = base64.b64encode(os.urandom(16))
     from_stdin = cli(

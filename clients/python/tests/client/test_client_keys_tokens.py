@@ -50,6 +50,27 @@ def test_import_key_round_trips_with_known_material(client: KeystreamClient, key
     assert client.decrypt(key_name, sealed.data).data == b"imported material works"
 
 
+def test_scheme_is_chosen_at_creation(client: KeystreamClient, key_name: str) -> None:
+    default = client.create_key(key_name + "-ctr", segment_size=4096)
+    gcm = client.create_key(key_name, segment_size=4096, scheme="gcm")
+    assert (default.scheme, gcm.scheme) == ("ctr-hmac", "gcm")
+    assert client.get_key(key_name).scheme == "gcm"
+    assert {key.name: key.scheme for key in client.list_keys()}[key_name] == "gcm"
+    plaintext = os.urandom(10_000)
+    sealed_gcm = client.encrypt(key_name, plaintext).data
+    sealed_ctr = client.encrypt(key_name + "-ctr", plaintext).data
+    assert len(sealed_ctr) - len(sealed_gcm) == 3 * (32 - 16)  # three segments, 16-byte GCM tags
+    assert client.decrypt(key_name, sealed_gcm).data == plaintext
+    with pytest.raises(KeystreamAPIError) as other_scheme:
+        client.decrypt(key_name + "-ctr", sealed_gcm)
+    assert other_scheme.value.code == "decryption_failed"
+    with pytest.raises(KeystreamAPIError) as unknown:
+        client.create_key(key_name + "-x", scheme="rot13")
+    assert unknown.value.status == 422
+    assert client.import_key(key_name + "-imp", os.urandom(16), scheme="gcm").scheme == "gcm"
+    assert client.get_key(key_name).to_json()["scheme"] == "gcm"
+
+
 def test_api_errors_carry_status_code_and_message(client: KeystreamClient, key_name: str) -> None:
     client.create_key(key_name)
     with pytest.raises(KeystreamAPIError) as exists:
@@ -119,8 +140,10 @@ def test_bad_base_url_is_rejected() -> None:
 
 async def test_async_key_and_token_calls(server: RunningServer, key_name: str) -> None:
     async with AsyncKeystreamClient(server.url, server.token) as ks:
-        created = await ks.create_key(key_name, segment_size=4096, deletion_allowed=True)
-        assert (await ks.get_key(key_name)) == created
+        created = await ks.create_key(key_name, segment_size=4096, deletion_allowed=True, scheme="gcm")
+        assert (await ks.get_key(key_name)) == created and created.scheme == "gcm"
+        imported = await ks.import_key(key_name + "-imp", os.urandom(32), scheme="gcm")
+        assert imported.scheme == "gcm"
         assert (await ks.rotate_key(key_name)).latest_version == 2
         assert key_name in {key.name for key in await ks.list_keys()}
         token = await ks.create_token(["decrypt"], [key_name])

@@ -1,128 +1,141 @@
-"""The client over https: the real app under uvicorn with a self-signed certificate for 127.0.0.1."""
+"""The client over https against ``keystream-server serve`` with TLS (and mTLS), certificates from a throwaway
+CA made by :mod:`tls_ca`: CA bundles by argument and by ``KEYSTREAM_CACERT``, client certificates by argument
+and by ``KEYSTREAM_CLIENT_CERT``/``KEYSTREAM_CLIENT_KEY``, on both transports (httpx for JSON calls, the h11
+full-duplex transport for streams)."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
-import ssl
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 import keystream_server
-from keystream_client import AsyncKeystreamClient, KeystreamClient, KeystreamConnectionError
-
-
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "keystream test")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_path, key_path
+from keystream_client import (
+    AsyncKeystreamClient,
+    KeystreamAPIError,
+    KeystreamClient,
+    KeystreamConnectionError,
+)
+from keystream_server import RunningServer
+from tls_ca import TlsFiles, make_ca_files
 
 
 @pytest.fixture(scope="module")
-def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return make_ca_files(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_server(pki: TlsFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     base = tmp_path_factory.mktemp("tls")
-    cert, key = _self_signed(base)
-    port = keystream_server.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
-    env.update(
-        {
-            "KEYSTREAM_DATA_DIR": str(base / "data"),
-            "KEYSTREAM_ROOT_TOKEN": keystream_server.ROOT_TOKEN,
-            "KEYSTREAM_MASTER_KEY": keystream_server.MASTER_KEY,
-            "PYTHONPATH": str(keystream_server.REPO),
-        }
-    )
-    bootstrap = "from app.server import bootstrap; from app.core.config import get_settings; "
-    bootstrap += "bootstrap(get_settings())"
-    subprocess.run(
-        [sys.executable, "-c", bootstrap], env=env, cwd=keystream_server.REPO, check=True, timeout=60
-    )
-    command = [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory", "--host", "127.0.0.1"]
-    command += [
-        "--port",
-        str(port),
-        "--ssl-keyfile",
-        str(key),
-        "--ssl-certfile",
-        str(cert),
-        "--log-level",
-        "warning",
-    ]
-    with (base / "server.log").open("wb") as log:
-        process = subprocess.Popen(
-            command, env=env, cwd=keystream_server.REPO, stdout=log, stderr=subprocess.STDOUT
-        )
-    url = f"https://127.0.0.1:{port}"
-    trusted = ssl.create_default_context(cafile=str(cert))
+    server = keystream_server.start(base / "data", base / "server.log", pki)
     try:
-        deadline = time.monotonic() + keystream_server.STARTUP_SECONDS
-        while True:
-            assert process.poll() is None, (base / "server.log").read_text()
-            try:
-                if httpx.get(f"{url}/healthz", verify=trusted, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline, "TLS server did not start"
-                time.sleep(0.1)
-        yield url, cert
+        yield server
     finally:
-        keystream_server.stop(process)
+        keystream_server.stop(server.process)
 
 
-def test_https_round_trip_with_a_ca_bundle(tls_server: tuple[str, Path]) -> None:
-    url, cert = tls_server
-    with KeystreamClient(url, keystream_server.ROOT_TOKEN, verify=str(cert)) as ks:
+@pytest.fixture(scope="module")
+def mtls_server(pki: TlsFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    base = tmp_path_factory.mktemp("mtls")
+    server = keystream_server.start(base / "data", base / "server.log", pki, mtls=True)
+    try:
+        yield server
+    finally:
+        keystream_server.stop(server.process)
+
+
+@pytest.fixture(autouse=True)
+def no_tls_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("KEYSTREAM_CACERT", "KEYSTREAM_CLIENT_CERT", "KEYSTREAM_CLIENT_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_https_round_trip_with_a_ca_bundle(tls_server: RunningServer, pki: TlsFiles) -> None:
+    with KeystreamClient(tls_server.url, tls_server.token, verify=str(pki.ca)) as ks:
         ks.create_key("tls-key", segment_size=4096)
         plaintext = os.urandom(3 << 20)
         sealed = ks.encrypt("tls-key", plaintext, associated_data=b"over tls")
         assert ks.decrypt("tls-key", sealed.data, associated_data=b"over tls").data == plaintext
 
 
-async def test_async_https_and_unverified_mode(tls_server: tuple[str, Path]) -> None:
-    url, _ = tls_server
-    async with AsyncKeystreamClient(url, keystream_server.ROOT_TOKEN, verify=False) as ks:
-        raw = await ks.encrypt("tls-key", b"x" * 100_000, format="raw")
-        opened = await ks.decrypt("tls-key", raw.data, format="raw", iv=raw.iv, key_version=raw.key_version)
+def test_cacert_from_the_environment(
+    tls_server: RunningServer, pki: TlsFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KEYSTREAM_CACERT", str(pki.ca))
+    with KeystreamClient(tls_server.url, tls_server.token) as ks:
+        assert ks.health()
+        sealed = ks.encrypt("tls-key", b"y" * 200_000)  # the h11 transport uses the same context
+        assert ks.decrypt("tls-key", sealed.data).data == b"y" * 200_000
+    # An explicit verify= wins over the environment.
+    monkeypatch.setenv("KEYSTREAM_CACERT", str(pki.other_ca))
+    with KeystreamClient(tls_server.url, tls_server.token, verify=pki.ca) as ks:
+        assert ks.health()
+
+
+async def test_async_https_and_unverified_mode(tls_server: RunningServer, pki: TlsFiles) -> None:
+    async with AsyncKeystreamClient(tls_server.url, tls_server.token, verify=str(pki.ca)) as ks:
+        await ks.create_key("tls-async")
+        raw = await ks.encrypt("tls-async", b"x" * 100_000, format="raw")
+        opened = await ks.decrypt("tls-async", raw.data, format="raw", iv=raw.iv, key_version=raw.key_version)
         assert opened.data == b"x" * 100_000
+    async with AsyncKeystreamClient(tls_server.url, tls_server.token, verify=False) as ks:
+        assert (await ks.encrypt("tls-async", b"z")).data
 
 
-def test_untrusted_certificate_is_a_connection_error(tls_server: tuple[str, Path]) -> None:
-    url, _ = tls_server
-    with KeystreamClient(url, keystream_server.ROOT_TOKEN) as ks:
-        with pytest.raises(KeystreamConnectionError):
+def test_untrusted_certificate_is_a_connection_error(tls_server: RunningServer, pki: TlsFiles) -> None:
+    for verify in (None, str(pki.other_ca)):  # the system store, then the wrong CA
+        with KeystreamClient(tls_server.url, tls_server.token, verify=verify) as ks:
+            with pytest.raises(KeystreamConnectionError):
+                ks.list_keys()
+            with pytest.raises(KeystreamConnectionError, match="certificate"):
+                ks.encrypt("tls-key", b"data")
+
+
+def test_unusable_tls_files_are_value_errors_naming_the_file(
+    tls_server: RunningServer,
+    pki: TlsFiles,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_tls_env: None,
+) -> None:
+    missing = tmp_path / "missing.pem"
+    with pytest.raises(ValueError, match=f"CA bundle {missing}: No such file"):
+        KeystreamClient(tls_server.url, tls_server.token, verify=str(missing))
+    with pytest.raises(ValueError, match=r"client certificate .*not a PEM certificate and its matching key"):
+        KeystreamClient(
+            tls_server.url, tls_server.token, verify=pki.ca, cert=(pki.client_cert, pki.server_key)
+        )
+    monkeypatch.setenv("KEYSTREAM_CLIENT_KEY", str(pki.client_key))
+    with pytest.raises(ValueError, match="KEYSTREAM_CLIENT_KEY is set without KEYSTREAM_CLIENT_CERT"):
+        KeystreamClient(tls_server.url, tls_server.token, verify=pki.ca)
+    # Over plain http the TLS settings are not used at all.
+    monkeypatch.setenv("KEYSTREAM_CACERT", str(missing))
+    KeystreamClient("http://127.0.0.1:1", "t").close()
+
+
+def test_mtls_client_certificate_by_argument_and_environment(
+    mtls_server: RunningServer, pki: TlsFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert = (pki.client_cert, pki.client_key)
+    with KeystreamClient(mtls_server.url, mtls_server.token, verify=pki.ca, cert=cert) as ks:
+        ks.create_key("mtls")
+        sealed = ks.encrypt("mtls", b"m" * 300_000)
+        assert ks.decrypt("mtls", sealed.data).data == b"m" * 300_000
+    with KeystreamClient(mtls_server.url, mtls_server.token, verify=pki.ca) as ks:
+        with pytest.raises(KeystreamConnectionError, match="requires a client certificate"):
             ks.list_keys()
-        with pytest.raises(KeystreamConnectionError, match="certificate"):
-            ks.encrypt("tls-key", b"data")
+        with pytest.raises(KeystreamConnectionError, match="requires a client certificate"):
+            ks.encrypt("mtls", b"m")
+    monkeypatch.setenv("KEYSTREAM_CACERT", str(pki.ca))
+    monkeypatch.setenv("KEYSTREAM_CLIENT_CERT", str(pki.client_cert))
+    monkeypatch.setenv("KEYSTREAM_CLIENT_KEY", str(pki.client_key))
+    with KeystreamClient(mtls_server.url, mtls_server.token) as ks:
+        assert [key.name for key in ks.list_keys()] == ["mtls"]
+    # The certificate opens the connection; the API still needs the token.
+    with KeystreamClient(mtls_server.url, "ks_0000aaaa_not-the-right-secret-000") as ks:
+        with pytest.raises(KeystreamAPIError) as refused:
+            ks.list_keys()
+        assert refused.value.status == 401

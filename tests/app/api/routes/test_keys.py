@@ -15,6 +15,7 @@ from tests.app.api.conftest import Api, running_api
 KEY_FIELDS = {
     "name",
     "type",
+    "scheme",
     "segment_size",
     "deletion_allowed",
     "min_decryption_version",
@@ -39,6 +40,32 @@ async def test_create_returns_metadata_only(api: Api) -> None:
 async def test_create_defaults_to_aes256_and_1mib_segments(api: Api) -> None:
     body = await api.create_key("defaults")
     assert (body["type"], body["segment_size"], body["deletion_allowed"]) == ("aes256", 1 << 20, False)
+    assert body["scheme"] == "ctr-hmac"
+
+
+@pytest.mark.parametrize("scheme", ["ctr-hmac", "gcm"])
+async def test_scheme_is_chosen_at_creation_and_shown(api: Api, scheme: str) -> None:
+    created = await api.create_key("s", type="aes128", scheme=scheme)
+    assert created["scheme"] == scheme
+    assert (await api.client.get("/v1/keys/s", headers=api.auth())).json()["scheme"] == scheme
+    listed = (await api.client.get("/v1/keys", headers=api.auth())).json()["keys"]
+    assert [k["scheme"] for k in listed] == [scheme]
+
+
+async def test_patch_cannot_change_the_scheme(api: Api) -> None:
+    await api.create_key("s", scheme="gcm")
+    same = await api.client.patch("/v1/keys/s", json={"scheme": "gcm"}, headers=api.auth())
+    assert same.status_code == 200 and same.json()["scheme"] == "gcm"
+    changed = await api.client.patch(
+        "/v1/keys/s", json={"scheme": "ctr-hmac", "deletion_allowed": True}, headers=api.auth()
+    )
+    assert changed.status_code == 400, changed.text
+    assert changed.json()["error"]["code"] == "bad_request"
+    assert "create a new key" in changed.json()["error"]["message"]
+    after = (await api.client.get("/v1/keys/s", headers=api.auth())).json()
+    assert (after["scheme"], after["deletion_allowed"]) == ("gcm", False)  # nothing of the PATCH applied
+    missing = await api.client.patch("/v1/keys/nope", json={"scheme": "gcm"}, headers=api.auth())
+    assert missing.status_code == 404
 
 
 async def test_duplicate_is_409(api: Api) -> None:
@@ -56,6 +83,8 @@ async def test_duplicate_is_409(api: Api) -> None:
         ({"name": "k", "segment_size": 100}, 422),
         ({"name": "k", "segment_size": (1 << 24) + 1}, 422),
         ({"name": "k", "unknown": 1}, 422),
+        ({"name": "k", "scheme": "aes-gcm"}, 422),
+        ({"name": "k", "scheme": None}, 422),
         ({}, 422),
     ],
 )

@@ -112,7 +112,8 @@ def test_python_opens_native_sealed_messages(aesni: aescore.Backend, key_type: s
 def test_native_errors_are_the_decryptors_errors(aesni: aescore.Backend, sha_impl: str) -> None:
     ikm = bytes(range(32))
     good = python_seal(ikm, "aes128", 100, b"q" * 150, b"ad")
-    items = [good[:3], b"\x20" + good[1:], good[:24], good[:120], good[:-1] + b"\x00", good + b"!"]
+    last_tag_byte_flipped = good[:-1] + bytes([good[-1] ^ 1])
+    items = [good[:3], b"\x20" + good[1:], good[:24], good[:120], last_tag_byte_flipped, good + b"!"]
     for position in range(0, len(good), 7):
         changed = bytearray(good)
         changed[position] ^= 0x80

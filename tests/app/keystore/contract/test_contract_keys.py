@@ -32,7 +32,12 @@ def test_is_a_keystore_and_its_repr_has_no_secret(store: KeyStore, master_key: b
 def test_create_key_defaults(store: KeyStore) -> None:
     before = datetime.now(UTC)
     info = store.create_key("orders")
-    assert (info.name, info.key_type, info.segment_size) == ("orders", "aes256", 1 << 20)
+    assert (info.name, info.key_type, info.segment_size, info.scheme) == (
+        "orders",
+        "aes256",
+        1 << 20,
+        "ctr-hmac",
+    )
     assert (info.deletion_allowed, info.min_decryption_version, info.latest_version) == (False, 1, 1)
     assert info.imported is False
     assert before - timedelta(seconds=1) <= info.created_at == info.updated_at <= datetime.now(UTC)
@@ -77,6 +82,8 @@ def test_create_existing_key_conflicts(store: KeyStore) -> None:
         ({"name": "x", "segment_size": (1 << 24) + 1}, "between 4096"),
         ({"name": "x", "segment_size": True}, "must be an integer"),
         ({"name": "x", "deletion_allowed": "yes"}, "deletion_allowed must be a boolean"),
+        ({"name": "x", "scheme": "ctr"}, "allowed schemes are ctr-hmac, gcm"),
+        ({"name": "x", "scheme": None}, "allowed schemes are ctr-hmac, gcm"),
     ],
 )
 def test_create_key_validation(store: KeyStore, kwargs: dict[str, object], match: str) -> None:
@@ -104,6 +111,17 @@ def test_import_key_wrong_length(store: KeyStore, size: int) -> None:
         store.get_key("imported")
 
 
+@pytest.mark.parametrize("scheme", ["ctr-hmac", "gcm"])
+def test_scheme_is_kept_for_the_key_life(store: KeyStore, scheme: str) -> None:
+    assert store.create_key("made", "aes128", scheme=scheme).scheme == scheme
+    assert store.import_key("imp", bytes(32), scheme=scheme).scheme == scheme
+    store.rotate_key("made")
+    updated = store.update_key("made", min_decryption_version=2, deletion_allowed=True)
+    assert updated.scheme == scheme
+    assert [info.scheme for info in store.list_keys()] == [scheme, scheme]
+    assert store.get_key("imp").to_json()["scheme"] == scheme
+
+
 def test_import_key_validation(store: KeyStore) -> None:
     with pytest.raises(BadRequestError, match="invalid key name"):
         store.import_key("-x", bytes(16))
@@ -113,6 +131,8 @@ def test_import_key_validation(store: KeyStore) -> None:
         store.import_key("x", "0" * 16)  # type: ignore[arg-type]
     with pytest.raises(BadRequestError, match="deletion_allowed must be a boolean"):
         store.import_key("x", bytes(16), deletion_allowed=None)  # type: ignore[arg-type]
+    with pytest.raises(BadRequestError, match="invalid scheme 'GCM'"):
+        store.import_key("x", bytes(16), scheme="GCM")
     assert store.list_keys() == []
 
 
@@ -241,7 +261,7 @@ def test_everything_persists_across_reopen(backing: Backing, master_key: bytes) 
     store.create_key("orders", "aes128", 4096, deletion_allowed=True)
     store.rotate_key("orders")
     store.update_key("orders", min_decryption_version=2)
-    store.import_key("imp", bytes(range(24)))
+    store.import_key("imp", bytes(range(24)), scheme="gcm")
     keys = store.list_keys()
     materials = [store.key_material("orders", 1), store.key_material("orders", 2)]
     store.close()
@@ -250,6 +270,7 @@ def test_everything_persists_across_reopen(backing: Backing, master_key: bytes) 
     assert reopened.list_keys() == keys
     assert [reopened.key_material("orders", v) for v in (1, 2)] == materials
     assert reopened.key_material("imp", 1) == bytes(range(24))
+    assert reopened.get_key("imp").scheme == "gcm"
 
 
 def test_a_second_store_sees_the_first_ones_changes(backing: Backing, master_key: bytes) -> None:

@@ -21,9 +21,9 @@ def versions(raw: Raw) -> list[int]:
 
 
 def test_schema_version_is_recorded(pg_store: PostgresKeyStore, raw: Raw) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 2
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 3
     assert pg_store.schema_version() == SCHEMA_VERSION
-    assert versions(raw) == [1, 2]
+    assert versions(raw) == [1, 2, 3]
     tables = {
         row[0] for row in raw.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     }
@@ -50,7 +50,7 @@ def test_replicas_starting_together_migrate_once(pg_url: str, master_key: bytes,
         thread.join(timeout=60)
     try:
         assert errors == [] and len(stores) == count
-        assert versions(raw) == [1, 2]
+        assert versions(raw) == [1, 2, 3]
         assert raw.execute("SELECT count(*) FROM meta").fetchone() == (1,)
         stores[0].create_key("orders")
         assert stores[-1].get_key("orders").latest_version == 1
@@ -73,18 +73,18 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     pg_url: str, master_key: bytes, raw: Raw
 ) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    step = Migration(3, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
+    step = Migration(4, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
     for _ in range(2):
         upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
         try:
-            assert upgraded.schema_version() == 3
+            assert upgraded.schema_version() == 4
             upgraded.create_key(f"k{secrets.token_hex(4)}")
         finally:
             upgraded.close()
-    assert versions(raw) == [1, 2, 3]
+    assert versions(raw) == [1, 2, 3, 4]
     assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 3, newer than this release supports \\(2\\)"
+        KeystoreSchemaError, match="schema version 4, newer than this release supports \\(3\\)"
     ) as caught:
         PostgresKeyStore(pg_url, master_key)
     assert "upgrade Keystream" in str(caught.value) and "database 'postgres' on 127.0.0.1:" in str(
@@ -92,12 +92,39 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     )
 
 
+def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(
+    pg_cluster: PgCluster, master_key: bytes
+) -> None:
+    url = pg_cluster.new_database()
+    PostgresKeyStore(url, master_key, migrations=MIGRATIONS[:2]).close()
+    with psycopg.connect(url, autocommit=True) as conn:  # version 2 has no scheme column: as that release did
+        conn.execute(
+            "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+            "latest_version, imported, created_at, updated_at) "
+            "VALUES ('old', 'aes128', 4096, false, 1, 1, false, now(), now())"
+        )
+        conn.execute(
+            "INSERT INTO key_versions (key_name, version, wrapped, created_at) "
+            "VALUES ('old', 1, '\\x00', now())"
+        )
+    store = PostgresKeyStore(url, master_key)
+    try:
+        assert store.schema_version() == 3
+        assert store.get_key("old").scheme == "ctr-hmac"
+        assert store.create_key("new", scheme="gcm").scheme == "gcm"
+        assert [info.scheme for info in store.list_keys()] == ["gcm", "ctr-hmac"]
+        with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("UPDATE keys SET scheme = 'rot13' WHERE name = 'old'")
+    finally:
+        store.close()
+
+
 def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key: bytes, raw: Raw) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    broken = Migration(3, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
+    broken = Migration(4, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
     with pytest.raises(psycopg.errors.SyntaxError):
         PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
-    assert versions(raw) == [1, 2]
+    assert versions(raw) == [1, 2, 3]
     columns = {
         row[0]
         for row in raw.execute(

@@ -412,47 +412,74 @@ def test_open_database_file_is_tightened(data_dir: Path, master_key: bytes) -> N
 
 
 def test_schema_version_is_recorded(store: SqliteKeyStore) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 2
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 3
     assert store.schema_version() == SCHEMA_VERSION
     with raw_connection(store) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         rows = conn.execute("SELECT version, description FROM schema_version").fetchall()
-    assert [row[0] for row in rows] == [1, 2]
+    assert [row[0] for row in rows] == [1, 2, 3]
 
 
 def test_reopen_does_not_migrate_again(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 2
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 3
+
+
+def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(data_dir: Path, master_key: bytes) -> None:
+    path = data_dir / "keystore.db"
+    data_dir.mkdir(mode=0o700)
+    with contextlib.closing(SqliteKeyStore(path, master_key, migrations=MIGRATIONS[:2])) as old:
+        assert old.schema_version() == 2
+        with raw_connection(old) as conn:  # version 2 has no scheme column: insert as that release did
+            now = "2026-01-01T00:00:00.000000+00:00"
+            conn.execute(
+                "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+                "latest_version, imported, created_at, updated_at) "
+                "VALUES ('old', 'aes128', 4096, 0, 1, 1, 0, ?, ?)",
+                (now, now),
+            )
+            conn.execute(
+                "INSERT INTO key_versions (key_name, version, wrapped, created_at) "
+                "VALUES ('old', 1, x'00', ?)",
+                (now,),
+            )
+    with contextlib.closing(open_keystore(data_dir, master_key)) as store:
+        assert store.schema_version() == 3
+        assert store.get_key("old").scheme == "ctr-hmac"
+        assert store.create_key("new", scheme="gcm").scheme == "gcm"
+        assert [info.scheme for info in store.list_keys()] == ["gcm", "ctr-hmac"]
+        with raw_connection(store) as conn, pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("UPDATE keys SET scheme = 'rot13' WHERE name = 'old'")
 
 
 def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: bytes) -> None:
     store = open_keystore(data_dir, master_key)
     store.create_key("orders")
     store.close()
-    step = Migration(3, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
+    step = Migration(4, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
     path = data_dir / "keystore.db"
     for _ in range(2):
         with contextlib.closing(SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))) as upgraded:
-            assert upgraded.schema_version() == 3
+            assert upgraded.schema_version() == 4
             assert upgraded.get_key("orders").latest_version == 1
             with raw_connection(upgraded) as conn:
-                assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1, 2, 3]
+                assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1, 2, 3, 4]
                 assert conn.execute("SELECT label FROM keys").fetchone()[0] == ""
-    # ...and the release that only knows version 2 refuses the upgraded file instead of misreading it
+    # ...and the release that only knows version 3 refuses the upgraded file instead of misreading it
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 3, newer than this release supports \\(2\\)"
+        KeystoreSchemaError, match="schema version 4, newer than this release supports \\(3\\)"
     ):
         open_keystore(data_dir, master_key)
 
 
 def test_failed_migration_leaves_the_database_unchanged(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
-    broken = Migration(3, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
+    broken = Migration(4, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
     with pytest.raises(sqlite3.OperationalError):
         SqliteKeyStore(data_dir / "keystore.db", master_key, migrations=(*MIGRATIONS, broken))
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert store.schema_version() == 2
+        assert store.schema_version() == 3
         assert "x" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
 
 

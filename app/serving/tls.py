@@ -1,0 +1,143 @@
+"""HTTPS for the service: the server's TLS context and the rule against plain HTTP on a network address.
+
+``KEYSTREAM_TLS_CERT_FILE`` and ``KEYSTREAM_TLS_KEY_FILE`` make every worker serve HTTPS, TLS 1.2 or later
+(``minimum_version``; older clients fail the handshake). ``KEYSTREAM_TLS_CLIENT_CA_FILE`` also requires a
+client certificate issued by that CA bundle (mTLS): a connection without one fails the handshake, and a
+request still needs its bearer token.
+
+:class:`ServerTls` holds only the three paths, so it pickles into the spawned workers of
+:class:`app.serving.Supervisor`; uvicorn calls it as its ``ssl_context_factory`` in each worker.
+:meth:`ServerTls.context` is also called once before serving, so that a missing or unreadable file, or a key
+that does not match its certificate, stops the start with one line (:class:`StartupRefusedError`) instead of
+a worker crash loop.
+
+:func:`check_plain_http_bind` refuses plain HTTP on any address but loopback unless
+``KEYSTREAM_TLS_DISABLE=true`` says TLS ends at a proxy in front (tokens and plaintext would otherwise cross
+the network in clear).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: The oldest protocol version the server accepts.
+MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
+
+
+class StartupRefusedError(Exception):
+    """The settings make serving unsafe or impossible (a TLS file, plain HTTP); one line, no secrets."""
+
+
+class _EncryptedKeyError(Exception):
+    pass
+
+
+def _no_password() -> bytes:
+    # Without a callback OpenSSL would prompt on the terminal for an encrypted key.
+    raise _EncryptedKeyError
+
+
+def _check_readable(setting: str, path: Path) -> None:
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise StartupRefusedError(f"{setting} {path}: {exc.strerror or exc}") from None
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The server's certificate, key and optional client CA bundle; builds the ``ssl.SSLContext``."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ServerTls | None:
+        """The TLS files of ``settings`` (:class:`app.core.config.Settings`), or ``None`` for plain HTTP."""
+        if settings.tls_cert_file is None or settings.tls_key_file is None:
+            return None
+        return cls(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+
+    def context(self) -> ssl.SSLContext:
+        """A server context: TLS 1.2+, Python's default ciphers, client certificates required under mTLS.
+
+        Raises:
+            StartupRefusedError: a file is missing or unreadable, is not PEM, the key is encrypted or does not
+                match the certificate, or the client CA file holds no certificate. The message names the
+                setting and the path, never file contents.
+        """
+        _check_readable("KEYSTREAM_TLS_CERT_FILE", self.cert_file)
+        _check_readable("KEYSTREAM_TLS_KEY_FILE", self.key_file)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = MINIMUM_TLS_VERSION
+        try:
+            context.load_cert_chain(self.cert_file, self.key_file, password=_no_password)
+        except _EncryptedKeyError:
+            raise StartupRefusedError(
+                f"KEYSTREAM_TLS_KEY_FILE {self.key_file}: the private key is encrypted; give an unencrypted "
+                "key (protect it with file permissions or a mounted secret)"
+            ) from None
+        except ssl.SSLError as exc:
+            raise StartupRefusedError(
+                f"KEYSTREAM_TLS_CERT_FILE {self.cert_file} and KEYSTREAM_TLS_KEY_FILE {self.key_file}: not a "
+                f"PEM certificate chain and its matching private key ({exc.reason or exc})"
+            ) from None
+        if self.client_ca_file is not None:
+            _check_readable("KEYSTREAM_TLS_CLIENT_CA_FILE", self.client_ca_file)
+            try:
+                context.load_verify_locations(cafile=self.client_ca_file)
+            except ssl.SSLError as exc:
+                raise StartupRefusedError(
+                    f"KEYSTREAM_TLS_CLIENT_CA_FILE {self.client_ca_file}: not a PEM CA bundle "
+                    f"({exc.reason or exc})"
+                ) from None
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    def __call__(self, config: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        """uvicorn's ``ssl_context_factory`` hook (each worker builds its own context)."""
+        return self.context()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address (an unresolvable name is not)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def check_plain_http_bind(host: str, tls: ServerTls | None, tls_disable: bool) -> str | None:
+    """Refuse plain HTTP on a non-loopback ``host`` unless ``tls_disable``.
+
+    Returns:
+        A warning to log when plain HTTP is allowed on a non-loopback host by ``tls_disable``, else ``None``.
+
+    Raises:
+        StartupRefusedError: plain HTTP on a non-loopback host without ``tls_disable``.
+    """
+    if tls is not None or is_loopback(host):
+        return None
+    if not tls_disable:
+        raise StartupRefusedError(
+            f"refusing plain HTTP on {host}, which is not a loopback address: set KEYSTREAM_TLS_CERT_FILE "
+            "and KEYSTREAM_TLS_KEY_FILE to serve HTTPS, or KEYSTREAM_TLS_DISABLE=true when a proxy in front "
+            "terminates TLS"
+        )
+    return (
+        f"serving plain HTTP on {host} (KEYSTREAM_TLS_DISABLE=true): tokens and data cross the network in "
+        "clear unless a proxy in front terminates TLS and only it can reach this port"
+    )

@@ -1,0 +1,502 @@
+"""Keystream against OpenBao's Transit engine, side by side, both at their defaults, one client.
+
+Starts OpenBao's dev server (``bao server -dev``, in-memory storage, Transit enabled, one ``aes256-gcm96``
+key) and a Keystream server (``app.server.serve`` with its defaults: every usable CPU, SQLite, sealed
+``ctr-hmac``) on 127.0.0.1, checks that every request body used below round-trips on both, then runs the
+workloads in alternating rounds (Keystream, OpenBao, Keystream, ...) with the same client:
+
+* 1 KiB encrypt and decrypt: Keystream's streaming routes (binary body) against Transit's JSON routes;
+* 1 KiB encrypt as a Keystream batch of one item (the issue's "batch of 1" target);
+* 100 x 1 KiB batch encrypt and decrypt, at 16 connections (and Keystream at 1 connection, for the
+  "requests/s must not fall as concurrency rises" target);
+* a 16 MiB encrypt uploaded by curl with its defaults (``Expect: 100-continue`` included).
+
+wrk (``-t1``, a Lua script that POSTs a fixed body) drives the small workloads; curl the upload. Each
+figure is the median of the rounds with its min-max; the servers' CPU (user + system, the process and its
+children, as % of one core) and RSS (sum over the process tree, after the run) are recorded per run. Writes
+``--out`` JSON, a Markdown table next to it (``.md``) and a plot (``.png``).
+
+    python -m bench.bench_peer --openbao /work/openbao-bin/bao --rounds 3 --seconds 10 \\
+        --out bench/results/peer.json
+
+Build OpenBao as docs/benchmarks.md says (``go build`` from its public repository).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.bench_aescore import cpu_model
+from bench.service_process import ROOT_TOKEN, Server, free_port, start_server, stop_server
+
+ITEM_BYTES = 1024
+BATCH_ITEMS = 100
+UPLOAD_BYTES = 16 * 1024 * 1024
+BAO_TOKEN = "root"
+KEY = "bench"
+LUA = """wrk.method = "POST"
+wrk.headers["{auth_header}"] = "{auth_value}"
+wrk.headers["Content-Type"] = "{content_type}"
+local file = io.open("{body}", "rb")
+wrk.body = file:read("*a")
+file:close()
+"""
+
+
+@dataclass
+class Target:
+    """One server under test: where it answers, how to authenticate, and its process (for CPU and RSS)."""
+
+    name: str
+    url: str
+    auth_header: str
+    auth_value: str
+    process: psutil.Process
+
+    def headers(self) -> dict[str, str]:
+        return {self.auth_header: self.auth_value}
+
+
+@dataclass
+class Workload:
+    """A request repeated by wrk (or curl, for ``upload``): method POST, a fixed body, a route per target."""
+
+    name: str
+    unit: str  # "req/s", "items/s" or "MiB/s"
+    per_request: int  # items (or MiB) per request, to turn req/s into the unit
+    connections: int
+    bodies: dict[str, tuple[str, str, Path]] = field(default_factory=dict)  # target -> (path, type, body)
+
+
+def tree_cpu_seconds(process: psutil.Process) -> float:
+    """User + system CPU seconds of ``process`` and its live children."""
+    total = 0.0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            times = member.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def tree_rss_mib(process: psutil.Process) -> float:
+    """Resident memory of ``process`` and its children, MiB."""
+    total = 0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / 2**20
+
+
+def start_openbao(binary: Path, work: Path) -> tuple[subprocess.Popen[bytes], Target]:
+    """OpenBao's dev server on a free port with Transit enabled and one aes256-gcm96 key named ``bench``."""
+    port = free_port()
+    home = work / "bao-home"  # the dev server writes a token helper file into $HOME
+    home.mkdir()
+    log = (work / "openbao.log").open("wb")
+    process = subprocess.Popen(
+        [
+            str(binary),
+            "server",
+            "-dev",
+            f"-dev-root-token-id={BAO_TOKEN}",
+            f"-dev-listen-address=127.0.0.1:{port}",
+        ],
+        env={"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    target = Target("openbao", url, "X-Vault-Token", BAO_TOKEN, psutil.Process(process.pid))
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"openbao exited: {(work / 'openbao.log').read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/v1/sys/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("openbao did not become healthy in 60 s")
+        time.sleep(0.2)
+    with httpx.Client(base_url=url, headers=target.headers(), timeout=30) as client:
+        client.post("/v1/sys/mounts/transit", json={"type": "transit"}).raise_for_status()
+        client.post(f"/v1/transit/keys/{KEY}", json={"type": "aes256-gcm96"}).raise_for_status()
+    return process, target
+
+
+def start_keystream(work: Path) -> tuple[Server, Target]:
+    """Keystream at its defaults (workers = usable CPUs) with one aes256 key named ``bench``."""
+    data = work / "keystream"
+    data.mkdir()
+    workers = str(len(os.sched_getaffinity(0)))
+    server = start_server(data, work / "keystream.log", KEYSTREAM_WORKERS=workers)
+    target = Target(
+        "keystream", server.url, "Authorization", f"Bearer {ROOT_TOKEN}", psutil.Process(server.process.pid)
+    )
+    with server.client() as client:
+        client.post("/v1/keys", json={"name": KEY, "type": "aes256"}).raise_for_status()
+    return server, target
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def prepare(keystream: Target, openbao: Target, work: Path) -> list[Workload]:
+    """Write every body and check that each one round-trips on its server."""
+    item = os.urandom(ITEM_BYTES)
+    items = [os.urandom(ITEM_BYTES) for _ in range(BATCH_ITEMS)]
+    octets = "application/octet-stream"
+    js = "application/json"
+
+    def write(name: str, data: bytes) -> Path:
+        path = work / name
+        path.write_bytes(data)
+        return path
+
+    ks = httpx.Client(base_url=keystream.url, headers=keystream.headers(), timeout=120)
+    bao = httpx.Client(base_url=openbao.url, headers=openbao.headers(), timeout=120)
+    with ks, bao:
+        # Keystream, streaming 1 KiB.
+        sealed = ks.post(f"/v1/keys/{KEY}/encrypt", content=item, headers={"Content-Type": octets})
+        sealed.raise_for_status()
+        opened = ks.post(f"/v1/keys/{KEY}/decrypt", content=sealed.content, headers={"Content-Type": octets})
+        check(opened.content == item, "keystream 1 KiB stream")
+        # Keystream, batches of 100 and of 1.
+        encrypt_batch = {"items": [{"plaintext": b64(p)} for p in items]}
+        results = ks.post(f"/v1/keys/{KEY}/encrypt/batch", json=encrypt_batch).json()["results"]
+        decrypt_batch = {"items": [{"ciphertext": r["ciphertext"]} for r in results]}
+        back = ks.post(f"/v1/keys/{KEY}/decrypt/batch", json=decrypt_batch).json()["results"]
+        check([base64.b64decode(r["plaintext"]) for r in back] == items, "keystream batch")
+        one = {"items": [{"plaintext": b64(item)}]}
+        single = ks.post(f"/v1/keys/{KEY}/encrypt/batch", json=one).json()["results"][0]["ciphertext"]
+        single_back = ks.post(f"/v1/keys/{KEY}/decrypt/batch", json={"items": [{"ciphertext": single}]})
+        check(base64.b64decode(single_back.json()["results"][0]["plaintext"]) == item, "keystream batch of 1")
+        # OpenBao, one value and a batch of 100.
+        value = bao.post(f"/v1/transit/encrypt/{KEY}", json={"plaintext": b64(item)}).json()["data"]
+        plain = bao.post(f"/v1/transit/decrypt/{KEY}", json={"ciphertext": value["ciphertext"]}).json()
+        check(base64.b64decode(plain["data"]["plaintext"]) == item, "openbao 1 KiB")
+        bao_batch = {"batch_input": [{"plaintext": b64(p)} for p in items]}
+        bao_sealed = bao.post(f"/v1/transit/encrypt/{KEY}", json=bao_batch).json()["data"]["batch_results"]
+        bao_open_body = {"batch_input": [{"ciphertext": r["ciphertext"]} for r in bao_sealed]}
+        bao_open = bao.post(f"/v1/transit/decrypt/{KEY}", json=bao_open_body).json()["data"]["batch_results"]
+        check([base64.b64decode(r["plaintext"]) for r in bao_open] == items, "openbao batch")
+        # The 16 MiB upload: binary for Keystream, base64 in JSON for Transit (its only form).
+        upload = os.urandom(UPLOAD_BYTES)
+        big = ks.post(f"/v1/keys/{KEY}/encrypt", content=upload, headers={"Content-Type": octets})
+        big_back = ks.post(f"/v1/keys/{KEY}/decrypt", content=big.content, headers={"Content-Type": octets})
+        check(big_back.content == upload, "keystream 16 MiB")
+        bao_big = bao.post(f"/v1/transit/encrypt/{KEY}", json={"plaintext": b64(upload)}).json()["data"]
+        bao_big_back = bao.post(f"/v1/transit/decrypt/{KEY}", json={"ciphertext": bao_big["ciphertext"]})
+        check(base64.b64decode(bao_big_back.json()["data"]["plaintext"]) == upload, "openbao 16 MiB")
+
+    enc, dec = f"/v1/keys/{KEY}/encrypt", f"/v1/keys/{KEY}/decrypt"
+    t_enc, t_dec = f"/v1/transit/encrypt/{KEY}", f"/v1/transit/decrypt/{KEY}"
+    workloads = [
+        Workload("1 KiB encrypt", "req/s", 1, 16),
+        Workload("1 KiB decrypt", "req/s", 1, 16),
+        Workload("1 KiB encrypt, batch of 1", "req/s", 1, 16),
+        Workload("100 x 1 KiB batch encrypt", "items/s", BATCH_ITEMS, 16),
+        Workload("100 x 1 KiB batch decrypt", "items/s", BATCH_ITEMS, 16),
+        Workload("100 x 1 KiB batch encrypt, 1 connection", "items/s", BATCH_ITEMS, 1),
+        Workload("100 x 1 KiB batch decrypt, 1 connection", "items/s", BATCH_ITEMS, 1),
+        Workload("16 MiB encrypt, curl defaults", "MiB/s", UPLOAD_BYTES // 2**20, 1),
+    ]
+    by_name = {w.name: w for w in workloads}
+    by_name["1 KiB encrypt"].bodies = {
+        "keystream": (enc, octets, write("ks-1k.bin", item)),
+        "openbao": (t_enc, js, write("bao-1k-enc.json", json.dumps({"plaintext": b64(item)}).encode())),
+    }
+    by_name["1 KiB decrypt"].bodies = {
+        "keystream": (dec, octets, write("ks-1k.sealed", sealed.content)),
+        "openbao": (
+            t_dec,
+            js,
+            write("bao-1k-dec.json", json.dumps({"ciphertext": value["ciphertext"]}).encode()),
+        ),
+    }
+    by_name["1 KiB encrypt, batch of 1"].bodies = {
+        "keystream": (enc + "/batch", js, write("ks-batch1.json", json.dumps(one).encode())),
+    }
+    ks_enc_batch = write("ks-batch-enc.json", json.dumps(encrypt_batch).encode())
+    ks_dec_batch = write("ks-batch-dec.json", json.dumps(decrypt_batch).encode())
+    bao_enc_batch = write("bao-batch-enc.json", json.dumps(bao_batch).encode())
+    bao_dec_batch = write("bao-batch-dec.json", json.dumps(bao_open_body).encode())
+    for suffix in ("", ", 1 connection"):
+        by_name["100 x 1 KiB batch encrypt" + suffix].bodies = {
+            "keystream": (enc + "/batch", js, ks_enc_batch),
+            "openbao": (t_enc, js, bao_enc_batch),
+        }
+        by_name["100 x 1 KiB batch decrypt" + suffix].bodies = {
+            "keystream": (dec + "/batch", js, ks_dec_batch),
+            "openbao": (t_dec, js, bao_dec_batch),
+        }
+    by_name["16 MiB encrypt, curl defaults"].bodies = {
+        "keystream": (enc, octets, write("ks-16m.bin", upload)),
+        "openbao": (t_enc, js, write("bao-16m.json", json.dumps({"plaintext": b64(upload)}).encode())),
+    }
+    return workloads
+
+
+def check(ok: bool, what: str) -> None:
+    if not ok:
+        raise RuntimeError(f"{what}: the round trip returned other bytes")
+
+
+def run_wrk(
+    target: Target, route: str, content_type: str, body: Path, connections: int, seconds: int, work: Path
+) -> tuple[float, float]:
+    """(requests/s, p99 ms) of one wrk run; fails on any non-2xx answer or socket error."""
+    script = work / f"{target.name}-{body.stem}.lua"
+    script.write_text(
+        LUA.format(
+            auth_header=target.auth_header, auth_value=target.auth_value, content_type=content_type, body=body
+        )
+    )
+    output = subprocess.run(
+        [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(script),
+            target.url + route,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    if "Non-2xx" in output or "Socket errors" in output:
+        raise RuntimeError(f"wrk saw errors against {target.name} {route}:\n{output}")
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", output)
+    if rate is None or p99 is None:
+        raise RuntimeError(f"unexpected wrk output:\n{output}")
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
+    return float(rate.group(1)), float(p99.group(1)) * scale
+
+
+def run_curl(target: Target, route: str, content_type: str, body: Path, repeats: int) -> tuple[float, float]:
+    """(requests/s, p99 ms ~ slowest) of ``repeats`` sequential curl uploads with curl's default headers."""
+    times = []
+    for _ in range(repeats):
+        output = subprocess.run(
+            [
+                "curl",
+                "-sS",
+                "--fail",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{time_total}",
+                "-H",
+                f"{target.auth_header}: {target.auth_value}",
+                "-H",
+                f"Content-Type: {content_type}",
+                "--data-binary",
+                f"@{body}",
+                target.url + route,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        times.append(float(output))
+    return len(times) / sum(times), max(times) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--openbao", type=Path, required=True, help="OpenBao's bao binary")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=10, help="duration of each wrk run")
+    parser.add_argument("--uploads", type=int, default=5, help="16 MiB uploads per round and server")
+    parser.add_argument("--out", type=Path, help="results JSON (a .md table and a .png plot next to it)")
+    args = parser.parse_args()
+    for tool in ("wrk", "curl"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed (Debian: apt-get install {tool})")
+    if not os.access(args.openbao, os.X_OK):
+        sys.exit(f"{args.openbao}: not an executable OpenBao binary (see docs/benchmarks.md to build one)")
+    work = Path(tempfile.mkdtemp(prefix="bench-peer-"))
+    bao_process: subprocess.Popen[bytes] | None = None
+    server: Server | None = None
+    try:
+        bao_process, openbao = start_openbao(args.openbao, work)
+        server, keystream = start_keystream(work)
+        targets = [keystream, openbao]
+        workloads = prepare(keystream, openbao, work)
+        samples: dict[str, dict[str, list[dict[str, float]]]] = {}
+        for _ in range(args.rounds):
+            for workload in workloads:
+                for target in targets:
+                    if target.name not in workload.bodies:
+                        continue
+                    route, content_type, body = workload.bodies[target.name]
+                    cpu_before, wall_before = tree_cpu_seconds(target.process), time.monotonic()
+                    if workload.unit == "MiB/s":
+                        rate, p99 = run_curl(target, route, content_type, body, args.uploads)
+                    else:
+                        rate, p99 = run_wrk(
+                            target, route, content_type, body, workload.connections, args.seconds, work
+                        )
+                    cpu = (tree_cpu_seconds(target.process) - cpu_before) / (time.monotonic() - wall_before)
+                    samples.setdefault(workload.name, {}).setdefault(target.name, []).append(
+                        {
+                            "value": rate * workload.per_request,
+                            "p99_ms": p99,
+                            "cpu_percent": 100 * cpu,
+                            "rss_mib": tree_rss_mib(target.process),
+                        }
+                    )
+        result = summarise(workloads, samples, args)
+        table = markdown(result)
+        print(table)
+        if args.out is not None:
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+            args.out.with_suffix(".md").write_text(table + "\n")
+            plot(result, args.out.with_suffix(".png"))
+    finally:
+        if server is not None:
+            stop_server(server)
+        if bao_process is not None:
+            bao_process.terminate()
+            try:
+                bao_process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                bao_process.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def summarise(
+    workloads: list[Workload], samples: dict[str, dict[str, list[dict[str, float]]]], args: argparse.Namespace
+) -> dict[str, Any]:
+    rows = []
+    for workload in workloads:
+        row: dict[str, Any] = {
+            "workload": workload.name,
+            "unit": workload.unit,
+            "connections": workload.connections,
+        }
+        for target, runs in samples[workload.name].items():
+            values = [run["value"] for run in runs]
+            row[target] = {
+                "median": statistics.median(values),
+                "min": min(values),
+                "max": max(values),
+                "p99_ms": statistics.median(run["p99_ms"] for run in runs),
+                "cpu_percent": statistics.median(run["cpu_percent"] for run in runs),
+                "rss_mib": max(run["rss_mib"] for run in runs),
+                "runs": runs,
+            }
+        if "openbao" in row:
+            row["ratio"] = row["keystream"]["median"] / row["openbao"]["median"]
+        rows.append(row)
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu_model(),
+        "cores": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "uploads": args.uploads,
+        "client": "wrk -t1 --latency (curl for the upload), alternating rounds",
+        "rows": rows,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"{result['cpu']}, {result['cores']} cores, {result['date']}; medians of {result['rounds']} rounds "
+        f"(min-max); wrk -t1, {result['seconds']} s per run; server CPU in % of one core, RSS after the run.",
+        "",
+        "| workload | conns | OpenBao | Keystream | ratio | p99 ms (OpenBao / Keystream) "
+        "| CPU % (OpenBao / Keystream) | RSS MiB (OpenBao / Keystream) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        ks = row["keystream"]
+        bao = row.get("openbao")
+
+        ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "-"
+        p99 = f"{bao['p99_ms']:.2f} / {ks['p99_ms']:.2f}" if bao else f"- / {ks['p99_ms']:.2f}"
+        cpu = f"{bao['cpu_percent']:.0f} / {ks['cpu_percent']:.0f}" if bao else f"- / {ks['cpu_percent']:.0f}"
+        rss = f"{bao['rss_mib']:.0f} / {ks['rss_mib']:.0f}" if bao else f"- / {ks['rss_mib']:.0f}"
+        lines.append(
+            f"| {row['workload']} | {row['connections']} | {cell(bao, row['unit'])} "
+            f"| {cell(ks, row['unit'])} | {ratio} "
+            f"| {p99} | {cpu} | {rss} |"
+        )
+    return "\n".join(lines)
+
+
+def cell(figures: dict[str, Any] | None, unit: str) -> str:
+    """``median (min-max) unit``, or ``-`` for a workload a server was not given."""
+    if figures is None:
+        return "-"
+    return f"{figures['median']:,.1f} ({figures['min']:,.1f}-{figures['max']:,.1f}) {unit}"
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Keystream / OpenBao per workload (log scale), with the issue's 1.5x and 5x targets marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [row for row in result["rows"] if "ratio" in row]
+    names = [row["workload"] for row in rows]
+    ratios = [row["ratio"] for row in rows]
+    low = [row["ratio"] - row["keystream"]["min"] / row["openbao"]["max"] for row in rows]
+    high = [row["keystream"]["max"] / row["openbao"]["min"] - row["ratio"] for row in rows]
+    figure, axes = plt.subplots(figsize=(9, 4.8))
+    positions = range(len(rows))
+    axes.barh(positions, ratios, xerr=[low, high], color="#3a7ca5", capsize=3)
+    axes.set_yticks(list(positions), names)
+    axes.invert_yaxis()
+    axes.set_xscale("log")
+    axes.axvline(1.0, color="black", linewidth=1, label="OpenBao = 1")
+    axes.axvline(1.5, color="#d1495b", linestyle="--", linewidth=1, label="target 1.5x (small messages)")
+    axes.axvline(5.0, color="#edae49", linestyle=":", linewidth=1.5, label="target 5x (16 MiB upload)")
+    for position, ratio in zip(positions, ratios, strict=True):
+        axes.text(ratio * 1.05, position, f"{ratio:.2f}x", va="center", fontsize=8)
+    axes.set_xlabel("Keystream / OpenBao (median of rounds; bars: min-max cross ratios), log scale")
+    axes.set_title(
+        f"Keystream vs OpenBao Transit, both at defaults\n{result['cpu']}, {result['date']}", fontsize=10
+    )
+    axes.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+if __name__ == "__main__":
+    main()
