@@ -13,7 +13,8 @@ Requests: lines go in requests of at most :data:`REQUEST_MAX_ITEMS` items and ab
 :data:`REQUEST_MAX_BYTES` of JSON. The service's own limits are its settings (``batch_max_items``,
 ``batch_max_bytes``), which a client cannot read: a request it refuses with 413 is split in half and sent
 again, and the smaller size is kept for the rest of the input. An item refused with 413 on its own fails
-alone. Any other error of a whole request (auth, unknown key, connection) stops the command.
+alone. A 503 ``overloaded`` (the service's batch buffer stayed full) is retried after 1, 2 and 4 s. Any other
+error of a whole request (auth, unknown key, connection) stops the command.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from keystream_client import BatchItem, KeystreamAPIError, KeystreamClient
+from keystream_client import BatchItem, BatchResult, KeystreamAPIError, KeystreamClient
 from keystream_client._models import b64
 from keystream_client._streams import open_partial
 from keystream_client.cli._codes import EXIT_IO, EXIT_ITEMS_FAILED, EXIT_OK, CommandError
@@ -42,6 +44,8 @@ REQUEST_MAX_ITEMS = 256
 REQUEST_MAX_BYTES = 4 * 1024 * 1024
 #: JSON bytes per item besides its base64 fields (names, quotes, punctuation).
 _ITEM_OVERHEAD = 64
+#: Pauses before sending a request again that the service refused as overloaded (503 ``overloaded``).
+OVERLOADED_RETRY_SECONDS = (1.0, 2.0, 4.0)
 #: Line numbers named in the one-line failure summary.
 _LINES_NAMED = 10
 
@@ -122,7 +126,7 @@ class _Sender:
         """
         items = [line.item for line in lines if line.item is not None]
         try:
-            results = self._call(self._key, items, **self._options)
+            results = self._call_retrying(items)
         except KeystreamAPIError as exc:
             if exc.status != 413:
                 raise
@@ -144,6 +148,18 @@ class _Sender:
                     "key_version": result.key_version,
                     **line.copied,
                 }
+
+    def _call_retrying(self, items: list[BatchItem]) -> list[BatchResult]:
+        """One batch call; a 503 ``overloaded`` (the service's batch buffer stayed full) is retried after
+        1, 2 and 4 s before it counts."""
+        for delay in OVERLOADED_RETRY_SECONDS:
+            try:
+                return self._call(self._key, items, **self._options)
+            except KeystreamAPIError as exc:
+                if exc.status != 503 or exc.code != "overloaded":
+                    raise
+            time.sleep(delay)
+        return self._call(self._key, items, **self._options)
 
 
 def _output_record(line: _Line) -> dict[str, Any]:

@@ -40,6 +40,9 @@ COMMANDS = [
     ["tokens", "delete"],
     ["encrypt"],
     ["decrypt"],
+    ["batch"],
+    ["batch", "encrypt"],
+    ["batch", "decrypt"],
     ["backends"],
 ]
 
