@@ -7,6 +7,7 @@ import sys
 
 PROG = "keystream-server"
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 

@@ -16,7 +16,7 @@ same errors.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +26,7 @@ from app.core.schemes import DEFAULT_SCHEME
 from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import DEFAULT_SEGMENT_SIZE
 
-__all__ = ["KeyInfo", "KeyStore", "KeyVersionInfo", "TokenRecord", "utc_now"]
+__all__ = ["KeyExport", "KeyInfo", "KeyStore", "KeyVersionInfo", "TokenRecord", "utc_now"]
 
 
 def utc_now() -> datetime:
@@ -103,6 +103,19 @@ class TokenRecord:
     key_patterns: tuple[str, ...]
     description: str
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class KeyExport:
+    """A key as stored, for copying it to another keystore: its metadata and every version still wrapped.
+
+    ``wrapped`` holds one blob per entry of ``info.versions``, in the same order, each wrapped under the
+    master key and bound to the key's name and version (:mod:`app.keystore.master`); it is never unwrapped
+    here and never appears in a ``repr``.
+    """
+
+    info: KeyInfo
+    wrapped: tuple[bytes, ...] = field(repr=False)
 
 
 class KeyStore(abc.ABC):
@@ -206,6 +219,28 @@ class KeyStore(abc.ABC):
             KeyNotFoundError: no such key.
             KeyVersionNotFoundError: the key has no such version.
             KeyUnwrapError: the stored material does not authenticate under the master key.
+        """
+
+    @abc.abstractmethod
+    def export_keys(self) -> list[KeyExport]:
+        """Every key with its versions' wrapped material, as stored, ordered by name (one snapshot).
+
+        For :mod:`app.keystore.copy`; the material stays wrapped. Callers keep it out of logs and errors.
+        """
+
+    @abc.abstractmethod
+    def insert_copied(self, copied_keys: Sequence[KeyExport], copied_tokens: Sequence[TokenRecord]) -> None:
+        """Store ``copied_keys`` (wrapped material, versions, policies, times) and ``copied_tokens`` as given.
+
+        All or nothing: one transaction, which also appends a ``key_created`` change per key and a
+        ``token_created`` change per token, so running replicas see the copies. The caller has checked that
+        each wrapped version unwraps under this store's master key (:func:`app.keystore.copy.copy_keystore`).
+
+        Raises:
+            KeyExistsError: a key of that name exists (nothing is written).
+            KeyRecentlyDeletedError: a key of that name was deleted and its tombstone has not expired.
+            ConflictError: a token with that id exists (nothing is written).
+            BadRequestError: a token record is malformed.
         """
 
     @abc.abstractmethod

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import KeyNotFoundError
 
-from ..base import KeyInfo, KeyVersionInfo, utc_now
+from ..base import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from ..tombstones import recently_deleted
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ __all__ = [
     "LockedKey",
     "check_tombstone",
     "delete_key",
+    "export_keys",
+    "insert_exported",
     "insert_key",
     "insert_version",
     "lock_key",
@@ -137,6 +139,48 @@ def insert_key(
     if row is None:
         return False
     insert_version(conn, info.name, 1, wrapped, info.created_at)
+    return True
+
+
+def export_keys(conn: Connection) -> list[KeyExport]:
+    """Every key with its versions' wrapped blobs, by name, in one statement (one snapshot)."""
+    rows = conn.execute(
+        _INFO_SELECT.replace("FROM keys k", ", array_agg(v.wrapped ORDER BY v.version) FROM keys k")
+        + ' GROUP BY k.name ORDER BY k.name COLLATE "C"'
+    ).fetchall()
+    return [KeyExport(_info(row), tuple(bytes(blob) for blob in row[12])) for row in rows]
+
+
+def insert_exported(conn: Connection, key: KeyExport) -> bool:
+    """Insert a copied key as is (metadata, times, every wrapped version); False when the name is taken."""
+    info = key.info
+    row = conn.execute(
+        "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
+        "latest_version, imported, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT (name) DO NOTHING RETURNING name",
+        (
+            info.name,
+            info.key_type,
+            info.scheme,
+            info.segment_size,
+            info.deletion_allowed,
+            info.min_decryption_version,
+            info.latest_version,
+            info.imported,
+            info.created_at,
+            info.updated_at,
+        ),
+    ).fetchone()
+    if row is None:
+        return False
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (%s, %s, %s, %s)",
+            [
+                (info.name, version.version, blob, version.created_at)
+                for version, blob in zip(info.versions, key.wrapped, strict=True)
+            ],
+        )
     return True
 
 

@@ -24,7 +24,7 @@ from app.errors import (
     TokenNotFoundError,
 )
 
-from ..base import KeyInfo, KeyStore, TokenRecord, utc_now
+from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord, utc_now
 from ..changes import Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
@@ -245,6 +245,29 @@ class PostgresKeyStore(KeyStore):
         if wrapped is None:
             raise KeyVersionNotFoundError(f"key {name!r} has no version {version} (versions 1 to {latest})")
         return unwrap_key_material(self._master_key, name, version, wrapped)
+
+    # -- copying between keystores -------------------------------------------------------------------------
+
+    def export_keys(self) -> list[KeyExport]:
+        """See :meth:`KeyStore.export_keys`."""
+        return self._database.read(_keys.export_keys)
+
+    def insert_copied(self, copied_keys: Sequence[KeyExport], copied_tokens: Sequence[TokenRecord]) -> None:
+        """See :meth:`KeyStore.insert_copied`: one transaction, appends serialized by the change-log lock."""
+        checked = [check_token_record(record) for record in copied_tokens]
+
+        def work(conn: Connection) -> None:
+            for key in copied_keys:
+                if not _keys.insert_exported(conn, key):
+                    raise KeyExistsError(f"key {key.info.name!r} already exists")
+                _keys.check_tombstone(conn, key.info.name)
+                _changes.append_change(conn, "key_created", key_name=key.info.name)
+            for record in checked:
+                if not _tokens.insert_token(conn, record):
+                    raise ConflictError(f"token {record.token_id!r} already exists")
+                _changes.append_change(conn, "token_created", token_id=record.token_id)
+
+        self._database.write(work)
 
     # -- tokens -------------------------------------------------------------------------------------------
 

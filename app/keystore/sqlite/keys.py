@@ -19,7 +19,7 @@ from app.errors import (
     KeyVersionNotFoundError,
 )
 
-from ..base import KeyInfo, KeyVersionInfo, utc_now
+from ..base import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from ..master import unwrap_key_material, wrap_key_material
 from .schema import from_text, to_text
 
@@ -80,6 +80,50 @@ def insert_key(
         (name, wrap_key_material(master_key, name, 1, material), now),
     )
     return require_key(conn, name)
+
+
+def export_keys(conn: sqlite3.Connection) -> list[KeyExport]:
+    """Every key with its versions' wrapped blobs, by name (call inside one read transaction)."""
+    wrapped: dict[str, list[bytes]] = {}
+    for key_name, blob in conn.execute(
+        "SELECT key_name, wrapped FROM key_versions ORDER BY key_name, version"
+    ):
+        wrapped.setdefault(key_name, []).append(bytes(blob))
+    return [KeyExport(info, tuple(wrapped.get(info.name, []))) for info in list_keys(conn)]
+
+
+def insert_exported(conn: sqlite3.Connection, key: KeyExport) -> None:
+    """Store a copied key as is: metadata, times and every wrapped version.
+
+    Raises:
+        KeyExistsError: a key called ``key.info.name`` exists.
+    """
+    info = key.info
+    if conn.execute("SELECT 1 FROM keys WHERE name = ?", (info.name,)).fetchone() is not None:
+        raise KeyExistsError(f"key {info.name!r} already exists")
+    conn.execute(
+        "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
+        "latest_version, imported, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            info.name,
+            info.key_type,
+            info.scheme,
+            info.segment_size,
+            int(info.deletion_allowed),
+            info.min_decryption_version,
+            info.latest_version,
+            int(info.imported),
+            to_text(info.created_at),
+            to_text(info.updated_at),
+        ),
+    )
+    conn.executemany(
+        "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, ?, ?, ?)",
+        [
+            (info.name, version.version, blob, to_text(version.created_at))
+            for version, blob in zip(info.versions, key.wrapped, strict=True)
+        ],
+    )
 
 
 def list_keys(conn: sqlite3.Connection) -> list[KeyInfo]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from app.core.schemes import DEFAULT_SCHEME
 from app.errors import BadRequestError
 
-from ..base import KeyInfo, KeyStore, TokenRecord
+from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord
 from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
@@ -226,6 +226,26 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             raise BadRequestError(f"key version must be an integer, got {type(version).__name__}")
         with self._read() as conn:
             return keys.key_material(conn, self._master_key, name, version)
+
+    # -- copying between keystores -------------------------------------------------------------------------
+
+    def export_keys(self) -> list[KeyExport]:
+        """See :meth:`KeyStore.export_keys`."""
+        with self._read() as conn:
+            return keys.export_keys(conn)
+
+    def insert_copied(self, copied_keys: Sequence[KeyExport], copied_tokens: Sequence[TokenRecord]) -> None:
+        """See :meth:`KeyStore.insert_copied`: one ``BEGIN IMMEDIATE`` transaction."""
+        for record in copied_tokens:
+            tokens.token_values(record)  # a malformed record is refused before the write lock is taken
+        with self._write() as conn:
+            for key in copied_keys:
+                changes.check_tombstone(conn, key.info.name)
+                keys.insert_exported(conn, key)
+                changes.append_change(conn, "key_created", key_name=key.info.name)
+            for record in copied_tokens:
+                tokens.insert_token(conn, record)
+                changes.append_change(conn, "token_created", token_id=record.token_id)
 
     # -- tokens -------------------------------------------------------------------------------------------
 

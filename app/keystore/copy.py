@@ -1,0 +1,154 @@
+"""Copy every key, version and token from one keystore into another (SQLite to PostgreSQL and back).
+
+:func:`copy_keystore` reads the source, checks everything, then writes the destination in **one**
+transaction (:meth:`~app.keystore.base.KeyStore.insert_copied`), so a copy is all or nothing:
+
+* Material travels wrapped, as stored; each wrapped version is first unwrapped under the master key to prove
+  it is intact and that both keystores share that master key (each store has already checked its own check
+  value when it was opened). The unwrapped bytes are only compared, never written or shown.
+* Idempotent: a key already in the destination with the same versions, the same material (compared in
+  constant time, :func:`hmac.compare_digest`) and the same type, scheme, segment size and policy is skipped,
+  as is a token already there with identical fields. Re-running a finished copy copies nothing and succeeds.
+* A key or token that exists in the destination but differs is a conflict: :class:`CopyConflictError` names
+  every such key or token (never material) and nothing at all is written. The destination is never
+  overwritten.
+
+Tokens are copied as :class:`~app.keystore.base.TokenRecord` objects, whatever fields those have, through the
+destination's own token insert, so fields added to ``TokenRecord`` later are copied (and compared) too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+from dataclasses import dataclass
+
+from app.errors import ConflictError
+
+from .base import KeyExport, KeyStore, TokenRecord
+from .master import unwrap_key_material
+
+__all__ = ["CopyConflictError", "CopySummary", "copy_keystore"]
+
+#: Key fields that must agree for a key already in the destination to count as the same key.
+_SAME_KEY_FIELDS = ("key_type", "scheme", "segment_size", "min_decryption_version", "deletion_allowed")
+
+
+class CopyConflictError(ConflictError):
+    """Keys or tokens exist in the destination with different material or fields; nothing was written."""
+
+    code = "keystore_copy_conflict"
+
+
+@dataclass(frozen=True)
+class CopySummary:
+    """What a copy did: keys copied and skipped (already there, identical), versions copied, tokens."""
+
+    keys_copied: int
+    keys_skipped: int
+    versions_copied: int
+    tokens_copied: int
+    tokens_skipped: int
+
+    def describe(self) -> str:
+        """One line for the command line, e.g. ``copied 2 keys (5 versions), skipped 1 key; ...``."""
+        return (
+            f"copied {self.keys_copied} keys ({self.versions_copied} versions), skipped {self.keys_skipped} "
+            f"keys already present; copied {self.tokens_copied} tokens, skipped {self.tokens_skipped} tokens "
+            "already present"
+        )
+
+
+def _materials(key: KeyExport, master_key: bytes) -> list[bytes]:
+    """Every version of ``key`` unwrapped (raises ``KeyUnwrapError`` naming the key and version only)."""
+    return [
+        unwrap_key_material(master_key, key.info.name, version.version, blob)
+        for version, blob in zip(key.info.versions, key.wrapped, strict=True)
+    ]
+
+
+def _key_difference(source: KeyExport, target: KeyExport, master_key: bytes) -> str | None:
+    """Why ``target`` is not the same key as ``source`` (no material in the text), or None if it is."""
+    for name in _SAME_KEY_FIELDS:
+        if getattr(source.info, name) != getattr(target.info, name):
+            return f"its {name.replace('_', ' ')} differs"
+    source_versions = [version.version for version in source.info.versions]
+    target_versions = [version.version for version in target.info.versions]
+    if source_versions != target_versions:
+        return f"it has versions {target_versions}, the source {source_versions}"
+    same = True
+    for left, right in zip(_materials(source, master_key), _materials(target, master_key), strict=True):
+        same &= hmac.compare_digest(left, right)  # no early exit: every version is compared
+    return None if same else "its material differs"
+
+
+def _token_difference(source: TokenRecord, target: TokenRecord) -> str | None:
+    """The first field in which two records of one token id differ (its name only), or None."""
+    if not hmac.compare_digest(source.secret_hash, target.secret_hash):
+        return "its secret hash differs"
+    for field in dataclasses.fields(TokenRecord):
+        if field.name != "secret_hash" and getattr(source, field.name) != getattr(target, field.name):
+            return f"its {field.name.replace('_', ' ')} differs"
+    return None
+
+
+def copy_keystore(source: KeyStore, target: KeyStore, master_key: bytes) -> CopySummary:
+    """Copy the keys, versions and tokens of ``source`` that ``target`` lacks, in one transaction.
+
+    Args:
+        source: the keystore to read.
+        target: the keystore to write; both were opened with ``master_key``.
+        master_key: the 32-byte master key of both.
+
+    Returns:
+        What was copied and skipped.
+
+    Raises:
+        KeyUnwrapError: a version in ``source`` (or the same-named key in ``target``) does not unwrap under
+            ``master_key``; nothing was written.
+        CopyConflictError: keys or tokens in ``target`` differ from ``source``'s; nothing was written. The
+            message names them and what differs, never material or hashes.
+        KeyExistsError, ConflictError, KeyRecentlyDeletedError: another writer created a key or token, or
+            a copied name is held by a tombstone in ``target``; nothing was written.
+        ServiceUnavailableError: a database cannot serve now.
+    """
+    source_keys = source.export_keys()
+    for key in source_keys:
+        _materials(key, master_key)  # proves every wrapped version intact before anything is written
+    target_keys = {key.info.name: key for key in target.export_keys()}
+    target_tokens = {record.token_id: record for record in target.list_tokens()}
+    conflicts: list[str] = []
+    new_keys: list[KeyExport] = []
+    for key in source_keys:
+        existing = target_keys.get(key.info.name)
+        if existing is None:
+            new_keys.append(key)
+            continue
+        difference = _key_difference(key, existing, master_key)
+        if difference is not None:
+            conflicts.append(f"key {key.info.name!r} ({difference})")
+    new_tokens: list[TokenRecord] = []
+    source_tokens = source.list_tokens()
+    for record in source_tokens:
+        present = target_tokens.get(record.token_id)
+        if present is None:
+            new_tokens.append(record)
+            continue
+        difference = _token_difference(record, present)
+        if difference is not None:
+            conflicts.append(f"token {record.token_id!r} ({difference})")
+    if conflicts:
+        raise CopyConflictError(
+            "the destination already has, with different contents: "
+            + "; ".join(conflicts)
+            + ". Nothing was copied; rename or remove these in one keystore and run the copy again"
+        )
+    if new_keys or new_tokens:
+        target.insert_copied(new_keys, new_tokens)
+    return CopySummary(
+        keys_copied=len(new_keys),
+        keys_skipped=len(source_keys) - len(new_keys),
+        versions_copied=sum(len(key.info.versions) for key in new_keys),
+        tokens_copied=len(new_tokens),
+        tokens_skipped=len(source_tokens) - len(new_tokens),
+    )
