@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,6 +143,10 @@ def cmd_copy(args: argparse.Namespace) -> int:
     from app.keystore import KeystoreSchemaError, MasterKeyError
     from app.keystore.copy import copy_keystore
 
+    # The error line below says it once; the pool's and the store's own connection warnings would repeat it
+    # over several lines (they are for a server's log). Other warnings (a data directory made 0700) stay.
+    logging.getLogger("psycopg").setLevel(logging.CRITICAL)
+    logging.getLogger("app.keystore.postgres").setLevel(logging.ERROR)
     try:
         master_key = _master_key((args.source, args.target))
         with (

@@ -19,7 +19,7 @@ from app import admin
 from app.admin import EXIT_OK, EXIT_USAGE
 
 REPO = Path(__file__).resolve().parents[3]
-COMMANDS = [[], ["serve"]]
+COMMANDS = [[], ["serve"], ["keystore"], ["keystore", "copy"]]
 TIMEOUT = 60
 
 
