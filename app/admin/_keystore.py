@@ -144,9 +144,10 @@ def cmd_copy(args: argparse.Namespace) -> int:
     from app.keystore.copy import copy_keystore
 
     # The error line below says it once; the pool's and the store's own connection warnings would repeat it
-    # over several lines (they are for a server's log). Other warnings (a data directory made 0700) stay.
-    logging.getLogger("psycopg").setLevel(logging.CRITICAL)
-    logging.getLogger("app.keystore.postgres").setLevel(logging.ERROR)
+    # over several lines (they are for a server's log). The master-key module's warnings (a data directory
+    # made 0700) stay.
+    for name in ("psycopg", "app.keystore.postgres", "app.keystore.sqlite"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         master_key = _master_key((args.source, args.target))
         with (

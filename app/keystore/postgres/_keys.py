@@ -52,6 +52,11 @@ _INFO_SELECT = """
     FROM keys k JOIN key_versions v ON v.key_name = k.name
 """
 
+#: :data:`_INFO_SELECT` plus every version's wrapped blob (column 12), in version order.
+_EXPORT_SELECT = _INFO_SELECT.replace(
+    "FROM keys k", ", array_agg(v.wrapped ORDER BY v.version)\n    FROM keys k"
+)
+
 
 def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
@@ -144,10 +149,7 @@ def insert_key(
 
 def export_keys(conn: Connection) -> list[KeyExport]:
     """Every key with its versions' wrapped blobs, by name, in one statement (one snapshot)."""
-    rows = conn.execute(
-        _INFO_SELECT.replace("FROM keys k", ", array_agg(v.wrapped ORDER BY v.version) FROM keys k")
-        + ' GROUP BY k.name ORDER BY k.name COLLATE "C"'
-    ).fetchall()
+    rows = conn.execute(_EXPORT_SELECT + ' GROUP BY k.name ORDER BY k.name COLLATE "C"').fetchall()
     return [KeyExport(_info(row), tuple(bytes(blob) for blob in row[12])) for row in rows]
 
 

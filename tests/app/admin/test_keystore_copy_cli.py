@@ -174,3 +174,16 @@ def test_master_key_of_the_sqlite_data_dir_is_used(tmp_path: Path, pg_url: str) 
     result = _copy(str(tmp_path / "data"), pg_url, env={})
     assert result.returncode == EXIT_OK, result.stderr
     assert "copied 1 keys (1 versions)" in result.stdout
+
+
+def test_a_file_that_is_not_a_keystore_is_one_line(tmp_path: Path, key_b64: str) -> None:
+    source = open_keystore(tmp_path / "data", base64.b64decode(key_b64))
+    source.close()
+    (tmp_path / "notes.db").write_text("not a database\n")
+    for args in (
+        (str(tmp_path / "data"), str(tmp_path / "notes.db")),
+        (str(tmp_path / "notes.db"), str(tmp_path / "x.db")),
+    ):
+        result = _copy(*args, env={"KEYSTREAM_MASTER_KEY": key_b64})
+        assert result.returncode == EXIT_FAILED
+        assert "file is not a database" in _one_line_error(result, key_b64)
