@@ -1,8 +1,9 @@
 """``keystream-server keystore copy SRC DST`` as a subprocess, against a real PostgreSQL.
 
-A SQLite data directory is copied into PostgreSQL and back into a new ``.db`` file; the copy is checked by
-decrypting through the keystore, the second run copies nothing, and every refusal is one line on stderr with
-the documented exit code, no traceback, no URL password and no key material.
+A SQLite data directory is copied into PostgreSQL and back into a new ``.db`` file; the copy is checked
+through the keystore and by real servers (encrypt through a SQLite one, decrypt through a PostgreSQL one with
+the copied root token), the second run copies nothing, and every refusal is one line on stderr with the
+documented exit code, no traceback, no URL password and no key material.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.admin import EXIT_OK, EXIT_USAGE
 from app.admin._common import EXIT_FAILED
 from app.keystore import SqliteKeyStore, load_or_create_master_key, open_keystore
 from app.keystore.postgres import PostgresKeyStore
+from keystream_server import MASTER_KEY, ROOT_TOKEN, start, stop
 
 REPO = Path(__file__).resolve().parents[3]
 TIMEOUT = 120
@@ -187,3 +190,34 @@ def test_a_file_that_is_not_a_keystore_is_one_line(tmp_path: Path, key_b64: str)
         result = _copy(*args, env={"KEYSTREAM_MASTER_KEY": key_b64})
         assert result.returncode == EXIT_FAILED
         assert "file is not a database" in _one_line_error(result, key_b64)
+
+
+def test_real_servers_decrypt_after_the_copy(tmp_path: Path, pg_url: str) -> None:
+    """Encrypt through a SQLite server, copy, decrypt through a PostgreSQL server with the copied token."""
+    plaintext = secrets.token_bytes(200_000)
+    sealed: dict[str, bytes] = {}
+    first = start(tmp_path / "data", tmp_path / "sqlite.log")
+    try:
+        with httpx.Client(base_url=first.url, headers={"Authorization": f"Bearer {ROOT_TOKEN}"}) as client:
+            for name, scheme in (("orders", "ctr-hmac"), ("ledger", "gcm")):
+                assert client.post("/v1/keys", json={"name": name, "scheme": scheme}).status_code == 201
+                sealed[f"{name}-v1"] = client.post(f"/v1/keys/{name}/encrypt", content=plaintext).content
+                assert client.post(f"/v1/keys/{name}/rotate").status_code == 200
+                sealed[f"{name}-v2"] = client.post(f"/v1/keys/{name}/encrypt", content=plaintext).content
+    finally:
+        stop(first.process)
+    result = _copy(str(tmp_path / "data"), pg_url, env={"KEYSTREAM_MASTER_KEY": MASTER_KEY})
+    assert result.returncode == EXIT_OK, result.stderr
+    assert "copied 2 keys (4 versions)" in result.stdout
+    assert "copied 1 tokens" in result.stdout  # the root token the first start created
+    second = start(tmp_path / "unused", tmp_path / "pg.log", settings={"KEYSTREAM_DATABASE_URL": pg_url})
+    try:
+        with httpx.Client(base_url=second.url, headers={"Authorization": f"Bearer {ROOT_TOKEN}"}) as client:
+            for label, ciphertext in sealed.items():
+                name = label.rpartition("-")[0]
+                opened = client.post(f"/v1/keys/{name}/decrypt", content=ciphertext)
+                assert opened.status_code == 200, (label, opened.text)
+                assert opened.content == plaintext, label
+            assert client.get("/v1/keys/orders").json()["latest_version"] == 2
+    finally:
+        stop(second.process)
