@@ -74,8 +74,16 @@ def _verify(tls: TlsFiles | None, mtls: bool) -> ssl.SSLContext | bool:
     return context
 
 
-def start(data_dir: Path, log: Path, tls: TlsFiles | None = None, *, mtls: bool = False) -> RunningServer:
-    """Start ``keystream-server serve`` and wait for ``/healthz``.
+def start(
+    data_dir: Path,
+    log: Path,
+    tls: TlsFiles | None = None,
+    *,
+    mtls: bool = False,
+    settings: dict[str, str] | None = None,
+) -> RunningServer:
+    """Start ``keystream-server serve`` and wait for ``/healthz``; ``settings`` adds ``KEYSTREAM_*``
+    environment variables (e.g. lower batch limits).
 
     ``tls`` serves HTTPS with its server certificate (``url`` is then ``https://``); ``mtls`` also requires
     client certificates issued by ``tls.ca``.
@@ -101,6 +109,7 @@ def start(data_dir: Path, log: Path, tls: TlsFiles | None = None, *, mtls: bool 
             # bounded staleness of docs/operations.md, not at once (test_e2e_propagation.py measures it).
             "KEYSTREAM_WORKERS": "1",
             "PYTHONPATH": str(REPO),
+            **(settings or {}),
         }
     )
     if tls is not None:
@@ -146,9 +155,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=5)
 
 
-def running(base: Path) -> Iterator[RunningServer]:
-    """Generator for a session fixture: start, yield, stop."""
-    server = start(base / "data", base / "server.log")
+def running(base: Path, settings: dict[str, str] | None = None) -> Iterator[RunningServer]:
+    """Generator for a fixture: start, yield, stop."""
+    server = start(base / "data", base / "server.log", settings=settings)
     try:
         yield server
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from keystream_client import KeystreamClient
 from keystream_client._base import TOKEN_ENV
-from keystream_client.cli._codes import EXIT_OK, UsageError
+from keystream_client.cli._codes import EXIT_AUTH, EXIT_OK, EXIT_USAGE, CommandError, UsageError
 from keystream_client.cli._output import print_json, print_key, print_tokens, table
 
 
@@ -21,12 +21,13 @@ def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> Keys
     ``KEYSTREAM_TOKEN``, ``KEYSTREAM_CACERT`` and ``KEYSTREAM_CLIENT_CERT``/``KEYSTREAM_CLIENT_KEY``.
 
     Raises:
-        UsageError: no token at all, a URL that is not http(s), ``--client-key`` without ``--client-cert``,
-            or a CA bundle or client certificate that cannot be loaded.
+        CommandError: no token at all (exit code 5, as a 401 would give).
+        UsageError: a URL that is not http(s), ``--client-key`` without ``--client-cert``, or a CA bundle or
+            client certificate that cannot be loaded.
     """
     token = args.token or os.environ.get(TOKEN_ENV)
     if not token:
-        raise UsageError(f"no token: pass --token or set {TOKEN_ENV}")
+        raise CommandError(f"no token: pass --token or set {TOKEN_ENV}", EXIT_AUTH)
     client_cert: str | None = args.client_cert
     client_key: str | None = args.client_key
     if client_key and not client_cert:
@@ -66,7 +67,7 @@ def _read_material(path: str, encoding: str) -> bytes:
         if encoding == "hex":
             return bytes.fromhex(raw.decode("ascii").strip())
     except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise UsageError(f"key file is not valid {encoding}") from None
+        raise CommandError(f"key file is not valid {encoding}", EXIT_USAGE) from None
     return raw
 
 
@@ -74,7 +75,7 @@ def cmd_keys_import(args: argparse.Namespace) -> int:
     """``keys import``: material from a file or stdin, never from argv."""
     material = _read_material(args.file, args.encoding)
     if len(material) not in (16, 24, 32):
-        raise UsageError(f"key material must be 16, 24 or 32 bytes, got {len(material)}")
+        raise CommandError(f"key material must be 16, 24 or 32 bytes, got {len(material)}", EXIT_USAGE)
     with make_client(args) as client:
         key = client.import_key(
             args.name,

@@ -14,6 +14,7 @@ from keystream_client import (
     KeystreamConnectionError,
     KeystreamStreamError,
 )
+from keystream_client.cli._batch import cmd_batch
 from keystream_client.cli._codes import (
     EXIT_API_ERROR,
     EXIT_AUTH,
@@ -25,6 +26,7 @@ from keystream_client.cli._codes import (
     EXIT_NOT_FOUND,
     EXIT_TERMINATED,
     EXIT_USAGE,
+    CommandError,
     TerminatedError,
     UsageError,
     raise_terminated,
@@ -43,30 +45,48 @@ def _exit_code(exc: KeystreamAPIError) -> int:
     )
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command that ran, e.g. ``keys config``'s: its usage line is the one to show."""
+    current = parser
+    while True:
+        actions = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, actions[0].dest, None) if actions else None
+        if not actions or chosen not in actions[0].choices:
+            return current
+        current = actions[0].choices[chosen]
+
+
+def _report(exc: BaseException, message: str | None = None) -> None:
+    """One ``keystream: error:`` line: ``message`` (default ``str(exc)``) and the exception's notes."""
+    error("; ".join([message or str(exc), *getattr(exc, "__notes__", ())]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``keystream`` command line; returns the exit code (see :mod:`keystream_client.cli`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    if handler is cmd_crypto and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    if handler in (cmd_crypto, cmd_batch) and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, raise_terminated)
     try:
         return handler(args)
     except UsageError as exc:
-        parser.print_usage(sys.stderr)
-        error(str(exc))
-        return EXIT_USAGE
+        # A usage error alone gets a usage line, the argparse way (exit code 2); runtime errors get one line.
+        _command_parser(parser, args).error(str(exc))
+    except CommandError as exc:
+        _report(exc)
+        return exc.exit_code
     except KeystreamAPIError as exc:
-        error(str(exc))
+        _report(exc)
         return _exit_code(exc)
     except KeystreamStreamError as exc:
-        error(f"{exc}; output is incomplete and was discarded (stdout: discard what was written)")
+        _report(exc, f"{exc}; output is incomplete and was discarded (stdout: discard what was written)")
         return EXIT_INTEGRITY
     except KeystreamConnectionError as exc:
-        error(f"cannot reach the service: {exc}")
+        _report(exc, f"cannot reach the service: {exc}")
         return EXIT_CONNECTION
     except (ValueError, TypeError) as exc:
-        error(str(exc))
+        _report(exc)
         return EXIT_USAGE
     except BrokenPipeError:
         # The reader of stdout went away (e.g. `| head`): stop quietly, as other Unix tools do.
@@ -74,11 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_IO
     except (OSError, KeystreamClientError) as exc:
-        error(str(exc))
+        _report(exc)
         return EXIT_IO
-    except TerminatedError:
-        error("terminated")
+    except TerminatedError as exc:
+        _report(exc, "terminated")
         return EXIT_TERMINATED
-    except KeyboardInterrupt:
-        error("interrupted")
+    except KeyboardInterrupt as exc:
+        _report(exc, "interrupted")
         return EXIT_INTERRUPTED

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from keystream_client._base import DEFAULT_URL
+from keystream_client._options import IV_SIZE
+from keystream_client.cli._batch import cmd_batch
 from keystream_client.cli._commands import (
     cmd_backends,
     cmd_keys_config,
@@ -59,6 +61,15 @@ def _positive(text: str) -> int:
     return value
 
 
+def _iv(text: str) -> str:
+    try:
+        if len(bytes.fromhex(text)) == IV_SIZE:
+            return text
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"not {IV_SIZE * 2} hex digits: {text!r}")
+
+
 def _client_options(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """Connection flags; on subcommands they default to SUPPRESS so a value given before the command stays."""
     common = parser if parser is not None else argparse.ArgumentParser(add_help=False)
@@ -103,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Keystream: AES-CTR encryption as a service. Manage keys and tokens, encrypt and "
         "decrypt files (the server itself runs with `keystream-server serve`).",
         epilog="exit codes: 0 ok, 1 API error, 2 usage, 3 connection, 4 integrity/decryption failure, "
-        "5 auth (401/403), 6 not found, 7 conflict, 8 local I/O, 130 interrupted, 143 terminated",
+        "5 auth (401/403), 6 not found, 7 conflict, 8 local I/O, 9 some batch items failed, 130 interrupted, "
+        "143 terminated",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     _client_options(parser)
@@ -114,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_token_commands(commands, conn, as_json)
     for operation in ("encrypt", "decrypt"):
         _add_crypto_command(commands, conn, operation)
+    _add_batch_command(commands, conn)
 
     backends = commands.add_parser("backends", parents=[conn, as_json], help="list the service's backends")
     backends.description = "List the service's AES backends (for --backend): availability, ISA path, preset."
@@ -212,7 +225,9 @@ def _add_token_commands(
 
 
 def _add_crypto_command(commands: Any, conn: argparse.ArgumentParser, operation: str) -> None:
-    command = commands.add_parser(operation, parents=[conn], help=f"{operation} a file or stdin (streaming)")
+    command = commands.add_parser(
+        operation, parents=[conn], help=f"{operation} a file, stdin or a small --value (streaming)"
+    )
     command.description = (
         f"Stream IN through the service's {operation} into OUT ('-' = stdin/stdout). A file OUT appears only "
         "when the whole transfer succeeded. Sealed (default) is authenticated; raw is plain AES-CTR"
@@ -221,13 +236,34 @@ def _add_crypto_command(commands: Any, conn: argparse.ArgumentParser, operation:
             if operation == "encrypt"
             else "."
         )
+        + (
+            " Or encrypt a small text given as --value and print the ciphertext as base64."
+            if operation == "encrypt"
+            else " Or decrypt a small base64 --value and print the plaintext as UTF-8 text."
+        )
     )
-    command.add_argument("input", metavar="IN")
-    command.add_argument("output", metavar="OUT")
+    command.add_argument("input", metavar="IN", nargs="?")
+    command.add_argument("output", metavar="OUT", nargs="?")
+    command.add_argument(
+        "--value",
+        help="instead of IN and OUT: "
+        + (
+            "a UTF-8 text to encrypt; prints base64 ciphertext (visible in ps: not for secrets)"
+            if operation == "encrypt"
+            else "base64 ciphertext to decrypt; prints the plaintext (UTF-8 text)"
+        ),
+    )
+    command.add_argument(
+        "--json",
+        action="store_true",
+        help="with --value: print {key, key_version, "
+        + ("ciphertext" if operation == "encrypt" else "plaintext")
+        + "} as JSON, base64 inside",
+    )
     command.add_argument("--key", required=True, help="key name")
     command.add_argument("--format", choices=("sealed", "raw"), default="sealed")
     command.add_argument(
-        "--iv", help="raw: 32 hex digits" + (" (default random)" if operation == "encrypt" else "")
+        "--iv", type=_iv, help="raw: 32 hex digits" + (" (default random)" if operation == "encrypt" else "")
     )
     command.add_argument(
         "--offset", type=_non_negative, default=0, help="raw: stream position of IN's first byte"
@@ -243,6 +279,32 @@ def _add_crypto_command(commands: Any, conn: argparse.ArgumentParser, operation:
     command.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     command.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     command.set_defaults(handler=cmd_crypto, operation=operation)
+
+
+def _add_batch_command(commands: Any, conn: argparse.ArgumentParser) -> None:
+    batch = commands.add_parser("batch", help="encrypt or decrypt many small items from a JSON-lines file")
+    batch.description = "Encrypt or decrypt a JSON-lines file through the service's batch routes."
+    sub = batch.add_subparsers(dest="batch_command", metavar="ACTION", required=True)
+    for operation, field, output in (
+        ("encrypt", "plaintext", "ciphertext"),
+        ("decrypt", "ciphertext", "plaintext"),
+    ):
+        command = sub.add_parser(
+            operation, parents=[conn], help=f"{operation} every line of a JSON-lines file"
+        )
+        command.description = (
+            f"Each line of INPUT is a JSON object with base64 {field!r} and optional base64 "
+            "'associated_data' ('reference' is copied, other fields ignored). Each output line has the "
+            f"input's 'line' number and base64 {output!r} with 'key_version', or 'error'. Failed lines do "
+            "not stop the batch; the exit code is then 9. Requests are split to fit the service's limits."
+        )
+        command.add_argument("--key", required=True, help="key name")
+        command.add_argument("--input", required=True, help="JSON-lines file ('-' = stdin)")
+        command.add_argument("--output", default="-", help="JSON-lines file (default '-' = stdout)")
+        command.add_argument("--key-version", type=_positive, help="key version")
+        command.add_argument("--backend", help="service backend: aesni, python or hwsim")
+        command.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
+        command.set_defaults(handler=cmd_batch, operation=operation)
 
 
 def _version() -> str:

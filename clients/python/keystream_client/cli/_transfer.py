@@ -1,17 +1,23 @@
-"""The ``encrypt`` and ``decrypt`` commands: stream IN through the service into OUT with a progress bar."""
+"""The ``encrypt`` and ``decrypt`` commands: stream IN through the service into OUT with a progress bar, or
+encrypt/decrypt one small ``--value`` and print it (base64 ciphertext, UTF-8 plaintext, or JSON)."""
 
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from keystream_client import KeystreamAPIError, KeystreamStreamError
+from keystream_client._models import b64
 from keystream_client._sources import file_remaining
-from keystream_client.cli._codes import EXIT_OK, UsageError
+from keystream_client.cli._codes import EXIT_IO, EXIT_OK, CommandError, UsageError
 from keystream_client.cli._commands import make_client
+from keystream_client.cli._output import print_json
 from keystream_client.cli._progress import ProgressBar
 
 
@@ -31,19 +37,28 @@ def _crypto_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check_paths(args: argparse.Namespace) -> None:
+    if args.input is None or args.output is None:
+        raise UsageError("give IN and OUT, or --value")
+    if args.json:
+        raise UsageError("--json goes with --value")
     if args.input != "-" and not Path(args.input).exists():
-        raise UsageError(f"input not found: {args.input}")
+        raise CommandError(f"input not found: {args.input}", EXIT_IO)
     if args.output == "-":
         return
     out = Path(args.output)
     if args.input != "-" and out.exists() and out.resolve() == Path(args.input).resolve():
         raise UsageError("IN and OUT are the same file")
     if out.exists() and not args.force:
-        raise UsageError(f"output exists: {args.output} (use --force to overwrite)")
+        raise CommandError(f"output exists: {args.output} (use --force to overwrite)", EXIT_IO)
 
 
 def cmd_crypto(args: argparse.Namespace) -> int:
-    """``encrypt`` / ``decrypt``: stream IN through the service into OUT with a progress bar."""
+    """``encrypt`` / ``decrypt``: stream IN through the service into OUT with a progress bar (or
+    :func:`cmd_value` for ``--value``)."""
+    if args.operation == "decrypt" and args.format == "raw" and (args.iv is None or args.key_version is None):
+        raise UsageError("decrypting the raw format needs --iv and --key-version (encrypt printed them)")
+    if args.value is not None:
+        return cmd_value(args)
     _check_paths(args)
     options = _crypto_options(args)
     with make_client(args) as client, _open_input(args.input) as source:
@@ -52,20 +67,65 @@ def cmd_crypto(args: argparse.Namespace) -> int:
         destination: str | IO[bytes] = sys.stdout.buffer if args.output == "-" else args.output
         try:
             result = transfer(args.key, source, destination, on_progress=bar.update, **options)
-        except BaseException:
+        except BaseException as exc:
             bar.close(success=False)
-            if args.output == "-":
-                print("keystream: the output written to stdout is incomplete: discard it", file=sys.stderr)
+            # An error answer comes before any output; a stream error's message already says this.
+            if args.output == "-" and not isinstance(exc, KeystreamAPIError | KeystreamStreamError):
+                exc.add_note("the output written to stdout is incomplete: discard it")
             raise
         bar.close()
         if args.output == "-":
             sys.stdout.buffer.flush()
     if args.operation == "encrypt" and args.format == "raw":
-        iv = result.iv.hex() if result.iv else "?"
-        print(
-            f"keystream: raw: iv={iv} key_version={result.key_version} (both needed to decrypt)",
-            file=sys.stderr,
-        )
+        _print_raw_parameters(result.iv, result.key_version)
+    return EXIT_OK
+
+
+def _print_raw_parameters(iv: bytes | None, key_version: int | None) -> None:
+    shown = iv.hex() if iv else "?"
+    print(f"keystream: raw: iv={shown} key_version={key_version} (both needed to decrypt)", file=sys.stderr)
+
+
+def cmd_value(args: argparse.Namespace) -> int:
+    """``encrypt --value TEXT`` prints base64 ciphertext; ``decrypt --value BASE64`` prints the plaintext as
+    UTF-8 text. ``--json`` prints ``{key, key_version, ciphertext|plaintext}`` with base64 inside (and the
+    ``iv`` for raw encrypt). One in-memory request to the streaming route.
+
+    Raises:
+        UsageError: IN or OUT given too, or a decrypt value that is not base64.
+        CommandError: the plaintext is not UTF-8 text and ``--json`` was not given (exit code 8).
+    """
+    if args.input is not None or args.output is not None:
+        raise UsageError("--value replaces IN and OUT: give one or the other")
+    if args.operation == "encrypt":
+        data = args.value.encode("utf-8")
+    else:
+        try:
+            data = base64.b64decode(args.value, validate=True)
+        except (binascii.Error, ValueError):
+            raise UsageError("--value must be base64 ciphertext (what encrypt --value printed)") from None
+    options = _crypto_options(args)
+    with make_client(args) as client:
+        call = client.encrypt if args.operation == "encrypt" else client.decrypt
+        result = call(args.key, data, **options)
+    field = "ciphertext" if args.operation == "encrypt" else "plaintext"
+    if args.json:
+        output = {"key": args.key, "key_version": result.key_version, field: b64(result.data)}
+        if result.iv is not None:
+            output["iv"] = result.iv.hex()
+        print_json(output)
+    elif args.operation == "encrypt":
+        print(b64(result.data))
+        if result.iv is not None:
+            _print_raw_parameters(result.iv, result.key_version)
+    else:
+        try:
+            text = result.data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CommandError(
+                "the plaintext is binary (not UTF-8 text): use --json for it as base64", EXIT_IO
+            ) from None
+        print(text)
     return EXIT_OK
 
 

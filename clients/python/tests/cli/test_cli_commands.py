@@ -17,6 +17,7 @@ from keystream_client.cli import (
     EXIT_AUTH,
     EXIT_CONFLICT,
     EXIT_CONNECTION,
+    EXIT_IO,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
@@ -39,6 +40,9 @@ COMMANDS = [
     ["tokens", "delete"],
     ["encrypt"],
     ["decrypt"],
+    ["batch"],
+    ["batch", "encrypt"],
+    ["batch", "decrypt"],
     ["backends"],
 ]
 
@@ -151,7 +155,7 @@ def test_tokens_commands(cli: RunCli, key: str) -> None:
 
 
 def test_usage_and_connection_exit_codes(cli: RunCli, server: RunningServer, tmp_path: Path) -> None:
-    assert cli("keys", "list", env={"KEYSTREAM_TOKEN": ""}).returncode == EXIT_USAGE
+    assert cli("keys", "list", env={"KEYSTREAM_TOKEN": ""}).returncode == EXIT_AUTH
     assert cli("keys", "frobnicate").returncode == EXIT_USAGE
     assert cli("encrypt", "--key", "k", "--format", "zip", "a", "b").returncode == EXIT_USAGE
     assert cli("keys", "config", "k").returncode == EXIT_USAGE  # nothing to change
@@ -163,7 +167,7 @@ def test_usage_and_connection_exit_codes(cli: RunCli, server: RunningServer, tmp
     assert cli("--url", server.url, "keys", "list").returncode == EXIT_OK
 
     missing_input = cli("encrypt", "--key", "k", str(tmp_path / "nope"), str(tmp_path / "out"))
-    assert missing_input.returncode == EXIT_USAGE and b"input not found" in missing_input.stderr
+    assert missing_input.returncode == EXIT_IO and b"input not found" in missing_input.stderr
 
 
 def test_backends_and_version(cli: RunCli, server: RunningServer) -> None:

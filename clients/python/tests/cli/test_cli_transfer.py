@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
-from keystream_client.cli import EXIT_INTEGRITY, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE
+from keystream_client.cli import (
+    EXIT_INTEGRITY,
+    EXIT_INTERRUPTED,
+    EXIT_IO,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
 from keystream_server import REPO, RunningServer
 
 
@@ -54,7 +61,7 @@ def test_file_round_trip_with_associated_data(cli: RunCli, key: str, tmp_path: P
     assert opened.read_bytes() == plain.read_bytes()
 
     exists = cli("decrypt", "--key", key, "--associated-data", "order-17", str(sealed), str(opened))
-    assert exists.returncode == EXIT_USAGE and b"--force" in exists.stderr
+    assert exists.returncode == EXIT_IO and b"--force" in exists.stderr
     forced = cli(
         "decrypt", "--key", key, "--associated-data", "order-17", "--force", str(sealed), str(opened)
     )
