@@ -206,10 +206,14 @@ def prepare(keystream: Target, openbao: Target, work: Path) -> list[Workload]:
         bao_open = bao.post(f"/v1/transit/decrypt/{KEY}", json=bao_open_body).json()["data"]["batch_results"]
         check([base64.b64decode(r["plaintext"]) for r in bao_open] == items, "openbao batch")
         # The 16 MiB upload: binary for Keystream, base64 in JSON for Transit (its only form).
+        # curl, not httpx: Keystream answers while it still reads the body, and httpx sends the whole body
+        # before it reads anything, so a large body deadlocks (docs/service-api.md, full duplex).
         upload = os.urandom(UPLOAD_BYTES)
-        big = ks.post(f"/v1/keys/{KEY}/encrypt", content=upload, headers={"Content-Type": octets})
-        big_back = ks.post(f"/v1/keys/{KEY}/decrypt", content=big.content, headers={"Content-Type": octets})
-        check(big_back.content == upload, "keystream 16 MiB")
+        upload_path = write("ks-16m.bin", upload)
+        sealed_path, opened_path = work / "ks-16m.sealed", work / "ks-16m.opened"
+        curl_post(keystream, f"/v1/keys/{KEY}/encrypt", octets, upload_path, sealed_path)
+        curl_post(keystream, f"/v1/keys/{KEY}/decrypt", octets, sealed_path, opened_path)
+        check(opened_path.read_bytes() == upload, "keystream 16 MiB")
         bao_big = bao.post(f"/v1/transit/encrypt/{KEY}", json={"plaintext": b64(upload)}).json()["data"]
         bao_big_back = bao.post(f"/v1/transit/decrypt/{KEY}", json={"ciphertext": bao_big["ciphertext"]})
         check(base64.b64decode(bao_big_back.json()["data"]["plaintext"]) == upload, "openbao 16 MiB")
@@ -256,10 +260,31 @@ def prepare(keystream: Target, openbao: Target, work: Path) -> list[Workload]:
             "openbao": (t_dec, js, bao_dec_batch),
         }
     by_name["16 MiB encrypt, curl defaults"].bodies = {
-        "keystream": (enc, octets, write("ks-16m.bin", upload)),
+        "keystream": (enc, octets, upload_path),
         "openbao": (t_enc, js, write("bao-16m.json", json.dumps({"plaintext": b64(upload)}).encode())),
     }
     return workloads
+
+
+def curl_post(target: Target, route: str, content_type: str, body: Path, output: Path) -> None:
+    """POST ``body`` with curl (which reads the answer while it sends) and write the answer to ``output``."""
+    subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--fail",
+            "-o",
+            str(output),
+            "-H",
+            f"{target.auth_header}: {target.auth_value}",
+            "-H",
+            f"Content-Type: {content_type}",
+            "--data-binary",
+            f"@{body}",
+            target.url + route,
+        ],
+        check=True,
+    )
 
 
 def check(ok: bool, what: str) -> None:
@@ -477,7 +502,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ratios = [row["ratio"] for row in rows]
     low = [row["ratio"] - row["keystream"]["min"] / row["openbao"]["max"] for row in rows]
     high = [row["keystream"]["max"] / row["openbao"]["min"] - row["ratio"] for row in rows]
-    figure, axes = plt.subplots(figsize=(9, 4.8))
+    figure, axes = plt.subplots(figsize=(9, 5.4))
     positions = range(len(rows))
     axes.barh(positions, ratios, xerr=[low, high], color="#3a7ca5", capsize=3)
     axes.set_yticks(list(positions), names)
@@ -492,7 +517,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     axes.set_title(
         f"Keystream vs OpenBao Transit, both at defaults\n{result['cpu']}, {result['date']}", fontsize=10
     )
-    axes.legend(loc="lower right", fontsize=8)
+    axes.set_xlim(min(0.5, min(ratios) / 1.5), max(10.0, max(ratios) * 1.8))  # room for the labels
+    left, right = axes.get_xlim()
+    ticks = [t for t in (0.25, 0.5, 1, 1.5, 2, 5, 10, 20, 50) if left <= t <= right]
+    axes.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    axes.minorticks_off()
+    # Below the axes, so that it hides no bar or label.
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=8, frameon=False)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

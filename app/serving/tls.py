@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.config import Settings
+
 #: The oldest protocol version the server accepts.
 MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
 
@@ -60,8 +62,8 @@ class ServerTls:
     client_ca_file: Path | None = None
 
     @classmethod
-    def from_settings(cls, settings: Any) -> ServerTls | None:
-        """The TLS files of ``settings`` (:class:`app.core.config.Settings`), or ``None`` for plain HTTP."""
+    def from_settings(cls, settings: Settings) -> ServerTls | None:
+        """The TLS files of ``settings``, or ``None`` for plain HTTP."""
         if settings.tls_cert_file is None or settings.tls_key_file is None:
             return None
         return cls(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)

@@ -43,6 +43,11 @@ ClientCert = str | os.PathLike[str] | tuple[str | os.PathLike[str], str | os.Pat
 DEFAULT_CHUNK_SIZE = 256 * 1024
 
 
+class TlsFilesError(ValueError):
+    """A CA bundle or client certificate that cannot be used (missing, unreadable, not PEM, key mismatch), or
+    TLS options that do not go together. The message names the file, never its contents."""
+
+
 class BaseClient:
     """Configuration shared by both clients: URL, token, TLS and timeouts.
 
@@ -155,11 +160,11 @@ def client_ssl_context(verify: Verify = None, cert: ClientCert = None) -> ssl.SS
     if cert is None:
         env_cert, env_key = os.environ.get(CLIENT_CERT_ENV) or None, os.environ.get(CLIENT_KEY_ENV) or None
         if env_key and not env_cert:
-            raise ValueError(f"{CLIENT_KEY_ENV} is set without {CLIENT_CERT_ENV}")
+            raise TlsFilesError(f"{CLIENT_KEY_ENV} is set without {CLIENT_CERT_ENV}")
         cert = (env_cert, env_key) if env_cert and env_key else env_cert
     if isinstance(verify, ssl.SSLContext):
         if cert is not None:
-            raise ValueError("cert= cannot be combined with an SSLContext: load the certificate into it")
+            raise TlsFilesError("cert= cannot be combined with an SSLContext: load the certificate into it")
         return verify
     if isinstance(verify, bool):
         context = ssl.create_default_context()
@@ -171,9 +176,9 @@ def client_ssl_context(verify: Verify = None, cert: ClientCert = None) -> ssl.SS
         try:
             context = ssl.create_default_context(cafile=bundle)
         except ssl.SSLError as exc:  # before OSError, its base class
-            raise ValueError(f"CA bundle {bundle}: no PEM certificate in it ({exc.reason})") from None
+            raise TlsFilesError(f"CA bundle {bundle}: no PEM certificate in it ({exc.reason})") from None
         except OSError as exc:
-            raise ValueError(f"CA bundle {bundle}: {exc.strerror or exc}") from None
+            raise TlsFilesError(f"CA bundle {bundle}: {exc.strerror or exc}") from None
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert is not None:
         cert_file, key_file = (cert[0], cert[1]) if isinstance(cert, tuple) else (cert, None)
@@ -181,11 +186,11 @@ def client_ssl_context(verify: Verify = None, cert: ClientCert = None) -> ssl.SS
         try:
             context.load_cert_chain(cert_file, key_file)
         except ssl.SSLError as exc:  # before OSError, its base class
-            raise ValueError(
+            raise TlsFilesError(
                 f"client certificate {names}: not a PEM certificate and its matching key ({exc.reason})"
             ) from None
         except OSError as exc:
-            raise ValueError(f"client certificate {names}: {exc.strerror or exc}") from None
+            raise TlsFilesError(f"client certificate {names}: {exc.strerror or exc}") from None
     return context
 
 

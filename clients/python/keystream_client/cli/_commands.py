@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from keystream_client import KeystreamClient
-from keystream_client._base import TOKEN_ENV
+from keystream_client._base import TOKEN_ENV, TlsFilesError
 from keystream_client.cli._codes import EXIT_AUTH, EXIT_OK, EXIT_USAGE, CommandError, UsageError
 from keystream_client.cli._output import print_json, print_key, print_tokens, table
 
@@ -21,9 +21,9 @@ def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> Keys
     ``KEYSTREAM_TOKEN``, ``KEYSTREAM_CACERT`` and ``KEYSTREAM_CLIENT_CERT``/``KEYSTREAM_CLIENT_KEY``.
 
     Raises:
-        CommandError: no token at all (exit code 5, as a 401 would give).
-        UsageError: a URL that is not http(s), ``--client-key`` without ``--client-cert``, or a CA bundle or
-            client certificate that cannot be loaded.
+        CommandError: no token at all (exit code 5, as a 401 would give), or a CA bundle or client
+            certificate that cannot be loaded (exit code 2, one line).
+        UsageError: a URL that is not http(s), or ``--client-key`` without ``--client-cert``.
     """
     token = args.token or os.environ.get(TOKEN_ENV)
     if not token:
@@ -41,7 +41,9 @@ def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> Keys
             verify=False if args.insecure else (args.cacert or None),
             cert=(client_cert, client_key) if client_cert and client_key else (client_cert or None),
         )
-    except ValueError as exc:
+    except TlsFilesError as exc:  # an unreadable CA bundle or client certificate: a runtime error
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    except ValueError as exc:  # a URL that is not http(s)
         raise UsageError(str(exc)) from exc
 
 

@@ -201,3 +201,50 @@ def test_format_errors_are_checked_up_front(aesni: aescore.Backend) -> None:
         open_many([(1, bytes(8))], "aes128", 4096, [], [], aesni)
     with pytest.raises(ValueError, match="candidates"):
         open_many([], "aes128", 4096, [], [], aesni)
+
+
+# -- gcm keys: one-segment messages sealed without an encryptor --
+
+
+def gcm_seal(
+    ikm: bytes, key_type: str, segment_size: int, plaintext: bytes, ad: bytes, backend: aescore.Backend
+) -> bytes:
+    encryptor = SealedEncryptor(ikm, key_type, segment_size, ad, backend, scheme="gcm")
+    return encryptor.update(plaintext) + encryptor.finalize()
+
+
+@pytest.mark.parametrize("key_type", KEY_TYPES)
+@pytest.mark.parametrize("backend_name", ["aesni", "python"])
+def test_gcm_one_segment_seal_is_byte_for_byte_the_encryptor(
+    monkeypatch: pytest.MonkeyPatch, key_type: str, backend_name: str
+) -> None:
+    backend = aescore.get_backend(backend_name)
+    segment_size = 4096
+    capacity = segment_size - header_length(key_type) - 16
+    rng = random.Random(11)
+    ikm = rng.randbytes(32)
+    plaintexts = [rng.randbytes(n) for n in (0, 1, 100, capacity - 1, capacity)]
+    ads = [rng.randbytes(n % 3 * 17) for n in range(len(plaintexts))]
+    monkeypatch.setattr(sealed_encryptor, "_random_bytes", Randomness(5))
+    batch = seal_many(ikm, key_type, segment_size, plaintexts, ads, backend, scheme="gcm")
+    monkeypatch.setattr(sealed_encryptor, "_random_bytes", Randomness(5))
+    expected = [
+        gcm_seal(ikm, key_type, segment_size, p, a, backend) for p, a in zip(plaintexts, ads, strict=True)
+    ]
+    assert batch == expected
+
+
+def test_gcm_batch_mixes_one_segment_and_longer_messages(aesni: aescore.Backend) -> None:
+    key_type, segment_size = "aes128", 4096
+    capacity = segment_size - header_length(key_type) - 16
+    rng = random.Random(12)
+    ikm = rng.randbytes(16)
+    sizes = [capacity + 1, 5, 3 * segment_size, capacity, 0, capacity + 2]
+    plaintexts = [rng.randbytes(n) for n in sizes]
+    ads = [b"a" * (n % 5) for n in sizes]
+    sealed = seal_many(ikm, key_type, segment_size, plaintexts, ads, aesni, scheme="gcm")
+    assert all(isinstance(item, bytes) for item in sealed)
+    opened = open_many([(1, ikm)], key_type, segment_size, sealed, ads, aesni, scheme="gcm")  # type: ignore[arg-type]
+    assert opened == [(p, 1) for p in plaintexts]
+    tink = TinkStreamingAead([(1, ikm)], 16, segment_size, "gcm")
+    assert [tink.decrypt(item, ad) for item, ad in zip(sealed, ads, strict=True)] == plaintexts  # type: ignore[arg-type]
