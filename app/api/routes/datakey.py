@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
@@ -55,7 +56,8 @@ class DataKeyRequest(BaseModel):
 class DataKeyResponse(BaseModel):
     ciphertext: str = Field(description="base64 of the data key sealed under the key's latest version")
     key_version: int = Field(description="the key version that sealed it")
-    plaintext: str | None = Field(
+    # Never sent as null (the field is left out instead), so the schema does not allow null.
+    plaintext: str | SkipJsonSchema[None] = Field(
         default=None,
         repr=False,
         description="base64 of the data key; present only when the request asked for it",

@@ -190,3 +190,16 @@ async def test_data_key_stays_out_of_logs_and_metrics(api: Api, caplog: pytest.L
     for form in (response.json()["plaintext"], data_key.hex(), repr(data_key)):
         assert form not in logged
         assert form not in metrics
+
+
+async def test_openapi_documents_the_route(api: Api) -> None:
+    document = (await api.client.get("/openapi.json")).json()
+    operation = document["paths"]["/v1/keys/{name}/datakey"]["post"]
+    assert {"200", "400", "401", "403", "404", "413", "415", "422"} <= set(operation["responses"])
+    schemas = document["components"]["schemas"]
+    request = schemas["DataKeyRequest"]
+    assert request["required"] == ["type", "plaintext"] and request["additionalProperties"] is False
+    assert request["properties"]["type"]["enum"] == ["aes128", "aes256"]
+    answer = schemas["DataKeyResponse"]
+    assert answer["required"] == ["ciphertext", "key_version"]
+    assert answer["properties"]["plaintext"]["type"] == "string"  # left out when not asked for, never null
