@@ -21,7 +21,7 @@ from app.api.http_metrics import HttpMetricsMiddleware
 from app.api.limits import BodyLimitMiddleware
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
-from app.api.routes import batch, crypto, keys, ops, tokens
+from app.api.routes import batch, crypto, datakey, keys, ops, tokens
 from app.api.state import close_state, open_state
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ops.router)
     app.router.routes.extend(crypto.routes)
     app.include_router(batch.router)
+    app.include_router(datakey.router)
     app.include_router(keys.router)
     app.include_router(tokens.router)
     install_docs(app)

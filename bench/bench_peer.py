@@ -502,7 +502,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ratios = [row["ratio"] for row in rows]
     low = [row["ratio"] - row["keystream"]["min"] / row["openbao"]["max"] for row in rows]
     high = [row["keystream"]["max"] / row["openbao"]["min"] - row["ratio"] for row in rows]
-    figure, axes = plt.subplots(figsize=(9, 4.8))
+    figure, axes = plt.subplots(figsize=(9, 5.4))
     positions = range(len(rows))
     axes.barh(positions, ratios, xerr=[low, high], color="#3a7ca5", capsize=3)
     axes.set_yticks(list(positions), names)
@@ -517,7 +517,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     axes.set_title(
         f"Keystream vs OpenBao Transit, both at defaults\n{result['cpu']}, {result['date']}", fontsize=10
     )
-    axes.legend(loc="lower right", fontsize=8)
+    axes.set_xlim(min(0.5, min(ratios) / 1.5), max(10.0, max(ratios) * 1.8))  # room for the labels
+    left, right = axes.get_xlim()
+    ticks = [t for t in (0.25, 0.5, 1, 1.5, 2, 5, 10, 20, 50) if left <= t <= right]
+    axes.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    axes.minorticks_off()
+    # Below the axes, so that it hides no bar or label.
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=8, frameon=False)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -175,7 +175,8 @@ BACKEND_DESCRIPTION = (
 
 _KEY_VERSION_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER_PARAMETER}
 _IV_SCHEMA = {"type": "string", "pattern": "^[0-9A-Fa-f]{32}$"}
-_BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+#: Standard base64 with padding (documented in schemas; checked by decoding, 400 when it fails).
+BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 #: The error statuses of encrypt/decrypt besides those every ``/v1`` route has (see :mod:`app.api.openapi`).
 _ERROR_STATUSES = ("403", "404", "415", "422")
 
@@ -203,7 +204,7 @@ OPENAPI_PARAMETERS = [
         "Keystream-Associated-Data",
         "header",
         "sealed: associated data, base64",
-        {"type": "string", "pattern": _BASE64_PATTERN},
+        {"type": "string", "pattern": BASE64_PATTERN},
     ),
     _parameter(
         "Keystream-IV", "header", "raw: same as iv= (if both are given they must be equal)", _IV_SCHEMA

@@ -34,8 +34,9 @@ from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.errors import error_body
 from app.api.params import BACKEND_DESCRIPTION, KeyVersion, check_associated_data, decode_base64
 from app.api.state import ServiceState
-from app.errors import KeystreamError
+from app.errors import KeystreamError, PayloadTooLargeError
 from app.formats.sealed import native_isa, open_many, seal_many
+from app.keycache import ResolvedKey
 from app.services.crypto_step import run_timed, trial_limiter, trial_work
 from app.services.keys import decryption_keys, encryption_key
 
@@ -140,6 +141,38 @@ async def _run(
     return await run_timed(backend, operation, "sealed", nbytes, inline_max, work, cost=cost, limiter=limiter)
 
 
+async def seal_items(
+    state: ServiceState,
+    backend: aescore.Backend,
+    resolved: ResolvedKey,
+    data: list[bytes],
+    associated_data: list[bytes],
+) -> list[bytes | PayloadTooLargeError]:
+    """Seal each of ``data`` (with the associated data at the same index) under ``resolved``, in the key's
+    scheme: the one sealing path of the JSON routes (batch encrypt and data keys), counted and timed as
+    ``encrypt`` in the crypto metrics, inline or in a thread as :func:`_run` decides.
+
+    Returns:
+        Per item its sealed message, or the error of an item that would need more than 2**32 segments.
+    """
+    return await _run(
+        state,
+        backend,
+        resolved.scheme,
+        "encrypt",
+        data,
+        lambda: seal_many(
+            resolved.material,
+            resolved.key_type,
+            resolved.segment_size,
+            data,
+            associated_data,
+            backend,
+            scheme=resolved.scheme,
+        ),
+    )
+
+
 @router.post(
     "/{name}/encrypt/batch",
     dependencies=[JsonBody],
@@ -167,22 +200,7 @@ async def encrypt_batch(
     data, ads, errors = _inputs(
         state, [item.plaintext for item in items], [item.associated_data for item in items], "plaintext"
     )
-    sealed = await _run(
-        state,
-        chosen,
-        resolved.scheme,
-        "encrypt",
-        data,
-        lambda: seal_many(
-            resolved.material,
-            resolved.key_type,
-            resolved.segment_size,
-            data,
-            ads,
-            chosen,
-            scheme=resolved.scheme,
-        ),
-    )
+    sealed = await seal_items(state, chosen, resolved, data, ads)
     data.clear()  # the inputs are no longer needed while the response is built
     version = resolved.version
     outputs = ((output, version) if isinstance(output, bytes) else output for output in sealed)

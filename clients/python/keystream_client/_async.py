@@ -19,6 +19,7 @@ from keystream_client._calls import (
     configure_key_call,
     create_key_call,
     create_token_call,
+    datakey_call,
     import_key_call,
     quote,
 )
@@ -27,11 +28,13 @@ from keystream_client._models import (
     BatchItem,
     BatchResult,
     CipherResult,
+    DataKey,
     Key,
     NewToken,
     Token,
     TransferResult,
     parse_batch,
+    parse_datakey,
     parse_key,
     parse_keys,
     parse_new_token,
@@ -182,6 +185,16 @@ class AsyncKeystreamClient(BaseClient):
     async def delete_token(self, token_id: str) -> None:
         """As :meth:`KeystreamClient.delete_token`."""
         await self._send(Call("DELETE", f"/v1/tokens/{quote(token_id)}", expect_json=False))
+
+    async def datakey(
+        self,
+        name: str,
+        key_type: str = "aes256",
+        plaintext: bool = True,
+        associated_data: bytes | None = None,
+    ) -> DataKey:
+        """As :meth:`KeystreamClient.datakey`."""
+        return parse_datakey(await self._send(datakey_call(name, key_type, plaintext, associated_data)))
 
     async def backends(self) -> Any:
         """As :meth:`KeystreamClient.backends`."""

@@ -88,3 +88,21 @@ def batch_body(operation: str, items: Sequence[BatchItem | bytes]) -> dict[str, 
             out["reference"] = entry.reference
         body.append(out)
     return {"items": body}
+
+
+#: The data key types ``POST /v1/keys/{name}/datakey`` accepts.
+DATA_KEY_TYPES = ("aes128", "aes256")
+
+
+def datakey_call(name: str, key_type: str, plaintext: bool, associated_data: bytes | None) -> Call:
+    """``POST /v1/keys/{name}/datakey``.
+
+    Raises:
+        ValueError: ``key_type`` is not one of :data:`DATA_KEY_TYPES`.
+    """
+    if key_type not in DATA_KEY_TYPES:
+        raise ValueError(f"key_type must be one of {', '.join(DATA_KEY_TYPES)}, got {key_type!r}")
+    body: dict[str, Any] = {"type": key_type, "plaintext": bool(plaintext)}
+    if associated_data is not None:
+        body["associated_data"] = b64(associated_data)
+    return Call("POST", f"/v1/keys/{quote(name)}/datakey", body)

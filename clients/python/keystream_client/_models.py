@@ -109,6 +109,27 @@ class TransferResult:
 
 
 @dataclass(frozen=True)
+class DataKey:
+    """A data key from ``POST /v1/keys/{name}/datakey`` (envelope encryption).
+
+    ``ciphertext`` is an ordinary sealed message of the data key under the named key (``decrypt`` opens it,
+    with the same associated data); ``plaintext`` is the data key itself, or ``None`` when it was not asked
+    for. The repr never shows ``plaintext``: it is a secret.
+    """
+
+    ciphertext: bytes = field(repr=False)
+    key_version: int
+    plaintext: bytes | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        shown = "<hidden>" if self.plaintext is not None else "None"
+        return (
+            f"DataKey(key_version={self.key_version}, ciphertext=<{len(self.ciphertext)} bytes>, "
+            f"plaintext={shown})"
+        )
+
+
+@dataclass(frozen=True)
 class BatchItem:
     """One input of a batch call; ``data`` is plaintext (encrypt) or sealed ciphertext (decrypt)."""
 
@@ -187,6 +208,22 @@ def parse_new_token(data: Any) -> NewToken:
 def b64(data: bytes) -> str:
     """``data`` as standard base64 text (the service's JSON and header encoding)."""
     return base64.b64encode(data).decode("ascii")
+
+
+def parse_datakey(data: Any) -> DataKey:
+    """The answer of ``POST /v1/keys/{name}/datakey``.
+
+    Raises:
+        KeystreamAPIError: the answer lacks a base64 ``ciphertext`` or ``key_version`` (``invalid_response``).
+    """
+    try:
+        ciphertext = base64.b64decode(data["ciphertext"], validate=True)
+        key_version = int(data["key_version"])
+        text = data.get("plaintext")
+        plaintext = base64.b64decode(text, validate=True) if text is not None else None
+    except (binascii.Error, KeyError, TypeError, ValueError) as exc:
+        raise KeystreamAPIError(200, "invalid_response", "data key answer is malformed") from exc
+    return DataKey(ciphertext, key_version, plaintext)
 
 
 def parse_batch(data: Any, field_name: str) -> list[BatchResult]:

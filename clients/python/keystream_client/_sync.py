@@ -15,16 +15,19 @@ from keystream_client._calls import (
     configure_key_call,
     create_key_call,
     create_token_call,
+    datakey_call,
     import_key_call,
     quote,
 )
 from keystream_client._models import (
     BatchItem,
     BatchResult,
+    DataKey,
     Key,
     NewToken,
     Token,
     parse_batch,
+    parse_datakey,
     parse_key,
     parse_keys,
     parse_new_token,
@@ -210,6 +213,29 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         self._send(Call("DELETE", f"/v1/tokens/{quote(token_id)}", expect_json=False))
+
+    # -- data keys -------------------------------------------------------------------------------------------
+    def datakey(
+        self,
+        name: str,
+        key_type: str = "aes256",
+        plaintext: bool = True,
+        associated_data: bytes | None = None,
+    ) -> DataKey:
+        """Generate a data key for envelope encryption: fresh random bytes (16 for ``aes128``, 32 for
+        ``aes256``) sealed under ``name``'s latest version.
+
+        ``plaintext=True`` also returns the key itself (the token needs the ``encrypt`` and ``decrypt``
+        scopes); ``False`` returns only its ciphertext (``encrypt`` is enough): open it later with
+        ``decrypt(name, result.ciphertext, associated_data=...)``. The result's repr never shows the key.
+
+        Raises:
+            ValueError: ``key_type`` is not ``aes128`` or ``aes256``.
+            KeystreamAPIError: 403 without the scopes, 404 for an unknown key, 413 for associated data over
+                the service's limit.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_datakey(self._send(datakey_call(name, key_type, plaintext, associated_data)))
 
     # -- service ---------------------------------------------------------------------------------------------
     def backends(self) -> Any:

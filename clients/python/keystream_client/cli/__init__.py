@@ -26,8 +26,9 @@ The URL and token come from ``--url``/``--token`` or ``KEYSTREAM_URL``/``KEYSTRE
 ``http://127.0.0.1:8000``). ``-`` as IN or OUT means stdin or stdout.
 
 Modules: ``_parser`` (flags and help), ``_commands`` (keys, tokens, backends), ``_transfer`` (encrypt,
-decrypt, ``--value``), ``_batch`` (``batch encrypt|decrypt`` of JSON lines), ``_output`` (tables, JSON,
-errors), ``_progress`` (the progress bar), ``_codes`` (exit codes), ``_main`` (errors to exit codes).
+decrypt, ``--value``), ``_batch`` (``batch encrypt|decrypt`` of JSON lines), ``_datakey`` (``datakey``),
+``_output`` (tables, JSON, errors), ``_progress`` (the progress bar), ``_codes`` (exit codes), ``_main``
+(errors to exit codes).
 """
 
 from __future__ import annotations

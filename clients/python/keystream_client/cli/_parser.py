@@ -24,6 +24,7 @@ from keystream_client.cli._commands import (
     cmd_tokens_delete,
     cmd_tokens_list,
 )
+from keystream_client.cli._datakey import cmd_datakey
 from keystream_client.cli._transfer import cmd_crypto
 
 #: The service's sealed schemes (``app.core.schemes`` on the server; the client does not import the server).
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     for operation in ("encrypt", "decrypt"):
         _add_crypto_command(commands, conn, operation)
     _add_batch_command(commands, conn)
+    _add_datakey_command(commands, conn, as_json)
 
     backends = commands.add_parser("backends", parents=[conn, as_json], help="list the service's backends")
     backends.description = "List the service's AES backends (for --backend): availability, ISA path, preset."
@@ -305,6 +307,32 @@ def _add_batch_command(commands: Any, conn: argparse.ArgumentParser) -> None:
         command.add_argument("--backend", help="service backend: aesni, python or hwsim")
         command.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
         command.set_defaults(handler=cmd_batch, operation=operation)
+
+
+def _add_datakey_command(
+    commands: Any, conn: argparse.ArgumentParser, as_json: argparse.ArgumentParser
+) -> None:
+    command = commands.add_parser(
+        "datakey",
+        parents=[conn, as_json],
+        help="generate a sealed data key (envelope encryption)",
+    )
+    command.description = (
+        "Generate a random data key and print it sealed under --key's latest version (ciphertext, base64; "
+        "`decrypt` opens it) and, unless --no-plaintext, the data key itself (plaintext, base64). The token "
+        "needs the encrypt scope, and decrypt too for the plaintext."
+    )
+    command.add_argument("--key", required=True, help="key name")
+    command.add_argument(
+        "--type", dest="key_type", choices=("aes128", "aes256"), default="aes256", help="data key size"
+    )
+    command.add_argument(
+        "--no-plaintext", action="store_true", help="print only the sealed data key (encrypt scope only)"
+    )
+    ad = command.add_mutually_exclusive_group()
+    ad.add_argument("--associated-data", help="associated data (UTF-8 text); decrypt needs the same")
+    ad.add_argument("--associated-data-file", type=Path, help="associated data from a file")
+    command.set_defaults(handler=cmd_datakey)
 
 
 def _version() -> str:

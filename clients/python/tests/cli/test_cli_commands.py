@@ -43,6 +43,7 @@ COMMANDS = [
     ["batch"],
     ["batch", "encrypt"],
     ["batch", "decrypt"],
+    ["datakey"],
     ["backends"],
 ]
 

@@ -3,6 +3,7 @@ written (bash, in a fresh directory) against a real server, their output compare
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -71,3 +72,15 @@ def test_batch_example(cli: RunCli, server: RunningServer, tmp_path: Path) -> No
             k: v for k, v in shown.items() if k != "ciphertext"
         }
         assert real.get("ciphertext", "")[:1] == shown.get("ciphertext", "")[:1]  # the sealed header byte
+
+
+def test_datakey_example(cli: RunCli, server: RunningServer, tmp_path: Path) -> None:
+    (shell_language, script), (_, shown) = section_blocks("## Data keys (envelope encryption)")
+    assert shell_language == "sh"
+    _ensure_key(cli, "invoices")
+    result = _run_sh(script, server, tmp_path)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    decrypted, printed, rest = result.stdout.split("\n", 2)
+    assert decrypted == printed and len(base64.b64decode(printed, validate=True)) == 32
+    (wrapped,), (documented,) = _json_objects(rest), _json_objects(shown)
+    assert sorted(wrapped) == sorted(documented) == ["ciphertext", "key_version"]

@@ -1,0 +1,98 @@
+"""``POST /v1/keys/{name}/datakey``: a fresh data key for envelope encryption, sealed under the named key.
+
+Like AWS KMS ``GenerateDataKey`` / ``GenerateDataKeyWithoutPlaintext`` and Vault Transit's
+``datakey/plaintext`` / ``datakey/wrapped``: the service draws ``type``'s size of random bytes (16 for
+``aes128``, 32 for ``aes256``, from :func:`secrets.token_bytes`) and seals them under the key's latest
+version, in the key's scheme, through the batch encrypt route's sealing call (:func:`seal_items`). The
+``ciphertext`` is therefore an ordinary sealed message: ``POST /v1/keys/{name}/decrypt`` and
+``/decrypt/batch`` open it (with the same ``associated_data``).
+
+Scopes: ``plaintext: false`` needs ``encrypt`` (the caller only ever holds the wrapped key, and needs
+``decrypt`` later to unwrap it); ``plaintext: true`` hands out the key itself, which is what a decrypt of the
+ciphertext would return, so it needs ``encrypt`` and ``decrypt``. The data key is in the response body only:
+never in logs, metrics or error bodies; the response says ``Cache-Control: no-store``.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from typing import Any, Literal
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
+
+from app.api.deps import JsonBody, PrincipalDep, StateDep
+from app.api.openapi import errors
+from app.api.params import BASE64_PATTERN, check_associated_data, decode_base64
+from app.api.routes.batch import seal_items
+from app.errors import KeystreamError
+from app.services.keys import encryption_key
+
+router = APIRouter(prefix="/v1/keys", tags=["datakey"])
+
+#: The data key types and their sizes in bytes.
+DATA_KEY_SIZES: dict[str, int] = {"aes128": 16, "aes256": 32}
+DataKeyType = Literal["aes128", "aes256"]
+
+
+class DataKeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: DataKeyType = Field(description="aes128 (16 random bytes) or aes256 (32 random bytes)")
+    plaintext: bool = Field(
+        description="true: the answer carries the data key too (needs the encrypt and decrypt scopes); "
+        "false: only its ciphertext (needs encrypt)"
+    )
+    associated_data: str | None = Field(
+        default=None,
+        description="base64; bound to the ciphertext (decrypt needs the same), at most max_associated_data "
+        "bytes (413 beyond)",
+        json_schema_extra={"pattern": BASE64_PATTERN},
+    )
+
+
+class DataKeyResponse(BaseModel):
+    ciphertext: str = Field(description="base64 of the data key sealed under the key's latest version")
+    key_version: int = Field(description="the key version that sealed it")
+    # Never sent as null (the field is left out instead), so the schema does not allow null.
+    plaintext: str | SkipJsonSchema[None] = Field(
+        default=None,
+        repr=False,
+        description="base64 of the data key; present only when the request asked for it",
+    )
+
+
+@router.post(
+    "/{name}/datakey",
+    dependencies=[JsonBody],
+    response_model=DataKeyResponse,
+    response_model_exclude_none=True,
+    responses=errors(403, 404, 415, 422),
+)
+async def datakey(
+    name: str, body: DataKeyRequest, principal: PrincipalDep, state: StateDep, response: Response
+) -> dict[str, Any]:
+    """Generate a random data key and return it sealed under the key's latest version (and, with
+    ``plaintext: true``, in the clear as well)."""
+    principal.require("encrypt", name)
+    if body.plaintext:
+        principal.require("decrypt", name)
+    associated = check_associated_data(
+        decode_base64("associated_data", body.associated_data), state.settings.max_associated_data
+    )
+    backend = state.backends.get(None)
+    resolved = await encryption_key(state.keycache, name, backend, None)
+    data_key = secrets.token_bytes(DATA_KEY_SIZES[body.type])
+    (sealed,) = await seal_items(state, backend, resolved, [data_key], [associated])
+    if isinstance(sealed, KeystreamError):  # cannot happen for 32 bytes; never a 500 if it did
+        raise sealed
+    response.headers["Cache-Control"] = "no-store"
+    result: dict[str, Any] = {
+        "ciphertext": base64.b64encode(sealed).decode(),
+        "key_version": resolved.version,
+    }
+    if body.plaintext:
+        result["plaintext"] = base64.b64encode(data_key).decode()
+    return result
