@@ -39,7 +39,7 @@ RETRIES = 3
 #: HAProxy's own error answers in the API's shape (``app/api/errors.py``): a client handles one format.
 _ERRORS = (
     (502, "bad_gateway", "the replica closed the connection before answering; the request may be retried"),
-    (503, "unavailable", "no Keystream replica is ready (all failed their /readyz check)"),
+    (503, "unavailable", "no Keystream replica could be reached"),
     (504, "gateway_timeout", "the replica did not answer in time"),
 )
 
@@ -74,7 +74,7 @@ def haproxy_config(servers: list[tuple[str, int]], port: int, stats_socket: Path
     lines += [
         "defaults",
         "    mode http",
-        "    option redispatch",  # a retry after a refused connection goes to another replica
+        "    option redispatch 1",  # every retry after a refused connection goes to another replica
         f"    retries {RETRIES}",
         "    timeout connect 1s",  # replicas are near: a dead one refuses or times out fast
         "    timeout http-request 10s",  # the request head only; bodies stream under timeout client
@@ -101,6 +101,15 @@ def haproxy_config(servers: list[tuple[str, int]], port: int, stats_socket: Path
     ]
     lines += [
         f"    server r{index} {host}:{server_port} check" for index, (host, server_port) in enumerate(servers)
+    ]
+    # When every replica fails /readyz, the cause is shared (the keystore is down): send requests to the
+    # replicas anyway, as unchecked backups, rather than answer 503 here. They still serve keys they have
+    # cached (until their caches stop being trusted) and answer the rest with their own 503
+    # keystore_unavailable + Retry-After. A dead backup refuses the connection and the retry goes elsewhere.
+    lines.append("    option allbackups")
+    lines += [
+        f"    server r{index}-fallback {host}:{server_port} backup"
+        for index, (host, server_port) in enumerate(servers)
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,7 +1,7 @@
-"""Faults survived behind a real HAProxy (issue 10, section 4): two replicas on one PostgreSQL keystore.
+"""Faults survived behind a real HAProxy (issue 10, section 4): three replicas on one PostgreSQL keystore.
 
 Real processes only: a throwaway PostgreSQL cluster (:mod:`tests.pg_cluster`; fails, never skips, when it
-cannot start), two Keystream replicas (:func:`bench.service_process.start_server`, one worker each, the same
+cannot start), three Keystream replicas (:func:`bench.service_process.start_server`, one worker each, the same
 master key) and Debian's ``haproxy`` (:mod:`bench.haproxy_process`, the configuration the docs describe) on
 127.0.0.1. Each scenario is bounded in time and prints what it measured (``pytest -s`` shows it; the figures
 are in docs/operations.md, "Faults behind HAProxy, measured"):
@@ -14,7 +14,7 @@ are in docs/operations.md, "Faults behind HAProxy, measured"):
   trusted, everything recovers by itself, and every key and version acknowledged before the stop is still
   there;
 * a rotation through replica A reaches encrypts through replica B within the documented bound, and what B
-  encrypted decrypts through A, B and the balancer.
+  encrypted decrypts through every replica and the balancer.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ CLEAN_FAILURES = {502, 503, 504}
 
 @dataclass
 class Stack:
+    cluster: PgCluster
     replicas: list[Server]
     haproxy: Haproxy
 
@@ -141,7 +142,9 @@ def round_trip(key: str) -> Callable[[httpx.Client, Loop], None]:
     return step
 
 
-def _start_stack(directory: Path, database_url: str, replicas: int = 2) -> Stack:
+def _start_stack(directory: Path, cluster: PgCluster, replicas: int = 3) -> Stack:
+    database_url = cluster.new_schema()
+
     def one(index: int) -> Server:
         return start_server(
             directory / f"data{index}",
@@ -158,7 +161,7 @@ def _start_stack(directory: Path, database_url: str, replicas: int = 2) -> Stack
         for server in servers:
             stop_server(server)
         raise
-    return Stack(servers, haproxy)
+    return Stack(cluster, servers, haproxy)
 
 
 def _stop_stack(stack: Stack) -> None:
@@ -168,24 +171,32 @@ def _stop_stack(stack: Stack) -> None:
             stop_server(server)
 
 
-@pytest.fixture
-def stack(tmp_path: Path, pg_url: str) -> Iterator[Stack]:
-    """Two replicas on a fresh schema of the session's cluster, HAProxy in front."""
-    running = _start_stack(tmp_path, pg_url)
-    try:
-        yield running
-    finally:
-        _stop_stack(running)
-
-
-@pytest.fixture
-def own_cluster() -> Iterator[PgCluster]:
-    """A cluster of this test's own: the outage test stops it, which must not hit other tests' servers."""
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Three replicas on a PostgreSQL cluster of this module's own (the outage test stops it, which must not
+    hit other tests' servers), HAProxy in front. The tests run in file order and each uses its own key; the
+    kill test comes last because it leaves one replica dead."""
     cluster = start_cluster()
     try:
-        yield cluster
+        running = _start_stack(tmp_path_factory.mktemp("haproxy"), cluster)
+        try:
+            yield running
+        finally:
+            _stop_stack(running)
     finally:
         remove_cluster(cluster)
+
+
+def _wait_all_up(stack: Stack) -> None:
+    """Every running replica UP in HAProxy (a test after a failed one fails here, saying why)."""
+    alive = {f"r{index}" for index, server in enumerate(stack.replicas) if server.process.poll() is None}
+    deadline = time.monotonic() + 10
+    while True:
+        states = stack.haproxy.server_states()
+        if all(states.get(name) == "UP" for name in alive):
+            return
+        assert time.monotonic() < deadline, f"replicas not all UP in HAProxy: {states}"
+        time.sleep(0.1)
 
 
 def _assert_clean(loop: Loop) -> None:
@@ -208,47 +219,10 @@ def _assert_all_decrypt(client: httpx.Client, key: str, ciphertexts: list[tuple[
     assert undecryptable == 0, f"{undecryptable} of {len(ciphertexts)} ciphertexts do not decrypt"
 
 
-def test_replica_killed_under_load(stack: Stack) -> None:
-    with stack.client() as client:
-        assert client.post("/v1/keys", json={"name": "ha"}).status_code == 201
-    loop = Loop(round_trip("ha"), stack.haproxy.url)
-    threads = loop.run(THREADS)
-    time.sleep(1.0)
-    victim = stack.replicas[0]
-    killed = time.monotonic()
-    os.kill(victim.process.pid, signal.SIGKILL)
-    marked_down = None
-    while time.monotonic() - killed < 3.0:
-        if marked_down is None and stack.haproxy.server_states().get("r0") == "DOWN":
-            marked_down = time.monotonic() - killed
-        time.sleep(0.02)
-    loop.stop.set()
-    for thread in threads:
-        thread.join(timeout=15)
-    victim.process.wait(timeout=5)
-
-    _assert_clean(loop)
-    failures = loop.failures()
-    recovery = max((o.ended for o in failures), default=killed) - killed
-    after = [o for o in loop.outcomes if o.started > killed + recovery]
-    print(
-        f"\nkill -9 of 1 of 2 replicas: {len(loop.outcomes)} requests, {len(failures)} failed "
-        f"({[(o.kind, o.status, o.detail[:60]) for o in failures]}); marked DOWN after "
-        f"{marked_down if marked_down is None else round(marked_down, 3)} s; last failure ended "
-        f"{recovery:.3f} s after the kill; {len(after)} requests after it, all successful"
-    )
-    assert len(failures) <= THREADS, failures  # only the requests in flight on the killed replica
-    assert all(o.started < killed + 0.05 for o in failures), failures  # ...none started after the kill
-    assert recovery < KILL_RECOVERY_LIMIT
-    assert marked_down is not None and marked_down < FALL * CHECK_INTER_MS / 1000 + 1.0
-    assert len(after) >= 10
-    with stack.client() as client:
-        _assert_all_decrypt(client, "ha", loop.ciphertexts)
-
-
 def test_rotation_through_one_replica_used_through_another(stack: Stack) -> None:
-    a, b = (stack.client(server.url) for server in stack.replicas)
-    with a, b, stack.client() as balanced:
+    _wait_all_up(stack)
+    a, b, c = (stack.client(server.url) for server in stack.replicas)
+    with a, b, c, stack.client() as balanced:
         assert a.post("/v1/keys", json={"name": "rot"}).status_code == 201
         delays = []
         sealed: list[tuple[bytes, bytes]] = []
@@ -271,19 +245,12 @@ def test_rotation_through_one_replica_used_through_another(stack: Stack) -> None
             f"delays {[round(d * 1000, 1) for d in delays]}"
         )
         assert max(delays) < ROTATION_LIMIT, delays
-        for client in (a, b, balanced):
+        for client in (a, b, c, balanced):
             _assert_all_decrypt(client, "rot", sealed)
 
 
-def test_postgres_stopped_for_five_seconds(tmp_path: Path, own_cluster: PgCluster) -> None:
-    running = _start_stack(tmp_path, own_cluster.new_schema())
-    try:
-        _outage(running, own_cluster)
-    finally:
-        _stop_stack(running)
-
-
-def _outage(stack: Stack, cluster: PgCluster) -> None:
+def test_postgres_stopped_for_five_seconds(stack: Stack) -> None:
+    _wait_all_up(stack)
     acknowledged: dict[str, int] = {}
     with stack.client() as client:
         for index in range(3):
@@ -310,10 +277,10 @@ def _outage(stack: Stack, cluster: PgCluster) -> None:
     threads = crypto.run(THREADS - 1) + writes.run(1)
     time.sleep(0.5)
     stopping = time.monotonic()
-    cluster.stop("fast")
+    stack.cluster.stop("fast")
     stopped = time.monotonic()
     time.sleep(max(0.0, PG_OUTAGE - (stopped - stopping)))
-    cluster.start()
+    stack.cluster.start()
     restarted = time.monotonic()
     while time.monotonic() - restarted < PG_RECOVERY_LIMIT + 5:
         time.sleep(0.25)
@@ -356,3 +323,42 @@ def _outage(stack: Stack, cluster: PgCluster) -> None:
             assert reply.status_code == 200, (name, reply.text)
             assert reply.json()["latest_version"] == versions, (name, reply.json())
         _assert_all_decrypt(client, "before-0", crypto.ciphertexts)
+
+
+def test_replica_killed_under_load(stack: Stack) -> None:
+    _wait_all_up(stack)
+    with stack.client() as client:
+        assert client.post("/v1/keys", json={"name": "ha"}).status_code == 201
+    loop = Loop(round_trip("ha"), stack.haproxy.url)
+    threads = loop.run(THREADS)
+    time.sleep(1.0)
+    victim = stack.replicas[0]
+    killed = time.monotonic()
+    os.kill(victim.process.pid, signal.SIGKILL)
+    marked_down = None
+    while time.monotonic() - killed < 3.0:
+        if marked_down is None and stack.haproxy.server_states().get("r0") == "DOWN":
+            marked_down = time.monotonic() - killed
+        time.sleep(0.02)
+    loop.stop.set()
+    for thread in threads:
+        thread.join(timeout=15)
+    victim.process.wait(timeout=5)
+
+    _assert_clean(loop)
+    failures = loop.failures()
+    recovery = max((o.ended for o in failures), default=killed) - killed
+    after = [o for o in loop.outcomes if o.started > killed + recovery]
+    print(
+        f"\nkill -9 of 1 of 3 replicas: {len(loop.outcomes)} requests, {len(failures)} failed "
+        f"({[(o.kind, o.status, o.detail[:60]) for o in failures]}); marked DOWN after "
+        f"{marked_down if marked_down is None else round(marked_down, 3)} s; last failure ended "
+        f"{recovery:.3f} s after the kill; {len(after)} requests after it, all successful"
+    )
+    assert len(failures) <= THREADS, failures  # only the requests in flight on the killed replica
+    assert all(o.started < killed + 0.05 for o in failures), failures  # ...none started after the kill
+    assert recovery < KILL_RECOVERY_LIMIT
+    assert marked_down is not None and marked_down < FALL * CHECK_INTER_MS / 1000 + 1.0
+    assert len(after) >= 10
+    with stack.client() as client:
+        _assert_all_decrypt(client, "ha", loop.ciphertexts)
