@@ -9,6 +9,9 @@ left off), and the 502/503/504 answers HAProxy makes itself turned into the API'
 
 :func:`start_haproxy` checks the configuration with ``haproxy -c``, starts ``haproxy -db`` (foreground, no
 daemon) and waits until a request through it reaches a ready replica.
+
+``python -m bench.haproxy_process [--bind ADDR] [--port N] HOST:PORT...`` prints the configuration for other
+replicas (docs/operations.md, "Scale-out behind HAProxy").
 """
 
 from __future__ import annotations
@@ -63,8 +66,10 @@ def find_haproxy() -> str:
     return found
 
 
-def haproxy_config(servers: list[tuple[str, int]], port: int, stats_socket: Path | None = None) -> str:
-    """The configuration: a frontend on ``127.0.0.1:port`` balancing over ``servers`` (host, port)."""
+def haproxy_config(
+    servers: list[tuple[str, int]], port: int, stats_socket: Path | None = None, bind: str = "127.0.0.1"
+) -> str:
+    """The configuration: a frontend on ``bind:port`` balancing over ``servers`` (host, port)."""
     lines = [
         "global",
         "    maxconn 4096",
@@ -90,7 +95,7 @@ def haproxy_config(servers: list[tuple[str, int]], port: int, stats_socket: Path
         lines.append(f"    http-error status {status} content-type application/json{retry} string '{body}'")
     lines += [
         "frontend keystream",
-        f"    bind 127.0.0.1:{port}",
+        f"    bind {bind}:{port}",
         "    default_backend replicas",
         "backend replicas",
         "    balance leastconn",
@@ -185,3 +190,20 @@ def stop_haproxy(haproxy: Haproxy) -> None:
     except subprocess.TimeoutExpired:
         haproxy.process.kill()
         haproxy.process.wait(timeout=5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the configuration for the replicas given as ``HOST:PORT``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.haproxy_process", description=main.__doc__)
+    parser.add_argument("--bind", default="127.0.0.1", help="address HAProxy listens on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port HAProxy listens on (default 8080)")
+    parser.add_argument("replicas", nargs="+", metavar="HOST:PORT")
+    args = parser.parse_args(argv)
+    servers = [(host, int(port)) for host, _, port in (item.rpartition(":") for item in args.replicas)]
+    print(haproxy_config(servers, args.port, bind=args.bind), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -199,6 +199,12 @@ def _wait_all_up(stack: Stack) -> None:
         time.sleep(0.1)
 
 
+def _slowest(outcomes: list[Outcome], start: float, end: float) -> list[tuple[str, int, float]]:
+    """The three slowest requests that started in ``[start, end]``: (kind, status, seconds)."""
+    during = sorted((o for o in outcomes if start <= o.started <= end), key=lambda o: o.started - o.ended)
+    return [(o.kind, o.status, round(o.ended - o.started, 2)) for o in during[:3]]
+
+
 def _assert_clean(loop: Loop) -> None:
     """No 500 or other unexpected status; every 503 JSON with Retry-After; no wrong plaintext."""
     assert not loop.wrong, loop.wrong
@@ -312,9 +318,12 @@ def test_postgres_stopped_for_five_seconds(stack: Stack) -> None:
         f"({len(crypto.failures())} failed), "
         f"creates {len(writes.outcomes)} ({len(writes.failures())} failed); "
         f"cached-key encrypts kept working for {cached_ok_span:.2f} s after the stop; "
-        f"last failure ended {recovery:.2f} s after the restart"
+        f"last failure ended {recovery:.2f} s after the restart; slowest answers during the outage "
+        f"{_slowest(crypto.outcomes + writes.outcomes, stopping, restarted)}"
     )
     assert 500 not in statuses
+    assert codes == ["keystore_unavailable"], codes  # the replicas answered, not HAProxy
+    assert cached_ok, "no encrypt with a cached key succeeded after the stop"
     assert writes.failures(), "creates during the outage must have been refused"
     assert recovery < PG_RECOVERY_LIMIT
     with stack.client() as client:
