@@ -323,7 +323,11 @@ def test_postgres_stopped_for_five_seconds(stack: Stack) -> None:
     )
     assert 500 not in statuses
     assert codes == ["keystore_unavailable"], codes  # the replicas answered, not HAProxy
-    assert cached_ok, "no encrypt with a cached key succeeded after the stop"
+    # pg_ctl cuts the connections at once but may take a while to return on a loaded machine: count from
+    # the moment the stop began, so a slow pg_ctl does not eat the caches' trusted window.
+    assert any(o.started > stopping and o.status == 200 for o in crypto.outcomes if o.kind == "encrypt"), (
+        "no encrypt with a cached key succeeded after the stop began"
+    )
     assert writes.failures(), "creates during the outage must have been refused"
     assert recovery < PG_RECOVERY_LIMIT
     with stack.client() as client:
