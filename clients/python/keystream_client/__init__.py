@@ -44,6 +44,7 @@ from keystream_client._models import (
     Key,
     KeyVersion,
     NewToken,
+    RenewedToken,
     Token,
     TransferResult,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "KeystreamStreamError",
     "NewToken",
     "ProgressCallback",
+    "RenewedToken",
     "Source",
     "Token",
     "TransferResult",
