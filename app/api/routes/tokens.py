@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from anyio import to_thread
 from fastapi import APIRouter, Depends, Response, status
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
@@ -24,6 +25,26 @@ from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
 from app.errors import ForbiddenError
 from app.keystore import TokenRecord
 from app.services.security import Principal, new_token, renew_token
+
+#: The path segment ``self`` names the caller's own token, so no token id is read from it: ``DELETE
+#: /v1/tokens/self`` is not the admin's revoke route (405, ``Allow: GET``). No token can be called ``self``
+#: anyway: the service makes hex ids, and a root token's id is hex.
+SELF = "self"
+
+
+class TokenIdConvertor(Convertor[str]):
+    """A ``{token_id}`` path segment: any segment but ``self`` (the keystore checks the id's shape)."""
+
+    regex = rf"(?!{SELF}(?:/|$))[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("token_id", TokenIdConvertor())
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 
@@ -130,14 +151,14 @@ async def list_tokens(principal: TokenAdminDep, state: StateDep) -> dict[str, An
     return {"tokens": [token_json(record) for record in records]}
 
 
-@router.get("/self", responses=errors())
+@router.get(f"/{SELF}", responses=errors())
 async def token_self(principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
     """The calling token's own public fields; any valid token may ask, no ``admin`` scope needed."""
     record = await to_thread.run_sync(state.keystore.get_token, principal.token_id)
     return token_json(record)
 
 
-@router.post("/self/renew", dependencies=[JsonBody], responses=errors(400, 415, 422))
+@router.post(f"/{SELF}/renew", dependencies=[JsonBody], responses=errors(400, 415, 422))
 async def renew_token_self(
     principal: PrincipalDep, state: StateDep, body: RenewTokenRequest | None = None
 ) -> dict[str, Any]:
@@ -153,7 +174,7 @@ async def renew_token_self(
     return {**token_json(record), "capped": capped}
 
 
-@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
+@router.delete("/{token_id:token_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
 async def delete_token(token_id: str, principal: TokenAdminDep, state: StateDep) -> Response:
     """Revoke a token: at once in this worker, in the others when they read the change log (milliseconds)."""
     await to_thread.run_sync(state.keystore.delete_token, token_id)

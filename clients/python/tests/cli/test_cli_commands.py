@@ -176,7 +176,7 @@ def test_tokens_ttl_self_and_renew(cli: RunCli) -> None:
     assert capped.returncode == EXIT_OK, capped.stderr
     assert _json(capped)["capped"] is True
     assert _json(capped)["expires_at"] == _json(capped)["max_expires_at"]
-    plain_capped = cli("tokens", "renew", env=mine)
+    plain_capped = cli("tokens", "renew", "--ttl", "5000", env=mine)
     assert b"capped at its max_expires_at" in plain_capped.stderr
 
     forever = cli("tokens", "renew")  # the root token has no ttl: one line, the API's 400

@@ -125,7 +125,7 @@ def test_token_ttl_self_and_renew(server: RunningServer, client: KeystreamClient
         assert renewed.expires_at is not None and renewed.expires_at > new.expires_at and not renewed.capped
         capped = own.renew_token_self(5000)
         assert capped.capped and capped.expires_at == new.max_expires_at
-        assert own.renew_token_self().capped
+        assert not own.renew_token_self().capped  # now + the ttl (600 s) is within max_ttl (900 s)
     root_self = client.token_self()
     assert root_self.ttl is None and root_self.expires_at is None
     with pytest.raises(KeystreamAPIError) as nothing:

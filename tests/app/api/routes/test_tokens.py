@@ -121,6 +121,7 @@ async def test_an_expired_token_is_refused_even_from_the_cache(
             reads.append(token_id)
             return original(token_id)
 
+        state.follower.poll()  # the token_created change is applied now, not between the two calls below
         monkeypatch.setattr(state.keystore, "get_token", counting_get_token)
         assert (await api.client.get("/v1/backends", headers=api.auth(token))).status_code == 200
         assert (await api.client.get("/v1/backends", headers=api.auth(token))).status_code == 200
@@ -195,3 +196,18 @@ async def test_a_renewal_reaches_the_change_log(api: Api, clock: Clock) -> None:
     await api.client.post("/v1/tokens/self/renew", headers=api.auth(created["token"]))
     changes = keystore.changes_since(before).changes
     assert [(c.kind, c.token_id) for c in changes] == [("token_renewed", created["id"])]
+
+
+async def test_self_is_never_a_token_id(api: Api) -> None:
+    for method in ("DELETE", "OPTIONS", "PUT"):
+        response = await api.client.request(method, "/v1/tokens/self", headers=api.auth())
+        assert response.status_code == 405, (method, response.text)
+        assert response.headers["Allow"] == "GET"
+    schema = (await api.client.get("/openapi.json")).json()
+    assert set(schema["paths"]["/v1/tokens/self"]) == {"get"}
+    assert set(schema["paths"]["/v1/tokens/self/renew"]) == {"post"}
+    parameter = schema["paths"]["/v1/tokens/{token_id}"]["delete"]["parameters"][0]
+    assert parameter["schema"]["pattern"].startswith("^(?!self$)")
+    # Other ids still reach the admin's revoke route.
+    assert (await api.client.delete("/v1/tokens/selfish", headers=api.auth())).status_code == 404
+    assert (await api.client.delete("/v1/tokens/0123456789abcdef", headers=api.auth())).status_code == 204

@@ -125,7 +125,7 @@ def test_migration_4_adds_token_lifetimes_and_the_renewal_change(
 ) -> None:
     url = pg_cluster.new_database()
     PostgresKeyStore(url, master_key, migrations=MIGRATIONS[:3]).close()
-    with psycopg.connect(url, autocommit=True) as conn:  # version 3 has no lifetime columns: as that release did
+    with psycopg.connect(url, autocommit=True) as conn:  # version 3 has no lifetime columns
         conn.execute(
             "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at) "
             "VALUES ('old', '\\x00', '{admin}', '{*}', '', now())"
