@@ -151,14 +151,15 @@ async def list_tokens(principal: TokenAdminDep, state: StateDep) -> dict[str, An
     return {"tokens": [token_json(record) for record in records]}
 
 
-@router.get(f"/{SELF}", responses=errors())
+@router.get(f"/{SELF}", responses=errors(404))
 async def token_self(principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
-    """The calling token's own public fields; any valid token may ask, no ``admin`` scope needed."""
+    """The calling token's own public fields; any valid token may ask, no ``admin`` scope needed (404 only if
+    the token was revoked while the request ran)."""
     record = await to_thread.run_sync(state.keystore.get_token, principal.token_id)
     return token_json(record)
 
 
-@router.post(f"/{SELF}/renew", dependencies=[JsonBody], responses=errors(400, 415, 422))
+@router.post(f"/{SELF}/renew", dependencies=[JsonBody], responses=errors(400, 404, 415, 422))
 async def renew_token_self(
     principal: PrincipalDep, state: StateDep, body: RenewTokenRequest | None = None
 ) -> dict[str, Any]:
