@@ -41,6 +41,12 @@ class UnauthorizedError(KeystreamError):
     code = "unauthorized"
 
 
+class TokenExpiredError(UnauthorizedError):
+    """The token verified but its ``expires_at`` has passed: replace it (only a live token can renew)."""
+
+    code = "token_expired"
+
+
 class ForbiddenError(KeystreamError):
     """The token verified but lacks the scope or key pattern the operation needs."""
 

@@ -9,6 +9,7 @@ gives each class its status::
     ├── DecryptionFailedError               400 decryption_failed
     │   └── SealedDecryptionError           400   (app.formats.sealed: names the failed segment)
     ├── UnauthorizedError                   401 unauthorized         + WWW-Authenticate: Bearer
+    │   └── TokenExpiredError               401 token_expired        + WWW-Authenticate: Bearer
     ├── ForbiddenError                      403 forbidden
     ├── NotFoundError                       404 not_found
     │   ├── KeyNotFoundError                404 key_not_found

@@ -8,7 +8,8 @@ a route, so :func:`build_openapi` completes it in one place:
   (body limits, associated data) and 503 (keystore or backend unavailable); routes declare the rest with
   :func:`errors`;
 * every 4xx/5xx answer has the :data:`ERROR_SCHEMA` body (FastAPI's 422 schema is not what we send);
-* the ``name`` path parameter carries the key-name pattern, ``token_id`` the token-id pattern, ``backend``
+* the ``name`` path parameter carries the key-name pattern, ``token_id`` the token-id pattern (but not
+  ``self``), ``backend``
   the backends this service accepts;
 * the streaming routes (plain Starlette routes) come from :func:`app.api.params.openapi_paths`.
 """
@@ -73,7 +74,8 @@ def _complete_parameters(operation: dict[str, Any], backends: Sequence[str]) -> 
         if parameter["in"] == "path" and parameter["name"] == "name":
             schema.update({"type": "string", "pattern": _anchored(KEY_NAME_PATTERN.pattern)})
         elif parameter["in"] == "path" and parameter["name"] == "token_id":
-            schema.update({"type": "string", "pattern": _anchored(TOKEN_ID_PATTERN.pattern)})
+            # "self" is GET /v1/tokens/self, never a token id (app.api.routes.tokens).
+            schema.update({"type": "string", "pattern": _anchored("(?!self$)" + TOKEN_ID_PATTERN.pattern)})
         elif parameter["name"] == "backend":
             parameter["schema"] = {"enum": list(backends)}
 

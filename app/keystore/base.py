@@ -94,7 +94,9 @@ class TokenRecord:
     """A stored API token: the public id, the hash of its secret (never the secret), scopes and key patterns.
 
     The keystore stores and returns these fields as given; what they mean (hash function, scope names,
-    pattern syntax) is decided by ``app.services.security``.
+    pattern syntax) is decided by ``app.services.security``. A token with a lifetime has all three of
+    ``ttl_seconds`` (the lifetime given at creation, what a renewal grants by default), ``expires_at`` and
+    ``max_expires_at`` (no renewal goes beyond it); a token without one has none of them.
     """
 
     token_id: str
@@ -103,6 +105,9 @@ class TokenRecord:
     key_patterns: tuple[str, ...]
     description: str
     created_at: datetime
+    ttl_seconds: int | None = None
+    expires_at: datetime | None = None
+    max_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -263,6 +268,18 @@ class KeyStore(abc.ABC):
     @abc.abstractmethod
     def list_tokens(self) -> list[TokenRecord]:
         """Return every token, oldest first."""
+
+    @abc.abstractmethod
+    def renew_token(self, token_id: str, expires_at: datetime) -> TokenRecord:
+        """Move the token's ``expires_at`` to ``expires_at`` and return the updated record.
+
+        Appends a ``token_renewed`` change, so every worker and replica forgets its cached record.
+
+        Raises:
+            BadRequestError: ``expires_at`` is not an aware datetime, the token has no lifetime, or
+                ``expires_at`` is after its ``max_expires_at``.
+            TokenNotFoundError: no such token.
+        """
 
     @abc.abstractmethod
     def delete_token(self, token_id: str) -> None:

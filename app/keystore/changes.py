@@ -1,10 +1,10 @@
 """The change log's records, shared by both keystores: what :meth:`KeyStore.changes_since` returns.
 
-Every change to a key or token (create, import, rotate, PATCH, delete, token create/revoke) appends one row to
-an ordered log in the change's own transaction, so a change and its row commit together or not at all. Numbers
-grow in commit order (SQLite: one writer at a time; PostgreSQL: appends serialized by an advisory lock), so a
-reader that has seen number *n* has seen every change below it. A replica remembers the last number it
-applied and asks for what came after (see :mod:`app.services.coherence`).
+Every change to a key or token (create, import, rotate, PATCH, delete, token create/revoke/renew) appends one
+row to an ordered log in the change's own transaction, so a change and its row commit together or not at all.
+Numbers grow in commit order (SQLite: one writer at a time; PostgreSQL: appends serialized by an advisory
+lock), so a reader that has seen number *n* has seen every change below it. A replica remembers the last
+number it applied and asks for what came after (see :mod:`app.services.coherence`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ CHANGE_KINDS: tuple[str, ...] = (
     "key_deleted",
     "token_created",
     "token_deleted",
+    "token_renewed",
 )
 #: Most changes one ``changes_since`` call returns.
 MAX_CHANGES_PER_CALL = 10_000

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from app.core.schemes import SCHEMES
+from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
 from app.errors import BadRequestError
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ __all__ = [
     "check_min_decryption_version",
     "check_scheme",
     "check_segment_size",
+    "check_token_expiry",
     "check_token_id",
     "check_token_record",
     "key_type_for_material",
@@ -182,15 +184,46 @@ def _string_tuple(field_name: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def check_token_record(record: TokenRecord) -> TokenRecord:
-    """Return ``record`` with checked fields: a bytes hash, tuples of str, ``created_at`` in UTC.
+def _utc(moment: datetime) -> datetime:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
 
-    A naive ``created_at`` is taken as UTC.
+
+def _optional_time(field_name: str, value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise BadRequestError(f"{field_name} must be a datetime or None, got {type(value).__name__}")
+    return _utc(value)
+
+
+def check_token_expiry(record: TokenRecord, expires_at: object) -> datetime:
+    """Return ``expires_at`` in UTC if ``record`` may be renewed to it.
+
+    Raises:
+        BadRequestError: ``expires_at`` is not a datetime, ``record`` has no lifetime, or ``expires_at`` is
+            after the record's ``max_expires_at``.
+    """
+    if not isinstance(expires_at, datetime):
+        raise BadRequestError(f"expires_at must be a datetime, got {type(expires_at).__name__}")
+    if record.max_expires_at is None:
+        raise BadRequestError("this token has no ttl: there is nothing to renew")
+    moment = _utc(expires_at)
+    if moment > record.max_expires_at:
+        raise BadRequestError("expires_at may not be after the token's max_expires_at")
+    return moment
+
+
+def check_token_record(record: TokenRecord) -> TokenRecord:
+    """Return ``record`` with checked fields: a bytes hash, tuples of str, times in UTC.
+
+    Naive times are taken as UTC. A lifetime is all of ``ttl_seconds`` (an int in
+    ``MIN_TOKEN_TTL_SECONDS``..``MAX_TOKEN_TTL_SECONDS``), ``expires_at`` and ``max_expires_at`` (with
+    ``expires_at <= max_expires_at``), or none of them.
 
     Raises:
         BadRequestError: invalid token id, an empty or non-bytes ``secret_hash``, scopes or key patterns that
-            are not sequences of str, a non-str description or a non-datetime ``created_at``. The message
-            names the field, never the hash.
+            are not sequences of str, a non-str description, a non-datetime ``created_at``, or a partial or
+            inconsistent lifetime. The message names the field, never the hash.
     """
     check_token_id(record.token_id)
     if not isinstance(record.secret_hash, bytes | bytearray) or not record.secret_hash:
@@ -201,11 +234,29 @@ def check_token_record(record: TokenRecord) -> TokenRecord:
         raise BadRequestError(f"description must be a string, got {type(record.description).__name__}")
     if not isinstance(record.created_at, datetime):
         raise BadRequestError(f"created_at must be a datetime, got {type(record.created_at).__name__}")
-    created = record.created_at if record.created_at.tzinfo else record.created_at.replace(tzinfo=UTC)
+    expires_at = _optional_time("expires_at", record.expires_at)
+    max_expires_at = _optional_time("max_expires_at", record.max_expires_at)
+    lifetime = (record.ttl_seconds, expires_at, max_expires_at)
+    if any(part is not None for part in lifetime):
+        if any(part is None for part in lifetime):
+            raise BadRequestError(
+                "ttl_seconds, expires_at and max_expires_at must be given together or not at all"
+            )
+        check_integer("ttl_seconds", record.ttl_seconds)
+        assert record.ttl_seconds is not None and expires_at is not None and max_expires_at is not None
+        if not MIN_TOKEN_TTL_SECONDS <= record.ttl_seconds <= MAX_TOKEN_TTL_SECONDS:
+            raise BadRequestError(
+                f"ttl_seconds must be {MIN_TOKEN_TTL_SECONDS}..{MAX_TOKEN_TTL_SECONDS}, "
+                f"got {record.ttl_seconds}"
+            )
+        if expires_at > max_expires_at:
+            raise BadRequestError("expires_at may not be after max_expires_at")
     return dataclasses.replace(
         record,
         secret_hash=bytes(record.secret_hash),
         scopes=scopes,
         key_patterns=patterns,
-        created_at=created.astimezone(UTC),
+        created_at=_utc(record.created_at),
+        expires_at=expires_at,
+        max_expires_at=max_expires_at,
     )

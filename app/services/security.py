@@ -7,6 +7,11 @@ so the hot path of an encrypt does not touch the keystore; a token revoked throu
 at once, one revoked through another worker or replica when the change log says so
 (:mod:`app.services.coherence`). ``token_cache_ttl`` is only a last-resort bound, and the cache is not used
 once the change log has not been read for the trust bound (:meth:`TokenVerifier.trust_until`).
+
+A token may have a lifetime (``ttl``, at creation): past its ``expires_at`` it is refused with
+:class:`~app.errors.TokenExpiredError` on every request, cached record or not, and it may be renewed while
+still valid (:func:`renew_token`) up to the ``max_expires_at`` fixed at creation (``max_ttl``). Every
+lifetime decision reads the time from :func:`token_clock`. The root token never expires.
 """
 
 from __future__ import annotations
@@ -19,10 +24,16 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from app.core.token_format import TOKEN_PREFIX, parse_token
-from app.errors import ForbiddenError, TokenNotFoundError, UnauthorizedError
+from app.errors import (
+    BadRequestError,
+    ForbiddenError,
+    TokenExpiredError,
+    TokenNotFoundError,
+    UnauthorizedError,
+)
 from app.keystore import KeyStore, TokenRecord
 
 SCOPES: tuple[str, ...] = ("admin", "encrypt", "decrypt")
@@ -59,15 +70,42 @@ class Principal:
             raise ForbiddenError("this token may not use that key (no key pattern matches)")
 
 
+def token_clock() -> datetime:
+    """The current UTC time: the one clock for creating, renewing and checking token lifetimes."""
+    return datetime.now(UTC)
+
+
 def hash_secret(secret: str) -> bytes:
     """SHA-256 of a token secret (what the keystore stores)."""
     return hashlib.sha256(secret.encode("utf-8")).digest()
 
 
 def new_token(
-    scopes: tuple[str, ...], key_patterns: tuple[str, ...], description: str = ""
+    scopes: tuple[str, ...],
+    key_patterns: tuple[str, ...],
+    description: str = "",
+    *,
+    ttl_seconds: int | None = None,
+    max_ttl_seconds: int | None = None,
 ) -> tuple[str, TokenRecord]:
-    """Generate a token; returns the full token string (show it once) and the record to store."""
+    """Generate a token; returns the full token string (show it once) and the record to store.
+
+    With ``ttl_seconds`` the token expires that long after creation and may be renewed until
+    ``max_ttl_seconds`` after creation (default: ``ttl_seconds``, i.e. not beyond its first expiry).
+
+    Raises:
+        BadRequestError: ``max_ttl_seconds`` without ``ttl_seconds``, or below it.
+    """
+    created_at = token_clock()
+    expires_at = max_expires_at = None
+    if ttl_seconds is not None:
+        max_ttl = ttl_seconds if max_ttl_seconds is None else max_ttl_seconds
+        if max_ttl < ttl_seconds:
+            raise BadRequestError(f"max_ttl ({max_ttl}) may not be below ttl ({ttl_seconds})")
+        expires_at = created_at + timedelta(seconds=ttl_seconds)
+        max_expires_at = created_at + timedelta(seconds=max_ttl)
+    elif max_ttl_seconds is not None:
+        raise BadRequestError("max_ttl needs a ttl")
     token_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     record = TokenRecord(
@@ -76,9 +114,34 @@ def new_token(
         scopes=scopes,
         key_patterns=key_patterns,
         description=description,
-        created_at=datetime.now(UTC),
+        created_at=created_at,
+        ttl_seconds=ttl_seconds,
+        expires_at=expires_at,
+        max_expires_at=max_expires_at,
     )
     return f"{TOKEN_PREFIX}{token_id}_{secret}", record
+
+
+def renew_token(
+    keystore: KeyStore, token_id: str, ttl_seconds: int | None = None
+) -> tuple[TokenRecord, bool]:
+    """Extend the token's expiry to now + ``ttl_seconds`` (default: its ttl at creation), capped at its
+    ``max_expires_at``. Call only for a caller that has just verified with this token (so it has not expired).
+
+    Returns:
+        The updated record, and whether the expiry was capped by ``max_expires_at``.
+
+    Raises:
+        BadRequestError: the token has no ttl (nothing to renew).
+        TokenNotFoundError: the token was deleted meanwhile.
+    """
+    record = keystore.get_token(token_id)
+    if record.ttl_seconds is None or record.max_expires_at is None:
+        raise BadRequestError("this token has no ttl: there is nothing to renew")
+    wanted = token_clock() + timedelta(seconds=record.ttl_seconds if ttl_seconds is None else ttl_seconds)
+    capped = wanted > record.max_expires_at
+    renewed = keystore.renew_token(token_id, min(wanted, record.max_expires_at))
+    return renewed, capped
 
 
 def install_root_token(keystore: KeyStore, token: str | None) -> str | None:
@@ -105,7 +168,11 @@ def install_root_token(keystore: KeyStore, token: str | None) -> str | None:
         except TokenNotFoundError:
             existing = None
         if existing is not None:
-            if hmac.compare_digest(existing.secret_hash, wanted) and set(existing.scopes) == set(SCOPES):
+            if (
+                hmac.compare_digest(existing.secret_hash, wanted)
+                and set(existing.scopes) == set(SCOPES)
+                and existing.expires_at is None
+            ):
                 return None
             keystore.delete_token(token_id)
         keystore.create_token(
@@ -115,7 +182,7 @@ def install_root_token(keystore: KeyStore, token: str | None) -> str | None:
                 scopes=SCOPES,
                 key_patterns=("*",),
                 description=ROOT_TOKEN_DESCRIPTION,
-                created_at=datetime.now(UTC),
+                created_at=token_clock(),
             )
         )
         return None
@@ -182,6 +249,8 @@ class TokenVerifier:
         Raises:
             UnauthorizedError: no bearer token, a malformed one, an unknown id or a wrong secret (one message
                 for all, so the response does not tell which part was wrong).
+            TokenExpiredError: the token verified but its ``expires_at`` has passed (checked on every call,
+                also when the record comes from the cache; told only to a caller who holds the secret).
         """
         if not authorization:
             raise UnauthorizedError("missing bearer token (Authorization: Bearer ks_...)")
@@ -197,4 +266,6 @@ class TokenVerifier:
         stored = record.secret_hash if record is not None else _DUMMY_HASH
         if not hmac.compare_digest(presented, stored) or record is None:
             raise UnauthorizedError("invalid token")
+        if record.expires_at is not None and record.expires_at <= token_clock():
+            raise TokenExpiredError("token expired")
         return Principal(token_id=record.token_id, scopes=record.scopes, key_patterns=record.key_patterns)

@@ -1,6 +1,9 @@
-"""``/v1/tokens``: admins create, list and delete API tokens.
+"""``/v1/tokens``: admins create, list and delete API tokens; any token looks itself up and renews itself.
 
-A token is shown once, at creation. Token management needs an ``admin`` token whose key patterns include
+A token is shown once, at creation. It may have a lifetime: ``ttl`` seconds from creation, renewable through
+``POST /v1/tokens/self/renew`` until ``max_ttl`` seconds after creation (both within
+``MIN_TOKEN_TTL_SECONDS``..``MAX_TOKEN_TTL_SECONDS`` of :mod:`app.core.token_format`); an expired token gets
+401 ``token_expired``. Token management needs an ``admin`` token whose key patterns include
 ``*`` (unrestricted): an admin limited to some keys could otherwise list every token and revoke any, root
 included. A token never hands out more than it has: the new token's scopes must be a subset of the caller's
 (and its key patterns are within ``*``).
@@ -8,23 +11,48 @@ included. A token never hands out more than it has: the new token's scopes must 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from anyio import to_thread
 from fastapi import APIRouter, Depends, Response, status
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from starlette.convertors import Convertor, register_url_convertor
 
-from app.api.deps import AdminDep, JsonBody, StateDep
+from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
+from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
 from app.errors import ForbiddenError
 from app.keystore import TokenRecord
-from app.services.security import Principal, new_token
+from app.services.security import Principal, new_token, renew_token
+
+#: The path segment ``self`` names the caller's own token, so no token id is read from it: ``DELETE
+#: /v1/tokens/self`` is not the admin's revoke route (405, ``Allow: GET``). No token can be called ``self``
+#: anyway: the service makes hex ids, and a root token's id is hex.
+SELF = "self"
+
+
+class TokenIdConvertor(Convertor[str]):
+    """A ``{token_id}`` path segment: any segment but ``self`` (the keystore checks the id's shape)."""
+
+    regex = rf"(?!{SELF}(?:/|$))[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("token_id", TokenIdConvertor())
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 
 Scope = Literal["admin", "encrypt", "decrypt"]
 #: A key pattern: a glob over key-name characters (``* ? [ ] !`` and ``A-Z a-z 0-9 _ . -``), 1-128 of them.
 KeyPattern = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.*?!\[\]-]{1,128}$")]
+#: A token lifetime in seconds.
+TtlSeconds = Annotated[int, Field(ge=MIN_TOKEN_TTL_SECONDS, le=MAX_TOKEN_TTL_SECONDS)]
 
 
 class CreateTokenRequest(BaseModel):
@@ -33,6 +61,31 @@ class CreateTokenRequest(BaseModel):
     scopes: list[Scope] = Field(min_length=1)
     key_patterns: list[KeyPattern] = Field(default_factory=lambda: ["*"], min_length=1, max_length=64)
     description: str = Field(default="", max_length=256)
+    ttl: TtlSeconds | None = Field(
+        default=None, description="Seconds until the token expires (none: it never expires)."
+    )
+    max_ttl: TtlSeconds | None = Field(
+        default=None,
+        description="Seconds after creation beyond which no renewal extends the token (needs ttl; at least "
+        "ttl; default: ttl).",
+    )
+
+    @model_validator(mode="after")
+    def _max_ttl_needs_ttl(self) -> CreateTokenRequest:
+        if self.max_ttl is not None:
+            if self.ttl is None:
+                raise ValueError("max_ttl needs a ttl")
+            if self.max_ttl < self.ttl:
+                raise ValueError("max_ttl may not be below ttl")
+        return self
+
+
+class RenewTokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ttl: TtlSeconds | None = Field(
+        default=None, description="Seconds from now (default: the token's ttl), capped at max_expires_at."
+    )
 
 
 async def get_token_admin(principal: AdminDep) -> Principal:
@@ -52,14 +105,21 @@ async def get_token_admin(principal: AdminDep) -> Principal:
 TokenAdminDep = Annotated[Principal, Depends(get_token_admin)]
 
 
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
+
+
 def token_json(record: TokenRecord) -> dict[str, Any]:
-    """A token's public fields (never the secret or its hash)."""
+    """A token's public fields (never the secret or its hash); the lifetime fields are null without a ttl."""
     return {
         "id": record.token_id,
         "scopes": list(record.scopes),
         "key_patterns": list(record.key_patterns),
         "description": record.description,
-        "created_at": record.created_at.isoformat().replace("+00:00", "Z"),
+        "created_at": _iso(record.created_at),
+        "ttl": record.ttl_seconds,
+        "expires_at": _iso(record.expires_at),
+        "max_expires_at": _iso(record.max_expires_at),
     }
 
 
@@ -77,7 +137,9 @@ async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state
         wider = [pattern for pattern in patterns if pattern not in principal.key_patterns]
         if wider:
             raise ForbiddenError("cannot grant key patterns beyond this token's own patterns")
-    token, record = new_token(scopes, patterns, body.description)
+    token, record = new_token(
+        scopes, patterns, body.description, ttl_seconds=body.ttl, max_ttl_seconds=body.max_ttl
+    )
     await to_thread.run_sync(state.keystore.create_token, record)
     return {"token": token, **token_json(record)}
 
@@ -89,7 +151,31 @@ async def list_tokens(principal: TokenAdminDep, state: StateDep) -> dict[str, An
     return {"tokens": [token_json(record) for record in records]}
 
 
-@router.delete("/{token_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
+@router.get(f"/{SELF}", responses=errors(404))
+async def token_self(principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
+    """The calling token's own public fields; any valid token may ask, no ``admin`` scope needed (404 only if
+    the token was revoked while the request ran)."""
+    record = await to_thread.run_sync(state.keystore.get_token, principal.token_id)
+    return token_json(record)
+
+
+@router.post(f"/{SELF}/renew", dependencies=[JsonBody], responses=errors(400, 404, 415, 422))
+async def renew_token_self(
+    principal: PrincipalDep, state: StateDep, body: RenewTokenRequest | None = None
+) -> dict[str, Any]:
+    """Extend the calling token's expiry to now + ``ttl`` (default: its ttl at creation).
+
+    The new expiry never passes the token's ``max_expires_at``: ``capped`` is true when it was cut there (a
+    token at its limit must be replaced). A token without a ttl gets 400. Every worker and replica sees the
+    new expiry through the change log.
+    """
+    ttl = body.ttl if body is not None else None
+    record, capped = await to_thread.run_sync(renew_token, state.keystore, principal.token_id, ttl)
+    state.tokens.forget(principal.token_id)
+    return {**token_json(record), "capped": capped}
+
+
+@router.delete("/{token_id:token_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
 async def delete_token(token_id: str, principal: TokenAdminDep, state: StateDep) -> Response:
     """Revoke a token: at once in this worker, in the others when they read the change log (milliseconds)."""
     await to_thread.run_sync(state.keystore.delete_token, token_id)

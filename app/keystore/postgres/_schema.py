@@ -14,7 +14,9 @@ Schema version 1 includes the change log ``key_changes``: one row per change to 
 the change's own transaction (see :mod:`._changes`). Version 2 adds ``key_tombstones``: when a deleted name
 may be re-created (see :mod:`app.keystore.tombstones`), and the index that keeps the poll one cheap query.
 Version 3 adds each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stored before it keep
-``ctr-hmac``, the only format they can have.
+``ctr-hmac``, the only format they can have. Version 4 gives tokens an optional lifetime (``ttl_seconds``,
+``expires_at``, ``max_expires_at``; tokens stored before it have none) and lets the change log record
+``token_renewed``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ MIGRATION_LOCK = int.from_bytes(b"keystrea", "big") >> 1
 MASTER_CHECK = "master_key_check"
 
 _KEY_TYPES_SQL = ", ".join(f"'{key_type}'" for key_type in KEY_TYPES)
+#: The change kinds before schema version 4 (which added ``token_renewed``).
+_KINDS_BEFORE_4 = tuple(kind for kind in CHANGE_KINDS if kind != "token_renewed")
+_KINDS_V1_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_4)
 _KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
 _SCHEMES_SQL = ", ".join(f"'{scheme}'" for scheme in SCHEMES)
 
@@ -87,7 +92,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
             f"""CREATE TABLE key_changes (
                 seq      bigserial PRIMARY KEY,
-                kind     text NOT NULL CHECK (kind IN ({_KINDS_SQL})),
+                kind     text NOT NULL CHECK (kind IN ({_KINDS_V1_SQL})),
                 key_name text,
                 token_id text,
                 at       timestamptz NOT NULL,
@@ -118,6 +123,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             f"""ALTER TABLE keys ADD COLUMN scheme text NOT NULL DEFAULT '{DEFAULT_SCHEME}'
                 CHECK (scheme IN ({_SCHEMES_SQL}))""",
+        ),
+    ),
+    Migration(
+        4,
+        "token lifetimes (ttl, expiry, renewal limit); the change log records token renewals",
+        (
+            """ALTER TABLE tokens ADD COLUMN ttl_seconds integer CHECK (ttl_seconds >= 1),
+                ADD COLUMN expires_at timestamptz,
+                ADD COLUMN max_expires_at timestamptz""",
+            "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
+            f"ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check CHECK (kind IN ({_KINDS_SQL}))",
         ),
     ),
 )

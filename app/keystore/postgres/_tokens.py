@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..base import TokenRecord
@@ -11,13 +11,24 @@ from ..base import TokenRecord
 if TYPE_CHECKING:
     from ._database import Connection
 
-__all__ = ["count_tokens", "delete_token", "insert_token", "read_token", "read_tokens"]
+__all__ = [
+    "count_tokens",
+    "delete_token",
+    "insert_token",
+    "read_token",
+    "read_token_for_update",
+    "read_tokens",
+    "set_expiry",
+]
 
-_SELECT = "SELECT token_id, secret_hash, scopes, key_patterns, description, created_at FROM tokens"
+_SELECT = (
+    "SELECT token_id, secret_hash, scopes, key_patterns, description, created_at, ttl_seconds, expires_at, "
+    "max_expires_at FROM tokens"
+)
 
 
 def _record(row: Sequence[Any]) -> TokenRecord:
-    token_id, secret_hash, scopes, patterns, description, created = row
+    token_id, secret_hash, scopes, patterns, description, created, ttl, expires, max_expires = row
     return TokenRecord(
         token_id=token_id,
         secret_hash=bytes(secret_hash),
@@ -25,14 +36,18 @@ def _record(row: Sequence[Any]) -> TokenRecord:
         key_patterns=tuple(patterns),
         description=description,
         created_at=created.astimezone(UTC),
+        ttl_seconds=ttl,
+        expires_at=None if expires is None else expires.astimezone(UTC),
+        max_expires_at=None if max_expires is None else max_expires.astimezone(UTC),
     )
 
 
 def insert_token(conn: Connection, record: TokenRecord) -> bool:
     """Insert a checked ``record``; False when its id is taken."""
     row = conn.execute(
-        "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at) "
-        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
+        "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at, "
+        "ttl_seconds, expires_at, max_expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
         (
             record.token_id,
             record.secret_hash,
@@ -40,6 +55,9 @@ def insert_token(conn: Connection, record: TokenRecord) -> bool:
             list(record.key_patterns),
             record.description,
             record.created_at,
+            record.ttl_seconds,
+            record.expires_at,
+            record.max_expires_at,
         ),
     ).fetchone()
     return row is not None
@@ -49,6 +67,17 @@ def read_token(conn: Connection, token_id: str) -> TokenRecord | None:
     """The token ``token_id``, or None."""
     row = conn.execute(_SELECT + " WHERE token_id = %s", (token_id,)).fetchone()
     return _record(row) if row is not None else None
+
+
+def read_token_for_update(conn: Connection, token_id: str) -> TokenRecord | None:
+    """The token ``token_id``, or None, locked until the transaction ends."""
+    row = conn.execute(_SELECT + " WHERE token_id = %s FOR UPDATE", (token_id,)).fetchone()
+    return _record(row) if row is not None else None
+
+
+def set_expiry(conn: Connection, token_id: str, expires_at: datetime) -> None:
+    """Set the (checked) ``expires_at`` of ``token_id``."""
+    conn.execute("UPDATE tokens SET expires_at = %s WHERE token_id = %s", (expires_at, token_id))
 
 
 def read_tokens(conn: Connection) -> list[TokenRecord]:

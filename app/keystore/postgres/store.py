@@ -9,8 +9,10 @@ that also appends to the change log (:mod:`._changes`). Connection loss becomes
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from app.core.database_url import check_database_url
@@ -36,6 +38,7 @@ from ..checks import (
     check_min_decryption_version,
     check_scheme,
     check_segment_size,
+    check_token_expiry,
     check_token_id,
     check_token_record,
     key_type_for_material,
@@ -293,6 +296,21 @@ class PostgresKeyStore(KeyStore):
     def list_tokens(self) -> list[TokenRecord]:
         """See :meth:`KeyStore.list_tokens`."""
         return self._database.read(_tokens.read_tokens)
+
+    def renew_token(self, token_id: str, expires_at: datetime) -> TokenRecord:
+        """See :meth:`KeyStore.renew_token`: the row is locked while the new expiry is checked and written."""
+        check_token_id(token_id)
+
+        def work(conn: Connection) -> TokenRecord:
+            record = _tokens.read_token_for_update(conn, token_id)
+            if record is None:
+                raise TokenNotFoundError(f"token {token_id!r} not found")
+            moment = check_token_expiry(record, expires_at)
+            _tokens.set_expiry(conn, token_id, moment)
+            _changes.append_change(conn, "token_renewed", token_id=token_id)
+            return dataclasses.replace(record, expires_at=moment)
+
+        return self._database.write(work)
 
     def delete_token(self, token_id: str) -> None:
         """See :meth:`KeyStore.delete_token`."""

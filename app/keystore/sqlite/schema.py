@@ -4,7 +4,10 @@
 migration ran. A database from a newer release is refused (:class:`KeystoreSchemaError`). Version 2 adds the
 change log (``key_changes``, see :mod:`.changes`) and the tombstones of deleted key names. Version 3 adds
 each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stored before it keep ``ctr-hmac``, the only
-format they can have.
+format they can have. Version 4 gives tokens an optional lifetime (``ttl_seconds``, ``expires_at``,
+``max_expires_at``; tokens stored before it have none) and lets the change log record ``token_renewed``:
+SQLite cannot change a CHECK constraint in place, so the log is rebuilt with its numbers and its
+``AUTOINCREMENT`` counter kept.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ logger = logging.getLogger("app.keystore.sqlite")
 _MASTER_CHECK = "master_key_check"
 
 
+#: The change kinds before schema version 4 (which added ``token_renewed``).
+_KINDS_BEFORE_4 = tuple(kind for kind in CHANGE_KINDS if kind != "token_renewed")
+_KINDS_V2_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_4)
 _KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
 _SCHEMES_SQL = ", ".join(f"'{scheme}'" for scheme in SCHEMES)
 
@@ -89,7 +95,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             # AUTOINCREMENT: a number is never reused, even after the newest rows were trimmed.
             f"""CREATE TABLE key_changes (
                 seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_SQL})),
+                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_V2_SQL})),
                 key_name TEXT,
                 token_id TEXT,
                 at       TEXT NOT NULL,
@@ -114,6 +120,31 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             f"""ALTER TABLE keys ADD COLUMN scheme TEXT NOT NULL DEFAULT '{DEFAULT_SCHEME}'
                 CHECK (scheme IN ({_SCHEMES_SQL}))""",
+        ),
+    ),
+    Migration(
+        4,
+        "token lifetimes (ttl, expiry, renewal limit); the change log records token renewals",
+        (
+            "ALTER TABLE tokens ADD COLUMN ttl_seconds INTEGER CHECK (ttl_seconds >= 1)",
+            "ALTER TABLE tokens ADD COLUMN expires_at TEXT",
+            "ALTER TABLE tokens ADD COLUMN max_expires_at TEXT",
+            f"""CREATE TABLE key_changes_v4 (
+                seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_SQL})),
+                key_name TEXT,
+                token_id TEXT,
+                at       TEXT NOT NULL,
+                CHECK ((key_name IS NULL) <> (token_id IS NULL))
+            )""",
+            "INSERT INTO key_changes_v4 (seq, kind, key_name, token_id, at) "
+            "SELECT seq, kind, key_name, token_id, at FROM key_changes",
+            # Keep the counter, which may be above every remaining row (the newest were trimmed).
+            "DELETE FROM sqlite_sequence WHERE name = 'key_changes_v4'",
+            "INSERT INTO sqlite_sequence (name, seq) "
+            "SELECT 'key_changes_v4', seq FROM sqlite_sequence WHERE name = 'key_changes'",
+            "DROP TABLE key_changes",
+            "ALTER TABLE key_changes_v4 RENAME TO key_changes",
         ),
     ),
 )

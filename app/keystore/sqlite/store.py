@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 
 from app.core.schemes import DEFAULT_SCHEME
@@ -266,6 +267,14 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         """See :meth:`KeyStore.list_tokens`."""
         with self._connection() as conn:
             return tokens.list_tokens(conn)
+
+    def renew_token(self, token_id: str, expires_at: datetime) -> TokenRecord:
+        """See :meth:`KeyStore.renew_token`."""
+        check_token_id(token_id)
+        with self._write() as conn:
+            record = tokens.renew_token(conn, token_id, expires_at)
+            changes.append_change(conn, "token_renewed", token_id=token_id)
+            return record
 
     def delete_token(self, token_id: str) -> None:
         """See :meth:`KeyStore.delete_token`."""

@@ -8,13 +8,19 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from app.errors import ConflictError, TokenNotFoundError
 
 from ..base import TokenRecord
-from ..checks import check_token_record
+from ..checks import check_token_expiry, check_token_record
 from .schema import from_text, to_text
+
+_SELECT = (
+    "SELECT token_id, secret_hash, scopes, key_patterns, description, created_at, ttl_seconds, expires_at, "
+    "max_expires_at FROM tokens"
+)
 
 
 def insert_token(conn: sqlite3.Connection, record: TokenRecord) -> None:
@@ -28,8 +34,8 @@ def insert_token(conn: sqlite3.Connection, record: TokenRecord) -> None:
     if conn.execute("SELECT 1 FROM tokens WHERE token_id = ?", (record.token_id,)).fetchone():
         raise ConflictError(f"token {record.token_id!r} already exists")
     conn.execute(
-        "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at, "
+        "ttl_seconds, expires_at, max_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         values,
     )
 
@@ -40,11 +46,7 @@ def get_token(conn: sqlite3.Connection, token_id: str) -> TokenRecord:
     Raises:
         TokenNotFoundError: no such token.
     """
-    row = conn.execute(
-        "SELECT token_id, secret_hash, scopes, key_patterns, description, created_at FROM tokens "
-        "WHERE token_id = ?",
-        (token_id,),
-    ).fetchone()
+    row = conn.execute(_SELECT + " WHERE token_id = ?", (token_id,)).fetchone()
     if row is None:
         raise TokenNotFoundError(f"token {token_id!r} not found")
     return _token_from_row(row)
@@ -52,11 +54,21 @@ def get_token(conn: sqlite3.Connection, token_id: str) -> TokenRecord:
 
 def list_tokens(conn: sqlite3.Connection) -> list[TokenRecord]:
     """Every token record, oldest first."""
-    rows = conn.execute(
-        "SELECT token_id, secret_hash, scopes, key_patterns, description, created_at FROM tokens "
-        "ORDER BY created_at, token_id"
-    ).fetchall()
+    rows = conn.execute(_SELECT + " ORDER BY created_at, token_id").fetchall()
     return [_token_from_row(row) for row in rows]
+
+
+def renew_token(conn: sqlite3.Connection, token_id: str, expires_at: datetime) -> TokenRecord:
+    """Move the expiry of ``token_id`` to ``expires_at`` (checked against its ``max_expires_at``).
+
+    Raises:
+        BadRequestError: the token has no lifetime, or ``expires_at`` is past its ``max_expires_at``.
+        TokenNotFoundError: no such token.
+    """
+    record = get_token(conn, token_id)
+    moment = check_token_expiry(record, expires_at)
+    conn.execute("UPDATE tokens SET expires_at = ? WHERE token_id = ?", (to_text(moment), token_id))
+    return get_token(conn, token_id)
 
 
 def delete_token(conn: sqlite3.Connection, token_id: str) -> None:
@@ -88,11 +100,18 @@ def token_values(record: TokenRecord) -> tuple[object, ...]:
         json.dumps(checked.key_patterns),
         checked.description,
         to_text(checked.created_at),
+        checked.ttl_seconds,
+        _optional_text(checked.expires_at),
+        _optional_text(checked.max_expires_at),
     )
 
 
+def _optional_text(moment: datetime | None) -> str | None:
+    return None if moment is None else to_text(moment)
+
+
 def _token_from_row(row: Sequence[Any]) -> TokenRecord:
-    token_id, secret_hash, scopes, patterns, description, created = row
+    token_id, secret_hash, scopes, patterns, description, created, ttl, expires, max_expires = row
     return TokenRecord(
         token_id=token_id,
         secret_hash=bytes(secret_hash),
@@ -100,4 +119,7 @@ def _token_from_row(row: Sequence[Any]) -> TokenRecord:
         key_patterns=tuple(json.loads(patterns)),
         description=description,
         created_at=from_text(created),
+        ttl_seconds=ttl,
+        expires_at=None if expires is None else from_text(expires),
+        max_expires_at=None if max_expires is None else from_text(max_expires),
     )

@@ -45,6 +45,7 @@ from keystream_client._models import (
     Key,
     KeyVersion,
     NewToken,
+    RenewedToken,
     Token,
     TransferResult,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "KeystreamStreamError",
     "NewToken",
     "ProgressCallback",
+    "RenewedToken",
     "Source",
     "Token",
     "TransferResult",

@@ -22,6 +22,7 @@ from keystream_client._calls import (
     datakey_call,
     import_key_call,
     quote,
+    renew_token_self_call,
 )
 from keystream_client._errors import MAX_ERROR_BODY, api_error
 from keystream_client._models import (
@@ -31,6 +32,7 @@ from keystream_client._models import (
     DataKey,
     Key,
     NewToken,
+    RenewedToken,
     Token,
     TransferResult,
     parse_batch,
@@ -38,6 +40,8 @@ from keystream_client._models import (
     parse_key,
     parse_keys,
     parse_new_token,
+    parse_renewed_token,
+    parse_token,
     parse_tokens,
 )
 from keystream_client._options import CryptoOptions
@@ -173,10 +177,25 @@ class AsyncKeystreamClient(BaseClient):
         await self._send(Call("DELETE", f"/v1/keys/{quote(name)}", expect_json=False))
 
     async def create_token(
-        self, scopes: Sequence[str], key_patterns: Sequence[str] = ("*",), description: str = ""
+        self,
+        scopes: Sequence[str],
+        key_patterns: Sequence[str] = ("*",),
+        description: str = "",
+        *,
+        ttl: int | None = None,
+        max_ttl: int | None = None,
     ) -> NewToken:
         """As :meth:`KeystreamClient.create_token`."""
-        return parse_new_token(await self._send(create_token_call(scopes, key_patterns, description)))
+        call = create_token_call(scopes, key_patterns, description, ttl, max_ttl)
+        return parse_new_token(await self._send(call))
+
+    async def token_self(self) -> Token:
+        """As :meth:`KeystreamClient.token_self`."""
+        return parse_token(await self._send(Call("GET", "/v1/tokens/self")))
+
+    async def renew_token_self(self, ttl: int | None = None) -> RenewedToken:
+        """As :meth:`KeystreamClient.renew_token_self`."""
+        return parse_renewed_token(await self._send(renew_token_self_call(ttl)))
 
     async def list_tokens(self) -> list[Token]:
         """As :meth:`KeystreamClient.list_tokens`."""

@@ -60,9 +60,27 @@ def configure_key_call(name: str, min_decryption_version: int | None, deletion_a
     return Call("PATCH", f"/v1/keys/{quote(name)}", body)
 
 
-def create_token_call(scopes: Sequence[str], key_patterns: Sequence[str], description: str) -> Call:
-    body = {"scopes": list(scopes), "key_patterns": list(key_patterns), "description": description}
+def create_token_call(
+    scopes: Sequence[str],
+    key_patterns: Sequence[str],
+    description: str,
+    ttl: int | None = None,
+    max_ttl: int | None = None,
+) -> Call:
+    body: dict[str, Any] = {
+        "scopes": list(scopes),
+        "key_patterns": list(key_patterns),
+        "description": description,
+    }
+    if ttl is not None:
+        body["ttl"] = ttl
+    if max_ttl is not None:
+        body["max_ttl"] = max_ttl
     return Call("POST", "/v1/tokens", body)
+
+
+def renew_token_self_call(ttl: int | None) -> Call:
+    return Call("POST", "/v1/tokens/self/renew", {} if ttl is None else {"ttl": ttl})
 
 
 def batch_call(

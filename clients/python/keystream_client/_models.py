@@ -61,13 +61,20 @@ class Key:
 
 @dataclass(frozen=True)
 class Token:
-    """A token's metadata (never its secret)."""
+    """A token's metadata (never its secret).
+
+    A token with a lifetime has :attr:`ttl` (seconds, what a renewal grants by default), :attr:`expires_at`
+    and :attr:`max_expires_at` (no renewal goes beyond it); a token without one has ``None`` in all three.
+    """
 
     token_id: str
     scopes: tuple[str, ...]
     key_patterns: tuple[str, ...]
     description: str
     created_at: datetime
+    ttl: int | None = None
+    expires_at: datetime | None = None
+    max_expires_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The metadata as JSON-ready data."""
@@ -77,6 +84,9 @@ class Token:
             "key_patterns": list(self.key_patterns),
             "description": self.description,
             "created_at": self.created_at.isoformat(),
+            "ttl": self.ttl,
+            "expires_at": None if self.expires_at is None else self.expires_at.isoformat(),
+            "max_expires_at": None if self.max_expires_at is None else self.max_expires_at.isoformat(),
         }
 
 
@@ -85,6 +95,18 @@ class NewToken(Token):
     """A freshly created token; :attr:`token` is the bearer secret, returned only this once."""
 
     token: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class RenewedToken(Token):
+    """The calling token after ``POST /v1/tokens/self/renew``; :attr:`capped` is true when the new expiry was
+    cut at :attr:`max_expires_at` (the token can be renewed no further: replace it before then)."""
+
+    capped: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The metadata plus ``capped``."""
+        return {**super().to_json(), "capped": self.capped}
 
 
 @dataclass(frozen=True)
@@ -192,7 +214,24 @@ def _token_fields(data: Any) -> dict[str, Any]:
         "key_patterns": tuple(data["key_patterns"]),
         "description": str(data.get("description", "")),
         "created_at": _time(data["created_at"]),
+        "ttl": data.get("ttl"),
+        "expires_at": _optional_time(data.get("expires_at")),
+        "max_expires_at": _optional_time(data.get("max_expires_at")),
     }
+
+
+def _optional_time(value: Any) -> datetime | None:
+    return None if value is None else _time(value)
+
+
+def parse_token(data: Any) -> Token:
+    """One token's metadata (``GET /v1/tokens/self``)."""
+    return Token(**_token_fields(data))
+
+
+def parse_renewed_token(data: Any) -> RenewedToken:
+    """The answer of ``POST /v1/tokens/self/renew`` (metadata plus ``capped``)."""
+    return RenewedToken(**_token_fields(data), capped=bool(data.get("capped", False)))
 
 
 def parse_tokens(data: Any) -> list[Token]:

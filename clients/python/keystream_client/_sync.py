@@ -18,6 +18,7 @@ from keystream_client._calls import (
     datakey_call,
     import_key_call,
     quote,
+    renew_token_self_call,
 )
 from keystream_client._models import (
     BatchItem,
@@ -25,12 +26,15 @@ from keystream_client._models import (
     DataKey,
     Key,
     NewToken,
+    RenewedToken,
     Token,
     parse_batch,
     parse_datakey,
     parse_key,
     parse_keys,
     parse_new_token,
+    parse_renewed_token,
+    parse_token,
     parse_tokens,
 )
 from keystream_client._sync_stream import SyncStreamingClient
@@ -186,15 +190,43 @@ class KeystreamClient(SyncStreamingClient):
 
     # -- tokens ----------------------------------------------------------------------------------------------
     def create_token(
-        self, scopes: Sequence[str], key_patterns: Sequence[str] = ("*",), description: str = ""
+        self,
+        scopes: Sequence[str],
+        key_patterns: Sequence[str] = ("*",),
+        description: str = "",
+        *,
+        ttl: int | None = None,
+        max_ttl: int | None = None,
     ) -> NewToken:
         """Create a bearer token; its secret is in :attr:`NewToken.token` and is shown only this once.
 
+        With ``ttl`` (seconds) the token expires that long after creation; it can be renewed
+        (:meth:`renew_token_self`) until ``max_ttl`` seconds after creation (default: ``ttl``).
+
         Raises:
-            KeystreamAPIError: 400 for an unknown scope, 403 without admin.
+            KeystreamAPIError: 422 for an unknown scope or a bad ``ttl``/``max_ttl``, 403 without admin.
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_new_token(self._send(create_token_call(scopes, key_patterns, description)))
+        return parse_new_token(self._send(create_token_call(scopes, key_patterns, description, ttl, max_ttl)))
+
+    def token_self(self) -> Token:
+        """The metadata of the token this client uses (any valid token; no admin needed).
+
+        Raises:
+            KeystreamAPIError: 401 ``token_expired`` once the token has expired, and the like.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_token(self._send(Call("GET", "/v1/tokens/self")))
+
+    def renew_token_self(self, ttl: int | None = None) -> RenewedToken:
+        """Extend this client's token to now + ``ttl`` seconds (default: its ttl at creation), never past its
+        ``max_expires_at`` (:attr:`RenewedToken.capped` says when it was cut there).
+
+        Raises:
+            KeystreamAPIError: 400 for a token without ttl, 401 ``token_expired`` when it is too late.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_renewed_token(self._send(renew_token_self_call(ttl)))
 
     def list_tokens(self) -> list[Token]:
         """Every token's metadata (never secrets).

@@ -28,6 +28,8 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, bytes | None, str | None]] =
     ("POST", "/v1/tokens", {"scopes": ["encrypt"]}, None, "admin"),
     ("GET", "/v1/tokens", None, None, "admin"),
     ("DELETE", "/v1/tokens/0000000000000000", None, None, "admin"),
+    ("GET", "/v1/tokens/self", None, None, None),
+    ("POST", "/v1/tokens/self/renew", {"ttl": 60}, None, None),
 ]
 KEYED = {path for _, path, *_ in ROUTES if path.startswith("/v1/keys/k")}
 IDS = [f"{method} {path}" for method, path, *_ in ROUTES]

@@ -113,6 +113,7 @@ def test_every_domain_error_has_a_status_and_the_docstring_tree_names_it() -> No
         errors.DecryptionFailedError: 400,
         SealedDecryptionError: 400,
         errors.UnauthorizedError: 401,
+        errors.TokenExpiredError: 401,
         errors.ForbiddenError: 403,
         errors.NotFoundError: 404,
         errors.KeyNotFoundError: 404,

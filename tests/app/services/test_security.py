@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from app.core.token_format import parse_token
-from app.errors import ForbiddenError, UnauthorizedError
+from app.errors import BadRequestError, ForbiddenError, TokenExpiredError, UnauthorizedError
 from app.keystore import KeyStore, open_keystore
+from app.services import security
 from app.services.security import (
     SCOPES,
     Principal,
@@ -16,6 +19,7 @@ from app.services.security import (
     hash_secret,
     install_root_token,
     new_token,
+    renew_token,
 )
 
 
@@ -95,3 +99,66 @@ def test_explicit_root_token_is_installed_and_replaced(keystore: KeyStore) -> No
     assert keystore.count_tokens() == 1
     with pytest.raises(ValueError, match="ks_"):
         install_root_token(keystore, "nope")
+
+
+def test_root_token_never_expires(keystore: KeyStore) -> None:
+    root = "ks_abcd1234_first-secret-0123456789"
+    install_root_token(keystore, root)
+    stored = keystore.get_token("abcd1234")
+    assert (stored.ttl_seconds, stored.expires_at, stored.max_expires_at) == (None, None, None)
+    # A stored token of the root's id that has a lifetime is replaced by one without.
+    keystore.delete_token("abcd1234")
+    now = datetime.now(UTC)
+    keystore.create_token(dataclasses.replace(stored, ttl_seconds=1, expires_at=now, max_expires_at=now))
+    install_root_token(keystore, root)
+    assert keystore.get_token("abcd1234").expires_at is None
+
+
+def test_new_token_lifetime(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    monkeypatch.setattr(security, "token_clock", lambda: now)
+    _, record = new_token(("encrypt",), ("*",), ttl_seconds=60, max_ttl_seconds=90)
+    assert record.created_at == now and record.ttl_seconds == 60
+    assert record.expires_at == now + timedelta(seconds=60) and record.max_expires_at == now + timedelta(
+        seconds=90
+    )
+    _, default = new_token(("encrypt",), ("*",), ttl_seconds=60)
+    assert default.max_expires_at == default.expires_at
+    _, forever = new_token(("encrypt",), ("*",))
+    assert (forever.ttl_seconds, forever.expires_at, forever.max_expires_at) == (None, None, None)
+    with pytest.raises(BadRequestError, match="needs a ttl"):
+        new_token(("encrypt",), ("*",), max_ttl_seconds=60)
+    with pytest.raises(BadRequestError, match="below ttl"):
+        new_token(("encrypt",), ("*",), ttl_seconds=60, max_ttl_seconds=59)
+
+
+def test_verifier_refuses_an_expired_cached_token(
+    keystore: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    monkeypatch.setattr(security, "token_clock", lambda: now[0])
+    token, record = new_token(("encrypt",), ("*",), ttl_seconds=10, max_ttl_seconds=30)
+    keystore.create_token(record)
+    verifier = TokenVerifier(keystore, ttl=3600)
+    verifier.verify(f"Bearer {token}")  # cached from here on
+    now[0] += timedelta(seconds=10)
+    with pytest.raises(TokenExpiredError, match="token expired") as caught:
+        verifier.verify(f"Bearer {token}")
+    assert caught.value.code == "token_expired" and isinstance(caught.value, UnauthorizedError)
+
+
+def test_renew_token_caps_at_max(keystore: KeyStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    monkeypatch.setattr(security, "token_clock", lambda: now[0])
+    start = now[0]
+    _, record = new_token(("encrypt",), ("*",), ttl_seconds=10, max_ttl_seconds=30)
+    keystore.create_token(record)
+    now[0] += timedelta(seconds=5)
+    renewed, capped = renew_token(keystore, record.token_id)
+    assert renewed.expires_at == start + timedelta(seconds=15) and not capped
+    renewed, capped = renew_token(keystore, record.token_id, 100)
+    assert renewed.expires_at == start + timedelta(seconds=30) and capped
+    _, forever = new_token(("encrypt",), ("*",))
+    keystore.create_token(forever)
+    with pytest.raises(BadRequestError, match="nothing to renew"):
+        renew_token(keystore, forever.token_id)

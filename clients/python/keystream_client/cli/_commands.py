@@ -153,8 +153,12 @@ def cmd_keys_delete(args: argparse.Namespace) -> int:
 
 def cmd_tokens_create(args: argparse.Namespace) -> int:
     """``tokens create``: the secret goes to stdout (alone, unless --json)."""
+    if args.max_ttl is not None and args.ttl is None:
+        raise UsageError("--max-ttl needs --ttl")
     with make_client(args) as client:
-        token = client.create_token(args.scopes, args.key_patterns or ["*"], args.description)
+        token = client.create_token(
+            args.scopes, args.key_patterns or ["*"], args.description, ttl=args.ttl, max_ttl=args.max_ttl
+        )
     if args.json:
         print_json({**token.to_json(), "token": token.token})
     else:
@@ -167,6 +171,30 @@ def cmd_tokens_list(args: argparse.Namespace) -> int:
     """``tokens list``."""
     with make_client(args) as client:
         print_tokens(client.list_tokens(), args.json)
+    return EXIT_OK
+
+
+def cmd_tokens_self(args: argparse.Namespace) -> int:
+    """``tokens self``: the token in use, as one table row or JSON."""
+    with make_client(args) as client:
+        print_tokens([client.token_self()], args.json, one=True)
+    return EXIT_OK
+
+
+def cmd_tokens_renew(args: argparse.Namespace) -> int:
+    """``tokens renew``: the new expiry on stdout; a note on stderr when it was capped at the limit."""
+    with make_client(args) as client:
+        renewed = client.renew_token_self(args.ttl)
+    if args.json:
+        print_json(renewed.to_json())
+        return EXIT_OK
+    assert renewed.expires_at is not None  # a token without ttl gets 400 instead
+    print(renewed.expires_at.isoformat())
+    if renewed.capped:
+        print(
+            f"token {renewed.token_id}: capped at its max_expires_at; it cannot be renewed further",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 

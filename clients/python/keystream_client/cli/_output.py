@@ -38,13 +38,23 @@ def table(rows: Sequence[Sequence[str]]) -> None:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
-def print_tokens(tokens: Sequence[Token], as_json: bool) -> None:
+def print_tokens(tokens: Sequence[Token], as_json: bool, *, one: bool = False) -> None:
+    """Tokens as a table (``EXPIRES``/``MAX EXPIRES`` are ``-`` for a token without ttl) or JSON (a list, or
+    one object when ``one``)."""
     if as_json:
-        print_json([token.to_json() for token in tokens])
+        print_json(tokens[0].to_json() if one else [token.to_json() for token in tokens])
         return
-    rows = [["ID", "SCOPES", "KEY PATTERNS", "CREATED", "DESCRIPTION"]]
+    rows = [["ID", "SCOPES", "KEY PATTERNS", "CREATED", "EXPIRES", "MAX EXPIRES", "DESCRIPTION"]]
     rows += [
-        [t.token_id, ",".join(t.scopes), ",".join(t.key_patterns), t.created_at.isoformat(), t.description]
+        [
+            t.token_id,
+            ",".join(t.scopes),
+            ",".join(t.key_patterns),
+            t.created_at.isoformat(),
+            "-" if t.expires_at is None else t.expires_at.isoformat(),
+            "-" if t.max_expires_at is None else t.max_expires_at.isoformat(),
+            t.description,
+        ]
         for t in tokens
     ]
     table(rows)

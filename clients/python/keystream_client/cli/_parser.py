@@ -23,6 +23,8 @@ from keystream_client.cli._commands import (
     cmd_tokens_create,
     cmd_tokens_delete,
     cmd_tokens_list,
+    cmd_tokens_renew,
+    cmd_tokens_self,
 )
 from keystream_client.cli._datakey import cmd_datakey
 from keystream_client.cli._transfer import cmd_crypto
@@ -203,8 +205,13 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
 def _add_token_commands(
     commands: Any, conn: argparse.ArgumentParser, as_json: argparse.ArgumentParser
 ) -> None:
-    tokens = commands.add_parser("tokens", help="create, list and delete API tokens (admin)")
-    tokens.description = "Manage bearer tokens (admin scope needed)."
+    tokens = commands.add_parser(
+        "tokens", help="create, list and delete API tokens (admin); show or renew your own"
+    )
+    tokens.description = (
+        "Manage bearer tokens: create, list and delete need the admin scope; self and renew work with any "
+        "valid token."
+    )
     sub = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
 
     create = sub.add_parser("create", parents=[conn, as_json], help="create a token (printed once)")
@@ -214,6 +221,12 @@ def _add_token_commands(
     )
     create.add_argument("--key-pattern", dest="key_patterns", action="append", help="glob (default *)")
     create.add_argument("--description", default="")
+    create.add_argument("--ttl", type=_positive, help="seconds until the token expires (default: never)")
+    create.add_argument(
+        "--max-ttl",
+        type=_positive,
+        help="seconds after creation beyond which no renewal goes (default: --ttl)",
+    )
     create.set_defaults(handler=cmd_tokens_create)
 
     listing = sub.add_parser("list", parents=[conn, as_json], help="list tokens (never secrets)")
@@ -224,6 +237,18 @@ def _add_token_commands(
     delete.description = "Revoke a token by id."
     delete.add_argument("token_id")
     delete.set_defaults(handler=cmd_tokens_delete)
+
+    own = sub.add_parser("self", parents=[conn, as_json], help="show the token in use (no admin needed)")
+    own.description = "Show the metadata of the token in use: scopes, key patterns, expiry."
+    own.set_defaults(handler=cmd_tokens_self)
+
+    renew = sub.add_parser("renew", parents=[conn, as_json], help="extend the token in use (no admin needed)")
+    renew.description = (
+        "Extend the expiry of the token in use to now + TTL seconds (default: its ttl at creation), never "
+        "past its max_expires_at."
+    )
+    renew.add_argument("--ttl", type=_positive, help="seconds from now (default: the token's ttl)")
+    renew.set_defaults(handler=cmd_tokens_renew)
 
 
 def _add_crypto_command(commands: Any, conn: argparse.ArgumentParser, operation: str) -> None:

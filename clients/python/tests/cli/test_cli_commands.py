@@ -14,6 +14,7 @@ import pytest
 from keystream_cli import RunCli
 from keystream_client import cli as keystream_cli
 from keystream_client.cli import (
+    EXIT_API_ERROR,
     EXIT_AUTH,
     EXIT_CONFLICT,
     EXIT_CONNECTION,
@@ -38,6 +39,8 @@ COMMANDS = [
     ["tokens", "create"],
     ["tokens", "list"],
     ["tokens", "delete"],
+    ["tokens", "self"],
+    ["tokens", "renew"],
     ["encrypt"],
     ["decrypt"],
     ["batch"],
@@ -153,6 +156,38 @@ def test_tokens_commands(cli: RunCli, key: str) -> None:
     revoked = cli("keys", "list", env={"KEYSTREAM_TOKEN": token})
     assert revoked.returncode == EXIT_AUTH and b"401" in revoked.stderr
     assert cli("tokens", "delete", token_id).returncode == EXIT_NOT_FOUND
+
+
+def test_tokens_ttl_self_and_renew(cli: RunCli) -> None:
+    created = cli("tokens", "create", "--scope", "encrypt", "--ttl", "600", "--max-ttl", "900", "--json")
+    assert created.returncode == EXIT_OK, created.stderr
+    body = _json(created)
+    assert body["ttl"] == 600 and body["expires_at"] and body["max_expires_at"]
+    mine = {"KEYSTREAM_TOKEN": body["token"]}
+
+    shown = cli("tokens", "self", "--json", env=mine)
+    assert shown.returncode == EXIT_OK, shown.stderr
+    assert _json(shown) == {key: value for key, value in body.items() if key != "token"}
+    table = cli("tokens", "self", env=mine)
+    assert b"EXPIRES" in table.stdout and body["id"].encode() in table.stdout
+
+    renewed = cli("tokens", "renew", "--ttl", "700", env=mine)
+    assert renewed.returncode == EXIT_OK and renewed.stderr == b"", renewed.stderr
+    capped = cli("tokens", "renew", "--ttl", "5000", "--json", env=mine)
+    assert capped.returncode == EXIT_OK, capped.stderr
+    assert _json(capped)["capped"] is True
+    assert _json(capped)["expires_at"] == _json(capped)["max_expires_at"]
+    plain_capped = cli("tokens", "renew", "--ttl", "5000", env=mine)
+    assert b"capped at its max_expires_at" in plain_capped.stderr
+
+    forever = cli("tokens", "renew")  # the root token has no ttl: one line, the API's 400
+    assert forever.returncode == EXIT_API_ERROR
+    assert forever.stderr.decode().count("\n") == 1 and "nothing to renew" in forever.stderr.decode()
+    assert b"Traceback" not in forever.stderr
+
+    usage = cli("tokens", "create", "--scope", "encrypt", "--max-ttl", "60")
+    assert usage.returncode == EXIT_USAGE and b"--max-ttl needs --ttl" in usage.stderr
+    assert cli("tokens", "create", "--scope", "encrypt", "--ttl", "0").returncode == EXIT_USAGE
 
 
 def test_usage_and_connection_exit_codes(cli: RunCli, server: RunningServer, tmp_path: Path) -> None:

@@ -113,6 +113,38 @@ def test_tokens_scope_what_a_client_may_do(
     assert gone.value.status == 404
 
 
+def test_token_ttl_self_and_renew(server: RunningServer, client: KeystreamClient) -> None:
+    new = client.create_token(["encrypt"], ttl=600, max_ttl=900)
+    assert new.ttl == 600 and new.expires_at is not None and new.max_expires_at is not None
+    assert (new.max_expires_at - new.created_at).total_seconds() == 900
+    listed = next(token for token in client.list_tokens() if token.token_id == new.token_id)
+    assert listed.expires_at == new.expires_at
+    with KeystreamClient(server.url, new.token) as own:
+        assert own.token_self().expires_at == new.expires_at
+        renewed = own.renew_token_self(700)
+        assert renewed.expires_at is not None and renewed.expires_at > new.expires_at and not renewed.capped
+        capped = own.renew_token_self(5000)
+        assert capped.capped and capped.expires_at == new.max_expires_at
+        assert not own.renew_token_self().capped  # now + the ttl (600 s) is within max_ttl (900 s)
+    root_self = client.token_self()
+    assert root_self.ttl is None and root_self.expires_at is None
+    with pytest.raises(KeystreamAPIError) as nothing:
+        client.renew_token_self()
+    assert (nothing.value.status, nothing.value.code) == (400, "bad_request")
+    with pytest.raises(KeystreamAPIError) as invalid:
+        client.create_token(["encrypt"], max_ttl=60)
+    assert invalid.value.status == 422
+
+
+async def test_async_token_ttl_calls(server: RunningServer) -> None:
+    async with AsyncKeystreamClient(server.url, server.token) as ks:
+        new = await ks.create_token(["encrypt"], ttl=60, max_ttl=120)
+        assert new.ttl == 60
+    async with AsyncKeystreamClient(server.url, new.token) as own:
+        assert (await own.token_self()).token_id == new.token_id
+        assert (await own.renew_token_self(3600)).capped
+
+
 def test_missing_token_is_401(server: RunningServer) -> None:
     with KeystreamClient(server.url) as anonymous, pytest.raises(KeystreamAPIError) as error:
         anonymous.list_keys()

@@ -109,3 +109,81 @@ def test_tokens_persist_and_are_shared(backing: Backing, master_key: bytes) -> N
     assert second.get_token("tok1") == record
     second.delete_token("tok1")
     assert first.list_tokens() == [] and first.count_tokens() == 0
+
+
+CREATED = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
+
+
+def lifetime(ttl: int = 60, max_ttl: int = 300) -> dict[str, object]:
+    return {
+        "ttl_seconds": ttl,
+        "expires_at": CREATED + timedelta(seconds=ttl),
+        "max_expires_at": CREATED + timedelta(seconds=max_ttl),
+    }
+
+
+def test_token_lifetime_round_trips(store: KeyStore) -> None:
+    record = token("ttl1", **lifetime())
+    store.create_token(record)
+    assert store.get_token("ttl1") == record
+    assert store.list_tokens() == [record]
+    assert store.get_token("ttl1").expires_at == CREATED + timedelta(seconds=60)
+    store.create_token(token("forever"))
+    forever = store.get_token("forever")
+    assert (forever.ttl_seconds, forever.expires_at, forever.max_expires_at) == (None, None, None)
+
+
+def test_renew_token_moves_expiry_and_logs_a_change(store: KeyStore) -> None:
+    store.create_token(token("ttl1", **lifetime()))
+    before = store.changes_since(0).latest
+    later = CREATED + timedelta(seconds=200)
+    renewed = store.renew_token("ttl1", later)
+    assert renewed.expires_at == later and store.get_token("ttl1") == renewed
+    assert renewed.max_expires_at == CREATED + timedelta(seconds=300) and renewed.ttl_seconds == 60
+    changes = store.changes_since(before).changes
+    assert [(c.kind, c.token_id) for c in changes] == [("token_renewed", "ttl1")]
+    # Up to max_expires_at exactly, not beyond it.
+    assert store.renew_token("ttl1", CREATED + timedelta(seconds=300)).expires_at == CREATED + timedelta(
+        seconds=300
+    )
+    with pytest.raises(BadRequestError, match="max_expires_at"):
+        store.renew_token("ttl1", CREATED + timedelta(seconds=301))
+    assert store.get_token("ttl1").expires_at == CREATED + timedelta(seconds=300)
+
+
+def test_renew_token_refusals(store: KeyStore) -> None:
+    store.create_token(token("forever"))
+    with pytest.raises(BadRequestError, match="no ttl"):
+        store.renew_token("forever", CREATED)
+    with pytest.raises(TokenNotFoundError):
+        store.renew_token("missing", CREATED)
+    store.create_token(token("ttl1", **lifetime()))
+    with pytest.raises(BadRequestError, match="expires_at must be a datetime"):
+        store.renew_token("ttl1", "tomorrow")  # type: ignore[arg-type]
+    assert [c.kind for c in store.changes_since(0).changes] == ["token_created", "token_created"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"ttl_seconds": 60}, "together"),
+        ({"ttl_seconds": 60, "expires_at": CREATED}, "together"),
+        ({**lifetime(), "ttl_seconds": 0}, "ttl_seconds must be 1"),
+        ({**lifetime(), "ttl_seconds": True}, "ttl_seconds must be an integer"),
+        ({**lifetime(), "expires_at": "soon"}, "expires_at must be a datetime"),
+        ({**lifetime(ttl=60, max_ttl=30)}, "expires_at may not be after max_expires_at"),
+    ],
+)
+def test_token_lifetime_validation(store: KeyStore, changes: dict[str, object], match: str) -> None:
+    with pytest.raises(BadRequestError, match=match):
+        store.create_token(token(**changes))
+    assert store.count_tokens() == 0
+
+
+def test_renewal_is_seen_by_another_replica(backing: Backing, master_key: bytes) -> None:
+    first, second = backing.open(master_key), backing.open(master_key)
+    first.create_token(token("ttl1", **lifetime()))
+    seen = second.changes_since(0).latest
+    first.renew_token("ttl1", CREATED + timedelta(seconds=120))
+    assert second.get_token("ttl1").expires_at == CREATED + timedelta(seconds=120)
+    assert [(c.kind, c.token_id) for c in second.changes_since(seen).changes] == [("token_renewed", "ttl1")]

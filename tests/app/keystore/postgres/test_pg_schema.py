@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import secrets
 import threading
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
-from app.keystore import KeystoreSchemaError, MasterKeyError, Migration
+from app.keystore import KeystoreSchemaError, MasterKeyError, Migration, TokenRecord
 from app.keystore.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresKeyStore
 from tests.pg_cluster import PgCluster
 
@@ -21,9 +22,9 @@ def versions(raw: Raw) -> list[int]:
 
 
 def test_schema_version_is_recorded(pg_store: PostgresKeyStore, raw: Raw) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 3
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 4
     assert pg_store.schema_version() == SCHEMA_VERSION
-    assert versions(raw) == [1, 2, 3]
+    assert versions(raw) == [1, 2, 3, 4]
     tables = {
         row[0] for row in raw.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     }
@@ -50,7 +51,7 @@ def test_replicas_starting_together_migrate_once(pg_url: str, master_key: bytes,
         thread.join(timeout=60)
     try:
         assert errors == [] and len(stores) == count
-        assert versions(raw) == [1, 2, 3]
+        assert versions(raw) == [1, 2, 3, 4]
         assert raw.execute("SELECT count(*) FROM meta").fetchone() == (1,)
         stores[0].create_key("orders")
         assert stores[-1].get_key("orders").latest_version == 1
@@ -73,18 +74,18 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     pg_url: str, master_key: bytes, raw: Raw
 ) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    step = Migration(4, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
+    step = Migration(5, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
     for _ in range(2):
         upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
         try:
-            assert upgraded.schema_version() == 4
+            assert upgraded.schema_version() == 5
             upgraded.create_key(f"k{secrets.token_hex(4)}")
         finally:
             upgraded.close()
-    assert versions(raw) == [1, 2, 3, 4]
+    assert versions(raw) == [1, 2, 3, 4, 5]
     assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 4, newer than this release supports \\(3\\)"
+        KeystoreSchemaError, match="schema version 5, newer than this release supports \\(4\\)"
     ) as caught:
         PostgresKeyStore(pg_url, master_key)
     assert "upgrade Keystream" in str(caught.value) and "database 'postgres' on 127.0.0.1:" in str(
@@ -109,7 +110,7 @@ def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(
         )
     store = PostgresKeyStore(url, master_key)
     try:
-        assert store.schema_version() == 3
+        assert store.schema_version() == SCHEMA_VERSION
         assert store.get_key("old").scheme == "ctr-hmac"
         assert store.create_key("new", scheme="gcm").scheme == "gcm"
         assert [info.scheme for info in store.list_keys()] == ["gcm", "ctr-hmac"]
@@ -119,12 +120,56 @@ def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(
         store.close()
 
 
+def test_migration_4_adds_token_lifetimes_and_the_renewal_change(
+    pg_cluster: PgCluster, master_key: bytes
+) -> None:
+    url = pg_cluster.new_database()
+    PostgresKeyStore(url, master_key, migrations=MIGRATIONS[:3]).close()
+    with psycopg.connect(url, autocommit=True) as conn:  # version 3 has no lifetime columns
+        conn.execute(
+            "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at) "
+            "VALUES ('old', '\\x00', '{admin}', '{*}', '', now())"
+        )
+        conn.execute("INSERT INTO key_changes (kind, token_id, at) VALUES ('token_created', 'old', now())")
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("INSERT INTO key_changes (kind, token_id, at) VALUES ('token_renewed', 'x', now())")
+    store = PostgresKeyStore(url, master_key)
+    try:
+        assert store.schema_version() == 4
+        record = store.get_token("old")
+        assert (record.ttl_seconds, record.expires_at, record.max_expires_at) == (None, None, None)
+        now = datetime.now(UTC)
+        store.create_token(
+            TokenRecord(
+                "new",
+                b"h" * 32,
+                ("encrypt",),
+                ("*",),
+                "",
+                now,
+                60,
+                now + timedelta(seconds=60),
+                now + timedelta(seconds=120),
+            )
+        )
+        assert store.renew_token("new", now + timedelta(seconds=90)).expires_at == now + timedelta(seconds=90)
+        assert [c.kind for c in store.changes_since(0).changes] == [
+            "token_created",
+            "token_created",
+            "token_renewed",
+        ]
+        with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("INSERT INTO key_changes (kind, token_id, at) VALUES ('token_melted', 'x', now())")
+    finally:
+        store.close()
+
+
 def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key: bytes, raw: Raw) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    broken = Migration(4, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
+    broken = Migration(5, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
     with pytest.raises(psycopg.errors.SyntaxError):
         PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
-    assert versions(raw) == [1, 2, 3]
+    assert versions(raw) == [1, 2, 3, 4]
     columns = {
         row[0]
         for row in raw.execute(

@@ -412,18 +412,18 @@ def test_open_database_file_is_tightened(data_dir: Path, master_key: bytes) -> N
 
 
 def test_schema_version_is_recorded(store: SqliteKeyStore) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 3
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 4
     assert store.schema_version() == SCHEMA_VERSION
     with raw_connection(store) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         rows = conn.execute("SELECT version, description FROM schema_version").fetchall()
-    assert [row[0] for row in rows] == [1, 2, 3]
+    assert [row[0] for row in rows] == [1, 2, 3, 4]
 
 
 def test_reopen_does_not_migrate_again(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 3
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 4
 
 
 def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(data_dir: Path, master_key: bytes) -> None:
@@ -445,7 +445,7 @@ def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(data_dir: Path, mas
                 (now,),
             )
     with contextlib.closing(open_keystore(data_dir, master_key)) as store:
-        assert store.schema_version() == 3
+        assert store.schema_version() == SCHEMA_VERSION
         assert store.get_key("old").scheme == "ctr-hmac"
         assert store.create_key("new", scheme="gcm").scheme == "gcm"
         assert [info.scheme for info in store.list_keys()] == ["gcm", "ctr-hmac"]
@@ -453,33 +453,78 @@ def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(data_dir: Path, mas
             conn.execute("UPDATE keys SET scheme = 'rot13' WHERE name = 'old'")
 
 
+def test_migration_4_adds_token_lifetimes_and_keeps_the_change_log(data_dir: Path, master_key: bytes) -> None:
+    path = data_dir / "keystore.db"
+    data_dir.mkdir(mode=0o700)
+    with contextlib.closing(SqliteKeyStore(path, master_key, migrations=MIGRATIONS[:3])) as old:
+        old.create_key("k1")
+        with raw_connection(old) as conn:  # version 3 has no lifetime columns: insert as that release did
+            conn.execute(
+                "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at) "
+                "VALUES ('old', x'00', '[\"admin\"]', '[\"*\"]', '', '2026-01-01T00:00:00.000000+00:00')"
+            )
+            conn.execute(
+                "INSERT INTO key_changes (kind, token_id, at) "
+                "VALUES ('token_created', 'old', '2026-01-01T00:00:00.000000+00:00')"
+            )
+        old.create_key("k2")
+        old.create_key("k3")
+        old.create_key("k4")  # seq 5
+        assert old.trim_changes(0) == 5  # the counter (5) is now above every row: none is left
+    with contextlib.closing(open_keystore(data_dir, master_key)) as store:
+        assert store.schema_version() == 4
+        record = store.get_token("old")
+        assert (record.ttl_seconds, record.expires_at, record.max_expires_at) == (None, None, None)
+        assert store.changes_since(5) == ([], 5, False)  # the number a replica remembered is still valid
+        store.create_key("k5")
+        assert [(c.seq, c.kind) for c in store.changes_since(5).changes] == [(6, "key_created")]
+        now = datetime.now(UTC)
+        store.create_token(
+            TokenRecord(
+                "new",
+                b"h" * 32,
+                ("encrypt",),
+                ("*",),
+                "",
+                now,
+                60,
+                now + timedelta(seconds=60),
+                now + timedelta(seconds=120),
+            )
+        )
+        store.renew_token("new", now + timedelta(seconds=90))
+        assert [c.kind for c in store.changes_since(6).changes] == ["token_created", "token_renewed"]
+        with raw_connection(store) as conn, pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("INSERT INTO key_changes (kind, token_id, at) VALUES ('token_melted', 'x', 'now')")
+
+
 def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: bytes) -> None:
     store = open_keystore(data_dir, master_key)
     store.create_key("orders")
     store.close()
-    step = Migration(4, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
+    step = Migration(5, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
     path = data_dir / "keystore.db"
     for _ in range(2):
         with contextlib.closing(SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))) as upgraded:
-            assert upgraded.schema_version() == 4
+            assert upgraded.schema_version() == 5
             assert upgraded.get_key("orders").latest_version == 1
             with raw_connection(upgraded) as conn:
-                assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1, 2, 3, 4]
+                assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1, 2, 3, 4, 5]
                 assert conn.execute("SELECT label FROM keys").fetchone()[0] == ""
-    # ...and the release that only knows version 3 refuses the upgraded file instead of misreading it
+    # ...and the release that only knows version 4 refuses the upgraded file instead of misreading it
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 4, newer than this release supports \\(3\\)"
+        KeystoreSchemaError, match="schema version 5, newer than this release supports \\(4\\)"
     ):
         open_keystore(data_dir, master_key)
 
 
 def test_failed_migration_leaves_the_database_unchanged(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
-    broken = Migration(4, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
+    broken = Migration(5, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
     with pytest.raises(sqlite3.OperationalError):
         SqliteKeyStore(data_dir / "keystore.db", master_key, migrations=(*MIGRATIONS, broken))
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert store.schema_version() == 3
+        assert store.schema_version() == 4
         assert "x" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
 
 
