@@ -511,8 +511,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     axes.axvline(1.0, color="black", linewidth=1, label="OpenBao = 1")
     axes.axvline(1.5, color="#d1495b", linestyle="--", linewidth=1, label="target 1.5x (small messages)")
     axes.axvline(5.0, color="#edae49", linestyle=":", linewidth=1.5, label="target 5x (16 MiB upload)")
-    for position, ratio in zip(positions, ratios, strict=True):
-        axes.text(ratio * 1.05, position, f"{ratio:.2f}x", va="center", fontsize=8)
+    for position, ratio, above in zip(positions, ratios, high, strict=True):
+        # Right of the error bar, so that the bar does not cross the label.
+        axes.text((ratio + above) * 1.06, position, f"{ratio:.2f}x", va="center", fontsize=8)
     axes.set_xlabel("Keystream / OpenBao (median of rounds; bars: min-max cross ratios), log scale")
     axes.set_title(
         f"Keystream vs OpenBao Transit, both at defaults\n{result['cpu']}, {result['date']}", fontsize=10
