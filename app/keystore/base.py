@@ -191,6 +191,32 @@ class KeyStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def import_key_version(self, name: str, material: bytes) -> KeyInfo:
+        """Add ``material`` as a new version of key ``name``; it becomes ``latest_version``, as a rotation.
+
+        The key's ``imported`` flag becomes true: some version's material came from outside the service.
+        Appends a ``key_rotated`` change (for caches it is a rotation).
+
+        Raises:
+            BadRequestError: invalid name, or ``material`` not bytes of the key type's size
+                (:func:`~app.keystore.checks.check_version_material`).
+            KeyNotFoundError: no such key.
+        """
+
+    @abc.abstractmethod
+    def trim_key(self, name: str, min_available_version: int) -> KeyInfo:
+        """Delete, for good, every version of key ``name`` below ``min_available_version``.
+
+        Idempotent: versions already gone stay gone and nothing else changes. When versions were deleted it
+        appends a ``key_updated`` change, so every worker and replica drops its cached versions of the key.
+
+        Raises:
+            BadRequestError: ``min_available_version`` not an int in 1 .. the key's ``min_decryption_version``
+                (:func:`~app.keystore.checks.check_trim_version`).
+            KeyNotFoundError: no such key.
+        """
+
+    @abc.abstractmethod
     def update_key(
         self,
         name: str,

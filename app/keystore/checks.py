@@ -36,6 +36,8 @@ __all__ = [
     "check_token_expiry",
     "check_token_id",
     "check_token_record",
+    "check_trim_version",
+    "check_version_material",
     "key_type_for_material",
 ]
 
@@ -140,6 +142,40 @@ def key_type_for_material(material: object) -> tuple[str, bytes]:
     raise BadRequestError(f"imported key must be {allowed} bytes long, got {len(data)} bytes")
 
 
+def check_version_material(name: str, key_type: str, material: object) -> bytes:
+    """Return ``material`` as ``bytes`` if it fits a new version of key ``name``, whose type is ``key_type``.
+
+    Raises:
+        BadRequestError: ``material`` is not bytes-like, or its length is not the size of ``key_type``
+            (aes128: 16, aes192: 24, aes256: 32). The message gives the lengths, never the bytes.
+    """
+    if not isinstance(material, bytes | bytearray | memoryview):
+        raise BadRequestError(f"key material must be bytes, got {type(material).__name__}")
+    data = bytes(material)
+    size = KEY_TYPES[key_type]
+    if len(data) != size:
+        raise BadRequestError(
+            f"key {name!r} is {key_type}: a new version must be {size} bytes long, got {len(data)} bytes"
+        )
+    return data
+
+
+def check_trim_version(name: str, value: object, min_decryption_version: int) -> int:
+    """Return ``value`` if versions below it of key ``name`` may be deleted (1 .. ``min_decryption_version``).
+
+    Raises:
+        BadRequestError: not an int, or outside that range; the message gives the range.
+    """
+    check_integer("min_available_version", value)
+    assert isinstance(value, int)
+    if not 1 <= value <= min_decryption_version:
+        raise BadRequestError(
+            f"min_available_version must be between 1 and the min_decryption_version "
+            f"({min_decryption_version}) of key {name!r}, got {value}"
+        )
+    return value
+
+
 def check_bool(field_name: str, value: object) -> bool:
     """Return ``value`` if it is a bool.
 
@@ -162,13 +198,21 @@ def check_integer(field_name: str, value: object) -> int:
     return value
 
 
-def check_min_decryption_version(name: str, value: int, latest_version: int) -> int:
-    """Return ``value`` if it is a version key ``name`` has (1 .. ``latest_version``).
+def check_min_decryption_version(name: str, value: int, latest_version: int, oldest_version: int = 1) -> int:
+    """Return ``value`` if it is a version key ``name`` has (``oldest_version`` .. ``latest_version``).
+
+    ``oldest_version`` is above 1 once older versions were trimmed (deleted for good): they cannot decrypt.
 
     Raises:
         BadRequestError: outside that range; the message gives the range.
     """
-    if not 1 <= value <= latest_version:
+    if not oldest_version <= value <= latest_version:
+        if oldest_version > 1:
+            raise BadRequestError(
+                f"min_decryption_version must be between the oldest remaining version ({oldest_version}; "
+                f"older ones were trimmed) and the latest version ({latest_version}) of key {name!r}, "
+                f"got {value}"
+            )
         raise BadRequestError(
             f"min_decryption_version must be between 1 and the latest version ({latest_version}) of key "
             f"{name!r}, got {value}"

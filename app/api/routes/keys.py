@@ -1,4 +1,5 @@
-"""``/v1/keys``: create, import, list, read, rotate, update and delete keys (metadata only, never material).
+"""``/v1/keys``: create, import, list, read, rotate, import a version, trim, update and delete keys (metadata
+only, never material).
 
 Key management needs the ``admin`` scope and a key pattern matching the name; reading metadata needs any
 scope and a matching pattern. Every change invalidates the key cache entry of that key.
@@ -55,6 +56,28 @@ class ImportKeyRequest(BaseModel):
     deletion_allowed: bool = False
 
 
+class ImportVersionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
+
+    key: str = Field(
+        min_length=1,
+        max_length=64,
+        repr=False,
+        description="Base64 of the new version's material: as long as the key's type (aes128: 16 bytes, "
+        "aes192: 24, aes256: 32).",
+        json_schema_extra={"pattern": KEY_MATERIAL_BASE64},
+    )
+
+
+class TrimRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    min_available_version: int = Field(
+        ge=1,
+        description="Versions below this are deleted for good; at most the key's min_decryption_version.",
+    )
+
+
 class UpdateKeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -93,12 +116,8 @@ async def import_key(
 ) -> dict[str, Any]:
     """Import existing key material (base64 of 16, 24 or 32 bytes) as a new key."""
     principal.require("admin", name)
-    if not state.settings.allow_key_import:
-        raise ForbiddenError("key import is disabled (set KEYSTREAM_ALLOW_KEY_IMPORT=true)")
-    try:
-        material = base64.b64decode(body.key, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRequestError("key must be base64 of 16, 24 or 32 bytes") from None
+    _require_import_enabled(state.settings.allow_key_import)
+    material = _decode_material(body.key)
     info = await to_thread.run_sync(
         lambda: state.keystore.import_key(
             name, material, body.segment_size, body.deletion_allowed, scheme=body.scheme
@@ -106,6 +125,18 @@ async def import_key(
     )
     state.keycache.invalidate(name)
     return info.to_json()
+
+
+def _require_import_enabled(allowed: bool) -> None:
+    if not allowed:
+        raise ForbiddenError("key import is disabled (set KEYSTREAM_ALLOW_KEY_IMPORT=true)")
+
+
+def _decode_material(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequestError("key must be base64 of 16, 24 or 32 bytes") from None
 
 
 @router.get("")
@@ -129,6 +160,36 @@ async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> dict[st
     """Add a new version; it encrypts from now on, older versions keep decrypting."""
     principal.require("admin", name)
     info = await to_thread.run_sync(state.keystore.rotate_key, name)
+    state.keycache.invalidate(name)
+    return info.to_json()
+
+
+@router.post("/{name}/import_version", dependencies=[JsonBody], responses=errors(403, 404, 415, 422))
+async def import_key_version(
+    name: str, body: ImportVersionRequest, principal: AdminDep, state: StateDep
+) -> dict[str, Any]:
+    """Add a version with caller-supplied material (Vault's ``import_version``); it becomes the latest.
+
+    Needs key import enabled, as ``/import``; the material's length must match the key's type. The key's
+    ``imported`` flag becomes true.
+    """
+    principal.require("admin", name)
+    _require_import_enabled(state.settings.allow_key_import)
+    material = _decode_material(body.key)
+    info = await to_thread.run_sync(state.keystore.import_key_version, name, material)
+    state.keycache.invalidate(name)
+    return info.to_json()
+
+
+@router.post("/{name}/trim", dependencies=[JsonBody], responses=errors(403, 404, 415, 422))
+async def trim_key(name: str, body: TrimRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
+    """Delete every version below ``min_available_version`` for good (Vault's ``trim``); idempotent.
+
+    ``min_available_version`` may not exceed the key's ``min_decryption_version`` (400), so only versions
+    that no longer decrypt are deleted.
+    """
+    principal.require("admin", name)
+    info = await to_thread.run_sync(state.keystore.trim_key, name, body.min_available_version)
     state.keycache.invalidate(name)
     return info.to_json()
 

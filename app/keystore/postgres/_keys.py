@@ -33,12 +33,14 @@ __all__ = [
     "LockedKey",
     "check_tombstone",
     "delete_key",
+    "delete_versions_below",
     "export_keys",
     "insert_exported",
     "insert_key",
     "insert_version",
     "lock_key",
     "new_info",
+    "oldest_version",
     "read_key",
     "read_keys",
     "read_wrapped",
@@ -215,16 +217,39 @@ def lock_key(conn: Connection, name: str) -> LockedKey:
     return LockedKey(row)
 
 
-def insert_version(conn: Connection, name: str, version: int, wrapped: bytes, now: datetime) -> None:
-    """Add version ``version`` and make it the key's latest (the caller holds the row lock)."""
+def insert_version(
+    conn: Connection, name: str, version: int, wrapped: bytes, now: datetime, *, imported: bool = False
+) -> None:
+    """Add version ``version`` and make it the key's latest (the caller holds the row lock).
+
+    ``imported=True`` (caller-supplied material) also sets the key's ``imported`` flag.
+    """
     conn.execute(
         "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (%s, %s, %s, %s)",
         (name, version, wrapped, now),
     )
     conn.execute(
-        "UPDATE keys SET latest_version = %s, updated_at = %s WHERE name = %s AND latest_version < %s",
-        (version, now, name, version),
+        "UPDATE keys SET latest_version = %s, updated_at = %s, imported = imported OR %s "
+        "WHERE name = %s AND latest_version < %s",
+        (version, now, imported, name, version),
     )
+
+
+def delete_versions_below(conn: Connection, name: str, min_available_version: int, now: datetime) -> int:
+    """Delete the key's versions below ``min_available_version`` (the caller holds the row lock and has
+    checked the value); return how many were deleted."""
+    deleted = conn.execute(
+        "DELETE FROM key_versions WHERE key_name = %s AND version < %s", (name, min_available_version)
+    ).rowcount
+    if deleted:
+        conn.execute("UPDATE keys SET updated_at = %s WHERE name = %s", (now, name))
+    return int(deleted)
+
+
+def oldest_version(conn: Connection, name: str) -> int:
+    """The key's oldest remaining version (above 1 once older ones were trimmed)."""
+    row = conn.execute("SELECT min(version) FROM key_versions WHERE key_name = %s", (name,)).fetchone()
+    return int(row[0]) if row is not None and row[0] is not None else 1
 
 
 def update_policy(

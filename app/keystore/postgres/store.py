@@ -41,6 +41,8 @@ from ..checks import (
     check_token_expiry,
     check_token_id,
     check_token_record,
+    check_trim_version,
+    check_version_material,
     key_type_for_material,
 )
 from ..master import check_master_key, unwrap_key_material, wrap_key_material
@@ -195,6 +197,36 @@ class PostgresKeyStore(KeyStore):
 
         return self._database.write(work)
 
+    def import_key_version(self, name: str, material: bytes) -> KeyInfo:
+        """See :meth:`KeyStore.import_key_version`: a rotation with the given material, under the row lock."""
+        check_key_name(name)
+
+        def work(conn: Connection) -> KeyInfo:
+            key = _keys.lock_key(conn, name)
+            data = check_version_material(name, key.key_type, material)
+            version = key.latest_version + 1
+            wrapped = wrap_key_material(self._master_key, name, version, data)
+            _keys.insert_version(conn, name, version, wrapped, utc_now(), imported=True)
+            info = _keys.read_key(conn, name)
+            _changes.append_change(conn, "key_rotated", key_name=name)
+            return info
+
+        return self._database.write(work)
+
+    def trim_key(self, name: str, min_available_version: int) -> KeyInfo:
+        """See :meth:`KeyStore.trim_key`: checked against the policy read under the row lock."""
+        check_key_name(name)
+        check_integer("min_available_version", min_available_version)
+
+        def work(conn: Connection) -> KeyInfo:
+            key = _keys.lock_key(conn, name)
+            check_trim_version(name, min_available_version, key.min_decryption_version)
+            if _keys.delete_versions_below(conn, name, min_available_version, utc_now()):
+                _changes.append_change(conn, "key_updated", key_name=name)
+            return _keys.read_key(conn, name)
+
+        return self._database.write(work)
+
     def update_key(
         self,
         name: str,
@@ -214,7 +246,9 @@ class PostgresKeyStore(KeyStore):
         def work(conn: Connection) -> KeyInfo:
             key = _keys.lock_key(conn, name)
             new_min = key.min_decryption_version if min_decryption_version is None else min_decryption_version
-            check_min_decryption_version(name, new_min, key.latest_version)
+            if new_min != key.min_decryption_version:
+                oldest = _keys.oldest_version(conn, name)
+                check_min_decryption_version(name, new_min, key.latest_version, oldest)
             new_deletion = key.deletion_allowed if deletion_allowed is None else deletion_allowed
             _keys.update_policy(conn, name, new_min, new_deletion, utc_now())
             info = _keys.read_key(conn, name)

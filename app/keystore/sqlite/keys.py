@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.errors import (
-    BadRequestError,
     DeletionNotAllowedError,
     KeyExistsError,
     KeyNotFoundError,
@@ -20,6 +19,7 @@ from app.errors import (
 )
 
 from ..base import KeyExport, KeyInfo, KeyVersionInfo, utc_now
+from ..checks import check_min_decryption_version
 from ..master import unwrap_key_material, wrap_key_material
 from .schema import from_text, to_text
 
@@ -140,8 +140,13 @@ def list_keys(conn: sqlite3.Connection) -> list[KeyInfo]:
     return [_info_from_row(row, versions.get(row[0], [])) for row in rows]
 
 
-def add_version(conn: sqlite3.Connection, master_key: bytes, info: KeyInfo, material: bytes) -> KeyInfo:
-    """Store ``material`` as the next version of key ``info`` and make it the latest."""
+def add_version(
+    conn: sqlite3.Connection, master_key: bytes, info: KeyInfo, material: bytes, *, imported: bool = False
+) -> KeyInfo:
+    """Store ``material`` as the next version of key ``info`` and make it the latest.
+
+    ``imported=True`` (caller-supplied material) also sets the key's ``imported`` flag.
+    """
     name = info.name
     version = info.latest_version + 1
     now = to_text(utc_now())
@@ -149,8 +154,21 @@ def add_version(conn: sqlite3.Connection, master_key: bytes, info: KeyInfo, mate
         "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, ?, ?, ?)",
         (name, version, wrap_key_material(master_key, name, version, material), now),
     )
-    conn.execute("UPDATE keys SET latest_version = ?, updated_at = ? WHERE name = ?", (version, now, name))
+    conn.execute(
+        "UPDATE keys SET latest_version = ?, updated_at = ?, imported = MAX(imported, ?) WHERE name = ?",
+        (version, now, int(imported), name),
+    )
     return require_key(conn, name)
+
+
+def delete_versions_below(conn: sqlite3.Connection, name: str, min_available_version: int) -> int:
+    """Delete key ``name``'s versions below ``min_available_version``; return how many were deleted."""
+    deleted = conn.execute(
+        "DELETE FROM key_versions WHERE key_name = ? AND version < ?", (name, min_available_version)
+    ).rowcount
+    if deleted:
+        conn.execute("UPDATE keys SET updated_at = ? WHERE name = ?", (to_text(utc_now()), name))
+    return deleted
 
 
 def update_policy(
@@ -159,12 +177,11 @@ def update_policy(
     """Set key ``info``'s ``min_decryption_version`` and ``deletion_allowed``.
 
     Raises:
-        BadRequestError: ``min_decryption_version`` is outside 1 .. the latest version.
+        BadRequestError: ``min_decryption_version`` is outside the oldest remaining .. the latest version.
     """
-    if not 1 <= min_decryption_version <= info.latest_version:
-        raise BadRequestError(
-            f"min_decryption_version must be between 1 and the latest version "
-            f"({info.latest_version}) of key {info.name!r}, got {min_decryption_version}"
+    if min_decryption_version != info.min_decryption_version:
+        check_min_decryption_version(
+            info.name, min_decryption_version, info.latest_version, info.versions[0].version
         )
     conn.execute(
         "UPDATE keys SET min_decryption_version = ?, deletion_allowed = ?, updated_at = ? WHERE name = ?",

@@ -20,11 +20,14 @@ from ..checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
     check_bool,
+    check_integer,
     check_key_name,
     check_key_type,
     check_scheme,
     check_segment_size,
     check_token_id,
+    check_trim_version,
+    check_version_material,
     key_type_for_material,
 )
 from ..errors import KeystoreUnavailableError
@@ -182,6 +185,28 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             rotated = keys.add_version(conn, self._master_key, info, material)
             changes.append_change(conn, "key_rotated", key_name=name)
             return rotated
+
+    def import_key_version(self, name: str, material: bytes) -> KeyInfo:
+        """See :meth:`KeyStore.import_key_version`."""
+        check_key_name(name)
+        with self._write() as conn:
+            info = keys.require_key(conn, name)
+            data = check_version_material(name, info.key_type, material)
+            imported = keys.add_version(conn, self._master_key, info, data, imported=True)
+            changes.append_change(conn, "key_rotated", key_name=name)
+            return imported
+
+    def trim_key(self, name: str, min_available_version: int) -> KeyInfo:
+        """See :meth:`KeyStore.trim_key`."""
+        check_key_name(name)
+        check_integer("min_available_version", min_available_version)
+        with self._write() as conn:
+            info = keys.require_key(conn, name)
+            check_trim_version(name, min_available_version, info.min_decryption_version)
+            if not keys.delete_versions_below(conn, name, min_available_version):
+                return info
+            changes.append_change(conn, "key_updated", key_name=name)
+            return keys.require_key(conn, name)
 
     def update_key(
         self,

@@ -21,8 +21,10 @@ from keystream_client._calls import (
     create_token_call,
     datakey_call,
     import_key_call,
+    import_version_call,
     quote,
     renew_token_self_call,
+    trim_call,
 )
 from keystream_client._errors import MAX_ERROR_BODY, api_error
 from keystream_client._models import (
@@ -165,6 +167,14 @@ class AsyncKeystreamClient(BaseClient):
     async def rotate_key(self, name: str) -> Key:
         """As :meth:`KeystreamClient.rotate_key`."""
         return parse_key(await self._send(Call("POST", f"/v1/keys/{quote(name)}/rotate")))
+
+    async def import_version(self, name: str, material: bytes) -> Key:
+        """As :meth:`KeystreamClient.import_version`."""
+        return parse_key(await self._send(import_version_call(name, material)))
+
+    async def trim(self, name: str, min_available_version: int) -> Key:
+        """As :meth:`KeystreamClient.trim`."""
+        return parse_key(await self._send(trim_call(name, min_available_version)))
 
     async def configure_key(
         self, name: str, *, min_decryption_version: int | None = None, deletion_allowed: bool | None = None

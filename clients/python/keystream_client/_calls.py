@@ -51,6 +51,16 @@ def import_key_call(
     return Call("POST", f"/v1/keys/{quote(name)}/import", body)
 
 
+def import_version_call(name: str, material: bytes) -> Call:
+    return Call(
+        "POST", f"/v1/keys/{quote(name)}/import_version", {"key": base64.b64encode(material).decode()}
+    )
+
+
+def trim_call(name: str, min_available_version: int) -> Call:
+    return Call("POST", f"/v1/keys/{quote(name)}/trim", {"min_available_version": min_available_version})
+
+
 def configure_key_call(name: str, min_decryption_version: int | None, deletion_allowed: bool | None) -> Call:
     body: dict[str, Any] = {}
     if min_decryption_version is not None:

@@ -17,8 +17,10 @@ from keystream_client._calls import (
     create_token_call,
     datakey_call,
     import_key_call,
+    import_version_call,
     quote,
     renew_token_self_call,
+    trim_call,
 )
 from keystream_client._models import (
     BatchItem,
@@ -167,6 +169,26 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         return parse_key(self._send(Call("POST", f"/v1/keys/{quote(name)}/rotate")))
+
+    def import_version(self, name: str, material: bytes) -> Key:
+        """Add a key version with the given material (as long as the key's type: 16, 24 or 32 bytes); it
+        becomes the latest. The service must allow imports.
+
+        Raises:
+            KeystreamAPIError: e.g. 403 when imports are disabled, 400 for a length that does not fit the key.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_key(self._send(import_version_call(name, material)))
+
+    def trim(self, name: str, min_available_version: int) -> Key:
+        """Delete, for good, the key's versions below ``min_available_version``; idempotent.
+
+        Raises:
+            KeystreamAPIError: 400 when ``min_available_version`` is above the ``min_decryption_version``,
+                404 and the like.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_key(self._send(trim_call(name, min_available_version)))
 
     def configure_key(
         self, name: str, *, min_decryption_version: int | None = None, deletion_allowed: bool | None = None

@@ -90,6 +90,25 @@ def cmd_keys_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_keys_import_version(args: argparse.Namespace) -> int:
+    """``keys import-version``: material from a file or stdin, never from argv."""
+    material = _read_material(args.file, args.encoding)
+    if len(material) not in (16, 24, 32):
+        raise CommandError(f"key material must be 16, 24 or 32 bytes, got {len(material)}", EXIT_USAGE)
+    with make_client(args) as client:
+        key = client.import_version(args.name, material)
+    print_key(key, args.json)
+    return EXIT_OK
+
+
+def cmd_keys_trim(args: argparse.Namespace) -> int:
+    """``keys trim``."""
+    with make_client(args) as client:
+        key = client.trim(args.name, args.min_available_version)
+    print_key(key, args.json)
+    return EXIT_OK
+
+
 def cmd_keys_list(args: argparse.Namespace) -> int:
     """``keys list``."""
     with make_client(args) as client:

@@ -17,9 +17,11 @@ from keystream_client.cli._commands import (
     cmd_keys_create,
     cmd_keys_delete,
     cmd_keys_import,
+    cmd_keys_import_version,
     cmd_keys_list,
     cmd_keys_rotate,
     cmd_keys_show,
+    cmd_keys_trim,
     cmd_tokens_create,
     cmd_tokens_delete,
     cmd_tokens_list,
@@ -140,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: argparse.ArgumentParser) -> None:
-    keys = commands.add_parser("keys", help="create, import, list, show, rotate, configure and delete keys")
+    keys = commands.add_parser(
+        "keys", help="create, import, list, show, rotate, import versions, trim, configure and delete keys"
+    )
     keys.description = "Manage keys (admin scope needed except for list/show)."
     sub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
 
@@ -172,6 +176,30 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     imp.add_argument("--deletion-allowed", action="store_true")
     imp.add_argument("--scheme", choices=SCHEMES, help="sealed format, as for `keys create`")
     imp.set_defaults(handler=cmd_keys_import)
+
+    imp_version = sub.add_parser(
+        "import-version", parents=[conn, as_json], help="add a key version with material from a file"
+    )
+    imp_version.description = (
+        "Add a new version of key NAME whose material is read from --file ('-' = stdin); its length must "
+        "match the key's type (16/24/32 bytes). It becomes the latest version. The service must run with "
+        "KEYSTREAM_ALLOW_KEY_IMPORT=true. Material never goes on the command line."
+    )
+    imp_version.add_argument("name")
+    imp_version.add_argument("--file", required=True, help="file holding the key ('-' = stdin)")
+    imp_version.add_argument(
+        "--encoding", choices=("raw", "base64", "hex"), default="raw", help="file format"
+    )
+    imp_version.set_defaults(handler=cmd_keys_import_version)
+
+    trim = sub.add_parser("trim", parents=[conn, as_json], help="delete old key versions for good")
+    trim.description = (
+        "Delete every version of key NAME below --min-available-version, for good (it may not exceed the "
+        "key's min decryption version). Idempotent."
+    )
+    trim.add_argument("name")
+    trim.add_argument("--min-available-version", type=_positive, required=True)
+    trim.set_defaults(handler=cmd_keys_trim)
 
     listing = sub.add_parser("list", parents=[conn, as_json], help="list keys")
     listing.description = "List the keys this token may see."
