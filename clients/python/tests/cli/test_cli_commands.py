@@ -30,6 +30,8 @@ COMMANDS = [
     ["keys"],
     ["keys", "create"],
     ["keys", "import"],
+    ["keys", "import-version"],
+    ["keys", "trim"],
     ["keys", "list"],
     ["keys", "show"],
     ["keys", "rotate"],
@@ -134,6 +136,32 @@ def test_keys_import_from_file_and_stdin(cli: RunCli, tmp_path: Path) -> None:
     short.write_bytes(b"x" * 10)
     bad = cli("keys", "import", "cli-bad", str(short))
     assert bad.returncode == EXIT_USAGE and b"16, 24 or 32 bytes" in bad.stderr
+
+
+def test_keys_import_version_and_trim(cli: RunCli, tmp_path: Path) -> None:
+    assert cli("keys", "create", "cli-life", "--type", "aes128").returncode == EXIT_OK
+    material = tmp_path / "v2.hex"
+    material.write_text(os.urandom(16).hex())
+    added = _json(
+        cli("keys", "import-version", "cli-life", "--file", str(material), "--encoding", "hex", "--json")
+    )
+    assert isinstance(added, dict) and (added["latest_version"], added["imported"]) == (2, True)
+    from_stdin = cli("keys", "import-version", "cli-life", "--file", "-", "--json", input=os.urandom(16))
+    assert json.loads(from_stdin.stdout)["latest_version"] == 3
+
+    wrong = tmp_path / "v3.bin"
+    wrong.write_bytes(os.urandom(32))
+    refused = cli("keys", "import-version", "cli-life", "--file", str(wrong))
+    assert refused.returncode != EXIT_OK and b"16 bytes" in refused.stderr
+    no_argv = cli("keys", "import-version", "cli-life", base64.b64encode(os.urandom(16)).decode())
+    assert no_argv.returncode == EXIT_USAGE
+
+    too_far = cli("keys", "trim", "cli-life", "--min-available-version", "3")
+    assert too_far.returncode != EXIT_OK and b"min_decryption_version" in too_far.stderr
+    assert cli("keys", "config", "cli-life", "--min-decryption-version", "3").returncode == EXIT_OK
+    trimmed = _json(cli("keys", "trim", "cli-life", "--min-available-version", "3", "--json"))
+    assert isinstance(trimmed, dict) and [v["version"] for v in trimmed["versions"]] == [3]
+    assert cli("keys", "trim", "cli-life", "--min-available-version", "0").returncode == EXIT_USAGE
 
 
 def test_tokens_commands(cli: RunCli, key: str) -> None:

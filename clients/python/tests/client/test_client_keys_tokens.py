@@ -186,3 +186,34 @@ async def test_async_key_and_token_calls(server: RunningServer, key_name: str) -
             await ks.get_key(key_name)
         assert missing.value.code == "key_not_found"
         assert await ks.health()
+
+
+def test_import_version_and_trim(client: KeystreamClient, key_name: str) -> None:
+    client.create_key(key_name, key_type="aes128", segment_size=4096)
+    old = client.encrypt(key_name, b"version 1").data
+    added = client.import_version(key_name, os.urandom(16))
+    assert (added.latest_version, added.imported) == (2, True)
+    sealed = client.encrypt(key_name, b"version 2")
+    assert sealed.key_version == 2
+    with pytest.raises(KeystreamAPIError) as wrong_size:
+        client.import_version(key_name, os.urandom(32))
+    assert wrong_size.value.status == 400 and "16 bytes" in wrong_size.value.message
+    with pytest.raises(KeystreamAPIError) as too_far:
+        client.trim(key_name, 2)
+    assert too_far.value.status == 400
+    client.configure_key(key_name, min_decryption_version=2)
+    trimmed = client.trim(key_name, 2)
+    assert [v.version for v in trimmed.versions] == [2]
+    assert client.trim(key_name, 2) == trimmed
+    with pytest.raises(KeystreamAPIError) as gone:
+        client.decrypt(key_name, old)
+    assert gone.value.status == 400
+    assert client.decrypt(key_name, sealed.data).data == b"version 2"
+
+
+async def test_async_import_version_and_trim(server: RunningServer, key_name: str) -> None:
+    async with AsyncKeystreamClient(server.url, server.token) as ks:
+        await ks.create_key(key_name)
+        assert (await ks.import_version(key_name, os.urandom(32))).latest_version == 2
+        await ks.configure_key(key_name, min_decryption_version=2)
+        assert [v.version for v in (await ks.trim(key_name, 2)).versions] == [2]
