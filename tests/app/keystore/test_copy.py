@@ -232,3 +232,20 @@ def test_token_fields_are_compared_generically(pair: tuple[KeyStore, KeyStore], 
     target.create_token(dataclasses.replace(record, description="changed"))
     with pytest.raises(CopyConflictError, match="token 'tok-c' \\(its description differs\\)"):
         copy_keystore(source, target, master_key)
+
+
+def test_a_trimmed_key_with_an_imported_version_is_copied_as_it_is(
+    pair: tuple[KeyStore, KeyStore], master_key: bytes
+) -> None:
+    source, target = pair
+    source.create_key("trimmed")
+    source.rotate_key("trimmed")
+    material = secrets.token_bytes(32)
+    source.import_key_version("trimmed", material)
+    source.update_key("trimmed", min_decryption_version=2)
+    info = source.trim_key("trimmed", 2)
+    summary = copy_keystore(source, target, master_key)
+    assert (summary.keys_copied, summary.versions_copied) == (1, 2)
+    assert target.get_key("trimmed") == info
+    assert target.key_material("trimmed", 3) == material
+    assert copy_keystore(source, target, master_key).keys_skipped == 1
