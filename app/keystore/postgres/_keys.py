@@ -293,13 +293,15 @@ def check_tombstone(conn: Connection, name: str) -> None:
         raise recently_deleted(name, held[0].astimezone(UTC), held[1].astimezone(UTC))
 
 
-def read_wrapped(conn: Connection, name: str, version: int) -> tuple[bytes | None, int] | None:
-    """``(wrapped or None, latest_version)`` of a key version in one statement; None if no such key."""
+def read_wrapped(conn: Connection, name: str, version: int) -> tuple[bytes | None, int, int] | None:
+    """``(wrapped or None, oldest remaining version, latest_version)`` of a key version in one statement; None
+    if no such key."""
     row = conn.execute(
-        "SELECT v.wrapped, k.latest_version FROM keys k "
+        "SELECT v.wrapped, (SELECT min(o.version) FROM key_versions o WHERE o.key_name = k.name), "
+        "k.latest_version FROM keys k "
         "LEFT JOIN key_versions v ON v.key_name = k.name AND v.version = %s WHERE k.name = %s",
         (version, name),
     ).fetchone()
     if row is None:
         return None
-    return (bytes(row[0]) if row[0] is not None else None), int(row[1])
+    return (bytes(row[0]) if row[0] is not None else None), int(row[1]), int(row[2])

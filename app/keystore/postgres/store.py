@@ -278,9 +278,11 @@ class PostgresKeyStore(KeyStore):
         found = self._database.read(lambda conn: _keys.read_wrapped(conn, name, version))
         if found is None:
             raise KeyNotFoundError(f"key {name!r} not found")
-        wrapped, latest = found
+        wrapped, oldest, latest = found
         if wrapped is None:
-            raise KeyVersionNotFoundError(f"key {name!r} has no version {version} (versions 1 to {latest})")
+            raise KeyVersionNotFoundError(
+                f"key {name!r} has no version {version} (versions {oldest} to {latest})"
+            )
         return unwrap_key_material(self._master_key, name, version, wrapped)
 
     # -- copying between keystores -------------------------------------------------------------------------

@@ -218,10 +218,17 @@ def key_material(conn: sqlite3.Connection, master_key: bytes, name: str, version
         "SELECT wrapped FROM key_versions WHERE key_name = ? AND version = ?", (name, version)
     ).fetchone()
     if row is None:
-        latest = conn.execute("SELECT latest_version FROM keys WHERE name = ?", (name,)).fetchone()
-        if latest is None:
+        found = conn.execute(
+            "SELECT (SELECT min(version) FROM key_versions WHERE key_name = ?), latest_version FROM keys "
+            "WHERE name = ?",
+            (name, name),
+        ).fetchone()
+        if found is None:
             raise KeyNotFoundError(f"key {name!r} not found")
-        raise KeyVersionNotFoundError(f"key {name!r} has no version {version} (versions 1 to {latest[0]})")
+        oldest, latest = found
+        raise KeyVersionNotFoundError(
+            f"key {name!r} has no version {version} (versions {oldest} to {latest})"
+        )
     wrapped: bytes = row[0]
     return unwrap_key_material(master_key, name, version, wrapped)
 
