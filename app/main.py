@@ -68,9 +68,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # served from local assets by install_docs (FastAPI's pages load from a CDN)
         redoc_url=None,
     )
-    # Routes are matched in order: the hot encrypt/decrypt paths come right after the cheap probes.
-    app.include_router(ops.router)
+    # Routes are matched in order: the hot encrypt/decrypt paths come first. Matching an included router
+    # (FastAPI checks each of its routes) cost ~3% of a 1 KiB encrypt's server time when ``ops`` came
+    # first; no ops path has the shape ``/v1/keys/{name}/encrypt`` or ``/decrypt``, so nothing else changes.
     app.router.routes.extend(crypto.routes)
+    app.include_router(ops.router)
     app.include_router(batch.router)
     app.include_router(datakey.router)
     app.include_router(keys.router)

@@ -259,3 +259,16 @@ async def test_raw_body_past_the_end_of_the_keystream_is_400_up_front(api: Api, 
     assert "2**64" in response.json()["error"]["message"]
     fits = await call("r", body[:1000], **params)
     assert fits.status_code == 200
+
+
+def test_the_streaming_routes_are_matched_first() -> None:
+    """The hot encrypt/decrypt routes come before every other route (matching an included router costs)."""
+    from app.api.routes import crypto
+    from app.core.config import Settings
+    from app.main import create_app
+
+    app = create_app(Settings(data_dir="/nonexistent-not-opened"))
+    routes = app.router.routes
+    first = routes.index(crypto.routes[0])
+    assert routes[first : first + len(crypto.routes)] == crypto.routes
+    assert [getattr(route, "path", None) for route in routes[:first]] == [app.openapi_url] * first
