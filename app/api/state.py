@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from app.core.config import Settings
 from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
+from app.services.auto_rotate import AutoRotator
 from app.services.backends import Backends, open_backends
 from app.services.budget import ByteBudget
 from app.services.coherence import ChangeFollower
@@ -25,10 +26,12 @@ class ServiceState:
     #: Batch body bytes buffered at once across requests (``batch_buffer_budget_bytes``).
     batch_budget: ByteBudget
     follower: ChangeFollower
+    auto_rotator: AutoRotator
 
 
 def open_state(settings: Settings) -> ServiceState:
-    """Open everything a request needs and start following the change log (blocking: call from a thread).
+    """Open everything a request needs, start following the change log and checking for keys due for
+    automatic rotation (blocking: call from a thread).
 
     Raises:
         MasterKeyError: the master key is malformed or does not open the keystore.
@@ -55,8 +58,10 @@ def open_state(settings: Settings) -> ServiceState:
             interval=settings.change_poll_interval,
             trust_seconds=settings.cache_trust_seconds,
         )
+        auto_rotator = AutoRotator(keystore, keycache, interval=settings.auto_rotate_check_interval)
         backends = open_backends(settings)
         follower.start()
+        auto_rotator.start()
     except BaseException:
         keystore.close()
         raise
@@ -68,11 +73,14 @@ def open_state(settings: Settings) -> ServiceState:
         backends=backends,
         batch_budget=ByteBudget(settings.batch_buffer_budget_bytes, settings.batch_buffer_wait_seconds),
         follower=follower,
+        auto_rotator=auto_rotator,
     )
 
 
 def close_state(state: ServiceState) -> None:
-    """Stop following the change log and the python-backend processes; close the keystore."""
+    """Stop the automatic rotations, the change-log follower and the python-backend processes; close the
+    keystore."""
+    state.auto_rotator.stop()
     state.follower.stop()
     if state.backends.offload is not None:
         state.backends.offload.shutdown()

@@ -141,6 +141,21 @@ class Settings(BaseSettings):
         description="Seconds a deleted key's name cannot be re-created; unset: 10 x change_poll_interval.",
     )
 
+    auto_rotate_check_interval: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="Seconds between two checks, in each worker, for keys whose auto_rotate_period has "
+        "elapsed (a due key rotates at most this late; the database lets one worker or replica do it).",
+    )
+    auto_rotate_min_period: int = Field(
+        default=3600,
+        ge=1,
+        le=3600,
+        description="TESTING ONLY: the shortest auto_rotate_period a key may get (default 1 hour, as Vault). "
+        "Tests lower it to watch a key rotate within seconds; never lower it in production.",
+    )
+
     batch_max_items: int = Field(default=1000, ge=1)
     batch_max_bytes: int = Field(default=16 * MIB, ge=1024)
     batch_buffer_budget_bytes: int = Field(
