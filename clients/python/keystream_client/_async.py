@@ -138,9 +138,10 @@ class AsyncKeystreamClient(BaseClient):
         segment_size: int | None = None,
         deletion_allowed: bool = False,
         scheme: str | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.create_key`."""
-        call = create_key_call(name, key_type, segment_size, deletion_allowed, scheme)
+        call = create_key_call(name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period)
         return parse_key(await self._send(call))
 
     async def import_key(
@@ -151,9 +152,10 @@ class AsyncKeystreamClient(BaseClient):
         segment_size: int | None = None,
         deletion_allowed: bool = False,
         scheme: str | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.import_key`."""
-        call = import_key_call(name, material, segment_size, deletion_allowed, scheme)
+        call = import_key_call(name, material, segment_size, deletion_allowed, scheme, auto_rotate_period)
         return parse_key(await self._send(call))
 
     async def list_keys(self) -> list[Key]:
@@ -177,10 +179,19 @@ class AsyncKeystreamClient(BaseClient):
         return parse_key(await self._send(trim_call(name, min_available_version)))
 
     async def configure_key(
-        self, name: str, *, min_decryption_version: int | None = None, deletion_allowed: bool | None = None
+        self,
+        name: str,
+        *,
+        min_decryption_version: int | None = None,
+        deletion_allowed: bool | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.configure_key`."""
-        return parse_key(await self._send(configure_key_call(name, min_decryption_version, deletion_allowed)))
+        return parse_key(
+            await self._send(
+                configure_key_call(name, min_decryption_version, deletion_allowed, auto_rotate_period)
+            )
+        )
 
     async def delete_key(self, name: str) -> None:
         """As :meth:`KeystreamClient.delete_key`."""

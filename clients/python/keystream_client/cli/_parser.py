@@ -31,6 +31,11 @@ from keystream_client.cli._commands import (
 from keystream_client.cli._datakey import cmd_datakey
 from keystream_client.cli._transfer import cmd_crypto
 
+_PERIOD_HELP = (
+    "rotate the key automatically once its latest version is this old: seconds or a duration such as 24h, "
+    "1h30m or 7d (at least 1h; 0 = never)"
+)
+
 #: The service's sealed schemes (``app.core.schemes`` on the server; the client does not import the server).
 SCHEMES = ("ctr-hmac", "gcm")
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?)?\s*$", re.IGNORECASE)
@@ -162,6 +167,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         help="sealed format: ctr-hmac (Tink AesCtrHmacStreaming, the service default) or gcm "
         "(Tink AesGcmHkdfStreaming); fixed for the key's life",
     )
+    create.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
     create.set_defaults(handler=cmd_keys_create)
 
     imp = sub.add_parser("import", parents=[conn, as_json], help="import key material from a file")
@@ -175,6 +181,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     imp.add_argument("--segment-size", type=parse_size)
     imp.add_argument("--deletion-allowed", action="store_true")
     imp.add_argument("--scheme", choices=SCHEMES, help="sealed format, as for `keys create`")
+    imp.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
     imp.set_defaults(handler=cmd_keys_import)
 
     imp_version = sub.add_parser(
@@ -216,7 +223,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         command.set_defaults(handler=handler)
 
     config = sub.add_parser(
-        "config", parents=[conn, as_json], help="change min decryption version / deletion"
+        "config", parents=[conn, as_json], help="change min decryption version / deletion / auto-rotation"
     )
     config.description = "Change a key's policy; options not given stay as they are."
     config.add_argument("name")
@@ -227,6 +234,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         default=None,
         help="allow deleting the key",
     )
+    config.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
     config.set_defaults(handler=cmd_keys_config)
 
 
