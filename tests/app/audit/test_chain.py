@@ -155,3 +155,11 @@ def test_hash_values_and_keys() -> None:
     assert derive_audit_keys(bytes(32)).hash(b"associated") != value
     with pytest.raises(ValueError):
         derive_audit_keys(b"short")
+
+
+@pytest.mark.parametrize("value", ['é \u2028 \x00 "quoted"', "lone \udcff surrogate"])
+def test_any_string_a_client_sends_seals_and_verifies(value: str) -> None:
+    line, _ = seal(KEY, Link("c0"), {"path": value})
+    text = line.decode("utf-8")
+    assert json.loads(text)["path"] == value
+    assert verify_lines(KEY, [("log", 1, text)]).problem is None
