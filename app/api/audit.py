@@ -1,30 +1,34 @@
 """The audit log's HTTP side: what a record holds and when it is written, for every ``/v1`` request.
 
-:class:`AuditMiddleware` writes two sealed lines per ``/v1`` request (the chain itself is :mod:`app.audit`):
+The rule (Vault's "log before serving", applied to what leaves the server): **no response byte of a ``/v1``
+request is released, and no change is made, before a record of it is in the log** (written to the kernel by
+:class:`app.audit.AuditLog`). :class:`AuditMiddleware` keeps it with up to three kinds of sealed lines:
 
-1. a ``request`` line *before the request reaches a route*: time, request id, token id, method, path,
-   remote address. If it cannot be written the request gets 503 ``audit_unavailable`` with ``Retry-After``
-   and no route runs, so nothing is encrypted or decrypted without a record (Vault's rule: log before
-   serving).
-2. a ``response`` line when the request finishes: route template, key name, key version, format, scheme,
-   backend, associated data as ``"hmac-sha256:<hex>"``, bytes in and out, status, error code, outcome.
-
-   * A response sent in one piece (JSON, small bodies) is held until its line is written: if that write
-     fails the client gets the 503 instead, so no crypto output is ever released without its full record.
-   * A stream (chunked body) starts once the ``request`` line exists; its ``response`` line is written when
-     it ends, with the outcome ``completed`` (written before the final chunk: if it cannot be, the stream
-     is aborted, so the client never sees a clean end without the record), ``failed`` (a segment did not
-     verify, an error after the start) or ``aborted`` (the client went away).
+* ``request``: written *before the route runs*, for routes that change state (creating, rotating, deleting
+  keys and tokens...: every ``/v1`` request except ``GET``/``HEAD`` and the side-effect-free crypto routes
+  listed in :data:`PURE_ROUTE`). If it cannot be written the request gets 503 ``audit_unavailable`` with
+  ``Retry-After`` and the route never runs, so nothing changes without a record.
+* ``response``: the full record (route template, key name, key version, format, scheme, backend, associated
+  data as ``"hmac-sha256:<hex>"``, bytes in and out, status, error code, outcome). A response sent in one
+  piece (JSON, small bodies: the 1 KiB hot path) is *held* until this line is written; if it cannot be, the
+  client gets the 503 instead and the ciphertext or plaintext computed is dropped. So a crypto route needs
+  one line, not two, and still releases nothing unrecorded.
+* ``stream``: a chunked response (a stream) is held until this line, the same record with outcome
+  ``started``, is written (else the 503, nothing sent). Its ``response`` line follows when the stream ends,
+  written before the final chunk, with outcome ``completed`` (if that write fails the stream is aborted, so
+  the client never sees a clean end without the record), ``failed`` (a segment did not verify, an error
+  after the start) or ``aborted`` (the client went away).
 
 Records never hold plaintext, ciphertext, key material, the token or its secret: only the token's id. Every
-response of a ``/v1`` request carries ``Keystream-Request-Id``, the id both lines hold.
+response of an audited request carries ``Keystream-Request-Id``, the id its lines hold.
 
-Routes add what only they know through :func:`note` (format, scheme, associated data).
+Routes add what only they know through :func:`note` (format, scheme, backend, associated data).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +36,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import keystream_error_response
+from app.api.limits import BATCH_ROUTE, STREAMING_ROUTE
 from app.api.streaming import StreamAbortedError
 from app.audit import AuditKeys, AuditLog, AuditUnavailableError
 from app.core.token_format import parse_token
@@ -39,6 +44,10 @@ from app.core.token_format import parse_token
 #: Key in the ASGI ``scope["state"]`` under which the request's :class:`Exchange` lives.
 EXCHANGE = "keystream.audit"
 REQUEST_ID_HEADER = b"keystream-request-id"
+#: ``/v1`` POST routes without side effects besides their answer (held until recorded): no ``request`` line.
+PURE_ROUTE = re.compile(
+    rf"{STREAMING_ROUTE.pattern}|{BATCH_ROUTE.pattern}|/v1/keys/[^/]+/datakey|/v1/audit/hash"
+)
 
 
 def _now() -> str:
@@ -115,6 +124,10 @@ class AuditMiddleware:
         await _Audited(log, state.audit_keys, scope).run(self.app, receive, send)
 
 
+class _Refused(Exception):
+    """Raised through the route when its stream could not be recorded: the 503 has been sent."""
+
+
 class _Audited:
     """One audited request: counts bytes, holds a one-piece response until its record is written."""
 
@@ -136,21 +149,22 @@ class _Audited:
 
     async def run(self, app: ASGIApp, receive: Receive, send: Send) -> None:
         scope = self.scope
-        try:
-            self.log.write(
-                {
-                    "time": _now(),
-                    "type": "request",
-                    "request_id": self.exchange.request_id,
-                    "token_id": self.token_id,
-                    "method": scope.get("method"),
-                    "path": scope["path"],
-                    "remote_address": self.remote,
-                }
-            )
-        except AuditUnavailableError as exc:
-            await self._refuse(exc, send)
-            return
+        if scope.get("method") not in ("GET", "HEAD") and not PURE_ROUTE.fullmatch(scope["path"]):
+            try:  # a route that may change state: its record comes before it runs
+                self.log.write(
+                    {
+                        "time": _now(),
+                        "type": "request",
+                        "request_id": self.exchange.request_id,
+                        "token_id": self.token_id,
+                        "method": scope.get("method"),
+                        "path": scope["path"],
+                        "remote_address": self.remote,
+                    }
+                )
+            except AuditUnavailableError as exc:
+                await self._refuse(exc, send)
+                return
         scope.setdefault("state", {})[EXCHANGE] = self.exchange
 
         async def counting_receive() -> Message:
@@ -166,6 +180,8 @@ class _Audited:
 
         try:
             await app(scope, counting_receive, audited_send)
+        except _Refused:
+            return  # the 503 was sent in full
         except BaseException as exc:
             if not self.recorded:
                 if not self.streaming:
@@ -188,7 +204,15 @@ class _Audited:
             return
         body = message.get("body", b"")
         more = message.get("more_body", False)
-        if self.held is not None and more:  # a stream: its request line covers it until it ends
+        if self.held is not None and more:  # a stream: recorded as started before its head leaves
+            try:
+                self._write("started", None, kind="stream")
+            except AuditUnavailableError as exc:
+                self.held = None
+                await self._refuse(exc, send)
+                self.recorded = True
+                raise _Refused from None  # stops the route; run() ends the request quietly
+            self.recorded = False  # the stream's end still needs its line
             self.streaming = True
             start, self.held = self.held, None
             await send(start)
@@ -219,14 +243,14 @@ class _Audited:
         response.headers["Keystream-Request-Id"] = self.exchange.request_id
         await response(self.scope, _no_receive, send)
 
-    def _write(self, outcome: str, error: str | None) -> None:
+    def _write(self, outcome: str, error: str | None, kind: str = "response") -> None:
         scope = self.scope
         facts = self.exchange.facts
         version = self.headers.get(b"keystream-key-version")
         backend = self.headers.get(b"keystream-backend")
         record = {
             "time": _now(),
-            "type": "response",
+            "type": kind,
             "request_id": self.exchange.request_id,
             "token_id": self.token_id,
             "method": scope.get("method"),

@@ -17,16 +17,18 @@ from app.core.config import Settings
 from tests.app.api.conftest import running_api
 
 
-def _fail_responses(log: Any) -> None:
-    """Make the log refuse ``response`` lines (the ``request`` line still gets written)."""
+def _fail(log: Any, kind: str) -> Callable[[Mapping[str, Any]], None]:
+    """Make the log refuse lines of type ``kind`` (``request``, ``stream`` or ``response``); returns the
+    original ``write``."""
     write = log.write
 
     def refusing(record: Mapping[str, Any]) -> None:
-        if record["type"] == "response":
+        if record["type"] == kind:
             raise AuditUnavailableError("the audit log cannot be written (test)")
         write(record)
 
     log.write = refusing
+    return write
 
 
 async def test_a_response_is_not_released_without_its_record(
@@ -35,7 +37,7 @@ async def test_a_response_is_not_released_without_its_record(
     path = tmp_path / "audit.log"
     async with running_api(settings_factory(audit_log=str(path))) as api:
         await api.create_key("k")
-        _fail_responses(api.app.state.keystream.audit)
+        _fail(api.app.state.keystream.audit, "response")
         plaintext = b"secret plaintext" * 8
         response = await api.encrypt("k", plaintext)
         assert response.status_code == 503
@@ -44,7 +46,31 @@ async def test_a_response_is_not_released_without_its_record(
         assert "keystream-key-version" not in response.headers  # the held success head was dropped
         assert len(response.content) < 200
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines[-1]["type"] == "request" and lines[-1]["path"] == "/v1/keys/k/encrypt"
+    assert all("encrypt" not in str(line.get("path")) + str(line.get("route")) for line in lines)
+
+
+async def test_a_state_change_does_not_run_without_its_request_line(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    async with running_api(settings_factory(audit_log=str(tmp_path / "audit.log"))) as api:
+        log = api.app.state.keystream.audit
+        write = _fail(log, "request")
+        refused = await api.client.post("/v1/keys", json={"name": "never"}, headers=api.auth())
+        assert refused.status_code == 503
+        log.write = write
+        missing = await api.client.get("/v1/keys/never", headers=api.auth())
+        assert missing.status_code == 404  # the route never ran
+
+
+async def test_a_stream_is_not_started_without_its_stream_line(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    async with running_api(settings_factory(audit_log=str(tmp_path / "audit.log"))) as api:
+        await api.create_key("k", segment_size=4096)
+        _fail(api.app.state.keystream.audit, "stream")
+        refused = await api.encrypt("k", os.urandom(200 * 1024))
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "audit_unavailable"
 
 
 async def test_a_stream_whose_last_record_fails_is_aborted(
@@ -52,7 +78,7 @@ async def test_a_stream_whose_last_record_fails_is_aborted(
 ) -> None:
     async with running_api(settings_factory(audit_log=str(tmp_path / "audit.log"))) as api:
         await api.create_key("k", segment_size=4096)
-        _fail_responses(api.app.state.keystream.audit)
+        _fail(api.app.state.keystream.audit, "response")
         # The app fails after the start (the server then drops the connection: no clean end).
         with pytest.raises(StreamAbortedError, match="audit_unavailable"):
             await api.encrypt("k", os.urandom(200 * 1024))

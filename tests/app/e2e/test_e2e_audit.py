@@ -136,10 +136,16 @@ def test_encrypt_decrypt_and_errors_are_recorded(audited: tuple[Server, Path]) -
     assert encrypt["token_id"] == ROOT_TOKEN.split("_")[1]
     assert encrypt["remote_address"] == "127.0.0.1"
     assert encrypt["associated_data"] == hashed.json()["hash"]  # what an operator searches for
-    request_lines = [
-        r for r in records(log) if r["request_id"] == encrypt["request_id"] and r["type"] == "request"
-    ]
-    assert len(request_lines) == 1 and request_lines[0]["seq"] < encrypt["seq"]
+    lines_of_encrypt = [r for r in records(log) if r["request_id"] == encrypt["request_id"]]
+    assert lines_of_encrypt == [encrypt]  # side-effect free: one line, written before the answer left
+
+    with server.client() as client:
+        created = client.post("/v1/keys", json={"name": "changes-state"})
+        assert created.status_code == 201
+    created_id = created.headers["Keystream-Request-Id"]
+    kinds = [(r["type"], r["seq"]) for r in records(log) if r["request_id"] == created_id]
+    assert [kind for kind, _ in kinds] == ["request", "response"]  # the request line before the route ran
+    assert kinds[0][1] < kinds[1][1]
 
     decrypt = response_record(log, opened.headers["Keystream-Request-Id"])
     assert (decrypt["route"], decrypt["bytes_out"], decrypt["associated_data"]) == (
@@ -178,6 +184,10 @@ def test_stream_outcomes_completed_failed_aborted(audited: tuple[Server, Path]) 
         len(data),
         len(sealed.content),
     )
+    started = [
+        r for r in records(log) if r["request_id"] == completed["request_id"] and r["type"] == "stream"
+    ]
+    assert len(started) == 1 and started[0]["outcome"] == "started" and started[0]["seq"] < completed["seq"]
 
     tampered = bytearray(sealed.content)
     tampered[-10_000] ^= 1
@@ -322,7 +332,7 @@ def test_several_workers_write_their_own_files(tmp_path: Path) -> None:
         assert not log.exists()
         per_worker = [Path(f"{log}.w0"), Path(f"{log}.w1")]
         assert all(path.exists() for path in per_worker)
-        assert sum(len(path.read_text().splitlines()) for path in per_worker) == 40
+        assert sum(len(path.read_text().splitlines()) for path in per_worker) == 20  # one line per GET
         for path in per_worker:
             assert verify(path).returncode == 0
     finally:
