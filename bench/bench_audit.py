@@ -26,7 +26,7 @@ import psutil
 
 from app.admin import main as admin_main
 from bench.bench_aescore import cpu_model
-from bench.bench_peer import Target, run_wrk
+from bench.bench_peer import Target, run_wrk, tree_cpu_seconds
 from bench.service_process import MASTER_KEY, ROOT_TOKEN, Server, start_server, stop_server
 
 KEY = "bench"
@@ -75,10 +75,12 @@ def main() -> None:
             servers["off"] = start(work, "off", None)
             servers["on"] = start(work, "on", log)
             rates: dict[str, list[float]] = {"off": [], "on": []}
+            cpu_us: dict[str, list[float]] = {"off": [], "on": []}
             p99s: dict[str, list[float]] = {"off": [], "on": []}
             route = f"/v1/keys/{KEY}/encrypt"
             for round_index in range(args.rounds):
                 for name in ("off", "on"):
+                    cpu_before = tree_cpu_seconds(servers[name][1].process)
                     rate, p99 = run_wrk(
                         servers[name][1],
                         route,
@@ -88,9 +90,14 @@ def main() -> None:
                         args.seconds,
                         work,
                     )
+                    cpu = tree_cpu_seconds(servers[name][1].process) - cpu_before
                     rates[name].append(rate)
                     p99s[name].append(p99)
-                    print(f"round {round_index + 1} audit {name}: {rate:,.0f} req/s, p99 {p99:.2f} ms")
+                    cpu_us[name].append(cpu / (rate * args.seconds) * 1e6)
+                    print(
+                        f"round {round_index + 1} audit {name}: {rate:,.0f} req/s, p99 {p99:.2f} ms, "
+                        f"server CPU {cpu_us[name][-1]:.0f} us/request"
+                    )
         finally:
             for server, _ in servers.values():
                 stop_server(server)
@@ -111,6 +118,7 @@ def main() -> None:
         "workload": f"1 KiB sealed encrypt, wrk -t1 -c{CONNECTIONS}, {args.seconds} s x {args.rounds} rounds",
         "req_per_s": {"off": off, "on": on},
         "p99_ms": {"off": summary(p99s["off"]), "on": summary(p99s["on"])},
+        "server_cpu_us_per_request": {"off": summary(cpu_us["off"]), "on": summary(cpu_us["on"])},
         "cost_percent": round(100 * (1 - on["median"] / off["median"]), 1),
         "audit_lines": lines,
         "audit_bytes_per_line": round(log_bytes / max(1, lines)),
@@ -119,12 +127,16 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     table = [
-        "| audit log | req/s (median, min-max) | p99 ms (median) |",
-        "|---|---|---|",
+        "| audit log | req/s (median, min-max) | p99 ms (median) | server CPU µs/request (median) |",
+        "|---|---|---|---|",
     ]
     for name in ("off", "on"):
         r, p = result["req_per_s"][name], result["p99_ms"][name]
-        table.append(f"| {name} | {r['median']:,.0f} ({r['min']:,.0f}-{r['max']:,.0f}) | {p['median']:.2f} |")
+        c = result["server_cpu_us_per_request"][name]
+        table.append(
+            f"| {name} | {r['median']:,.0f} ({r['min']:,.0f}-{r['max']:,.0f}) | {p['median']:.2f} "
+            f"| {c['median']:.0f} |"
+        )
     table.append("")
     table.append(
         f"Cost: {result['cost_percent']}% of req/s; {lines} audit lines, "
