@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from datetime import UTC, datetime
+import time
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -50,8 +50,16 @@ PURE_ROUTE = re.compile(
 )
 
 
+_second: list[Any] = [-1, ""]  # the last whole second formatted, and its text
+
+
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """UTC now as ``2026-11-26T08:43:19.221506Z`` (the date part is formatted once per second)."""
+    now = time.time()
+    second = int(now)
+    if second != _second[0]:
+        _second[0], _second[1] = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_second[1]}.{int((now - second) * 1_000_000):06d}Z"
 
 
 def _header(scope: Scope, wanted: bytes) -> str | None:

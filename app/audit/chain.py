@@ -20,6 +20,8 @@ Each writer (a worker process) has its own chain, named by its ``chain`` member;
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import hmac
 import json
 import re
@@ -32,6 +34,40 @@ import msgspec
 #: ``prev`` of a chain's first line.
 GENESIS = "0" * 64
 _ENCODER = msgspec.json.Encoder()
+_BLOCK = 64  # SHA-256's block size
+
+
+class LineMac:
+    """HMAC-SHA256 (RFC 2104) under one key, with the padded key's two SHA-256 states computed once.
+
+    Per line this is two ``copy()`` and ``update()`` calls, ~2.5x faster than :func:`hmac.digest`, which
+    pads and hashes the key again for every message. :func:`hmac.compare_digest` still compares results.
+    """
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) > _BLOCK:
+            key = hashlib.sha256(key).digest()
+        padded = key.ljust(_BLOCK, b"\0")
+        self._inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in padded))
+        self._outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in padded))
+
+    def hexdigest(self, message: bytes) -> str:
+        """HMAC-SHA256 of ``message``, in hex."""
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def line_mac(chain_key: bytes) -> LineMac:
+    """The :class:`LineMac` of ``chain_key`` (kept: a process uses one or two chain keys)."""
+    return LineMac(chain_key)
+
+
 _HMAC_SUFFIX = re.compile(r',"hmac":"([0-9a-f]{64})"\}$')
 
 
@@ -57,7 +93,7 @@ def seal(chain_key: bytes, link: Link, record: Mapping[str, Any]) -> tuple[bytes
         signed = _ENCODER.encode(body)  # UTF-8, compact, insertion order: ~7x faster than json.dumps
     except UnicodeEncodeError:  # a lone surrogate (say, from a crafted path): escape it as ASCII JSON
         signed = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-    tag = hmac.digest(chain_key, signed, "sha256").hex()
+    tag = line_mac(chain_key).hexdigest(signed)
     line = b"".join((signed[:-1], b',"hmac":"', tag.encode("ascii"), b'"}\n'))
     return line, Link(link.chain, link.seq + 1, tag)
 
@@ -121,7 +157,7 @@ def _check(chain_key: bytes, text: str) -> tuple[dict[str, Any], str] | str:
     if match is None:
         return "changed: not a sealed audit record (no trailing hmac)"
     signed = text[: match.start()] + "}"
-    expected = hmac.digest(chain_key, signed.encode("utf-8", "surrogateescape"), "sha256").hex()
+    expected = line_mac(chain_key).hexdigest(signed.encode("utf-8", "surrogateescape"))
     if not hmac.compare_digest(expected, match.group(1)):
         return "changed: its hmac does not match its content"
     try:

@@ -91,3 +91,15 @@ async def test_without_an_audit_log_nothing_is_recorded(settings_factory: Callab
         assert response.status_code == 200
         assert "keystream-request-id" not in response.headers
         assert api.app.state.keystream.audit is None
+
+
+def test_record_times_are_utc_with_microseconds() -> None:
+    from datetime import UTC, datetime
+
+    from app.api.audit import _now
+
+    before = datetime.now(UTC)
+    stamp = _now()
+    parsed = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert abs((parsed - before).total_seconds()) < 1
+    assert len(stamp) == len("2026-11-26T08:43:19.221506Z")

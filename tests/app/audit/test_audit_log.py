@@ -134,3 +134,16 @@ def test_worker_paths() -> None:
     assert worker_path("/var/log/ks/audit.log", None) == "/var/log/ks/audit.log"
     assert worker_path("/var/log/ks/audit.log", 1) == "/var/log/ks/audit.log.w1"
     assert worker_path("-", 3) == "-"
+
+
+def test_stdout_gets_sealed_lines_of_a_chain_of_its_own(capfd: pytest.CaptureFixture[str]) -> None:
+    log = AuditLog("-", KEY)
+    log.write({"n": 0})
+    log.write({"n": 1})
+    log.close()  # stdout stays open
+    out = capfd.readouterr().out
+    report = verify_lines(KEY, [("stdout", number, line) for number, line in enumerate(out.splitlines(), 1)])
+    assert report.problem is None and report.lines == 2
+    other = AuditLog("-", KEY)  # a restart on stdout: a new chain, verified apart
+    link = other.link
+    assert link is not None and link.chain != next(iter(report.chains))

@@ -163,3 +163,14 @@ def test_any_string_a_client_sends_seals_and_verifies(value: str) -> None:
     text = line.decode("utf-8")
     assert json.loads(text)["path"] == value
     assert verify_lines(KEY, [("log", 1, text)]).problem is None
+
+
+@pytest.mark.parametrize("key", [b"", b"k" * 32, b"x" * 64, b"long" * 40])
+def test_the_line_mac_is_hmac_sha256(key: bytes) -> None:
+    import hashlib
+    import hmac
+
+    from app.audit.chain import LineMac
+
+    for message in (b"", b"a line", b"z" * 1000):
+        assert LineMac(key).hexdigest(message) == hmac.new(key, message, hashlib.sha256).hexdigest()
