@@ -207,6 +207,27 @@ class Settings(BaseSettings):
         description="Seconds a request body may send nothing while the server waits for it (dropped beyond).",
     )
 
+    audit_log: str | None = Field(
+        default=None,
+        description="Audit log: a file PATH (with several workers each writes PATH.w<index>) or '-' for "
+        "stdout; one HMAC-chained JSON line per /v1 request (see docs/operations.md). While it cannot be "
+        "written, /v1 requests get 503 audit_unavailable. Unset: no audit log.",
+    )
+    audit_log_max_bytes: int = Field(
+        default=100 * MIB,
+        ge=0,
+        description="Rotate the audit log file before it would grow past this size (0: never).",
+    )
+    audit_log_keep: int = Field(
+        default=10, ge=1, le=1000, description="Rotated audit log files kept (PATH.1 ... PATH.<keep>)."
+    )
+    worker_index: int | None = Field(
+        default=None,
+        ge=0,
+        description="Set by the worker supervisor for each worker process (names its audit log file); "
+        "not a user setting.",
+    )
+
     bench_echo: bool = Field(default=False, description="Expose POST /bench/echo (benchmarks only).")
 
     @property
@@ -270,6 +291,7 @@ class Settings(BaseSettings):
         "tls_cert_file",
         "tls_key_file",
         "tls_client_ca_file",
+        "audit_log",
         mode="before",
     )
     @classmethod

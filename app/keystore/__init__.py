@@ -32,6 +32,7 @@ from .checks import (
 )
 from .errors import KeystoreUnavailableError
 from .master import (
+    MASTER_KEY_FILE,
     KeyUnwrapError,
     MasterKeyError,
     check_master_key_source,
@@ -75,6 +76,7 @@ __all__ = [
     "check_key_name",
     "check_key_type",
     "check_segment_size",
+    "load_master_key_for",
     "load_or_create_master_key",
     "open_keystore",
     "open_keystore_for",
@@ -123,8 +125,32 @@ def open_keystore(
     )
 
 
-def open_keystore_for(settings: Settings) -> KeyStore:
-    """Load the master key from where ``settings`` say and open the keystore they select.
+def load_master_key_for(settings: Settings, *, create: bool = True) -> bytes:
+    """The master key from where ``settings`` say: ``master_key_file``, ``master_key``, or (SQLite only)
+    ``data_dir/master.key``, generated on first start when ``create`` is true.
+
+    Raises:
+        MasterKeyError: see :func:`check_master_key_source`, :func:`load_or_create_master_key` and
+            :func:`read_master_key_file`; or, with ``create`` false, no key exists yet.
+    """
+    env_value = settings.master_key.get_secret_value() if settings.master_key else None
+    database_url = settings.database_url.get_secret_value() if settings.database_url else None
+    check_master_key_source(env_value, settings.master_key_file, shared_database=database_url is not None)
+    if settings.master_key_file is not None:
+        return read_master_key_file(settings.master_key_file)
+    if database_url is not None:
+        assert env_value is not None  # check_master_key_source refused the other case
+        return parse_master_key(env_value, "KEYSTREAM_MASTER_KEY")
+    if not create and env_value is None and not (Path(settings.data_dir) / MASTER_KEY_FILE).exists():
+        raise MasterKeyError(
+            f"no master key: set KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE, or point "
+            f"KEYSTREAM_DATA_DIR at the directory holding {MASTER_KEY_FILE}"
+        )
+    return load_or_create_master_key(settings.data_dir, env_value)
+
+
+def open_keystore_for(settings: Settings, master_key: bytes | None = None) -> KeyStore:
+    """Open the keystore ``settings`` select, with ``master_key`` (``None``: :func:`load_master_key_for`).
 
     ``settings.database_url`` set: the PostgreSQL keystore, with the master key from ``master_key`` or
     ``master_key_file`` (required: a generated one would differ per replica). Unset: the SQLite keystore in
@@ -133,20 +159,11 @@ def open_keystore_for(settings: Settings) -> KeyStore:
     shortest ``auto_rotate_period`` is ``settings.auto_rotate_min_period``.
 
     Raises:
-        MasterKeyError: see :func:`check_master_key_source`, :func:`load_or_create_master_key` and
-            :func:`read_master_key_file`; or the key does not open the keystore.
+        MasterKeyError: see :func:`load_master_key_for`; or the key does not open the keystore.
         KeystoreSchemaError, ServiceUnavailableError, ValueError: see :func:`open_keystore`.
     """
-    env_value = settings.master_key.get_secret_value() if settings.master_key else None
+    key = master_key if master_key is not None else load_master_key_for(settings)
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
-    check_master_key_source(env_value, settings.master_key_file, shared_database=database_url is not None)
-    if settings.master_key_file is not None:
-        key = read_master_key_file(settings.master_key_file)
-    elif database_url is not None:
-        assert env_value is not None  # check_master_key_source refused the other case
-        key = parse_master_key(env_value, "KEYSTREAM_MASTER_KEY")
-    else:
-        key = load_or_create_master_key(settings.data_dir, env_value)
     return open_keystore(
         settings.data_dir,
         key,

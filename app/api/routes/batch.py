@@ -22,6 +22,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 import aescore
+from app.api.audit import note
 from app.api.batch_json import (
     DecryptBatch,
     EncryptBatch,
@@ -197,6 +198,13 @@ async def encrypt_batch(
     chosen = state.backends.get(backend)
     items = await read_encrypt_batch(request, state.settings.batch_max_items)
     resolved = await encryption_key(state.keycache, name, chosen, key_version)
+    note(
+        request.scope,
+        format="sealed",
+        scheme=resolved.scheme,
+        backend=chosen.name,
+        key_version=resolved.version,
+    )
     data, ads, errors = _inputs(
         state, [item.plaintext for item in items], [item.associated_data for item in items], "plaintext"
     )
@@ -235,6 +243,9 @@ async def decrypt_batch(
     # Cached metadata may predate a rotation by another worker: items that verify under no cached version
     # trigger one fresh read of the key's versions for the whole batch, not one per item.
     keys = await decryption_keys(state.keycache, name, chosen, key_version)
+    note(
+        request.scope, format="sealed", scheme=keys.first.scheme, backend=chosen.name, key_version=key_version
+    )
     data, ads, errors = _inputs(
         state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
     )

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import Scope
 
+from app.api.audit import note
 from app.api.params import CryptoParams, check_associated_data, decode_base64, wanted_headers
 from app.api.pump import disconnected, first_output, pump, respond, small_body
 from app.api.state import ServiceState
@@ -83,11 +84,13 @@ async def encrypt(request: Request) -> Response:
         _sealed_only(params)
         ad = _associated_data(state, params)
         key = await encryption_key(state.keycache, name, chosen, params.key_version)
+        note(request.scope, format="sealed", scheme=key.scheme, backend=chosen.name, associated_data=ad)
         encryptor = sealed_encryptor(key, ad, chosen)
         step = sealed_step(chosen, "encrypt", encryptor, key.segment_size, inline_max=inline_max)
     else:
         _raw_only(params)
         key = await encryption_key(state.keycache, name, chosen, params.key_version)
+        note(request.scope, format="raw", scheme=key.scheme, backend=chosen.name)
         _check_declared_range(params)
         iv = parse_iv(params.iv) if params.iv else new_iv()
         step = raw_step(chosen, "encrypt", key.expanded, iv, params.offset, inline_max=inline_max)
@@ -113,6 +116,7 @@ async def decrypt(request: Request) -> Response:
             )
         _check_declared_range(params)
         key = (await decryption_keys(state.keycache, name, chosen, params.key_version)).first
+        note(request.scope, format="raw", scheme=key.scheme, backend=chosen.name)
         iv = parse_iv(params.iv)
         step = raw_step(chosen, "decrypt", key.expanded, iv, params.offset, inline_max=inline_max)
         headers["Keystream-Key-Version"] = str(key.version)
@@ -121,6 +125,7 @@ async def decrypt(request: Request) -> Response:
     _sealed_only(params)
     ad = _associated_data(state, params)
     keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
+    note(request.scope, format="sealed", scheme=keys.first.scheme, backend=chosen.name, associated_data=ad)
     decryptor = keys.sealed_decryptor(ad, chosen)
     step = sealed_step(
         chosen,
