@@ -179,7 +179,7 @@ class CryptoStep:
         return (
             self._async_update is not None
             or not self._backend.runs_inline
-            or max(self._segment_size, 1 << 20) > self._inline_max
+            or max(self._segment_size, 1 << 20) * self._passes > self._inline_max
         )
 
     async def update(self, data: bytes) -> Pieces:
