@@ -114,12 +114,8 @@ class _Sender:
     def __init__(self, client: KeystreamClient, args: argparse.Namespace) -> None:
         self.max_items = REQUEST_MAX_ITEMS
         self.max_bytes = REQUEST_MAX_BYTES
-        calls: dict[str, Callable[..., list[BatchResult]]] = {
-            "encrypt": client.encrypt_batch,
-            "decrypt": client.decrypt_batch,
-            "rewrap": client.rewrap_batch,
-        }
-        self._call = calls[args.operation]
+        # encrypt_batch, decrypt_batch or rewrap_batch
+        self._call: Callable[..., list[BatchResult]] = getattr(client, f"{args.operation}_batch")
         self._key = args.key
         self._options = {"key_version": args.key_version, "backend": args.backend}
         self._output_field = BATCH_FIELDS[args.operation][1]
