@@ -269,3 +269,16 @@ async def test_rewrap_batch_with_key_version_and_limits(api: Api) -> None:
     assert (await _rewrap_batch(api, "missing", items)).status_code == 404
     assert (await _rewrap_batch(api, "r", [{"plaintext": "aGk="}])).status_code == 422
     assert (await _rewrap_batch(api, "r", [])).json() == {"results": []}
+
+
+async def test_openapi_documents_rewrap_and_its_batch(api: Api) -> None:
+    schema = (await api.client.get("/openapi.json")).json()
+    stream = schema["paths"]["/v1/keys/{name}/rewrap"]["post"]
+    names = {parameter["name"] for parameter in stream["parameters"]}
+    assert names == {"name", "backend", "key_version", "Keystream-Associated-Data", "Keystream-Key-Version"}
+    assert stream["operationId"] == "rewrap_stream"
+    assert "application/octet-stream" in stream["requestBody"]["content"]
+    batch = schema["paths"]["/v1/keys/{name}/rewrap/batch"]["post"]
+    item = batch["requestBody"]["content"]["application/json"]["schema"]["properties"]["items"]["items"]
+    assert set(item["properties"]) == {"ciphertext", "associated_data", "reference"}
+    assert {"400", "401", "403", "404", "413", "503"} <= set(batch["responses"])
