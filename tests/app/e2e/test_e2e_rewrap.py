@@ -1,7 +1,8 @@
 """Streaming rewrap against a real server (issue 12 item 4, "done when"): a 1 GiB stream sealed under
 version 1 of a ``gcm`` key is rewrapped under version 2, whose material was given through ``import_version``,
 and Google Tink, given only that material, decrypts the output: AesGcmHkdfStreaming byte for byte. The
-server's RSS stays flat all along.
+server's RSS stays flat all along. And a rotation through one replica reaches another replica's rewrap, on
+SQLite and on PostgreSQL.
 
 Nothing of the 1 GiB is held anywhere: the plaintext is generated chunk by chunk into an encrypt request
 (``key_version=1``), whose output feeds the rewrap request as it arrives, whose output goes through an OS
@@ -15,7 +16,9 @@ import asyncio
 import base64
 import hashlib
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -30,6 +33,7 @@ pytestmark = pytest.mark.e2e
 MIB = 1 << 20
 GIB = 1 << 30
 AD = b"bucket=archive;object=1gib"
+OCTETS = {"Content-Type": "application/octet-stream"}
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +145,47 @@ async def test_1gib_rewrap_opens_with_tink_under_the_imported_material_and_memor
     growth = (peak - baseline) / MIB
     print(f"rewrap 1 GiB: server RSS {baseline / MIB:.0f} MiB before, peak growth {growth:.1f} MiB")
     assert growth < 64, f"server RSS grew by {growth:.1f} MiB while rewrapping 1 GiB"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
+    env = {"KEYSTREAM_CHANGE_POLL_INTERVAL": "0.1"}
+    if request.param == "postgres":
+        env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_url")
+    first = start_server(tmp_path / "data", tmp_path / "first.log", **env)
+    try:
+        second = start_server(tmp_path / "data", tmp_path / "second.log", **env)
+    except BaseException:
+        stop_server(first)
+        raise
+    try:
+        yield first, second
+    finally:
+        stop_server(second)
+        stop_server(first)
+
+
+def test_rewrap_through_another_replica_seals_under_the_rotated_version(
+    replicas: tuple[Server, Server],
+) -> None:
+    """A rotation through one replica reaches the other's rewrap (whose cache held the key): SQLite and
+    PostgreSQL."""
+    first, second = replicas
+    plaintext = os.urandom(3 * 4096 + 5)
+    with first.client() as one, second.client() as two:
+        created = one.post("/v1/keys", json={"name": "moving", "segment_size": 4096})
+        assert created.status_code == 201, created.text
+        old = two.post("/v1/keys/moving/encrypt", content=plaintext, headers=OCTETS)
+        assert old.headers["Keystream-Key-Version"] == "1"
+        assert two.post("/v1/keys/moving/rewrap", content=old.content, headers=OCTETS).status_code == 200
+        assert one.post("/v1/keys/moving/rotate").status_code == 200
+        deadline = time.monotonic() + 10
+        while (rewrapped := two.post("/v1/keys/moving/rewrap", content=old.content, headers=OCTETS)).headers[
+            "Keystream-Key-Version"
+        ] != "2":
+            assert rewrapped.status_code == 200, rewrapped.text
+            assert time.monotonic() < deadline, "the rotation never reached the second replica's rewrap"
+            time.sleep(0.05)
+        opened = one.post("/v1/keys/moving/decrypt?key_version=2", content=rewrapped.content, headers=OCTETS)
+        assert opened.status_code == 200, opened.text
+        assert opened.content == plaintext
