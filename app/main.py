@@ -31,7 +31,11 @@ logger = logging.getLogger("keystream")
 
 
 #: Routes that read their JSON body by hand (bounded, decoded once); each route documents its body.
-BATCH_PATHS = ("/v1/keys/{name}/encrypt/batch", "/v1/keys/{name}/decrypt/batch")
+BATCH_PATHS = (
+    "/v1/keys/{name}/encrypt/batch",
+    "/v1/keys/{name}/decrypt/batch",
+    "/v1/keys/{name}/rewrap/batch",
+)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -271,6 +271,19 @@ class AsyncKeystreamClient(BaseClient):
             await self._send(batch_call(key, "decrypt", items, key_version, backend)), "plaintext"
         )
 
+    async def rewrap_batch(
+        self,
+        key: str,
+        items: Sequence[BatchItem | bytes],
+        *,
+        key_version: int | None = None,
+        backend: str | None = None,
+    ) -> list[BatchResult]:
+        """As :meth:`KeystreamClient.rewrap_batch`."""
+        return parse_batch(
+            await self._send(batch_call(key, "rewrap", items, key_version, backend)), "ciphertext"
+        )
+
     def encrypt_stream(
         self, key: str, source: Source, **options: Any
     ) -> contextlib.AbstractAsyncContextManager[AsyncCipherStream]:
@@ -283,6 +296,12 @@ class AsyncKeystreamClient(BaseClient):
         """As :meth:`KeystreamClient.decrypt_stream`, as an async context manager."""
         return self._open("decrypt", key, source, options)
 
+    def rewrap_stream(
+        self, key: str, source: Source, **options: Any
+    ) -> contextlib.AbstractAsyncContextManager[AsyncCipherStream]:
+        """As :meth:`KeystreamClient.rewrap_stream`, as an async context manager."""
+        return self._open("rewrap", key, source, options)
+
     async def encrypt(self, key: str, data: bytes, **options: Any) -> CipherResult:
         """As :meth:`KeystreamClient.encrypt`."""
         async with self.encrypt_stream(key, data, **options) as stream:
@@ -292,6 +311,12 @@ class AsyncKeystreamClient(BaseClient):
     async def decrypt(self, key: str, data: bytes, **options: Any) -> CipherResult:
         """As :meth:`KeystreamClient.decrypt`."""
         async with self.decrypt_stream(key, data, **options) as stream:
+            output = await stream.read()
+            return CipherResult(output, stream.key_version, stream.iv, stream.result().format)
+
+    async def rewrap(self, key: str, data: bytes, **options: Any) -> CipherResult:
+        """As :meth:`KeystreamClient.rewrap`."""
+        async with self.rewrap_stream(key, data, **options) as stream:
             output = await stream.read()
             return CipherResult(output, stream.key_version, stream.iv, stream.result().format)
 
@@ -306,6 +331,12 @@ class AsyncKeystreamClient(BaseClient):
     ) -> TransferResult:
         """As :meth:`KeystreamClient.decrypt_file` (file writes run in a worker thread)."""
         return await self._transfer("decrypt", key, source, destination, options)
+
+    async def rewrap_file(
+        self, key: str, source: Source, destination: Destination, **options: Any
+    ) -> TransferResult:
+        """As :meth:`KeystreamClient.rewrap_file` (file writes run in a worker thread)."""
+        return await self._transfer("rewrap", key, source, destination, options)
 
     async def _transfer(
         self, operation: str, key: str, source: Source, destination: Destination, options: dict[str, Any]

@@ -361,3 +361,21 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         return parse_batch(self._send(batch_call(key, "decrypt", items, key_version, backend)), "plaintext")
+
+    def rewrap_batch(
+        self,
+        key: str,
+        items: Sequence[BatchItem | bytes],
+        *,
+        key_version: int | None = None,
+        backend: str | None = None,
+    ) -> list[BatchResult]:
+        """Rewrap many sealed items under the key's latest version in one request (each with its own
+        associated data, used to open and to seal); a failing item carries :attr:`BatchResult.error`, as in
+        :meth:`decrypt_batch`. ``key_version``: the version the items were sealed under (default: try all).
+
+        Raises:
+            KeystreamAPIError: the whole batch failed (e.g. 403 without the ``rewrap`` scope).
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_batch(self._send(batch_call(key, "rewrap", items, key_version, backend)), "ciphertext")
