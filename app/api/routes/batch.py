@@ -325,6 +325,9 @@ async def rewrap_batch(
     items = await read_decrypt_batch(request, state.settings.batch_max_items)
     keys = await decryption_keys(state.keycache, name, chosen, key_version)
     target = await encryption_key(state.keycache, name, chosen, None)
+    note(
+        request.scope, format="sealed", scheme=target.scheme, backend=chosen.name, key_version=target.version
+    )
     data, ads, errors = _inputs(
         state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
     )

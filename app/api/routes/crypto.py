@@ -171,6 +171,7 @@ async def rewrap(request: Request) -> Response:
     ad = _associated_data(state, params)
     keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
     target = await encryption_key(state.keycache, name, chosen, None)
+    note(request.scope, format="sealed", scheme=target.scheme, backend=chosen.name, associated_data=ad)
     rewrapper = sealed_rewrapper(keys, target, ad, chosen)
     step = sealed_step(
         chosen,

@@ -3,6 +3,7 @@ last record cannot be written is aborted, and no audit log means no records and 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -103,3 +104,35 @@ def test_record_times_are_utc_with_microseconds() -> None:
     parsed = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     assert abs((parsed - before).total_seconds()) < 1
     assert len(stamp) == len("2026-11-26T08:43:19.221506Z")
+
+
+async def test_rewrap_records_say_what_was_sealed_and_under_which_version(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "audit.log"
+    async with running_api(settings_factory(audit_log=str(path))) as api:
+        await api.create_key("k", scheme="gcm")
+        ad_header = {"Keystream-Associated-Data": "dG9rZW4="}
+        sealed = (await api.encrypt("k", b"payload", headers=ad_header)).content
+        await api.client.post("/v1/keys/k/rotate", headers=api.auth())
+        stream = await api.client.post(
+            "/v1/keys/k/rewrap", content=sealed, headers={**api.auth(), **ad_header}
+        )
+        assert stream.status_code == 200
+        item = {"ciphertext": base64.b64encode(sealed).decode(), "associated_data": "dG9rZW4="}
+        batch = await api.client.post("/v1/keys/k/rewrap/batch", json={"items": [item]}, headers=api.auth())
+        assert batch.status_code == 200, batch.text
+        assert batch.json()["results"][0].get("key_version") == 2, batch.text
+        expected_ad = api.app.state.keystream.audit_keys.hash(b"token")
+    records = {
+        line["route"]: line
+        for line in map(json.loads, path.read_text().splitlines())
+        if line["type"] == "response" and "rewrap" in str(line["route"])
+    }
+    streamed = records["/v1/keys/{name}/rewrap"]
+    assert (streamed["key_name"], streamed["key_version"], streamed["format"]) == ("k", 2, "sealed")
+    assert (streamed["scheme"], streamed["associated_data"]) == ("gcm", expected_ad)
+    assert streamed["backend"] and streamed["outcome"] == "completed"
+    batched = records["/v1/keys/{name}/rewrap/batch"]
+    assert (batched["key_version"], batched["scheme"], batched["format"]) == (2, "gcm", "sealed")
+    assert b"payload" not in path.read_bytes()
