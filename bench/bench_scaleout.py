@@ -268,8 +268,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian: apt-get install wrk)")
-    # tests.pg_cluster takes free_port from the client tests' helper module (pytest's pythonpath).
-    sys.path[:0] = [str(REPO), str(REPO / "clients" / "python" / "tests")]
+    sys.path.insert(0, str(REPO))  # tests.pg_cluster: the throwaway PostgreSQL cluster the tests use
     from tests.pg_cluster import remove_cluster, start_cluster
 
     load_at_start = load_average()

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keystream_server import free_port
+from bench.service_process import free_port
 
 SUPERUSER = "ks"
 POSTGRES_LIB = Path("/usr/lib/postgresql")
