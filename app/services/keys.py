@@ -22,6 +22,7 @@ from typing import TypeVar
 from anyio import to_thread
 
 import aescore
+from app.errors import ServiceUnavailableError
 from app.formats.sealed import SealedDecryptor, SealedEncryptor, SealedRewrapper
 from app.keycache import CacheMissError, KeyCache, ResolvedKey
 
@@ -66,6 +67,25 @@ async def encryption_key(
     if version is None:
         return await from_cache(lambda cached: keycache.resolve(name, None, backend, cached_only=cached))
     return (await _candidates(keycache, name, backend, version))[0]
+
+
+async def rewrap_target(keycache: KeyCache, name: str, backend: aescore.Backend) -> ResolvedKey:
+    """The key version a rewrap seals under: the latest, after a fresh read of the key's metadata.
+
+    The cached latest may trail a rotation made through another worker or replica by the change log's
+    propagation delay, and an input sealed under that newer version would come out sealed under an older one.
+    One keystore read per rewrap request (rewrap is not the small-message hot path). If the keystore cannot
+    be read, the cached latest is used, as encrypt would.
+
+    Raises:
+        KeyNotFoundError: no such key.
+        KeyUnwrapError: the stored material does not unwrap under the master key.
+    """
+    try:
+        await to_thread.run_sync(keycache.refresh, name)
+    except ServiceUnavailableError:
+        pass  # the cached metadata, while the change log still vouches for it (see app.services.coherence)
+    return await encryption_key(keycache, name, backend, None)
 
 
 async def _candidates(

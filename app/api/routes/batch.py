@@ -45,7 +45,7 @@ from app.errors import KeystreamError, PayloadTooLargeError
 from app.formats.sealed import SealedDecryptionError, native_isa, open_many, seal_many
 from app.keycache import ResolvedKey
 from app.services.crypto_step import run_timed, trial_limiter, trial_work
-from app.services.keys import DecryptionKeys, decryption_keys, encryption_key
+from app.services.keys import DecryptionKeys, decryption_keys, encryption_key, rewrap_target
 
 router = APIRouter(prefix="/v1/keys", tags=["batch"])
 
@@ -324,7 +324,7 @@ async def rewrap_batch(
     chosen = state.backends.get(backend)
     items = await read_decrypt_batch(request, state.settings.batch_max_items)
     keys = await decryption_keys(state.keycache, name, chosen, key_version)
-    target = await encryption_key(state.keycache, name, chosen, None)
+    target = await rewrap_target(state.keycache, name, chosen)
     note(
         request.scope, format="sealed", scheme=target.scheme, backend=chosen.name, key_version=target.version
     )

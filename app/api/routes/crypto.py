@@ -29,7 +29,13 @@ from app.api.streaming import DuplexStreamingResponse
 from app.errors import BadRequestError, ForbiddenError
 from app.formats.raw import check_range, format_iv, new_iv, parse_iv
 from app.services.crypto_step import raw_step, sealed_step
-from app.services.keys import decryption_keys, encryption_key, sealed_encryptor, sealed_rewrapper
+from app.services.keys import (
+    decryption_keys,
+    encryption_key,
+    rewrap_target,
+    sealed_encryptor,
+    sealed_rewrapper,
+)
 
 
 def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoParams]:
@@ -170,7 +176,7 @@ async def rewrap(request: Request) -> Response:
     chosen = state.backends.get(params.backend)
     ad = _associated_data(state, params)
     keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
-    target = await encryption_key(state.keycache, name, chosen, None)
+    target = await rewrap_target(state.keycache, name, chosen)
     note(request.scope, format="sealed", scheme=target.scheme, backend=chosen.name, associated_data=ad)
     rewrapper = sealed_rewrapper(keys, target, ad, chosen)
     step = sealed_step(

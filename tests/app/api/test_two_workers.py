@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack
 import pytest
 
 from app.core.config import Settings
+from app.keystore.errors import KeystoreUnavailableError
 from tests.app.api.conftest import Api, running_api
 
 SEGMENT = 4096
@@ -99,3 +100,48 @@ async def test_batch_decrypt_sees_a_rotation_by_another_worker(workers: tuple[Ap
     results = opened.json()["results"]
     assert [base64.b64decode(result["plaintext"]) for result in results] == [b"item 0", b"item 1", b"item 2"]
     assert {result["key_version"] for result in results} == {2}
+
+
+@pytest.mark.parametrize("route", ["rewrap", "rewrap/batch"])
+async def test_rewrap_seals_under_a_version_rotated_elsewhere(
+    settings_factory: Callable[..., Settings], route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B's cached metadata still says version 1 is the latest (B has not applied the change log's news yet:
+    the propagation window); a rewrap must not seal a version-2 input under version 1, an output older than
+    its input."""
+    settings = settings_factory(key_metadata_ttl=TTL)
+    async with running_api(settings) as a, running_api(settings) as b:
+        # B's window stays open for the whole test: its follower reads the log but drops nothing.
+        monkeypatch.setattr(b.app.state.keystream.keycache, "invalidate", lambda name: None)
+        await _rotated_elsewhere(a, b, "k")
+        assert b.app.state.keystream.keycache.key_info("k", cached_only=True).latest_version == 1
+        sealed = (await a.encrypt("k", b"payload")).content
+        if route == "rewrap":
+            rewrapped = await b.client.post("/v1/keys/k/rewrap", content=sealed, headers=b.auth())
+            assert rewrapped.status_code == 200, rewrapped.text
+            assert rewrapped.headers["Keystream-Key-Version"] == "2"
+            output = rewrapped.content
+        else:
+            item = {"ciphertext": base64.b64encode(sealed).decode()}
+            answer = await b.client.post("/v1/keys/k/rewrap/batch", json={"items": [item]}, headers=b.auth())
+            (result,) = answer.json()["results"]
+            assert result.get("key_version") == 2, answer.text
+            output = base64.b64decode(result["ciphertext"])
+        opened = await a.decrypt("k", output, key_version=2)
+        assert opened.status_code == 200 and opened.content == b"payload"
+
+
+async def test_rewrap_uses_the_cached_latest_when_the_keystore_cannot_be_read(
+    workers: tuple[Api, Api], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, _ = workers
+    await a.create_key("k")
+    sealed = (await a.encrypt("k", b"payload")).content  # caches the key's metadata and version 1
+
+    def unreachable(name: str) -> None:
+        raise KeystoreUnavailableError("the keystore cannot be reached (test)")
+
+    monkeypatch.setattr(a.app.state.keystream.keycache, "refresh", unreachable)
+    rewrapped = await a.client.post("/v1/keys/k/rewrap", content=sealed, headers=a.auth())
+    assert rewrapped.status_code == 200, rewrapped.text
+    assert (await a.decrypt("k", rewrapped.content)).content == b"payload"
