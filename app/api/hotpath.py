@@ -19,6 +19,7 @@ the two routes come from :func:`app.api.params.openapi_paths` as before.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -37,6 +38,8 @@ from app.errors import KeystreamError
 #: The two paths the shortcut serves (Starlette's ``{name}``: one path segment, at least one character).
 CRYPTO_PATH = re.compile(r"/v1/keys/(?P<name>[^/]+)/(?P<operation>encrypt|decrypt)")
 _ROUTES = {route.name: route for route in crypto.routes}
+#: Seconds between two checks whether an OpenTelemetry provider is configured.
+TELEMETRY_RECHECK_SECONDS = 1.0
 
 
 class KeystreamApp(FastAPI):
@@ -50,10 +53,22 @@ class KeystreamApp(FastAPI):
                 return
         await super().__call__(scope, receive, send)
 
+    _telemetry_enabled = False
+    _telemetry_checked_at = -math.inf
+
     def _telemetry_on(self) -> bool:
-        """True while FastAPI's OpenTelemetry instrumentation would wrap requests (a provider is set)."""
-        telemetry = getattr(self, "_native_telemetry", None)
-        return telemetry is not None and bool(telemetry.enabled())
+        """True while FastAPI's OpenTelemetry instrumentation would wrap requests (a provider is set).
+
+        Asked at most once per :data:`TELEMETRY_RECHECK_SECONDS`: the check reads three global providers and
+        the environment, a few percent of a 1 KiB request. A provider configured while the server runs is
+        noticed within that time.
+        """
+        now = time.monotonic()
+        if now - self._telemetry_checked_at >= TELEMETRY_RECHECK_SECONDS:
+            telemetry = getattr(self, "_native_telemetry", None)
+            self._telemetry_enabled = telemetry is not None and bool(telemetry.enabled())
+            self._telemetry_checked_at = now
+        return self._telemetry_enabled
 
 
 async def serve_crypto(

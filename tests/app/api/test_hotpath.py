@@ -71,6 +71,21 @@ async def test_with_opentelemetry_on_requests_take_fastapis_path(
     assert (await api.decrypt("k", sealed.content)).content == b"traced"
 
 
+async def test_a_configured_opentelemetry_provider_is_noticed_within_the_recheck_time(
+    api: Api, stack_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await api.create_key("k")
+    telemetry = api.app._native_telemetry  # type: ignore[attr-defined]
+    monkeypatch.setattr(hotpath, "TELEMETRY_RECHECK_SECONDS", 0.0)
+    monkeypatch.setattr(type(telemetry), "enabled", lambda self: True)
+    stack_calls.clear()
+    assert (await api.encrypt("k", b"x")).status_code == 200
+    assert stack_calls == ["/v1/keys/k/encrypt"]
+    monkeypatch.setattr(type(telemetry), "enabled", lambda self: False)
+    assert (await api.encrypt("k", b"x")).status_code == 200
+    assert stack_calls == ["/v1/keys/k/encrypt"]
+
+
 async def test_a_root_path_takes_fastapis_path(
     settings_factory: Callable[..., Settings], stack_calls: list[str]
 ) -> None:
