@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from app.api.errors import error_response
 from app.api.params import CryptoParams
-from app.api.streaming import DuplexStreamingResponse, StreamAbortedError
+from app.api.streaming import DuplexStreamingResponse, OctetsResponse, StreamAbortedError
 from app.errors import KeystreamError
 from app.services.crypto_step import CryptoStep
 from app.services.pipeline import pipeline, send_pieces
@@ -99,7 +99,7 @@ async def respond(
     except ClientDisconnect:
         return disconnected()
     if body is not None:
-        return Response(await step.run_whole(body), headers=headers, media_type="application/octet-stream")
+        return OctetsResponse(await step.run_whole(body), headers)
     # Read before the response starts: the server answers ``Expect: 100-continue`` only when the body is
     # asked for and forgets it once a response has started (curl then waits 1 s before every upload).
     chunks = request.stream()

@@ -21,7 +21,7 @@ from starlette.types import Scope
 from app.api.params import CryptoParams, check_associated_data, decode_base64, wanted_headers
 from app.api.pump import disconnected, first_output, pump, respond, small_body
 from app.api.state import ServiceState
-from app.api.streaming import DuplexStreamingResponse
+from app.api.streaming import DuplexStreamingResponse, OctetsResponse
 from app.errors import BadRequestError, ForbiddenError
 from app.formats.raw import check_range, format_iv, new_iv, parse_iv
 from app.services.crypto_step import open_whole, raw_step, seal_whole, sealed_step
@@ -91,7 +91,7 @@ async def encrypt(request: Request) -> Response:
             return disconnected()
         if body is not None:  # one call seals it (natively on aesni): no encryptor, no stream
             ciphertext = await seal_whole(chosen, key, ad, body, inline_max=inline_max)
-            return Response(ciphertext, headers=headers, media_type="application/octet-stream")
+            return OctetsResponse(ciphertext, headers)
         encryptor = sealed_encryptor(key, ad, chosen)
         step = sealed_step(chosen, "encrypt", encryptor, key.segment_size, inline_max=inline_max)
     else:
@@ -137,7 +137,7 @@ async def decrypt(request: Request) -> Response:
     if body is not None:  # one call opens it (natively on aesni): no decryptor, no stream
         plaintext, version = await open_whole(chosen, keys, ad, body, inline_max=inline_max)
         headers["Keystream-Key-Version"] = str(version)
-        return Response(plaintext, headers=headers, media_type="application/octet-stream")
+        return OctetsResponse(plaintext, headers)
     decryptor = keys.sealed_decryptor(ad, chosen)
     step = sealed_step(
         chosen,

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from starlette.responses import Response
 
 from app.api import hotpath
 from app.api.routes import crypto
+from app.api.streaming import OctetsResponse
 from app.core.config import Settings
 from app.formats.sealed import SealedDecryptor, SealedEncryptor
 from app.formats.sealed import encryptor as sealed_encryptor
@@ -217,3 +219,15 @@ async def test_a_small_decrypt_after_rotation_names_the_version_that_verified(ap
         opened = await api.decrypt("k", body)
         assert opened.status_code == 200 and opened.content == plaintext
         assert opened.headers["keystream-key-version"] == version
+
+
+@pytest.mark.parametrize("body", [b"", b"x" * 1096])
+def test_octets_response_sends_what_starlettes_response_sends(body: bytes) -> None:
+    headers = {"Keystream-IV": "00" * 16, "Keystream-Key-Version": "3", "Keystream-Backend": "aesni"}
+    ours = OctetsResponse(body, headers)
+    theirs = Response(body, headers=headers, media_type="application/octet-stream")
+    assert (ours.status_code, ours.raw_headers, ours.body) == (
+        theirs.status_code,
+        theirs.raw_headers,
+        theirs.body,
+    )
