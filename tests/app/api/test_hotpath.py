@@ -231,3 +231,59 @@ def test_octets_response_sends_what_starlettes_response_sends(body: bytes) -> No
         theirs.raw_headers,
         theirs.body,
     )
+
+
+async def _call(
+    api: Api, operation: str, messages: list[dict[str, Any]], length: int
+) -> list[dict[str, Any]]:
+    """Drive the app with the given request messages (then a disconnect); returns what it sent."""
+    headers = [
+        (b"authorization", api.auth()["Authorization"].encode()),
+        (b"content-type", b"application/octet-stream"),
+        (b"content-length", str(length).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/v1/keys/k/{operation}",
+        "raw_path": f"/v1/keys/k/{operation}".encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    pending = list(messages)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await api.app(scope, receive, send)
+    return sent
+
+
+async def test_a_small_body_in_several_messages_is_read_whole(api: Api) -> None:
+    await api.create_key("k")
+    parts = [b"a" * 100, b"", b"b" * 200, b"c"]
+    messages = [{"type": "http.request", "body": part, "more_body": True} for part in parts[:-1]]
+    messages.append({"type": "http.request", "body": parts[-1], "more_body": False})
+    sent = await _call(api, "encrypt", messages, sum(map(len, parts)))
+    assert sent[0]["status"] == 200
+    opened = await api.decrypt("k", sent[1]["body"])
+    assert opened.content == b"".join(parts)
+
+
+@pytest.mark.parametrize("operation", ["encrypt", "decrypt"])
+async def test_a_client_gone_during_a_small_body_gets_no_crypto(api: Api, operation: str) -> None:
+    await api.create_key("k")
+    messages = [{"type": "http.request", "body": b"x" * 10, "more_body": True}]
+    sent = await _call(api, operation, messages, 1000)  # then the client disconnects
+    assert sent[0]["status"] == 400
+    assert b"client_disconnected" in sent[1]["body"]
