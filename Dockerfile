@@ -37,7 +37,8 @@ RUN set -eux; \
 FROM base AS builder
 # Wheels to install from instead of PyPI: a directory inside the build context (empty = use PyPI).
 ARG WHEELHOUSE=
-# Extra dependency sets of the package to install too (e.g. "load" for the Locust image).
+# Extra dependency sets of the package to install too (e.g. "load" for the Locust image); "postgres" (the
+# PostgreSQL keystore's driver, KEYSTREAM_DATABASE_URL) is always installed.
 ARG EXTRAS=
 RUN set -eux; \
     packages="gcc libc6-dev"; \
@@ -56,7 +57,7 @@ RUN set -eux; \
     /opt/build-venv/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist .; \
     python3 -m venv /opt/keystream/venv; \
     wheel="$(ls /dist/keystream-*.whl)"; \
-    /opt/keystream/venv/bin/pip install "${wheel}${EXTRAS:+[$EXTRAS]}"; \
+    /opt/keystream/venv/bin/pip install "${wheel}[postgres${EXTRAS:+,$EXTRAS}]"; \
     cd / && /opt/keystream/venv/bin/python -c 'import aescore._aesni'; \
     /opt/keystream/venv/bin/pip uninstall -y pip
 
@@ -75,7 +76,8 @@ ENV PATH=/opt/keystream/venv/bin:$PATH \
     KEYSTREAM_PORT=8000 \
     KEYSTREAM_DATA_DIR=/var/lib/keystream \
     KEYSTREAM_WORKERS=1
-# The keystore (SQLite) and, unless KEYSTREAM_MASTER_KEY is set, the generated master key live here.
+# The SQLite keystore and, unless KEYSTREAM_MASTER_KEY(_FILE) is set, the generated master key live here
+# (with KEYSTREAM_DATABASE_URL the keys are in PostgreSQL; deploy/compose/scaleout.yml, deploy/k8s).
 VOLUME ["/var/lib/keystream"]
 WORKDIR /var/lib/keystream
 EXPOSE 8000

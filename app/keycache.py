@@ -44,6 +44,11 @@ _HITS = metrics.KEY_CACHE_REQUESTS.labels(result="hit")
 _MISSES = metrics.KEY_CACHE_REQUESTS.labels(result="miss")
 
 
+def _oldest_version(info: KeyInfo) -> int:
+    """The oldest version still stored (1 unless the key was trimmed)."""
+    return min((entry.version for entry in info.versions), default=1)
+
+
 @dataclass(frozen=True)
 class ResolvedKey:
     """One key version, ready to use: its metadata, material (IKM of the sealed format) and expanded key.
@@ -277,7 +282,8 @@ class KeyCache:
             info = self._refresh(info.name)  # another worker may have rotated since we cached the metadata
         if not 1 <= version <= info.latest_version:
             raise KeyVersionNotFoundError(
-                f"key {info.name!r} has no version {version} (versions 1 to {info.latest_version})"
+                f"key {info.name!r} has no version {version} "
+                f"(versions {_oldest_version(info)} to {info.latest_version})"
             )
         return info
 

@@ -15,6 +15,7 @@ from typing import Any
 from anyio import to_thread
 from fastapi import FastAPI
 
+from app.api.audit import AuditMiddleware
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.hotpath import KeystreamApp
@@ -22,7 +23,7 @@ from app.api.http_metrics import HttpMetricsMiddleware
 from app.api.limits import BodyLimitMiddleware
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
-from app.api.routes import batch, crypto, datakey, keys, ops, tokens
+from app.api.routes import audit, batch, crypto, datakey, keys, ops, tokens
 from app.api.state import close_state, open_state
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
@@ -31,7 +32,11 @@ logger = logging.getLogger("keystream")
 
 
 #: Routes that read their JSON body by hand (bounded, decoded once); each route documents its body.
-BATCH_PATHS = ("/v1/keys/{name}/encrypt/batch", "/v1/keys/{name}/decrypt/batch")
+BATCH_PATHS = (
+    "/v1/keys/{name}/encrypt/batch",
+    "/v1/keys/{name}/decrypt/batch",
+    "/v1/keys/{name}/rewrap/batch",
+)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -80,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(datakey.router)
     app.include_router(keys.router)
     app.include_router(tokens.router)
+    app.include_router(audit.router)
     install_docs(app)
     if settings.bench_echo:
         app.include_router(ops.echo_router)
@@ -87,6 +93,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         BodyLimitMiddleware, json_limit=settings.max_json_body, batch_limit=settings.batch_max_bytes
     )
+    # Around it: the audit log records every /v1 request (401s included) before any route runs.
+    app.add_middleware(AuditMiddleware)
     install_error_handlers(app)
     app.add_middleware(HttpMetricsMiddleware)
     install_stream_abort_filter()

@@ -210,7 +210,8 @@ def measure_data_loss(group: list[Replica], changes: int, seed: int) -> dict[str
     }
 
 
-def _summary(delays: list[float]) -> dict[str, Any]:
+def delay_summary(delays: list[float]) -> dict[str, Any]:
+    """count, p50, p99 and max (ms) of delays given in seconds."""
     ms = sorted(delay * 1000 for delay in delays)
     p99 = ms[min(len(ms) - 1, max(0, round(0.99 * len(ms)) - 1))]
     return {
@@ -243,8 +244,8 @@ def run(
     """Start ``count`` replicas on the keystore and measure everything with ``changes`` changes each."""
     with replicas(count, data_dir, database_url, env_extra or {}) as group:
         result = Run(keystore)
-        result.rotation = _summary(measure_rotation(group, changes))
-        result.revocation = _summary(measure_revocation(group, changes))
+        result.rotation = delay_summary(measure_rotation(group, changes))
+        result.revocation = delay_summary(measure_revocation(group, changes))
         loss_changes = data_loss_changes if data_loss_changes is not None else max(changes // 4, 6)
         result.data_loss = measure_data_loss(group, loss_changes, seed=changes)
     return result

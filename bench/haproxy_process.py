@@ -10,8 +10,10 @@ left off), and the 502/503/504 answers HAProxy makes itself turned into the API'
 :func:`start_haproxy` checks the configuration with ``haproxy -c``, starts ``haproxy -db`` (foreground, no
 daemon) and waits until a request through it reaches a ready replica.
 
-``python -m bench.haproxy_process [--bind ADDR] [--port N] HOST:PORT...`` prints the configuration for other
-replicas (docs/operations.md, "Scale-out behind HAProxy").
+``python -m bench.haproxy_process [--bind ADDR] [--port N] [--resolver ADDR:PORT] HOST:PORT...`` prints the
+configuration for other replicas (docs/operations.md, "Scale-out behind HAProxy"); the docker-compose
+scale-out stack's ``deploy/compose/scaleout/haproxy.cfg`` is its output (tests/deploy/test_deploy_scaleout.py
+checks that).
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ _ERRORS = (
 )
 
 
+#: The name of the resolvers section (``--resolver``).
+RESOLVERS = "dns"
+
+
 class HaproxyError(RuntimeError):
     """HAProxy is not installed, its configuration is invalid, or it did not start."""
 
@@ -67,15 +73,32 @@ def find_haproxy() -> str:
 
 
 def haproxy_config(
-    servers: list[tuple[str, int]], port: int, stats_socket: Path | None = None, bind: str = "127.0.0.1"
+    servers: list[tuple[str, int]],
+    port: int,
+    stats_socket: Path | None = None,
+    bind: str = "127.0.0.1",
+    resolver: str | None = None,
 ) -> str:
-    """The configuration: a frontend on ``bind:port`` balancing over ``servers`` (host, port)."""
+    """The configuration: a frontend on ``bind:port`` balancing over ``servers`` (host, port).
+
+    ``resolver`` (``ADDRESS:PORT``, e.g. Docker's ``127.0.0.11:53``) makes HAProxy resolve the server names at
+    run time: it starts while a name does not resolve yet (the server is then down until it does) and follows
+    a container that comes back with another address. Without it, names resolve once, at start.
+    """
     lines = [
         "global",
         "    maxconn 4096",
     ]
     if stats_socket is not None:
         lines.append(f"    stats socket {stats_socket} mode 600 level admin")
+    if resolver is not None:
+        lines += [
+            f"resolvers {RESOLVERS}",
+            f"    nameserver dns {resolver}",
+            "    hold valid 1s",  # a restarted replica's new address is used within a second
+            "    hold obsolete 1s",
+            "    accepted_payload_size 8192",
+        ]
     lines += [
         "defaults",
         "    mode http",
@@ -102,7 +125,8 @@ def haproxy_config(
         "    option httpchk GET /readyz",
         "    http-check expect status 200",
         f"    default-server inter {CHECK_INTER_MS}ms fastinter {CHECK_INTER_MS}ms"
-        f" downinter {CHECK_INTER_MS}ms fall {FALL} rise {RISE}",
+        f" downinter {CHECK_INTER_MS}ms fall {FALL} rise {RISE}"
+        + (f" resolvers {RESOLVERS} init-addr last,libc,none resolve-prefer ipv4" if resolver else ""),
     ]
     lines += [
         f"    server r{index} {host}:{server_port} check" for index, (host, server_port) in enumerate(servers)
@@ -199,10 +223,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.haproxy_process", description=main.__doc__)
     parser.add_argument("--bind", default="127.0.0.1", help="address HAProxy listens on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port HAProxy listens on (default 8080)")
+    parser.add_argument(
+        "--resolver",
+        metavar="ADDRESS:PORT",
+        help="resolve the replicas' names at run time with this DNS server (docker-compose: 127.0.0.11:53)",
+    )
     parser.add_argument("replicas", nargs="+", metavar="HOST:PORT")
     args = parser.parse_args(argv)
     servers = [(host, int(port)) for host, _, port in (item.rpartition(":") for item in args.replicas)]
-    print(haproxy_config(servers, args.port, bind=args.bind), end="")
+    print(haproxy_config(servers, args.port, bind=args.bind, resolver=args.resolver), end="")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,16 @@
 #                            that `up` started.
 #   deploy/compose.sh test   up, then /healthz, a key, a sealed round trip through the published port and
 #                            Prometheus scraping keystream; then down (volumes removed). Exit 0 = pass.
+#   deploy/compose.sh scaleout-up     the scale-out stack (deploy/compose/scaleout.yml): PostgreSQL, three
+#                            replicas, HAProxy, Prometheus; images built as for `up` plus keystream-postgres:local
+#                            and keystream-haproxy:local (Debian's packages on the same base); secrets made on
+#                            first use in build/scaleout (KEYSTREAM_SCALEOUT_SECRETS): keystream.env (database URL
+#                            and root token), postgres.env (its password), master-key (uid 10001, mode 0600)
+#   deploy/compose.sh scaleout-down   `docker-compose down` for it (add -v by hand to drop the database)
+#   deploy/compose.sh scaleout-test   scaleout-up on free ports in a project of its own, then
+#                            deploy/compose/scaleout/check.py (round trips through HAProxy, a rotation through one
+#                            replica used through another, Prometheus scraping all three, one replica stopped
+#                            under load and started again), then down -v. Exit 0 = pass.
 #
 # Grafana has no offline image and is not started; with registry access, plain `docker-compose up` runs it.
 set -euo pipefail
@@ -32,6 +42,8 @@ export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-keystream}"
 compose=(docker-compose -f docker-compose.yml -f deploy/compose/offline.yml)
 services=(keystream prometheus)
 started_dockerd=""
+remove_on_exit=""
+scaleout_secrets="${KEYSTREAM_SCALEOUT_SECRETS:-$repo/build/scaleout}"
 t0=$SECONDS
 
 log() { printf '[compose %3ds] %s\n' "$((SECONDS - t0))" "$*"; }
@@ -69,10 +81,19 @@ wait_healthy() {
     done
 }
 
-up() {
-    mkdir -p "$state"
-    local work
-    work="$(mktemp -d /tmp/keystream-compose.XXXXXX)"
+# An image made of Debian packages on the base image (Prometheus, PostgreSQL, HAProxy), built once.
+build_local_image() {
+    local image="$1" dockerfile="$2" context="$3" work="$4"
+    docker image inspect "$image" >/dev/null 2>&1 && return 0
+    echo "docker: docker build $image ($dockerfile on $DOCKER_BASE_IMAGE)" >&2
+    DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$DOCKER_BASE_IMAGE" -t "$image" \
+        -f "$dockerfile" "$context" >"$work/${image%%:*}-build.log" 2>&1 \
+        || { tail -n 40 "$work/${image%%:*}-build.log" >&2; return 1; }
+}
+
+# Tools, daemon, base image, wheelhouse and the Keystream image (shared by up and scaleout-up).
+prepare_images() {
+    local work="$1"
     docker_ensure_packages
     if ! docker info >/dev/null 2>&1; then
         docker_daemon_start "$state/dockerd.log"
@@ -83,12 +104,15 @@ up() {
     docker_base_image "$DOCKER_BASE_IMAGE" "$DOCKER_ROOTFS" "$work/debootstrap.log"
     docker_wheelhouse "$python" build/wheelhouse "$work"
     docker_build_image "keystream:$KEYSTREAM_IMAGE_TAG" "$DOCKER_BASE_IMAGE" build/wheelhouse "$work/build.log"
-    if ! docker image inspect keystream-prometheus:local >/dev/null 2>&1; then
-        echo "docker: docker build keystream-prometheus:local (Debian's prometheus on $DOCKER_BASE_IMAGE)" >&2
-        DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$DOCKER_BASE_IMAGE" -t keystream-prometheus:local \
-            -f deploy/compose/prometheus.Dockerfile deploy/compose >"$work/prometheus-build.log" 2>&1 \
-            || { tail -n 40 "$work/prometheus-build.log" >&2; rm -rf "$work"; return 1; }
-    fi
+}
+
+up() {
+    mkdir -p "$state"
+    local work
+    work="$(mktemp -d /tmp/keystream-compose.XXXXXX)"
+    prepare_images "$work"  # not in a || list: that would switch off set -e inside it
+    build_local_image keystream-prometheus:local deploy/compose/prometheus.Dockerfile deploy/compose "$work" \
+        || { rm -rf "$work"; return 1; }
     rm -rf "$work"
     load_root_token
     export KEYSTREAM_ROOT_TOKEN
@@ -96,6 +120,68 @@ up() {
     "${compose[@]}" up -d --no-build "${services[@]}"
     wait_healthy
     log "healthy: Keystream http://127.0.0.1:${KEYSTREAM_PORT:-8000}, Prometheus http://127.0.0.1:${PROMETHEUS_PORT:-9090}"
+}
+
+# The scale-out stack's secrets in $scaleout_secrets, made on first use (never overwritten).
+scaleout_make_secrets() {
+    local dir="$scaleout_secrets" password id secret
+    mkdir -p "$dir"
+    chmod 0700 "$dir"
+    if [ ! -s "$dir/postgres.env" ] || [ ! -s "$dir/keystream.env" ]; then
+        password="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+        id="$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+        secret="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+        (
+            umask 077
+            echo "POSTGRES_PASSWORD=$password" >"$dir/postgres.env"
+            printf 'KEYSTREAM_DATABASE_URL=postgresql://keystream:%s@postgres:5432/keystream\nKEYSTREAM_ROOT_TOKEN=%s\n' \
+                "$password" "ks_${id}_${secret}" >"$dir/keystream.env"
+        )
+        log "secrets in $dir (keystream.env: database URL and root token; postgres.env)"
+    fi
+    if [ ! -s "$dir/master-key" ]; then
+        (umask 077 && head -c 32 /dev/urandom | base64 >"$dir/master-key")
+        log "master key in $dir/master-key"
+    fi
+    # Mounted as a compose secret (a bind mount): the image's user (uid 10001) must own it, mode 0600.
+    if [ "$(id -u)" -eq 0 ]; then
+        chown 10001:10001 "$dir/master-key"
+    elif [ "$(stat -c %u "$dir/master-key")" != 10001 ]; then
+        echo "compose: $dir/master-key must be owned by uid 10001 (the image's user): chown it as root" >&2
+        return 1
+    fi
+}
+
+scaleout_up() {
+    mkdir -p "$state"
+    local work
+    work="$(mktemp -d /tmp/keystream-compose.XXXXXX)"
+    prepare_images "$work"  # not in a || list: that would switch off set -e inside it
+    build_local_image keystream-prometheus:local deploy/compose/prometheus.Dockerfile deploy/compose "$work" \
+        && build_local_image keystream-postgres:local deploy/compose/scaleout/postgres.Dockerfile \
+            deploy/compose/scaleout "$work" \
+        && build_local_image keystream-haproxy:local deploy/compose/scaleout/haproxy.Dockerfile \
+            deploy/compose/scaleout "$work" \
+        || { rm -rf "$work"; return 1; }
+    rm -rf "$work"
+    scaleout_make_secrets
+    log "docker-compose -f deploy/compose/scaleout.yml up -d"
+    "${compose[@]}" up -d --no-build
+    wait_healthy
+    log "healthy: Keystream through HAProxy http://127.0.0.1:${KEYSTREAM_PORT:-8000}, replicas on 127.0.0.1:" \
+        "${KEYSTREAM_REPLICA_PORT_1:-8001} ${KEYSTREAM_REPLICA_PORT_2:-8002} ${KEYSTREAM_REPLICA_PORT_3:-8003}," \
+        "Prometheus http://127.0.0.1:${PROMETHEUS_PORT:-9090}"
+}
+
+scaleout_check() {
+    "$python" deploy/compose/scaleout/check.py \
+        --env-file "$scaleout_secrets/keystream.env" \
+        --balancer "http://127.0.0.1:$KEYSTREAM_PORT" \
+        --replica "http://127.0.0.1:$KEYSTREAM_REPLICA_PORT_1" \
+        --replica "http://127.0.0.1:$KEYSTREAM_REPLICA_PORT_2" \
+        --replica "http://127.0.0.1:$KEYSTREAM_REPLICA_PORT_3" \
+        --prometheus "http://127.0.0.1:$PROMETHEUS_PORT" \
+        -- "${compose[@]}"
 }
 
 compose_down() {
@@ -157,6 +243,7 @@ finish_test() {
         docker_daemon_stop "$started_dockerd"
         rm -f "$state/dockerd.pid"
     fi
+    if [ -n "$remove_on_exit" ]; then rm -rf "$remove_on_exit"; fi
     if [ "$status" -eq 0 ]; then log "PASS"; else log "FAIL (exit $status)"; fi
     exit "$status"
 }
@@ -176,7 +263,32 @@ case "${1:-}" in
         trap finish_test EXIT
         up
         check ;;
+    scaleout-up|scaleout-down|scaleout-test)
+        compose=(docker-compose -f deploy/compose/scaleout.yml)
+        services=(postgres keystream-1 keystream-2 keystream-3 haproxy prometheus)
+        case "$1" in
+            scaleout-up)
+                export KEYSTREAM_SCALEOUT_SECRETS="$scaleout_secrets"
+                scaleout_up ;;
+            scaleout-down)
+                export KEYSTREAM_SCALEOUT_SECRETS="$scaleout_secrets"
+                down ;;
+            scaleout-test)
+                # Free ports, fresh secrets and a project of its own: a running stack is not touched.
+                KEYSTREAM_PORT="$(free_port)" PROMETHEUS_PORT="$(free_port)"
+                KEYSTREAM_REPLICA_PORT_1="$(free_port)" KEYSTREAM_REPLICA_PORT_2="$(free_port)"
+                KEYSTREAM_REPLICA_PORT_3="$(free_port)"
+                COMPOSE_PROJECT_NAME="keystream-scaleout-test-$$"
+                scaleout_secrets="$(mktemp -d /tmp/keystream-scaleout-test.XXXXXX)"
+                remove_on_exit="$scaleout_secrets"
+                KEYSTREAM_SCALEOUT_SECRETS="$scaleout_secrets"
+                export KEYSTREAM_PORT PROMETHEUS_PORT KEYSTREAM_REPLICA_PORT_1 KEYSTREAM_REPLICA_PORT_2 \
+                    KEYSTREAM_REPLICA_PORT_3 COMPOSE_PROJECT_NAME KEYSTREAM_SCALEOUT_SECRETS
+                trap finish_test EXIT
+                scaleout_up
+                scaleout_check ;;
+        esac ;;
     *)
-        echo "usage: deploy/compose.sh up|down|test" >&2
+        echo "usage: deploy/compose.sh up|down|test|scaleout-up|scaleout-down|scaleout-test" >&2
         exit 2 ;;
 esac

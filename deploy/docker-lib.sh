@@ -10,7 +10,8 @@
 #                            when IMAGE is missing, debootstrap a minimal Debian bookworm into ROOTFS (kept as
 #                            a cache) from the apt mirror in /etc/apt/sources.list* and `docker import` it
 #   docker_wheelhouse PYTHON DIR WORK
-#                            wheels of the build requirements and dependencies in pyproject.toml, built with
+#                            wheels of the build requirements and dependencies in pyproject.toml (with the
+#                            postgres extra, which the image always installs), built with
 #                            the host's pip (pip inside a build may not reach or trust PyPI); rebuilt only
 #                            when the requirements change
 #   docker_build_image IMAGE BASE WHEELHOUSE LOG
@@ -132,7 +133,9 @@ import sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))
 build = project["build-system"]["requires"]
 with open(sys.argv[1], "w") as out:
-    out.write("\n".join([*build, *project["project"]["dependencies"]]) + "\n")
+    # The image serves either keystore: the PostgreSQL driver is always in it (Dockerfile).
+    postgres = project["project"]["optional-dependencies"]["postgres"]
+    out.write("\n".join([*build, *project["project"]["dependencies"], *postgres]) + "\n")
 EOF
     cmp -s "$requirements" "$stamp" 2>/dev/null && return 0
     echo "docker: building the wheelhouse $wheelhouse (host pip, cached)" >&2

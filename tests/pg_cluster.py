@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keystream_server import free_port
+from bench.service_process import free_port
 
 SUPERUSER = "ks"
 POSTGRES_LIB = Path("/usr/lib/postgresql")
@@ -87,6 +87,8 @@ class PgCluster:
     bin_dir: Path
     directory: Path
     port: int
+    #: Further ``-c name=value`` server settings (the scale-out benchmark preloads pg_stat_statements).
+    extra_options: tuple[str, ...] = ()
     _names: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
 
     @property
@@ -116,7 +118,7 @@ class PgCluster:
             PgClusterError: ``pg_ctl start`` failed; the message carries its output and the server log.
         """
         options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 " + " ".join(
-            SERVER_OPTIONS
+            (*SERVER_OPTIONS, *self.extra_options)
         )
         result = self._pg_ctl("-o", options, "-l", str(self.log), "-w", "-t", str(START_SECONDS), "start")
         if result.returncode != 0:
@@ -159,8 +161,9 @@ class PgCluster:
         return f"{self.url()}?options=-csearch_path%3D{name}"
 
 
-def start_cluster() -> PgCluster:
-    """initdb a cluster in a new temp dir and start it on a free port.
+def start_cluster(extra_options: tuple[str, ...] = ()) -> PgCluster:
+    """initdb a cluster in a new temp dir and start it on a free port (with ``extra_options`` as well as
+    :data:`SERVER_OPTIONS`).
 
     Raises:
         PgClusterError: PostgreSQL is missing, initdb failed or the server did not start (with the reason).
@@ -171,7 +174,7 @@ def start_cluster() -> PgCluster:
     if runner:
         owner = pwd.getpwnam("postgres")
         os.chown(directory, owner.pw_uid, owner.pw_gid)
-    cluster = PgCluster(bin_dir=bin_dir, directory=directory, port=free_port())
+    cluster = PgCluster(bin_dir=bin_dir, directory=directory, port=free_port(), extra_options=extra_options)
     result = cluster._run(
         str(bin_dir / "initdb"), "-D", str(cluster.data_dir), "-A", "trust", "-U", SUPERUSER,
         "--no-sync", "-E", "UTF8", "--locale=C.UTF-8",

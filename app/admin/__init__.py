@@ -5,10 +5,12 @@ Exit codes (stable; scripts may rely on them):
 ====  ===========================================================================================
  0    success (``serve``: a normal shutdown; ``keystore copy``: DST holds every key and token of SRC)
  1    ``keystore copy``: DST has keys or tokens that differ from SRC's, a version does not unwrap, or a
-      database cannot serve (nothing was copied)
+      database cannot serve (nothing was copied); ``audit verify``: a line was changed, removed or
+      reordered, or a remembered head is missing
  2    usage error: bad flags or arguments, bad ``KEYSTREAM_*`` settings, or a start ``serve`` refuses
       (master key open to other users or not matching the keystore, a keystore from a newer release);
-      ``keystore copy``: no master key, or one that does not open SRC or DST
+      ``keystore copy``: no master key, or one that does not open SRC or DST; ``audit verify``: a file
+      cannot be read, or no master key
 ====  ===========================================================================================
 
 Each command lives in a module of its own that exposes ``add_parser(commands)``; the parser registers the
@@ -24,11 +26,11 @@ import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 
-from app.admin import _keystore, _serve
+from app.admin import _audit, _keystore, _serve
 from app.admin._common import EXIT_OK, EXIT_USAGE, PROG, UsageError, error
 
 #: The command modules, in ``--help`` order; each has ``add_parser(commands)``.
-COMMANDS = (_serve, _keystore)
+COMMANDS = (_serve, _keystore, _audit)
 
 __all__ = ["COMMANDS", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
@@ -46,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Keystream server: run the AES-CTR encryption service. Clients use the `keystream` "
         "command of the keystream-client distribution.",
-        epilog="exit codes: 0 ok, 1 keystore copy failed (nothing copied), 2 usage, bad settings or a "
-        "refused start",
+        epilog="exit codes: 0 ok, 1 keystore copy failed (nothing copied) or audit log broken, 2 usage, "
+        "bad settings or a refused start",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

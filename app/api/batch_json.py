@@ -53,6 +53,11 @@ class DecryptBatch(msgspec.Struct, forbid_unknown_fields=True):
     items: list[DecryptItem]
 
 
+class RewrapBatch(DecryptBatch):
+    """``POST /v1/keys/{name}/rewrap/batch`` body: the items of a decrypt batch (read by
+    :func:`read_decrypt_batch`)."""
+
+
 class _EncryptItemBytes(msgspec.Struct, forbid_unknown_fields=True):
     plaintext: bytes
     associated_data: bytes | None = None
@@ -214,6 +219,7 @@ __all__ = [
     "DecryptItem",
     "EncryptBatch",
     "EncryptItem",
+    "RewrapBatch",
     "json_response",
     "openapi_extra",
     "read_decrypt_batch",

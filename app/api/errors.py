@@ -27,6 +27,7 @@ gives each class its status::
         │   └── BackendRestartingError      503 backend_restarting + Retry-After (pool being rebuilt)
         ├── OverloadedError                 503 overloaded + Retry-After (app.services.budget)
         ├── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
+        ├── AuditUnavailableError           503 audit_unavailable + Retry-After (app.audit.log)
         └── KeystoreUnavailableError        503 keystore_unavailable + Retry-After (app.keystore.errors)
 
 A subclass without an entry of its own takes its nearest ancestor's status. Besides the hierarchy, FastAPI's
@@ -49,6 +50,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.audit import AuditUnavailableError
 from app.errors import (
     BackendRestartingError,
     BadRequestError,
@@ -122,15 +124,20 @@ def error_response(
 
 
 def keystream_error_response(exc: KeystreamError) -> Response:
-    """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``, an
-    unavailable keystore, a full batch budget, a backend pool being rebuilt or a recently deleted key name
-    ``Retry-After``)."""
+    """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``; an
+    unavailable keystore or audit log, a full batch budget, a backend pool being rebuilt or a recently
+    deleted key name add ``Retry-After``)."""
     status = http_status(exc)
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     if isinstance(
-        exc, KeystoreUnavailableError | OverloadedError | KeyRecentlyDeletedError | BackendRestartingError
+        exc,
+        KeystoreUnavailableError
+        | OverloadedError
+        | KeyRecentlyDeletedError
+        | BackendRestartingError
+        | AuditUnavailableError,
     ):
         headers["Retry-After"] = str(exc.retry_after_seconds)
     return error_response(status, exc.code, exc.message, headers or None)

@@ -6,6 +6,8 @@ shortcut: ``POST /v1/keys/{name}/encrypt`` and ``/decrypt`` go straight to their
 (:mod:`app.api.routes.crypto`), and :func:`serve_crypto` does for them what the stack does for every request:
 
 * more than one ``Authorization`` header is a 400 (:class:`~app.api.limits.BodyLimitMiddleware`'s rule);
+* the audit log's records and ``Keystream-Request-Id`` (:class:`~app.api.audit.AuditMiddleware` itself, in
+  the same place: inside the metrics and the 500, outside the header rule and the error handlers);
 * the request metrics, labelled with the route template (:mod:`app.api.http_metrics`);
 * a :class:`~app.errors.KeystreamError` becomes its JSON error, anything else a 500 ``internal_error``
   (:mod:`app.api.errors`); once the response has started the exception propagates, so the server aborts
@@ -28,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from app.api.audit import AuditMiddleware
 from app.api.errors import keystream_error_response, unexpected_error_response
 from app.api.http_metrics import observe_request
 from app.api.limits import REPEATED_AUTHORIZATION
@@ -98,8 +101,7 @@ async def serve_crypto(
     INFLIGHT_REQUESTS.inc()
     try:
         try:
-            response = await _handle(scope, receive, operation)
-            await response(scope, receive, tracking_send)
+            await _AUDITED(scope, receive, tracking_send)
         except Exception as exc:
             if started:
                 raise
@@ -107,6 +109,17 @@ async def serve_crypto(
     finally:
         INFLIGHT_REQUESTS.dec()
         observe_request(route.path, "POST", status, time.perf_counter() - start)
+
+
+async def _route(scope: Scope, receive: Receive, send: Send) -> None:
+    """What the stack runs inside the audit middleware: the header rule, the route, its JSON errors."""
+    response = await _handle(scope, receive, scope["route"].name)
+    await response(scope, receive, send)
+
+
+#: The audit log around the route, where the stack has it (inside the metrics and the 500, outside the
+#: ``Authorization`` rule and the error handlers): each request gets its records and Keystream-Request-Id.
+_AUDITED = AuditMiddleware(_route)
 
 
 async def _handle(scope: Scope, receive: Receive, operation: str) -> Response:

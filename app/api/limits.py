@@ -6,7 +6,8 @@ the rule, so no route can read the first while another reads the last).
 FastAPI reads and parses a route's whole JSON body before it resolves any dependency, auth included, so
 without this an anonymous client could make the server buffer any amount (and get 415/422 schema feedback
 instead of 401). :class:`BodyLimitMiddleware` runs before routing and, for ``/v1`` paths other than the
-streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt`` (which authenticate first themselves and never buffer):
+streaming ``/v1/keys/{name}/encrypt``, ``/decrypt`` and ``/rewrap`` (which authenticate first themselves and
+never buffer):
 
 1. verifies the bearer token (401 in the service's JSON error shape, body unread, when it is missing or
    invalid); the route still checks scopes and key patterns;
@@ -38,9 +39,9 @@ from app.services.budget import ByteBudget, OverloadedError
 #: Only server code writes the scope; a client cannot set it.
 VERIFIED_PRINCIPAL = "keystream.principal"
 #: The streaming routes: they authenticate before reading and stream bodies of any size.
-STREAMING_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt)")
+STREAMING_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt|rewrap)")
 #: The batch routes: bounded by ``batch_max_bytes``.
-BATCH_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt)/batch")
+BATCH_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt|rewrap)/batch")
 #: The answer to a request with more than one ``Authorization`` header (any route).
 REPEATED_AUTHORIZATION = BadRequestError("more than one Authorization header: send exactly one bearer token")
 #: A batch body without Content-Length first reserves this much of the batch budget, then doubles it.

@@ -1,4 +1,5 @@
-"""Query parameters and headers of the streaming encrypt/decrypt routes, parsed by hand, and their OpenAPI.
+"""Query parameters and headers of the streaming routes (encrypt, decrypt, rewrap), parsed by hand, and
+their OpenAPI.
 
 FastAPI's per-parameter dependency machinery cost more than the AES work of a 1 KiB message (over half of the
 request's server time in a profile), so the hot path reads the ASGI scope directly; the OpenAPI schema still
@@ -220,18 +221,36 @@ OPENAPI_PARAMETERS = [
 ]
 
 
+#: The parameters of rewrap: decrypt's for sealed messages (``key_version``: the version the body was sealed
+#: under; the output is always sealed under the latest version).
+_REWRAP_PARAMETERS = [
+    parameter
+    for parameter in OPENAPI_PARAMETERS
+    if parameter["name"] not in ("format", "iv", "offset", "Keystream-IV")
+]
+_SUMMARIES = {
+    "encrypt": ("Encrypt a stream", OPENAPI_PARAMETERS),
+    "decrypt": ("Decrypt a stream", OPENAPI_PARAMETERS),
+    "rewrap": (
+        "Rewrap a sealed stream under the key's latest version (scope rewrap; the plaintext never leaves the "
+        "server). key_version and Keystream-Key-Version name the version the body was sealed under",
+        _REWRAP_PARAMETERS,
+    ),
+}
+
+
 def openapi_paths() -> dict[str, Any]:
-    """OpenAPI entries for the two routes (they are plain Starlette routes, which FastAPI does not list)."""
+    """OpenAPI entries for the streaming routes (plain Starlette routes, which FastAPI does not list)."""
     name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
     octets = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
     paths: dict[str, Any] = {}
-    for operation, summary in (("encrypt", "Encrypt a stream"), ("decrypt", "Decrypt a stream")):
+    for operation, (summary, parameters) in _SUMMARIES.items():
         paths[f"/v1/keys/{{name}}/{operation}"] = {
             "post": {
                 "tags": ["crypto"],
                 "summary": summary,
                 "operationId": f"{operation}_stream",
-                "parameters": [name, *OPENAPI_PARAMETERS],
+                "parameters": [name, *parameters],
                 "requestBody": octets,
                 "responses": {
                     "200": {"description": "the transformed stream", **octets},

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.audit import AuditKeys, AuditLog, derive_audit_keys, worker_path
 from app.core.config import Settings
 from app.keycache import KeyCache
-from app.keystore import KeyStore, open_keystore_for
+from app.keystore import KeyStore, load_master_key_for, open_keystore_for
+from app.services.auto_rotate import AutoRotator
 from app.services.backends import Backends, open_backends
 from app.services.budget import ByteBudget
 from app.services.coherence import ChangeFollower
@@ -25,10 +27,16 @@ class ServiceState:
     #: Batch body bytes buffered at once across requests (``batch_buffer_budget_bytes``).
     batch_budget: ByteBudget
     follower: ChangeFollower
+    auto_rotator: AutoRotator
+    #: The audit hash and chain keys (derived from the master key; ``/v1/audit/hash`` works without a log).
+    audit_keys: AuditKeys
+    #: The audit log writer; ``None`` when ``audit_log`` is unset.
+    audit: AuditLog | None = None
 
 
 def open_state(settings: Settings) -> ServiceState:
-    """Open everything a request needs and start following the change log (blocking: call from a thread).
+    """Open everything a request needs, start following the change log and checking for keys due for
+    automatic rotation (blocking: call from a thread).
 
     Raises:
         MasterKeyError: the master key is malformed or does not open the keystore.
@@ -36,7 +44,11 @@ def open_state(settings: Settings) -> ServiceState:
         ServiceUnavailableError: the keystore cannot be opened.
         ValueError: ``root_token`` is not of the form ``ks_<id>_<secret>``.
     """
-    keystore = open_keystore_for(settings)
+    master_key = load_master_key_for(settings)
+    keystore = open_keystore_for(settings, master_key)
+    audit_keys = derive_audit_keys(master_key)
+    del master_key
+    audit = open_audit_log(settings, audit_keys)
     try:
         root = settings.root_token.get_secret_value() if settings.root_token else None
         if root is not None:
@@ -55,10 +67,14 @@ def open_state(settings: Settings) -> ServiceState:
             interval=settings.change_poll_interval,
             trust_seconds=settings.cache_trust_seconds,
         )
+        auto_rotator = AutoRotator(keystore, keycache, interval=settings.auto_rotate_check_interval)
         backends = open_backends(settings)
         follower.start()
+        auto_rotator.start()
     except BaseException:
         keystore.close()
+        if audit is not None:
+            audit.close()
         raise
     return ServiceState(
         settings=settings,
@@ -68,13 +84,32 @@ def open_state(settings: Settings) -> ServiceState:
         backends=backends,
         batch_budget=ByteBudget(settings.batch_buffer_budget_bytes, settings.batch_buffer_wait_seconds),
         follower=follower,
+        auto_rotator=auto_rotator,
+        audit_keys=audit_keys,
+        audit=audit,
+    )
+
+
+def open_audit_log(settings: Settings, keys: AuditKeys) -> AuditLog | None:
+    """The audit log writer ``settings.audit_log`` asks for (this worker's own file), or ``None``."""
+    if settings.audit_log is None:
+        return None
+    return AuditLog(
+        worker_path(settings.audit_log, settings.worker_index),
+        keys.chain_key,
+        max_bytes=settings.audit_log_max_bytes,
+        keep=settings.audit_log_keep,
     )
 
 
 def close_state(state: ServiceState) -> None:
-    """Stop following the change log and the python-backend processes; close the keystore."""
+    """Stop the automatic rotations, the change-log follower and the python-backend processes; close the
+    keystore."""
+    state.auto_rotator.stop()
     state.follower.stop()
     if state.backends.offload is not None:
         state.backends.offload.shutdown()
     state.keycache.clear()
     state.keystore.close()
+    if state.audit is not None:
+        state.audit.close()

@@ -141,6 +141,21 @@ class Settings(BaseSettings):
         description="Seconds a deleted key's name cannot be re-created; unset: 10 x change_poll_interval.",
     )
 
+    auto_rotate_check_interval: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="Seconds between two checks, in each worker, for keys whose auto_rotate_period has "
+        "elapsed (a due key rotates at most this late; the database lets one worker or replica do it).",
+    )
+    auto_rotate_min_period: int = Field(
+        default=3600,
+        ge=1,
+        le=3600,
+        description="TESTING ONLY: the shortest auto_rotate_period a key may get (default 1 hour, as Vault). "
+        "Tests lower it to watch a key rotate within seconds; never lower it in production.",
+    )
+
     batch_max_items: int = Field(default=1000, ge=1)
     batch_max_bytes: int = Field(default=16 * MIB, ge=1024)
     batch_buffer_budget_bytes: int = Field(
@@ -190,6 +205,27 @@ class Settings(BaseSettings):
         default=30.0,
         gt=0,
         description="Seconds a request body may send nothing while the server waits for it (dropped beyond).",
+    )
+
+    audit_log: str | None = Field(
+        default=None,
+        description="Audit log: a file PATH (with several workers each writes PATH.w<index>) or '-' for "
+        "stdout; one HMAC-chained JSON line per /v1 request (see docs/operations.md). While it cannot be "
+        "written, /v1 requests get 503 audit_unavailable. Unset: no audit log.",
+    )
+    audit_log_max_bytes: int = Field(
+        default=100 * MIB,
+        ge=0,
+        description="Rotate the audit log file before it would grow past this size (0: never).",
+    )
+    audit_log_keep: int = Field(
+        default=10, ge=1, le=1000, description="Rotated audit log files kept (PATH.1 ... PATH.<keep>)."
+    )
+    worker_index: int | None = Field(
+        default=None,
+        ge=0,
+        description="Set by the worker supervisor for each worker process (names its audit log file); "
+        "not a user setting.",
     )
 
     bench_echo: bool = Field(default=False, description="Expose POST /bench/echo (benchmarks only).")
@@ -255,6 +291,7 @@ class Settings(BaseSettings):
         "tls_cert_file",
         "tls_key_file",
         "tls_client_ca_file",
+        "audit_log",
         mode="before",
     )
     @classmethod

@@ -75,3 +75,8 @@ BACKEND_POOL_RESTARTS = Counter(
     "Worker-process pools of a backend rebuilt after a worker died (python backend).",
     ["backend"],
 )
+KEY_AUTO_ROTATIONS = Counter(
+    "keystream_key_auto_rotations",
+    "Keys rotated automatically because their auto_rotate_period elapsed (counted by the worker that "
+    "rotated; no key names as labels).",
+)

@@ -32,6 +32,7 @@ from .checks import (
 )
 from .errors import KeystoreUnavailableError
 from .master import (
+    MASTER_KEY_FILE,
     KeyUnwrapError,
     MasterKeyError,
     check_master_key_source,
@@ -41,6 +42,7 @@ from .master import (
     read_master_key_file,
 )
 from .migrations import KeystoreSchemaError, Migration
+from .rotation import MAX_AUTO_ROTATE_PERIOD, MIN_AUTO_ROTATE_PERIOD, check_auto_rotate_period
 from .sqlite import DATABASE_FILE, SCHEMA_VERSION, SqliteKeyStore
 
 if TYPE_CHECKING:
@@ -53,7 +55,9 @@ __all__ = [
     "DEFAULT_SEGMENT_SIZE",
     "KEY_NAME_PATTERN",
     "KEY_TYPES",
+    "MAX_AUTO_ROTATE_PERIOD",
     "MAX_SEGMENT_SIZE",
+    "MIN_AUTO_ROTATE_PERIOD",
     "MIN_SEGMENT_SIZE",
     "SCHEMA_VERSION",
     "Change",
@@ -68,9 +72,11 @@ __all__ = [
     "Migration",
     "SqliteKeyStore",
     "TokenRecord",
+    "check_auto_rotate_period",
     "check_key_name",
     "check_key_type",
     "check_segment_size",
+    "load_master_key_for",
     "load_or_create_master_key",
     "open_keystore",
     "open_keystore_for",
@@ -78,14 +84,20 @@ __all__ = [
 
 
 def open_keystore(
-    data_dir: Path, master_key: bytes, database_url: str | None = None, *, tombstone_seconds: float = 0.0
+    data_dir: Path,
+    master_key: bytes,
+    database_url: str | None = None,
+    *,
+    tombstone_seconds: float = 0.0,
+    auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
 ) -> KeyStore:
     """Open the PostgreSQL keystore at ``database_url`` if given, else the SQLite one in ``data_dir``.
 
     SQLite: ``data_dir/keystore.db`` in WAL mode, created if needed; ``data_dir`` is created with mode 0700
     if missing and the database file 0600. PostgreSQL: the schema is migrated (once, whatever the number of
     replicas starting) and ``data_dir`` is not used. A deleted key's name cannot be re-created for
-    ``tombstone_seconds`` (:mod:`app.keystore.tombstones`).
+    ``tombstone_seconds`` (:mod:`app.keystore.tombstones`). ``auto_rotate_min_period`` is the shortest
+    ``auto_rotate_period`` a key may get (:mod:`app.keystore.rotation`; lowered only by tests).
 
     Raises:
         MasterKeyError: ``master_key`` is not 32 bytes, is not the key the keystore was created with, or the
@@ -98,34 +110,64 @@ def open_keystore(
     if database_url is not None:
         from .postgres import PostgresKeyStore  # psycopg is needed only here
 
-        return PostgresKeyStore(database_url, master_key, tombstone_seconds=tombstone_seconds)
+        return PostgresKeyStore(
+            database_url,
+            master_key,
+            tombstone_seconds=tombstone_seconds,
+            auto_rotate_min_period=auto_rotate_min_period,
+        )
     directory = ensure_data_dir(Path(data_dir))
-    return SqliteKeyStore(directory / DATABASE_FILE, master_key, tombstone_seconds=tombstone_seconds)
+    return SqliteKeyStore(
+        directory / DATABASE_FILE,
+        master_key,
+        tombstone_seconds=tombstone_seconds,
+        auto_rotate_min_period=auto_rotate_min_period,
+    )
 
 
-def open_keystore_for(settings: Settings) -> KeyStore:
-    """Load the master key from where ``settings`` say and open the keystore they select.
-
-    ``settings.database_url`` set: the PostgreSQL keystore, with the master key from ``master_key`` or
-    ``master_key_file`` (required: a generated one would differ per replica). Unset: the SQLite keystore in
-    ``data_dir``, with the master key from ``master_key``, ``master_key_file`` or ``data_dir/master.key``
-    (generated on first start). Deleted names are held for ``settings.effective_tombstone_seconds``.
+def load_master_key_for(settings: Settings, *, create: bool = True) -> bytes:
+    """The master key from where ``settings`` say: ``master_key_file``, ``master_key``, or (SQLite only)
+    ``data_dir/master.key``, generated on first start when ``create`` is true.
 
     Raises:
         MasterKeyError: see :func:`check_master_key_source`, :func:`load_or_create_master_key` and
-            :func:`read_master_key_file`; or the key does not open the keystore.
-        KeystoreSchemaError, ServiceUnavailableError, ValueError: see :func:`open_keystore`.
+            :func:`read_master_key_file`; or, with ``create`` false, no key exists yet.
     """
     env_value = settings.master_key.get_secret_value() if settings.master_key else None
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     check_master_key_source(env_value, settings.master_key_file, shared_database=database_url is not None)
     if settings.master_key_file is not None:
-        key = read_master_key_file(settings.master_key_file)
-    elif database_url is not None:
+        return read_master_key_file(settings.master_key_file)
+    if database_url is not None:
         assert env_value is not None  # check_master_key_source refused the other case
-        key = parse_master_key(env_value, "KEYSTREAM_MASTER_KEY")
-    else:
-        key = load_or_create_master_key(settings.data_dir, env_value)
+        return parse_master_key(env_value, "KEYSTREAM_MASTER_KEY")
+    if not create and env_value is None and not (Path(settings.data_dir) / MASTER_KEY_FILE).exists():
+        raise MasterKeyError(
+            f"no master key: set KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE, or point "
+            f"KEYSTREAM_DATA_DIR at the directory holding {MASTER_KEY_FILE}"
+        )
+    return load_or_create_master_key(settings.data_dir, env_value)
+
+
+def open_keystore_for(settings: Settings, master_key: bytes | None = None) -> KeyStore:
+    """Open the keystore ``settings`` select, with ``master_key`` (``None``: :func:`load_master_key_for`).
+
+    ``settings.database_url`` set: the PostgreSQL keystore, with the master key from ``master_key`` or
+    ``master_key_file`` (required: a generated one would differ per replica). Unset: the SQLite keystore in
+    ``data_dir``, with the master key from ``master_key``, ``master_key_file`` or ``data_dir/master.key``
+    (generated on first start). Deleted names are held for ``settings.effective_tombstone_seconds``; the
+    shortest ``auto_rotate_period`` is ``settings.auto_rotate_min_period``.
+
+    Raises:
+        MasterKeyError: see :func:`load_master_key_for`; or the key does not open the keystore.
+        KeystoreSchemaError, ServiceUnavailableError, ValueError: see :func:`open_keystore`.
+    """
+    key = master_key if master_key is not None else load_master_key_for(settings)
+    database_url = settings.database_url.get_secret_value() if settings.database_url else None
     return open_keystore(
-        settings.data_dir, key, database_url, tombstone_seconds=settings.effective_tombstone_seconds
+        settings.data_dir,
+        key,
+        database_url,
+        tombstone_seconds=settings.effective_tombstone_seconds,
+        auto_rotate_min_period=settings.auto_rotate_min_period,
     )

@@ -25,6 +25,7 @@ from app.core.schemes import DEFAULT_SCHEME
 
 from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import DEFAULT_SEGMENT_SIZE
+from .rotation import MIN_AUTO_ROTATE_PERIOD
 
 __all__ = ["KeyExport", "KeyInfo", "KeyStore", "KeyVersionInfo", "TokenRecord", "utc_now"]
 
@@ -57,7 +58,8 @@ class KeyInfo:
     ``latest_version`` is used to encrypt; decryption accepts versions ``min_decryption_version`` ..
     ``latest_version``. ``segment_size`` is the ciphertext segment size of the sealed format and ``scheme``
     its per-segment primitive (:mod:`app.core.schemes`), both fixed at creation so that a change of settings
-    never strands old ciphertexts and no key material ever keys two primitives.
+    never strands old ciphertexts and no key material ever keys two primitives. ``auto_rotate_period`` is the
+    automatic rotation period in seconds (0: off; see :mod:`app.keystore.rotation`).
     """
 
     name: str
@@ -71,6 +73,12 @@ class KeyInfo:
     created_at: datetime
     updated_at: datetime
     versions: tuple[KeyVersionInfo, ...]
+    auto_rotate_period: int = 0
+
+    @property
+    def last_rotated(self) -> datetime:
+        """When the latest version was made (the key's last rotation, or its creation)."""
+        return self.versions[-1].created_at if self.versions else self.created_at
 
     def to_json(self) -> dict[str, Any]:
         """The API's key metadata shape (times as ISO-8601 UTC with a ``Z``)."""
@@ -83,6 +91,7 @@ class KeyInfo:
             "min_decryption_version": self.min_decryption_version,
             "latest_version": self.latest_version,
             "imported": self.imported,
+            "auto_rotate_period": self.auto_rotate_period,
             "created_at": _iso(self.created_at),
             "updated_at": _iso(self.updated_at),
             "versions": [version.to_json() for version in self.versions],
@@ -132,6 +141,8 @@ class KeyStore(abc.ABC):
 
     #: Seconds a deleted key's name cannot be re-created (set at open; 0 = no tombstone).
     tombstone_seconds: float = 0.0
+    #: Shortest ``auto_rotate_period`` accepted (set at open; lowered only by tests).
+    auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD
 
     @abc.abstractmethod
     def create_key(
@@ -142,11 +153,15 @@ class KeyStore(abc.ABC):
         deletion_allowed: bool = False,
         *,
         scheme: str = DEFAULT_SCHEME,
+        auto_rotate_period: int | str = 0,
     ) -> KeyInfo:
         """Create key ``name`` with a random version 1 (``secrets.token_bytes``) and the sealed ``scheme``.
 
+        ``auto_rotate_period`` (seconds or a duration string, 0: off) is checked by
+        :func:`~app.keystore.rotation.check_auto_rotate_period` against :attr:`auto_rotate_min_period`.
+
         Raises:
-            BadRequestError: invalid name, key type, segment size or scheme.
+            BadRequestError: invalid name, key type, segment size, scheme or auto_rotate_period.
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
@@ -160,11 +175,13 @@ class KeyStore(abc.ABC):
         deletion_allowed: bool = False,
         *,
         scheme: str = DEFAULT_SCHEME,
+        auto_rotate_period: int | str = 0,
     ) -> KeyInfo:
         """Create key ``name`` whose version 1 is ``material``; the type follows from its length.
 
         Raises:
-            BadRequestError: invalid name, segment size or scheme, or material not 16, 24 or 32 bytes long.
+            BadRequestError: invalid name, segment size, scheme or auto_rotate_period, or material not 16, 24
+                or 32 bytes long.
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
@@ -188,6 +205,29 @@ class KeyStore(abc.ABC):
 
         Raises:
             KeyNotFoundError: no such key.
+        """
+
+    @abc.abstractmethod
+    def due_for_rotation(self) -> list[str]:
+        """Names of the keys whose automatic rotation is due now (:func:`~app.keystore.rotation.is_due`).
+
+        A hint only: :meth:`rotate_if_due` decides. Ordered by name.
+
+        Raises:
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
+    @abc.abstractmethod
+    def rotate_if_due(self, name: str) -> KeyInfo | None:
+        """Rotate key ``name`` as :meth:`rotate_key` does if its automatic rotation is due; else return None.
+
+        Due-ness is decided inside the write transaction that holds the key, with the time read there, so of
+        several callers (threads, workers, replicas) that find a key due together exactly one rotates it. The
+        rotation appends a ``key_rotated`` change like a manual one.
+
+        Raises:
+            BadRequestError: invalid name.
+            ServiceUnavailableError: the database cannot serve now.
         """
 
     @abc.abstractmethod
@@ -223,12 +263,17 @@ class KeyStore(abc.ABC):
         *,
         min_decryption_version: int | None = None,
         deletion_allowed: bool | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> KeyInfo:
         """Change the policy of key ``name``; ``None`` leaves a field as it is.
 
+        A new ``auto_rotate_period`` counts from the latest version's creation: a key whose latest version is
+        already older than the period is due at once.
+
         Raises:
             KeyNotFoundError: no such key.
-            BadRequestError: ``min_decryption_version`` outside 1..``latest_version``, or wrong types.
+            BadRequestError: ``min_decryption_version`` outside 1..``latest_version``, an invalid
+                ``auto_rotate_period``, or wrong types.
         """
 
     @abc.abstractmethod

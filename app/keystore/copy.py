@@ -31,7 +31,14 @@ from .master import unwrap_key_material
 __all__ = ["CopyConflictError", "CopySummary", "copy_keystore"]
 
 #: Key fields that must agree for a key already in the destination to count as the same key.
-_SAME_KEY_FIELDS = ("key_type", "scheme", "segment_size", "min_decryption_version", "deletion_allowed")
+_SAME_KEY_FIELDS = (
+    "key_type",
+    "scheme",
+    "segment_size",
+    "min_decryption_version",
+    "deletion_allowed",
+    "auto_rotate_period",
+)
 
 
 class CopyConflictError(ConflictError):

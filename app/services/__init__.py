@@ -6,6 +6,8 @@
 - :mod:`.offload`: the python backend in a process pool, and ``run_crypto`` (inline vs thread).
 - :mod:`.backends`: the enabled backends of a running service.
 - :mod:`.security`: bearer tokens (verification, generation, the root token).
+- :mod:`.coherence`: following the keystore's change log to keep caches coherent.
+- :mod:`.auto_rotate`: rotating keys whose ``auto_rotate_period`` elapsed (the keystore decides who does).
 
 Nothing here imports fastapi or starlette; errors are :mod:`app.errors`.
 """

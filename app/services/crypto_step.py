@@ -22,7 +22,14 @@ import aescore
 from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
 from app.errors import PayloadTooLargeError
 from app.formats.raw import AsyncRawCipher, RawCipher
-from app.formats.sealed import SealedDecryptionError, SealedDecryptor, SealedEncryptor, open_many, seal_many
+from app.formats.sealed import (
+    SealedDecryptionError,
+    SealedDecryptor,
+    SealedEncryptor,
+    SealedRewrapper,
+    open_many,
+    seal_many,
+)
 from app.keycache import ResolvedKey
 from app.services.keys import DecryptionKeys
 from app.services.offload import run_crypto
@@ -30,7 +37,7 @@ from app.services.pipeline import Pieces, send_pieces
 
 T = TypeVar("T")
 #: A sealed format object the streaming routes drive.
-SealedCipher = SealedEncryptor | SealedDecryptor
+SealedCipher = SealedEncryptor | SealedDecryptor | SealedRewrapper
 
 #: Least bytes a stage of the streaming pipeline holds before the stage upstream waits.
 PIPELINE_MIN_BYTES = 1 << 20
@@ -126,7 +133,7 @@ class CryptoStep:
 
     Args:
         backend: the backend doing the work (its ``runs_inline`` decides whether small calls stay inline).
-        operation: ``encrypt`` or ``decrypt`` (a metrics label).
+        operation: ``encrypt``, ``decrypt`` or ``rewrap`` (a metrics label).
         fmt: ``sealed`` or ``raw`` (a metrics label).
         update: the format's synchronous ``update`` (returns output pieces).
         finalize: the format's ``finalize``; ``None`` when the format has no tail (raw).
@@ -136,6 +143,8 @@ class CryptoStep:
         buffered: sealed: bytes the format holds for its next segment.
         candidates: sealed decrypt: how many key versions the next segment may be tried under (1 once the
             first segment verified); counted by :func:`trial_work` in deciding where a call runs.
+        passes: how many times the format goes over each byte (a rewrap opens and seals: 2), weighed in
+            deciding where a call runs.
     """
 
     def __init__(
@@ -151,8 +160,10 @@ class CryptoStep:
         segment_size: int | None = None,
         buffered: Callable[[], int] | None = None,
         candidates: Callable[[], int] | None = None,
+        passes: int = 1,
     ) -> None:
         self._backend = backend
+        self._passes = passes
         # Sealed formats only buffer until a segment is complete: below this many held bytes an update is a
         # copy, never crypto, and runs inline whatever the backend (the header is at most 40 bytes).
         self._buffer_only_below = segment_size - HEADER_MAX_BYTES if segment_size is not None else 0
@@ -179,7 +190,7 @@ class CryptoStep:
         return (
             self._async_update is not None
             or not self._backend.runs_inline
-            or max(self._segment_size, 1 << 20) > self._inline_max
+            or max(self._segment_size, 1 << 20) * self._passes > self._inline_max
         )
 
     async def update(self, data: bytes) -> Pieces:
@@ -198,7 +209,7 @@ class CryptoStep:
         work = held - held % self._segment_size if self._segment_size else held
         return await run_crypto(
             self._backend,
-            self._with_trials(work),
+            self._with_trials(work * self._passes),
             self._inline_max,
             lambda: timed(self._seconds, lambda: self._update(data)),
             self._trial_limiter(),
@@ -228,7 +239,7 @@ class CryptoStep:
         held = self._buffered() if self._buffered is not None else 0
         return await run_crypto(
             self._backend,
-            self._with_trials(held),
+            self._with_trials(held * self._passes),
             self._inline_max,
             lambda: timed(self._seconds, finalize),
             self._trial_limiter(),
@@ -253,7 +264,7 @@ class CryptoStep:
 
         return await run_crypto(
             self._backend,
-            self._with_trials(len(data)),
+            self._with_trials(len(data) * self._passes),
             self._inline_max,
             lambda: timed(self._seconds, work),
             self._trial_limiter(),
@@ -291,15 +302,17 @@ def sealed_step(
     inline_max: int,
     candidates: int = 1,
 ) -> CryptoStep:
-    """A sealed step over a :class:`~app.formats.sealed.SealedEncryptor` or ``SealedDecryptor``.
+    """A sealed step over a :class:`~app.formats.sealed.SealedEncryptor`, ``SealedDecryptor`` or
+    ``SealedRewrapper`` (which opens and seals each byte: weighed twice in deciding where a call runs).
 
-    ``candidates``: a decryptor's number of candidate key versions; until one verifies the first segment,
-    the trial over all of them counts as crypto work (:func:`trial_work`), so a large trial leaves the loop.
+    ``candidates``: a decryptor's (or rewrapper's) number of candidate key versions; until one verifies the
+    first segment, the trial over all of them counts as crypto work (:func:`trial_work`), so a large trial
+    leaves the loop.
     """
     pending: Callable[[], int] | None = None
-    if isinstance(cipher, SealedDecryptor) and candidates > 1:
-        decryptor = cipher
-        pending = lambda: candidates if decryptor.version is None else 1  # noqa: E731
+    if isinstance(cipher, SealedDecryptor | SealedRewrapper) and candidates > 1:
+        opener = cipher
+        pending = lambda: candidates if opener.version is None else 1  # noqa: E731
     return CryptoStep(
         backend,
         operation,
@@ -310,6 +323,7 @@ def sealed_step(
         segment_size=segment_size,
         buffered=lambda: cipher.buffered,
         candidates=pending,
+        passes=2 if isinstance(cipher, SealedRewrapper) else 1,
     )
 
 

@@ -9,6 +9,7 @@ read, unwrap, key expansion: about half a millisecond) in a worker thread (:func
   ``min_decryption_version``, at most ``max_decrypt_versions`` of them (the key cache's bound); without
   ``key_version`` a ciphertext that verifies under none of the cached versions gets one fresh read of the
   key's versions (another worker may have rotated the key less than ``key_metadata_ttl`` ago).
+* Rewrap opens with the decrypt candidates and seals under the latest version (:func:`sealed_rewrapper`).
 """
 
 from __future__ import annotations
@@ -21,12 +22,19 @@ from typing import TypeVar
 from anyio import to_thread
 
 import aescore
-from app.formats.sealed import SealedDecryptor, SealedEncryptor
+from app.formats.sealed import SealedDecryptor, SealedEncryptor, SealedRewrapper
 from app.keycache import CacheMissError, KeyCache, ResolvedKey
 
 T = TypeVar("T")
 
-__all__ = ["DecryptionKeys", "decryption_keys", "encryption_key", "from_cache", "sealed_encryptor"]
+__all__ = [
+    "DecryptionKeys",
+    "decryption_keys",
+    "encryption_key",
+    "from_cache",
+    "sealed_encryptor",
+    "sealed_rewrapper",
+]
 
 
 async def from_cache(lookup: Callable[[bool], T]) -> T:
@@ -135,4 +143,19 @@ def sealed_encryptor(key: ResolvedKey, associated_data: bytes, backend: aescore.
     """
     return SealedEncryptor(
         key.material, key.key_type, key.segment_size, associated_data, backend, scheme=key.scheme
+    )
+
+
+def sealed_rewrapper(
+    keys: DecryptionKeys, target: ResolvedKey, associated_data: bytes, backend: aescore.Backend
+) -> SealedRewrapper:
+    """A rewrapper for one sealed message: opened under ``keys``, sealed afresh under ``target`` (new salt
+    and nonce prefix), with the same ``associated_data`` for both (a rewrap never changes what a ciphertext
+    is bound to).
+
+    Raises:
+        TypeError, ValueError: as :class:`~app.formats.sealed.SealedDecryptor` and ``SealedEncryptor``.
+    """
+    return SealedRewrapper(
+        keys.sealed_decryptor(associated_data, backend), sealed_encryptor(target, associated_data, backend)
     )

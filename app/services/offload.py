@@ -73,6 +73,8 @@ class ProcessOffloadBackend(aescore.Backend):
         self._inner = aescore.get_backend("python")
         #: Pools replaced because a worker process died (also ``keystream_backend_pool_restarts_total``).
         self.restarts = 0
+        # The series exists at 0 from the start, so the first restart is an increase an alert can see.
+        BACKEND_POOL_RESTARTS.labels(backend=self.name)
 
     def _get_pool(self) -> ProcessPoolExecutor:
         with self._lock:

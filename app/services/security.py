@@ -2,11 +2,13 @@
 
 Only ``SHA-256(secret)`` is stored (in the keystore's token table); verification hashes the presented secret
 and compares with :func:`hmac.compare_digest`. Scopes: ``admin`` (key management, tokens), ``encrypt``,
-``decrypt``. Key patterns are :func:`fnmatch.fnmatchcase` globs (``*`` = every key). Token records are cached
-so the hot path of an encrypt does not touch the keystore; a token revoked through this process is forgotten
-at once, one revoked through another worker or replica when the change log says so
-(:mod:`app.services.coherence`). ``token_cache_ttl`` is only a last-resort bound, and the cache is not used
-once the change log has not been read for the trust bound (:meth:`TokenVerifier.trust_until`).
+``decrypt`` and ``rewrap`` (seal a ciphertext again under the latest version without seeing its plaintext; a
+token with both ``encrypt`` and ``decrypt`` has it too, :data:`IMPLIED_SCOPES`). Key patterns are
+:func:`fnmatch.fnmatchcase` globs (``*`` = every key). Token records are cached so the hot path of an encrypt
+does not touch the keystore; a token revoked through this process is forgotten at once, one revoked through
+another worker or replica when the change log says so (:mod:`app.services.coherence`). ``token_cache_ttl`` is
+only a last-resort bound, and the cache is not used once the change log has not been read for the trust bound
+(:meth:`TokenVerifier.trust_until`).
 
 A token may have a lifetime (``ttl``, at creation): past its ``expires_at`` it is refused with
 :class:`~app.errors.TokenExpiredError` on every request, cached record or not, and it may be renewed while
@@ -36,7 +38,12 @@ from app.errors import (
 )
 from app.keystore import KeyStore, TokenRecord
 
-SCOPES: tuple[str, ...] = ("admin", "encrypt", "decrypt")
+SCOPES: tuple[str, ...] = ("admin", "encrypt", "decrypt", "rewrap")
+#: Scopes a token holds without listing them, and the scopes that together grant them: a token that may
+#: decrypt and encrypt can already rewrap in two calls (the plaintext passing through its holder), so
+#: ``rewrap`` adds nothing to it. Tokens created before ``rewrap`` existed (the root token among them) keep
+#: working for it.
+IMPLIED_SCOPES: dict[str, tuple[str, ...]] = {"rewrap": ("encrypt", "decrypt")}
 ROOT_TOKEN_DESCRIPTION = "root"  # noqa: S105 (a label, not a secret)
 _DUMMY_HASH = hashlib.sha256(b"keystream-no-such-token").digest()
 
@@ -50,8 +57,11 @@ class Principal:
     key_patterns: tuple[str, ...]
 
     def has_scope(self, scope: str) -> bool:
-        """True when the token carries ``scope``."""
-        return scope in self.scopes
+        """True when the token carries ``scope``, or every scope that implies it (:data:`IMPLIED_SCOPES`)."""
+        if scope in self.scopes:
+            return True
+        implied_by = IMPLIED_SCOPES.get(scope)
+        return implied_by is not None and all(granting in self.scopes for granting in implied_by)
 
     def matches_key(self, name: str) -> bool:
         """True when ``name`` matches one of the token's key patterns."""
@@ -65,7 +75,7 @@ class Principal:
             ForbiddenError: the token lacks ``scope`` or no pattern matches ``key_name`` (the message names
                 the scope, never the token).
         """
-        if scope not in self.scopes:
+        if not self.has_scope(scope):
             raise ForbiddenError(f"this token lacks the {scope!r} scope")
         if key_name is not None and not self.matches_key(key_name):
             raise ForbiddenError("this token may not use that key (no key pattern matches)")

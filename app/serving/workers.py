@@ -79,9 +79,14 @@ def _die_with_parent(parent: int) -> None:
         raise SystemExit(0)  # the supervisor died before prctl took effect
 
 
-def _worker_main(host: str, port: int, parent: int, config: dict[str, Any]) -> None:
-    """One worker: its own listening socket and a uvicorn server building the app from the environment."""
+def _worker_main(host: str, port: int, parent: int, config: dict[str, Any], index: int = 0) -> None:
+    """One worker: its own listening socket and a uvicorn server building the app from the environment.
+
+    ``index`` (0 .. workers-1, kept by a replacement) reaches the app as ``KEYSTREAM_WORKER_INDEX``: it names
+    the worker's own audit log file, so two processes never append to one file.
+    """
     _die_with_parent(parent)
+    os.environ["KEYSTREAM_WORKER_INDEX"] = str(index)
     # uvicorn re-raises the signal that stopped it after a graceful shutdown; an ignored SIGINT then ends the
     # process quietly instead of with a KeyboardInterrupt traceback (uvicorn handles it while serving).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -95,6 +100,7 @@ def _worker_main(host: str, port: int, parent: int, config: dict[str, Any]) -> N
 @dataclass
 class _Slot:
     process: BaseProcess
+    index: int
     started: float = field(default_factory=time.monotonic)
 
 
@@ -112,14 +118,14 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")
         self._stopping = False
 
-    def _start(self) -> _Slot:
+    def _start(self, index: int) -> _Slot:
         process = self._context.Process(
             target=_worker_main,
-            args=(self._host, self._port, os.getpid(), self._config),
+            args=(self._host, self._port, os.getpid(), self._config, index),
             name="keystream-worker",
         )
         process.start()
-        return _Slot(process)
+        return _Slot(process, index)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
@@ -138,7 +144,7 @@ class Supervisor:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         slots: list[_Slot] = []
         try:
-            slots = [self._start() for _ in range(self._count)]
+            slots = [self._start(index) for index in range(self._count)]
             logger.info("started %d workers on %s:%d (SO_REUSEPORT)", self._count, self._host, self._port)
             while not self._stopping:
                 wait([slot.process.sentinel for slot in slots], timeout=0.5)
@@ -159,7 +165,7 @@ class Supervisor:
             release_process_metrics(pid)  # its live gauges (in-flight, cache entries) leave the aggregate
         if time.monotonic() - slot.started < _MIN_LIFETIME_SECONDS:
             time.sleep(_RESTART_PAUSE_SECONDS)
-        return self._start()
+        return self._start(slot.index)
 
     def _stop(self, slots: list[_Slot]) -> None:
         for slot in slots:

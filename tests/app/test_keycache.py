@@ -215,6 +215,18 @@ def test_version_errors(real_store: SqliteKeyStore, cache: KeyCache, backend: Sp
     assert len(cache) == 0
 
 
+def test_a_missing_version_of_a_trimmed_key_names_the_versions_left(
+    real_store: SqliteKeyStore, cache: KeyCache, backend: SpyBackend
+) -> None:
+    real_store.create_key("orders")
+    for _ in range(4):
+        real_store.rotate_key("orders")
+    real_store.update_key("orders", min_decryption_version=3)
+    real_store.trim_key("orders", 3)
+    with pytest.raises(KeyVersionNotFoundError, match=r"no version 7 \(versions 3 to 5\)"):
+        cache.resolve("orders", 7, backend)  # type: ignore[arg-type]
+
+
 def test_material_never_in_repr(real_store: SqliteKeyStore, cache: KeyCache, backend: SpyBackend) -> None:
     real_store.import_key("imp", bytes.fromhex("00112233445566778899aabbccddeeff"))
     resolved = cache.resolve("imp", 1, backend)  # type: ignore[arg-type]

@@ -23,12 +23,13 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "keystore": {"errors", "core"},
     "formats": {"errors", "core"},
+    "audit": {"errors", "core", "formats"},
     "keycache": {"errors", "core", "keystore"},
     "services": {"errors", "core", "keystore", "keycache", "formats"},
-    "api": {"errors", "core", "keystore", "keycache", "formats", "services"},
+    "api": {"errors", "core", "keystore", "keycache", "formats", "services", "audit"},
 }
 #: Layers that must not reach fastapi/starlette, even through another app module.
-NO_WEB = ("errors", "core", "keystore", "formats", "keycache", "services")
+NO_WEB = ("errors", "core", "keystore", "formats", "keycache", "services", "audit")
 
 
 def module_name(path: Path) -> str:

@@ -46,8 +46,9 @@ def test_kustomization_lists_existing_manifests() -> None:
     kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
     for name in kustomization["resources"]:
         assert (K8S_DIR / name).is_file(), name
-    # The HPA is applied only with a shared keystore (see deployment.yaml).
-    assert "hpa.yaml" not in kustomization["resources"]
+    # The scale-out set is applied: the HPA and the PodDisruptionBudget with the Deployment (issue 10).
+    assert {"deployment.yaml", "hpa.yaml", "pdb.yaml"} <= set(kustomization["resources"])
+    assert "ingress.yaml" not in kustomization["resources"]  # needs an ingress controller: applied by hand
 
 
 def test_deployment_probes_security_resources_and_secret() -> None:
@@ -78,9 +79,18 @@ def test_deployment_probes_security_resources_and_secret() -> None:
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/path"] == "/metrics"
     assert annotations["prometheus.io/port"] == str(container["ports"][0]["containerPort"])
-    # SQLite keystore: one replica, and the old pod must let go of the volume first.
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    # Three replicas on the shared PostgreSQL keystore, its URL and the master key from the Secret.
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert env["KEYSTREAM_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "keystream-secrets",
+        "key": "database-url",
+    }
+    # Nothing on disk to share: no PersistentVolumeClaim, the data directory is an emptyDir.
+    assert "PersistentVolumeClaim" not in found
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    assert "emptyDir" in volumes["data"]
 
 
 def test_service_and_hpa_target_the_deployment() -> None:
@@ -101,4 +111,15 @@ def test_service_and_hpa_target_the_deployment() -> None:
     }
     (metric,) = hpa["spec"]["metrics"]
     assert metric["resource"]["name"] == "cpu"
-    assert hpa["spec"]["minReplicas"] >= 2
+    assert hpa["spec"]["minReplicas"] == deployment["spec"]["replicas"] == 3
+
+
+def test_pod_disruption_budget_keeps_two_of_three_replicas() -> None:
+    found = resources()
+    deployment, budget = found["Deployment"], found["PodDisruptionBudget"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    # A drain may take one replica, never so many that fewer than 2 serve; and it can always take one.
+    assert budget["spec"]["minAvailable"] == 2 < deployment["spec"]["replicas"]
+    assert found["HorizontalPodAutoscaler"]["spec"]["minReplicas"] > budget["spec"]["minAvailable"]

@@ -1,10 +1,15 @@
-"""``POST /v1/keys/{name}/encrypt/batch`` and ``/decrypt/batch``: many small sealed messages in one call.
+"""``POST /v1/keys/{name}/encrypt/batch``, ``/decrypt/batch`` and ``/rewrap/batch``: many small sealed
+messages in one call.
 
 Like Vault's ``batch_input``: each item succeeds or fails on its own (``{"error": {...}}`` in its result
 slot); only request-level problems (auth, unknown key, limits, malformed JSON) fail the whole call. The body
 is bounded by ``batch_max_bytes`` (413, checked on Content-Length first) and buffered within the batch
 budget (503 + ``Retry-After`` when ``batch_buffer_budget_bytes`` stays full), both in the body-limit
 middleware; it may hold at most ``batch_max_items`` items (413 beyond).
+
+A rewrap batch opens its items as a decrypt batch does (same candidates, same per-item errors) and seals those
+that opened under the key's latest version with their own associated data, as an encrypt batch does; the
+plaintext stays in the server.
 
 Per batch: the body is decoded once (:mod:`app.api.batch_json`), each item's base64 decoded and checked
 here, and all items sealed or opened by one call (:mod:`app.formats.sealed.batch`: native C for ``aesni``).
@@ -22,9 +27,11 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 import aescore
+from app.api.audit import note
 from app.api.batch_json import (
     DecryptBatch,
     EncryptBatch,
+    RewrapBatch,
     json_response,
     openapi_extra,
     read_decrypt_batch,
@@ -35,10 +42,10 @@ from app.api.errors import error_body
 from app.api.params import BACKEND_DESCRIPTION, KeyVersion, check_associated_data, decode_base64
 from app.api.state import ServiceState
 from app.errors import KeystreamError, PayloadTooLargeError
-from app.formats.sealed import native_isa, open_many, seal_many
+from app.formats.sealed import SealedDecryptionError, native_isa, open_many, seal_many
 from app.keycache import ResolvedKey
 from app.services.crypto_step import run_timed, trial_limiter, trial_work
-from app.services.keys import decryption_keys, encryption_key
+from app.services.keys import DecryptionKeys, decryption_keys, encryption_key
 
 router = APIRouter(prefix="/v1/keys", tags=["batch"])
 
@@ -197,6 +204,13 @@ async def encrypt_batch(
     chosen = state.backends.get(backend)
     items = await read_encrypt_batch(request, state.settings.batch_max_items)
     resolved = await encryption_key(state.keycache, name, chosen, key_version)
+    note(
+        request.scope,
+        format="sealed",
+        scheme=resolved.scheme,
+        backend=chosen.name,
+        key_version=resolved.version,
+    )
     data, ads, errors = _inputs(
         state, [item.plaintext for item in items], [item.associated_data for item in items], "plaintext"
     )
@@ -235,14 +249,37 @@ async def decrypt_batch(
     # Cached metadata may predate a rotation by another worker: items that verify under no cached version
     # trigger one fresh read of the key's versions for the whole batch, not one per item.
     keys = await decryption_keys(state.keycache, name, chosen, key_version)
+    note(
+        request.scope, format="sealed", scheme=keys.first.scheme, backend=chosen.name, key_version=key_version
+    )
     data, ads, errors = _inputs(
         state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
     )
+    opened = await open_items(state, chosen, keys, data, ads)
+    data.clear()
+    references = [item.reference for item in items]
+    del items
+    return json_response(_results(references, errors, opened, "plaintext"))
+
+
+async def open_items(
+    state: ServiceState,
+    backend: aescore.Backend,
+    keys: DecryptionKeys,
+    data: list[bytes],
+    associated_data: list[bytes],
+) -> list[tuple[bytes, int] | SealedDecryptionError]:
+    """Open each of ``data`` (with the associated data at the same index) under ``keys``: the one opening
+    path of the JSON routes (batch decrypt and rewrap), counted and timed as ``decrypt``.
+
+    Returns:
+        Per item its ``(plaintext, key version)``, or the error saying why it did not open.
+    """
     first = keys.first
     candidates = [(key.version, key.material) for key in keys.candidates]
-    opened = await _run(
+    return await _run(
         state,
-        chosen,
+        backend,
         first.scheme,
         "decrypt",
         data,
@@ -251,15 +288,61 @@ async def decrypt_batch(
             first.key_type,
             first.segment_size,
             data,
-            ads,
-            chosen,
+            associated_data,
+            backend,
             more_candidates=keys.more,
             scheme=first.scheme,
         ),
         segment_size=first.segment_size,
         candidates=len(candidates),
     )
+
+
+@router.post(
+    "/{name}/rewrap/batch",
+    dependencies=[JsonBody],
+    response_class=Response,
+    responses=_ERROR_RESPONSES,
+    openapi_extra=openapi_extra(RewrapBatch, "ciphertext"),
+)
+async def rewrap_batch(
+    name: str,
+    request: Request,
+    principal: PrincipalDep,
+    state: StateDep,
+    backend: BackendQuery = None,
+    key_version: VersionQuery = None,
+) -> Response:
+    """Open every item's ``ciphertext`` (under ``key_version``, or the versions decrypt would try) and seal
+    its plaintext under the key's latest version with the item's ``associated_data``; needs the ``rewrap``
+    scope.
+
+    Returns ``{"results": [...]}``, one ``{ciphertext, key_version, reference}`` (the new version) or
+    ``{error, reference}`` (as batch decrypt's) per item, in order.
+    """
+    principal.require("rewrap", name)
+    chosen = state.backends.get(backend)
+    items = await read_decrypt_batch(request, state.settings.batch_max_items)
+    keys = await decryption_keys(state.keycache, name, chosen, key_version)
+    target = await encryption_key(state.keycache, name, chosen, None)
+    note(
+        request.scope, format="sealed", scheme=target.scheme, backend=chosen.name, key_version=target.version
+    )
+    data, ads, errors = _inputs(
+        state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
+    )
+    opened = await open_items(state, chosen, keys, data, ads)
     data.clear()
+    plaintexts = [out[0] for out in opened if not isinstance(out, KeystreamError)]
+    kept_ads = [ad for out, ad in zip(opened, ads, strict=True) if not isinstance(out, KeystreamError)]
+    sealed = iter(await seal_items(state, chosen, target, plaintexts, kept_ads))
+    plaintexts.clear()
+    version = target.version
+    outputs: list[tuple[bytes, int] | KeystreamError] = []
+    for out in opened:
+        result = out if isinstance(out, KeystreamError) else next(sealed)
+        outputs.append((result, version) if isinstance(result, bytes) else result)
+    del opened
     references = [item.reference for item in items]
     del items
-    return json_response(_results(references, errors, opened, "plaintext"))
+    return json_response(_results(references, errors, outputs, "ciphertext"))

@@ -19,10 +19,11 @@ import base64
 import secrets
 from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
+from app.api.audit import note
 from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, check_associated_data, decode_base64
@@ -72,7 +73,12 @@ class DataKeyResponse(BaseModel):
     responses=errors(403, 404, 415, 422),
 )
 async def datakey(
-    name: str, body: DataKeyRequest, principal: PrincipalDep, state: StateDep, response: Response
+    name: str,
+    body: DataKeyRequest,
+    principal: PrincipalDep,
+    state: StateDep,
+    request: Request,
+    response: Response,
 ) -> dict[str, Any]:
     """Generate a random data key and return it sealed under the key's latest version (and, with
     ``plaintext: true``, in the clear as well)."""
@@ -84,6 +90,14 @@ async def datakey(
     )
     backend = state.backends.get(None)
     resolved = await encryption_key(state.keycache, name, backend, None)
+    note(
+        request.scope,
+        format="sealed",
+        scheme=resolved.scheme,
+        backend=backend.name,
+        key_version=resolved.version,
+        associated_data=associated,
+    )
     data_key = secrets.token_bytes(DATA_KEY_SIZES[body.type])
     (sealed,) = await seal_items(state, backend, resolved, [data_key], [associated])
     if isinstance(sealed, KeystreamError):  # cannot happen for 32 bytes; never a 500 if it did

@@ -1,7 +1,8 @@
 """``/v1/keys``: create, import, list, read, rotate, import a version, trim, update and delete keys (metadata
 only, never material).
 
-Key management needs the ``admin`` scope and a key pattern matching the name; reading metadata needs any
+Keys may rotate automatically (``auto_rotate_period``, see :mod:`app.services.auto_rotate`). Key management
+needs the ``admin`` scope and a key pattern matching the name; reading metadata needs any
 scope and a matching pattern. Every change invalidates the key cache entry of that key.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from anyio import to_thread
 from fastapi import APIRouter, Response, status
@@ -19,7 +20,14 @@ from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
 from app.core.schemes import DEFAULT_SCHEME, Scheme
 from app.errors import BadRequestError, ForbiddenError
-from app.keystore import DEFAULT_SEGMENT_SIZE, KEY_NAME_PATTERN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
+from app.keystore import (
+    DEFAULT_SEGMENT_SIZE,
+    KEY_NAME_PATTERN,
+    MAX_AUTO_ROTATE_PERIOD,
+    MAX_SEGMENT_SIZE,
+    MIN_AUTO_ROTATE_PERIOD,
+    MIN_SEGMENT_SIZE,
+)
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
@@ -33,6 +41,26 @@ _SCHEME_DESCRIPTION = (
 )
 
 
+_PERIOD_DESCRIPTION = (
+    "Automatic rotation period: seconds, or a duration such as 24h, 90m, 1h30m or 7d (units d, h, m, s). 0 "
+    "turns automatic rotation off; otherwise at least 1 hour (3600 s) and at most 10 years: a duration "
+    "string outside that range gets 400. The key rotates once its latest version is this old, exactly once "
+    "across all workers and replicas. Read back in seconds."
+)
+#: The schema of a period: 0, or an integer in range, or a string of seconds or of a duration.
+_PERIOD_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "enum": [0]},
+        {"type": "integer", "minimum": MIN_AUTO_ROTATE_PERIOD, "maximum": MAX_AUTO_ROTATE_PERIOD},
+        {"type": "string", "pattern": r"^(?:[0-9]{1,10}|(?:[0-9]{1,10}[dhms]){1,4})$"},
+    ]
+}
+AutoRotatePeriod = Annotated[
+    int | str,
+    Field(description=_PERIOD_DESCRIPTION, examples=[86400, "24h"], json_schema_extra=_PERIOD_SCHEMA),
+]
+
+
 class CreateKeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -43,6 +71,7 @@ class CreateKeyRequest(BaseModel):
     scheme: Scheme = Field(default=DEFAULT_SCHEME, description=_SCHEME_DESCRIPTION)
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
     deletion_allowed: bool = False
+    auto_rotate_period: AutoRotatePeriod = 0
 
 
 class ImportKeyRequest(BaseModel):
@@ -54,6 +83,7 @@ class ImportKeyRequest(BaseModel):
     scheme: Scheme = Field(default=DEFAULT_SCHEME, description=_SCHEME_DESCRIPTION)
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
     deletion_allowed: bool = False
+    auto_rotate_period: AutoRotatePeriod = 0
 
 
 class ImportVersionRequest(BaseModel):
@@ -83,6 +113,7 @@ class UpdateKeyRequest(BaseModel):
 
     min_decryption_version: int | None = Field(default=None, ge=1)
     deletion_allowed: bool | None = None
+    auto_rotate_period: AutoRotatePeriod | None = None
     scheme: Scheme | None = Field(
         default=None,
         description="Cannot change: a value other than the key's scheme is refused with 400 "
@@ -98,7 +129,12 @@ async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDe
     principal.require("admin", body.name)
     info = await to_thread.run_sync(
         lambda: state.keystore.create_key(
-            body.name, body.type, body.segment_size, body.deletion_allowed, scheme=body.scheme
+            body.name,
+            body.type,
+            body.segment_size,
+            body.deletion_allowed,
+            scheme=body.scheme,
+            auto_rotate_period=body.auto_rotate_period,
         )
     )
     state.keycache.invalidate(body.name)
@@ -120,7 +156,12 @@ async def import_key(
     material = _decode_material(body.key)
     info = await to_thread.run_sync(
         lambda: state.keystore.import_key(
-            name, material, body.segment_size, body.deletion_allowed, scheme=body.scheme
+            name,
+            material,
+            body.segment_size,
+            body.deletion_allowed,
+            scheme=body.scheme,
+            auto_rotate_period=body.auto_rotate_period,
         )
     )
     state.keycache.invalidate(name)
@@ -198,7 +239,11 @@ async def trim_key(name: str, body: TrimRequest, principal: AdminDep, state: Sta
 async def update_key(
     name: str, body: UpdateKeyRequest, principal: AdminDep, state: StateDep
 ) -> dict[str, Any]:
-    """Change ``min_decryption_version`` and/or ``deletion_allowed`` (``scheme`` cannot change)."""
+    """Change ``min_decryption_version``, ``deletion_allowed`` and/or ``auto_rotate_period``.
+
+    ``scheme`` cannot change. A new ``auto_rotate_period`` counts from the latest version's creation: a key
+    whose latest version is already older than the period rotates at the next check.
+    """
     principal.require("admin", name)
     if body.scheme is not None:
         current = (await to_thread.run_sync(state.keystore.get_key, name)).scheme
@@ -209,7 +254,10 @@ async def update_key(
             )
     info = await to_thread.run_sync(
         lambda: state.keystore.update_key(
-            name, min_decryption_version=body.min_decryption_version, deletion_allowed=body.deletion_allowed
+            name,
+            min_decryption_version=body.min_decryption_version,
+            deletion_allowed=body.deletion_allowed,
+            auto_rotate_period=body.auto_rotate_period,
         )
     )
     state.keycache.invalidate(name)

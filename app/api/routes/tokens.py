@@ -48,7 +48,7 @@ register_url_convertor("token_id", TokenIdConvertor())
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 
-Scope = Literal["admin", "encrypt", "decrypt"]
+Scope = Literal["admin", "encrypt", "decrypt", "rewrap"]
 #: A key pattern: a glob over key-name characters (``* ? [ ] !`` and ``A-Z a-z 0-9 _ . -``), 1-128 of them.
 KeyPattern = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.*?!\[\]-]{1,128}$")]
 #: A token lifetime in seconds.

@@ -33,8 +33,9 @@ with ``aes_key = HKDF-SHA256(ikm, salt, info = associated data)`` of ``D`` bytes
 (aescore's ``AesGcm.decrypt`` returns none otherwise).
 
 The package: :mod:`.format` (sizes, header, nonces, HKDF, the format's errors), :mod:`.segments` (per-message
-keys and the segment buffer), :mod:`.encryptor` and :mod:`.decryptor`, :mod:`.messages` (what a failed
-decryption says) and :mod:`.batch` (whole messages, many per native call). Import from here.
+keys and the segment buffer), :mod:`.encryptor` and :mod:`.decryptor`, :mod:`.rewrap` (the two chained: a
+stream sealed again as it flows), :mod:`.messages` (what a failed decryption says) and :mod:`.batch` (whole
+messages, many per native call). Import from here.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from .format import (
     tag_size_of,
     validate_segment_size,
 )
+from .rewrap import SealedRewrapper
 
 __all__ = [
     "DERIVED_KEY_SIZE",
@@ -78,6 +80,7 @@ __all__ = [
     "SealedDecryptionError",
     "SealedDecryptor",
     "SealedEncryptor",
+    "SealedRewrapper",
     "ciphertext_length",
     "derive_gcm_key",
     "derive_keys",

@@ -36,9 +36,28 @@ def too_many_segments(index: int) -> str:
     return f"segment {index} is past the 2**32-segment limit of the sealed format"
 
 
+def _newest_first(versions: Iterable[int]) -> str:
+    """``versions`` newest first, runs of three or more as ``"9 to 7"``: ``"12, 9 to 7, 5, 4"``.
+
+    A key may have hundreds of versions; the message names them all in a few words."""
+    runs: list[list[int]] = []
+    for version in sorted(set(versions), reverse=True):
+        if runs and runs[-1][-1] == version + 1:
+            runs[-1].append(version)
+        else:
+            runs.append([version])
+    parts: list[str] = []
+    for run in runs:
+        if len(run) >= 3:
+            parts.append(f"{run[0]} to {run[-1]}")
+        else:
+            parts.extend(str(version) for version in run)
+    return ", ".join(parts)
+
+
 def no_key(index: int, versions: Iterable[int]) -> str:
     """The first segment verifies under none of ``versions``."""
-    tried = ", ".join(str(version) for version in sorted(set(versions), reverse=True))
+    tried = _newest_first(versions)
     return (
         f"segment {index} does not authenticate under any allowed key version (tried {tried}): wrong "
         "key, wrong associated data, or a tampered or truncated ciphertext"

@@ -44,17 +44,18 @@ __all__ = [
     "read_key",
     "read_keys",
     "read_wrapped",
+    "rotation_schedule",
     "update_policy",
 ]
 
 _INFO_SELECT = """
     SELECT k.name, k.key_type, k.scheme, k.segment_size, k.deletion_allowed, k.min_decryption_version,
-           k.latest_version, k.imported, k.created_at, k.updated_at,
+           k.latest_version, k.imported, k.created_at, k.updated_at, k.auto_rotate_period,
            array_agg(v.version ORDER BY v.version), array_agg(v.created_at ORDER BY v.version)
     FROM keys k JOIN key_versions v ON v.key_name = k.name
 """
 
-#: :data:`_INFO_SELECT` plus every version's wrapped blob (column 12), in version order.
+#: :data:`_INFO_SELECT` plus every version's wrapped blob (column 13), in version order.
 _EXPORT_SELECT = _INFO_SELECT.replace(
     "FROM keys k", ", array_agg(v.wrapped ORDER BY v.version)\n    FROM keys k"
 )
@@ -68,7 +69,7 @@ def _info(row: Sequence[Any]) -> KeyInfo:
     name, key_type, scheme, segment_size, deletion_allowed, min_dv, latest, imported, created, updated = row[
         :10
     ]
-    numbers, times = row[10], row[11]
+    period, numbers, times = row[10], row[11], row[12]
     return KeyInfo(
         name=name,
         key_type=key_type,
@@ -81,11 +82,18 @@ def _info(row: Sequence[Any]) -> KeyInfo:
         created_at=_utc(created),
         updated_at=_utc(updated),
         versions=tuple(KeyVersionInfo(int(n), _utc(t)) for n, t in zip(numbers, times, strict=True)),
+        auto_rotate_period=int(period),
     )
 
 
 def new_info(
-    name: str, key_type: str, scheme: str, segment_size: int, deletion_allowed: bool, imported: bool
+    name: str,
+    key_type: str,
+    scheme: str,
+    segment_size: int,
+    deletion_allowed: bool,
+    imported: bool,
+    auto_rotate_period: int = 0,
 ) -> KeyInfo:
     """The metadata of a key about to be created: version 1, created now."""
     now = utc_now()
@@ -101,6 +109,7 @@ def new_info(
         created_at=now,
         updated_at=now,
         versions=(KeyVersionInfo(1, now),),
+        auto_rotate_period=auto_rotate_period,
     )
 
 
@@ -130,8 +139,8 @@ def insert_key(
     """Insert ``info`` (version 1 only) with its wrapped material; False when the name is taken."""
     row = conn.execute(
         "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, 1, 1, %s, %s, %s) "
-        "ON CONFLICT (name) DO NOTHING RETURNING name",
+        "latest_version, imported, created_at, updated_at, auto_rotate_period) "
+        "VALUES (%s, %s, %s, %s, %s, 1, 1, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING name",
         (
             info.name,
             info.key_type,
@@ -141,6 +150,7 @@ def insert_key(
             info.imported,
             info.created_at,
             info.updated_at,
+            info.auto_rotate_period,
         ),
     ).fetchone()
     if row is None:
@@ -152,7 +162,7 @@ def insert_key(
 def export_keys(conn: Connection) -> list[KeyExport]:
     """Every key with its versions' wrapped blobs, by name, in one statement (one snapshot)."""
     rows = conn.execute(_EXPORT_SELECT + ' GROUP BY k.name ORDER BY k.name COLLATE "C"').fetchall()
-    return [KeyExport(_info(row), tuple(bytes(blob) for blob in row[12])) for row in rows]
+    return [KeyExport(_info(row), tuple(bytes(blob) for blob in row[13])) for row in rows]
 
 
 def insert_exported(conn: Connection, key: KeyExport) -> bool:
@@ -160,8 +170,8 @@ def insert_exported(conn: Connection, key: KeyExport) -> bool:
     info = key.info
     row = conn.execute(
         "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT (name) DO NOTHING RETURNING name",
+        "latest_version, imported, created_at, updated_at, auto_rotate_period) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING name",
         (
             info.name,
             info.key_type,
@@ -173,6 +183,7 @@ def insert_exported(conn: Connection, key: KeyExport) -> bool:
             info.imported,
             info.created_at,
             info.updated_at,
+            info.auto_rotate_period,
         ),
     ).fetchone()
     if row is None:
@@ -191,7 +202,14 @@ def insert_exported(conn: Connection, key: KeyExport) -> bool:
 class LockedKey:
     """The row of a key locked ``FOR UPDATE`` until the transaction ends."""
 
-    __slots__ = ("deletion_allowed", "key_type", "latest_version", "min_decryption_version", "name")
+    __slots__ = (
+        "auto_rotate_period",
+        "deletion_allowed",
+        "key_type",
+        "latest_version",
+        "min_decryption_version",
+        "name",
+    )
 
     def __init__(self, row: Sequence[Any]) -> None:
         self.name: str = row[0]
@@ -199,6 +217,7 @@ class LockedKey:
         self.latest_version = int(row[2])
         self.min_decryption_version = int(row[3])
         self.deletion_allowed = bool(row[4])
+        self.auto_rotate_period = int(row[5])
 
 
 def lock_key(conn: Connection, name: str) -> LockedKey:
@@ -208,8 +227,8 @@ def lock_key(conn: Connection, name: str) -> LockedKey:
         KeyNotFoundError: no such key.
     """
     row = conn.execute(
-        "SELECT name, key_type, latest_version, min_decryption_version, deletion_allowed FROM keys "
-        "WHERE name = %s FOR UPDATE",
+        "SELECT name, key_type, latest_version, min_decryption_version, deletion_allowed, auto_rotate_period "
+        "FROM keys WHERE name = %s FOR UPDATE",
         (name,),
     ).fetchone()
     if row is None:
@@ -253,13 +272,29 @@ def oldest_version(conn: Connection, name: str) -> int:
 
 
 def update_policy(
-    conn: Connection, name: str, min_decryption_version: int, deletion_allowed: bool, now: datetime
+    conn: Connection,
+    name: str,
+    min_decryption_version: int,
+    deletion_allowed: bool,
+    auto_rotate_period: int,
+    now: datetime,
 ) -> None:
     """Set the key's policy fields (the caller holds the row lock and has checked the values)."""
     conn.execute(
-        "UPDATE keys SET min_decryption_version = %s, deletion_allowed = %s, updated_at = %s WHERE name = %s",
-        (min_decryption_version, deletion_allowed, now, name),
+        "UPDATE keys SET min_decryption_version = %s, deletion_allowed = %s, auto_rotate_period = %s, "
+        "updated_at = %s WHERE name = %s",
+        (min_decryption_version, deletion_allowed, auto_rotate_period, now, name),
     )
+
+
+def rotation_schedule(conn: Connection) -> list[tuple[str, int, datetime]]:
+    """``(name, auto_rotate_period, latest version's created_at)`` of every key with a period, by name."""
+    rows = conn.execute(
+        "SELECT k.name, k.auto_rotate_period, v.created_at FROM keys k "
+        "JOIN key_versions v ON v.key_name = k.name AND v.version = k.latest_version "
+        'WHERE k.auto_rotate_period > 0 ORDER BY k.name COLLATE "C"'
+    ).fetchall()
+    return [(str(name), int(period), _utc(created)) for name, period, created in rows]
 
 
 def delete_key(conn: Connection, name: str, tombstone_seconds: float) -> None:

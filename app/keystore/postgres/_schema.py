@@ -16,7 +16,8 @@ may be re-created (see :mod:`app.keystore.tombstones`), and the index that keeps
 Version 3 adds each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stored before it keep
 ``ctr-hmac``, the only format they can have. Version 4 gives tokens an optional lifetime (``ttl_seconds``,
 ``expires_at``, ``max_expires_at``; tokens stored before it have none) and lets the change log record
-``token_renewed``.
+``token_renewed``. Version 5 adds each key's ``auto_rotate_period`` in seconds (0: off, what keys stored
+before it get; see :mod:`app.keystore.rotation`).
 """
 
 from __future__ import annotations
@@ -134,6 +135,14 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ADD COLUMN max_expires_at timestamptz""",
             "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
             f"ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check CHECK (kind IN ({_KINDS_SQL}))",
+        ),
+    ),
+    Migration(
+        5,
+        "automatic rotation period of each key (existing keys: 0, off)",
+        (
+            "ALTER TABLE keys ADD COLUMN auto_rotate_period integer NOT NULL DEFAULT 0 "
+            "CHECK (auto_rotate_period >= 0)",
         ),
     ),
 )

@@ -47,6 +47,12 @@ from ..checks import (
 )
 from ..master import check_master_key, unwrap_key_material, wrap_key_material
 from ..migrations import Migration
+from ..rotation import (
+    MIN_AUTO_ROTATE_PERIOD,
+    check_auto_rotate_min_period,
+    check_auto_rotate_period,
+    is_due,
+)
 from ..tombstones import check_tombstone_seconds
 from . import _changes, _keys, _schema, _tokens
 from ._database import Database
@@ -73,9 +79,10 @@ class PostgresKeyStore(KeyStore):
         migrations: the schema steps to apply (tests pass extra ones).
         tombstone_seconds: how long a deleted key's name cannot be re-created
             (:mod:`app.keystore.tombstones`).
+        auto_rotate_min_period: the shortest ``auto_rotate_period`` accepted (1 hour; tests lower it).
 
     Raises:
-        BadRequestError: ``tombstone_seconds`` is negative.
+        BadRequestError: ``tombstone_seconds`` is negative or ``auto_rotate_min_period`` outside 1..3600.
         ValueError: ``url`` is not a PostgreSQL URL.
         MasterKeyError: ``master_key`` is not 32 bytes, or the database was created with another one.
         KeystoreSchemaError: the database comes from a newer release.
@@ -92,9 +99,11 @@ class PostgresKeyStore(KeyStore):
         connect_timeout: float = 5.0,
         migrations: Sequence[Migration] = _schema.MIGRATIONS,
         tombstone_seconds: float = 0.0,
+        auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
     ) -> None:
         self._master_key = check_master_key(master_key)
         self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
+        self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
         check_database_url(url)
         # Migrations run on a connection of their own while the pool fills in the background: an unreachable
         # database fails the start at once, with the reason, instead of after the pool's retries.
@@ -142,6 +151,7 @@ class PostgresKeyStore(KeyStore):
         deletion_allowed: bool = False,
         *,
         scheme: str = DEFAULT_SCHEME,
+        auto_rotate_period: int | str = 0,
     ) -> KeyInfo:
         """See :meth:`KeyStore.create_key`."""
         check_key_name(name)
@@ -149,8 +159,9 @@ class PostgresKeyStore(KeyStore):
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
+        period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
         material = secrets.token_bytes(KEY_TYPES[key_type])
-        info = _keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, False)
+        info = _keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, False, period)
         return self._insert(info, material)
 
     def import_key(
@@ -161,6 +172,7 @@ class PostgresKeyStore(KeyStore):
         deletion_allowed: bool = False,
         *,
         scheme: str = DEFAULT_SCHEME,
+        auto_rotate_period: int | str = 0,
     ) -> KeyInfo:
         """See :meth:`KeyStore.import_key`."""
         check_key_name(name)
@@ -168,8 +180,9 @@ class PostgresKeyStore(KeyStore):
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
+        period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
         return self._insert(
-            _keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, True), data
+            _keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, True, period), data
         )
 
     def get_key(self, name: str) -> KeyInfo:
@@ -185,15 +198,38 @@ class PostgresKeyStore(KeyStore):
         """See :meth:`KeyStore.rotate_key`."""
         check_key_name(name)
 
-        def work(conn: Connection) -> KeyInfo:
-            key = _keys.lock_key(conn, name)
-            version = key.latest_version + 1
-            material = secrets.token_bytes(KEY_TYPES[key.key_type])
-            wrapped = wrap_key_material(self._master_key, name, version, material)
-            _keys.insert_version(conn, name, version, wrapped, utc_now())
+        return self._database.write(lambda conn: self._rotate(conn, _keys.lock_key(conn, name)))
+
+    def _rotate(self, conn: Connection, key: _keys.LockedKey) -> KeyInfo:
+        """The one rotation path, manual or automatic (the caller holds the row lock): a random next version
+        and a ``key_rotated`` change."""
+        version = key.latest_version + 1
+        material = secrets.token_bytes(KEY_TYPES[key.key_type])
+        wrapped = wrap_key_material(self._master_key, key.name, version, material)
+        _keys.insert_version(conn, key.name, version, wrapped, utc_now())
+        info = _keys.read_key(conn, key.name)
+        _changes.append_change(conn, "key_rotated", key_name=key.name)
+        return info
+
+    def due_for_rotation(self) -> list[str]:
+        """See :meth:`KeyStore.due_for_rotation`."""
+        schedule = self._database.read(_keys.rotation_schedule)
+        now = utc_now()
+        return [name for name, period, last in schedule if is_due(period, last, now)]
+
+    def rotate_if_due(self, name: str) -> KeyInfo | None:
+        """See :meth:`KeyStore.rotate_if_due`: decided under the key's row lock (``FOR UPDATE``)."""
+        check_key_name(name)
+
+        def work(conn: Connection) -> KeyInfo | None:
+            try:
+                key = _keys.lock_key(conn, name)
+            except KeyNotFoundError:
+                return None
             info = _keys.read_key(conn, name)
-            _changes.append_change(conn, "key_rotated", key_name=name)
-            return info
+            if not is_due(info.auto_rotate_period, info.last_rotated, utc_now()):
+                return None
+            return self._rotate(conn, key)
 
         return self._database.write(work)
 
@@ -233,6 +269,7 @@ class PostgresKeyStore(KeyStore):
         *,
         min_decryption_version: int | None = None,
         deletion_allowed: bool | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> KeyInfo:
         """See :meth:`KeyStore.update_key`."""
         check_key_name(name)
@@ -240,7 +277,12 @@ class PostgresKeyStore(KeyStore):
             check_integer("min_decryption_version", min_decryption_version)
         if deletion_allowed is not None:
             check_bool("deletion_allowed", deletion_allowed)
-        if min_decryption_version is None and deletion_allowed is None:
+        period = (
+            None
+            if auto_rotate_period is None
+            else check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
+        )
+        if min_decryption_version is None and deletion_allowed is None and period is None:
             return self.get_key(name)
 
         def work(conn: Connection) -> KeyInfo:
@@ -250,7 +292,8 @@ class PostgresKeyStore(KeyStore):
                 oldest = _keys.oldest_version(conn, name)
                 check_min_decryption_version(name, new_min, key.latest_version, oldest)
             new_deletion = key.deletion_allowed if deletion_allowed is None else deletion_allowed
-            _keys.update_policy(conn, name, new_min, new_deletion, utc_now())
+            new_period = key.auto_rotate_period if period is None else period
+            _keys.update_policy(conn, name, new_min, new_deletion, new_period, utc_now())
             info = _keys.read_key(conn, name)
             _changes.append_change(conn, "key_updated", key_name=name)
             return info

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from app.errors import (
@@ -28,7 +29,7 @@ def key_info(conn: sqlite3.Connection, name: str) -> KeyInfo | None:
     """Key ``name`` with its versions, or ``None``."""
     row = conn.execute(
         "SELECT name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at FROM keys WHERE name = ?",
+        "latest_version, imported, created_at, updated_at, auto_rotate_period FROM keys WHERE name = ?",
         (name,),
     ).fetchone()
     if row is None:
@@ -61,6 +62,7 @@ def insert_key(
     segment_size: int,
     deletion_allowed: bool,
     imported: bool,
+    auto_rotate_period: int = 0,
 ) -> KeyInfo:
     """Store a new key with ``material`` as version 1.
 
@@ -72,8 +74,19 @@ def insert_key(
         raise KeyExistsError(f"key {name!r} already exists")
     conn.execute(
         "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 1, 1, ?, ?, ?)",
-        (name, key_type, scheme, segment_size, int(deletion_allowed), int(imported), now, now),
+        "latest_version, imported, created_at, updated_at, auto_rotate_period) "
+        "VALUES (?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?)",
+        (
+            name,
+            key_type,
+            scheme,
+            segment_size,
+            int(deletion_allowed),
+            int(imported),
+            now,
+            now,
+            auto_rotate_period,
+        ),
     )
     conn.execute(
         "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, 1, ?, ?)",
@@ -103,7 +116,8 @@ def insert_exported(conn: sqlite3.Connection, key: KeyExport) -> None:
         raise KeyExistsError(f"key {info.name!r} already exists")
     conn.execute(
         "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "latest_version, imported, created_at, updated_at, auto_rotate_period) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             info.name,
             info.key_type,
@@ -115,6 +129,7 @@ def insert_exported(conn: sqlite3.Connection, key: KeyExport) -> None:
             int(info.imported),
             to_text(info.created_at),
             to_text(info.updated_at),
+            info.auto_rotate_period,
         ),
     )
     conn.executemany(
@@ -130,7 +145,7 @@ def list_keys(conn: sqlite3.Connection) -> list[KeyInfo]:
     """Every key with its versions, by name."""
     rows = conn.execute(
         "SELECT name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at FROM keys ORDER BY name"
+        "latest_version, imported, created_at, updated_at, auto_rotate_period FROM keys ORDER BY name"
     ).fetchall()
     versions: dict[str, list[KeyVersionInfo]] = {}
     for key_name, version, created in conn.execute(
@@ -161,6 +176,16 @@ def add_version(
     return require_key(conn, name)
 
 
+def rotation_schedule(conn: sqlite3.Connection) -> list[tuple[str, int, datetime]]:
+    """``(name, auto_rotate_period, latest version's created_at)`` of every key with a period, by name."""
+    rows = conn.execute(
+        "SELECT k.name, k.auto_rotate_period, v.created_at FROM keys k "
+        "JOIN key_versions v ON v.key_name = k.name AND v.version = k.latest_version "
+        "WHERE k.auto_rotate_period > 0 ORDER BY k.name"
+    ).fetchall()
+    return [(name, int(period), from_text(created)) for name, period, created in rows]
+
+
 def delete_versions_below(conn: sqlite3.Connection, name: str, min_available_version: int) -> int:
     """Delete key ``name``'s versions below ``min_available_version``; return how many were deleted."""
     deleted = conn.execute(
@@ -172,9 +197,13 @@ def delete_versions_below(conn: sqlite3.Connection, name: str, min_available_ver
 
 
 def update_policy(
-    conn: sqlite3.Connection, info: KeyInfo, min_decryption_version: int, deletion_allowed: bool
+    conn: sqlite3.Connection,
+    info: KeyInfo,
+    min_decryption_version: int,
+    deletion_allowed: bool,
+    auto_rotate_period: int,
 ) -> KeyInfo:
-    """Set key ``info``'s ``min_decryption_version`` and ``deletion_allowed``.
+    """Set key ``info``'s ``min_decryption_version``, ``deletion_allowed`` and ``auto_rotate_period``.
 
     Raises:
         BadRequestError: ``min_decryption_version`` is outside the oldest remaining .. the latest version.
@@ -184,8 +213,9 @@ def update_policy(
             info.name, min_decryption_version, info.latest_version, info.versions[0].version
         )
     conn.execute(
-        "UPDATE keys SET min_decryption_version = ?, deletion_allowed = ?, updated_at = ? WHERE name = ?",
-        (min_decryption_version, int(deletion_allowed), to_text(utc_now()), info.name),
+        "UPDATE keys SET min_decryption_version = ?, deletion_allowed = ?, auto_rotate_period = ?, "
+        "updated_at = ? WHERE name = ?",
+        (min_decryption_version, int(deletion_allowed), auto_rotate_period, to_text(utc_now()), info.name),
     )
     return require_key(conn, info.name)
 
@@ -234,7 +264,19 @@ def key_material(conn: sqlite3.Connection, master_key: bytes, name: str, version
 
 
 def _info_from_row(row: Sequence[Any], versions: list[KeyVersionInfo]) -> KeyInfo:
-    name, key_type, scheme, segment_size, deletion_allowed, min_dv, latest, imported, created, updated = row
+    (
+        name,
+        key_type,
+        scheme,
+        segment_size,
+        deletion_allowed,
+        min_dv,
+        latest,
+        imported,
+        created,
+        updated,
+        period,
+    ) = row
     return KeyInfo(
         name=name,
         key_type=key_type,
@@ -247,4 +289,5 @@ def _info_from_row(row: Sequence[Any], versions: list[KeyVersionInfo]) -> KeyInf
         created_at=from_text(created),
         updated_at=from_text(updated),
         versions=tuple(versions),
+        auto_rotate_period=int(period),
     )

@@ -7,7 +7,8 @@ each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stored before it ke
 format they can have. Version 4 gives tokens an optional lifetime (``ttl_seconds``, ``expires_at``,
 ``max_expires_at``; tokens stored before it have none) and lets the change log record ``token_renewed``:
 SQLite cannot change a CHECK constraint in place, so the log is rebuilt with its numbers and its
-``AUTOINCREMENT`` counter kept.
+``AUTOINCREMENT`` counter kept. Version 5 adds each key's ``auto_rotate_period`` in seconds (0: off, what keys
+stored before it get; see :mod:`app.keystore.rotation`).
 """
 
 from __future__ import annotations
@@ -145,6 +146,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "SELECT 'key_changes_v4', seq FROM sqlite_sequence WHERE name = 'key_changes'",
             "DROP TABLE key_changes",
             "ALTER TABLE key_changes_v4 RENAME TO key_changes",
+        ),
+    ),
+    Migration(
+        5,
+        "automatic rotation period of each key (existing keys: 0, off)",
+        (
+            "ALTER TABLE keys ADD COLUMN auto_rotate_period INTEGER NOT NULL DEFAULT 0 "
+            "CHECK (auto_rotate_period >= 0)",
         ),
     ),
 )

@@ -7,6 +7,7 @@ It validates arguments, opens one transaction per call (:mod:`.connections`) and
 from __future__ import annotations
 
 import secrets
+import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from app.core.schemes import DEFAULT_SCHEME
 from app.errors import BadRequestError
 
-from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord
+from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord, utc_now
 from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
@@ -33,6 +34,12 @@ from ..checks import (
 from ..errors import KeystoreUnavailableError
 from ..master import check_master_key
 from ..migrations import Migration
+from ..rotation import (
+    MIN_AUTO_ROTATE_PERIOD,
+    check_auto_rotate_min_period,
+    check_auto_rotate_period,
+    is_due,
+)
 from ..tombstones import check_tombstone_seconds
 from . import changes, keys, tokens
 from .connections import SqliteConnections, logger, prepare_database_file
@@ -54,9 +61,10 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         migrations: the schema steps to apply (tests pass extra ones).
         tombstone_seconds: how long a deleted key's name cannot be re-created
             (:mod:`app.keystore.tombstones`).
+        auto_rotate_min_period: the shortest ``auto_rotate_period`` accepted (1 hour; tests lower it).
 
     Raises:
-        BadRequestError: ``tombstone_seconds`` is negative.
+        BadRequestError: ``tombstone_seconds`` is negative or ``auto_rotate_min_period`` outside 1..3600.
         MasterKeyError: ``master_key`` is not 32 bytes, or is not the key this database was created with.
         KeystoreSchemaError: the database comes from a newer release.
         KeystoreUnavailableError: the file cannot be opened or stays locked longer than ``busy_timeout``.
@@ -71,10 +79,12 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         pool_size: int = 8,
         migrations: Sequence[Migration] = MIGRATIONS,
         tombstone_seconds: float = 0.0,
+        auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
     ) -> None:
         super().__init__(path, busy_timeout, pool_size)
         self._master_key = check_master_key(master_key)
         self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
+        self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
         try:
             prepare_database_file(self.path)
         except OSError as exc:
@@ -111,6 +121,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         segment_size: int,
         deletion_allowed: bool,
         imported: bool,
+        auto_rotate_period: int,
     ) -> KeyInfo:
         with self._write() as conn:
             changes.check_tombstone(conn, name)
@@ -124,6 +135,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
                 segment_size,
                 deletion_allowed,
                 imported,
+                auto_rotate_period,
             )
             changes.append_change(conn, "key_imported" if imported else "key_created", key_name=name)
             return info
@@ -136,6 +148,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         deletion_allowed: bool = False,
         *,
         scheme: str = DEFAULT_SCHEME,
+        auto_rotate_period: int | str = 0,
     ) -> KeyInfo:
         """See :meth:`KeyStore.create_key`."""
         check_key_name(name)
@@ -143,9 +156,10 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
+        period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
         material = secrets.token_bytes(KEY_TYPES[key_type])
         return self._insert_key(
-            name, key_type, scheme, material, segment_size, deletion_allowed, imported=False
+            name, key_type, scheme, material, segment_size, deletion_allowed, False, period
         )
 
     def import_key(
@@ -156,6 +170,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         deletion_allowed: bool = False,
         *,
         scheme: str = DEFAULT_SCHEME,
+        auto_rotate_period: int | str = 0,
     ) -> KeyInfo:
         """See :meth:`KeyStore.import_key`."""
         check_key_name(name)
@@ -163,7 +178,8 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
-        return self._insert_key(name, key_type, scheme, data, segment_size, deletion_allowed, imported=True)
+        period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
+        return self._insert_key(name, key_type, scheme, data, segment_size, deletion_allowed, True, period)
 
     def get_key(self, name: str) -> KeyInfo:
         """See :meth:`KeyStore.get_key`."""
@@ -180,11 +196,30 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         """See :meth:`KeyStore.rotate_key`."""
         check_key_name(name)
         with self._write() as conn:
-            info = keys.require_key(conn, name)
-            material = secrets.token_bytes(KEY_TYPES[info.key_type])
-            rotated = keys.add_version(conn, self._master_key, info, material)
-            changes.append_change(conn, "key_rotated", key_name=name)
-            return rotated
+            return self._rotate(conn, keys.require_key(conn, name))
+
+    def _rotate(self, conn: sqlite3.Connection, info: KeyInfo) -> KeyInfo:
+        """The one rotation path, manual or automatic: a random next version and a ``key_rotated`` change."""
+        material = secrets.token_bytes(KEY_TYPES[info.key_type])
+        rotated = keys.add_version(conn, self._master_key, info, material)
+        changes.append_change(conn, "key_rotated", key_name=info.name)
+        return rotated
+
+    def due_for_rotation(self) -> list[str]:
+        """See :meth:`KeyStore.due_for_rotation`."""
+        with self._read() as conn:
+            schedule = keys.rotation_schedule(conn)
+        now = utc_now()
+        return [name for name, period, last in schedule if is_due(period, last, now)]
+
+    def rotate_if_due(self, name: str) -> KeyInfo | None:
+        """See :meth:`KeyStore.rotate_if_due`: decided under ``BEGIN IMMEDIATE`` (one writer per file)."""
+        check_key_name(name)
+        with self._write() as conn:
+            info = keys.key_info(conn, name)
+            if info is None or not is_due(info.auto_rotate_period, info.last_rotated, utc_now()):
+                return None
+            return self._rotate(conn, info)
 
     def import_key_version(self, name: str, material: bytes) -> KeyInfo:
         """See :meth:`KeyStore.import_key_version`."""
@@ -214,6 +249,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         *,
         min_decryption_version: int | None = None,
         deletion_allowed: bool | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> KeyInfo:
         """See :meth:`KeyStore.update_key`."""
         check_key_name(name)
@@ -225,15 +261,21 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             )
         if deletion_allowed is not None:
             check_bool("deletion_allowed", deletion_allowed)
+        period = (
+            None
+            if auto_rotate_period is None
+            else check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
+        )
         with self._write() as conn:
             info = keys.require_key(conn, name)
-            if min_decryption_version is None and deletion_allowed is None:
+            if min_decryption_version is None and deletion_allowed is None and period is None:
                 return info
             new_min = (
                 info.min_decryption_version if min_decryption_version is None else min_decryption_version
             )
             new_deletion = info.deletion_allowed if deletion_allowed is None else deletion_allowed
-            updated = keys.update_policy(conn, info, new_min, new_deletion)
+            new_period = info.auto_rotate_period if period is None else period
+            updated = keys.update_policy(conn, info, new_min, new_deletion, new_period)
             changes.append_change(conn, "key_updated", key_name=name)
             return updated
 

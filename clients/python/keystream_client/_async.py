@@ -138,9 +138,10 @@ class AsyncKeystreamClient(BaseClient):
         segment_size: int | None = None,
         deletion_allowed: bool = False,
         scheme: str | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.create_key`."""
-        call = create_key_call(name, key_type, segment_size, deletion_allowed, scheme)
+        call = create_key_call(name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period)
         return parse_key(await self._send(call))
 
     async def import_key(
@@ -151,9 +152,10 @@ class AsyncKeystreamClient(BaseClient):
         segment_size: int | None = None,
         deletion_allowed: bool = False,
         scheme: str | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.import_key`."""
-        call = import_key_call(name, material, segment_size, deletion_allowed, scheme)
+        call = import_key_call(name, material, segment_size, deletion_allowed, scheme, auto_rotate_period)
         return parse_key(await self._send(call))
 
     async def list_keys(self) -> list[Key]:
@@ -177,10 +179,19 @@ class AsyncKeystreamClient(BaseClient):
         return parse_key(await self._send(trim_call(name, min_available_version)))
 
     async def configure_key(
-        self, name: str, *, min_decryption_version: int | None = None, deletion_allowed: bool | None = None
+        self,
+        name: str,
+        *,
+        min_decryption_version: int | None = None,
+        deletion_allowed: bool | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.configure_key`."""
-        return parse_key(await self._send(configure_key_call(name, min_decryption_version, deletion_allowed)))
+        return parse_key(
+            await self._send(
+                configure_key_call(name, min_decryption_version, deletion_allowed, auto_rotate_period)
+            )
+        )
 
     async def delete_key(self, name: str) -> None:
         """As :meth:`KeystreamClient.delete_key`."""
@@ -260,6 +271,19 @@ class AsyncKeystreamClient(BaseClient):
             await self._send(batch_call(key, "decrypt", items, key_version, backend)), "plaintext"
         )
 
+    async def rewrap_batch(
+        self,
+        key: str,
+        items: Sequence[BatchItem | bytes],
+        *,
+        key_version: int | None = None,
+        backend: str | None = None,
+    ) -> list[BatchResult]:
+        """As :meth:`KeystreamClient.rewrap_batch`."""
+        return parse_batch(
+            await self._send(batch_call(key, "rewrap", items, key_version, backend)), "ciphertext"
+        )
+
     def encrypt_stream(
         self, key: str, source: Source, **options: Any
     ) -> contextlib.AbstractAsyncContextManager[AsyncCipherStream]:
@@ -272,6 +296,12 @@ class AsyncKeystreamClient(BaseClient):
         """As :meth:`KeystreamClient.decrypt_stream`, as an async context manager."""
         return self._open("decrypt", key, source, options)
 
+    def rewrap_stream(
+        self, key: str, source: Source, **options: Any
+    ) -> contextlib.AbstractAsyncContextManager[AsyncCipherStream]:
+        """As :meth:`KeystreamClient.rewrap_stream`, as an async context manager."""
+        return self._open("rewrap", key, source, options)
+
     async def encrypt(self, key: str, data: bytes, **options: Any) -> CipherResult:
         """As :meth:`KeystreamClient.encrypt`."""
         async with self.encrypt_stream(key, data, **options) as stream:
@@ -281,6 +311,12 @@ class AsyncKeystreamClient(BaseClient):
     async def decrypt(self, key: str, data: bytes, **options: Any) -> CipherResult:
         """As :meth:`KeystreamClient.decrypt`."""
         async with self.decrypt_stream(key, data, **options) as stream:
+            output = await stream.read()
+            return CipherResult(output, stream.key_version, stream.iv, stream.result().format)
+
+    async def rewrap(self, key: str, data: bytes, **options: Any) -> CipherResult:
+        """As :meth:`KeystreamClient.rewrap`."""
+        async with self.rewrap_stream(key, data, **options) as stream:
             output = await stream.read()
             return CipherResult(output, stream.key_version, stream.iv, stream.result().format)
 
@@ -295,6 +331,12 @@ class AsyncKeystreamClient(BaseClient):
     ) -> TransferResult:
         """As :meth:`KeystreamClient.decrypt_file` (file writes run in a worker thread)."""
         return await self._transfer("decrypt", key, source, destination, options)
+
+    async def rewrap_file(
+        self, key: str, source: Source, destination: Destination, **options: Any
+    ) -> TransferResult:
+        """As :meth:`KeystreamClient.rewrap_file` (file writes run in a worker thread)."""
+        return await self._transfer("rewrap", key, source, destination, options)
 
     async def _transfer(
         self, operation: str, key: str, source: Source, destination: Destination, options: dict[str, Any]

@@ -30,24 +30,38 @@ class Call:
 
 
 def create_key_call(
-    name: str, key_type: str, segment_size: int | None, deletion_allowed: bool, scheme: str | None = None
+    name: str,
+    key_type: str,
+    segment_size: int | None,
+    deletion_allowed: bool,
+    scheme: str | None = None,
+    auto_rotate_period: int | str | None = None,
 ) -> Call:
     body: dict[str, Any] = {"name": name, "type": key_type, "deletion_allowed": deletion_allowed}
     if segment_size is not None:
         body["segment_size"] = segment_size
     if scheme is not None:
         body["scheme"] = scheme
+    if auto_rotate_period is not None:
+        body["auto_rotate_period"] = auto_rotate_period
     return Call("POST", "/v1/keys", body)
 
 
 def import_key_call(
-    name: str, material: bytes, segment_size: int | None, deletion_allowed: bool, scheme: str | None = None
+    name: str,
+    material: bytes,
+    segment_size: int | None,
+    deletion_allowed: bool,
+    scheme: str | None = None,
+    auto_rotate_period: int | str | None = None,
 ) -> Call:
     body: dict[str, Any] = {"key": base64.b64encode(material).decode(), "deletion_allowed": deletion_allowed}
     if segment_size is not None:
         body["segment_size"] = segment_size
     if scheme is not None:
         body["scheme"] = scheme
+    if auto_rotate_period is not None:
+        body["auto_rotate_period"] = auto_rotate_period
     return Call("POST", f"/v1/keys/{quote(name)}/import", body)
 
 
@@ -61,12 +75,19 @@ def trim_call(name: str, min_available_version: int) -> Call:
     return Call("POST", f"/v1/keys/{quote(name)}/trim", {"min_available_version": min_available_version})
 
 
-def configure_key_call(name: str, min_decryption_version: int | None, deletion_allowed: bool | None) -> Call:
+def configure_key_call(
+    name: str,
+    min_decryption_version: int | None,
+    deletion_allowed: bool | None,
+    auto_rotate_period: int | str | None = None,
+) -> Call:
     body: dict[str, Any] = {}
     if min_decryption_version is not None:
         body["min_decryption_version"] = min_decryption_version
     if deletion_allowed is not None:
         body["deletion_allowed"] = deletion_allowed
+    if auto_rotate_period is not None:
+        body["auto_rotate_period"] = auto_rotate_period
     return Call("PATCH", f"/v1/keys/{quote(name)}", body)
 
 

@@ -39,6 +39,8 @@ class Key:
     versions: tuple[KeyVersion, ...]
     #: The sealed format's scheme: ``ctr-hmac`` (Tink AesCtrHmacStreaming) or ``gcm`` (AesGcmHkdfStreaming).
     scheme: str = "ctr-hmac"
+    #: Seconds after which the service rotates the key by itself (0: never).
+    auto_rotate_period: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The metadata as JSON-ready data (timestamps ISO-8601)."""
@@ -51,6 +53,7 @@ class Key:
             "min_decryption_version": self.min_decryption_version,
             "latest_version": self.latest_version,
             "imported": self.imported,
+            "auto_rotate_period": self.auto_rotate_period,
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
             "versions": [
@@ -199,6 +202,9 @@ def parse_key(data: Any) -> Key:
             KeyVersion(int(v["version"]), _time(v["created_at"])) for v in data.get("versions", ())
         ),
         scheme=str(data.get("scheme", "ctr-hmac")),  # servers before schemes only had ctr-hmac
+        auto_rotate_period=int(
+            data.get("auto_rotate_period", 0)
+        ),  # servers before it never rotated by itself
     )
 
 

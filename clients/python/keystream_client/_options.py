@@ -78,8 +78,10 @@ class CryptoOptions:
         """Check what depends on the operation.
 
         Raises:
-            ValueError: raw decrypt without ``iv`` or ``key_version``.
+            ValueError: raw decrypt without ``iv`` or ``key_version``; rewrap of the raw format.
         """
+        if operation == "rewrap" and self.format != "sealed":
+            raise ValueError("rewrap takes sealed ciphertexts only (format='sealed')")
         if operation == "decrypt" and self.format == "raw" and (self.iv is None or self.key_version is None):
             raise ValueError("decrypting the raw format needs the iv and key_version that encrypt returned")
 

@@ -111,18 +111,25 @@ class KeystreamClient(SyncStreamingClient):
         segment_size: int | None = None,
         deletion_allowed: bool = False,
         scheme: str | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> Key:
         """Create a key with server-generated material.
 
         ``scheme`` picks the sealed format's primitive for the key's whole life: ``ctr-hmac`` (the
-        service's default when ``None``) or ``gcm`` (Tink AesGcmHkdfStreaming).
+        service's default when ``None``) or ``gcm`` (Tink AesGcmHkdfStreaming). ``auto_rotate_period``
+        (seconds, or a duration such as ``"24h"``, ``"1h30m"`` or ``"7d"``; at least one hour, 0 for never)
+        makes the service rotate the key by itself whenever its latest version is that old.
 
         Raises:
-            KeystreamAPIError: 409 ``key_exists``, 400/422 for a bad name/type/segment size/scheme, 403 no
-                admin.
+            KeystreamAPIError: 409 ``key_exists``, 400/422 for a bad name/type/segment size/scheme/period, 403
+                no admin.
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_key(self._send(create_key_call(name, key_type, segment_size, deletion_allowed, scheme)))
+        return parse_key(
+            self._send(
+                create_key_call(name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period)
+            )
+        )
 
     def import_key(
         self,
@@ -132,15 +139,16 @@ class KeystreamClient(SyncStreamingClient):
         segment_size: int | None = None,
         deletion_allowed: bool = False,
         scheme: str | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> Key:
-        """Import key material (16, 24 or 32 bytes); the service must allow imports. ``scheme`` as
-        :meth:`create_key`.
+        """Import key material (16, 24 or 32 bytes); the service must allow imports. ``scheme`` and
+        ``auto_rotate_period`` as :meth:`create_key`.
 
         Raises:
             KeystreamAPIError: e.g. 403 when imports are disabled, 400 for a bad length.
             KeystreamConnectionError: the service is unreachable.
         """
-        call = import_key_call(name, material, segment_size, deletion_allowed, scheme)
+        call = import_key_call(name, material, segment_size, deletion_allowed, scheme, auto_rotate_period)
         return parse_key(self._send(call))
 
     def list_keys(self) -> list[Key]:
@@ -191,15 +199,26 @@ class KeystreamClient(SyncStreamingClient):
         return parse_key(self._send(trim_call(name, min_available_version)))
 
     def configure_key(
-        self, name: str, *, min_decryption_version: int | None = None, deletion_allowed: bool | None = None
+        self,
+        name: str,
+        *,
+        min_decryption_version: int | None = None,
+        deletion_allowed: bool | None = None,
+        auto_rotate_period: int | str | None = None,
     ) -> Key:
         """Change a key's policy (PATCH); unset arguments stay as they are.
 
+        ``auto_rotate_period`` as :meth:`create_key` (0 turns automatic rotation off); it counts from the
+        latest version's creation, so a key whose latest version is older rotates at the service's next check.
+
         Raises:
-            KeystreamAPIError: 400 when ``min_decryption_version`` is outside 1..latest, 404 and the like.
+            KeystreamAPIError: 400 when ``min_decryption_version`` is outside 1..latest or
+                ``auto_rotate_period`` is invalid, 404 and the like.
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_key(self._send(configure_key_call(name, min_decryption_version, deletion_allowed)))
+        return parse_key(
+            self._send(configure_key_call(name, min_decryption_version, deletion_allowed, auto_rotate_period))
+        )
 
     def delete_key(self, name: str) -> None:
         """Delete a key and all its versions.
@@ -342,3 +361,21 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         return parse_batch(self._send(batch_call(key, "decrypt", items, key_version, backend)), "plaintext")
+
+    def rewrap_batch(
+        self,
+        key: str,
+        items: Sequence[BatchItem | bytes],
+        *,
+        key_version: int | None = None,
+        backend: str | None = None,
+    ) -> list[BatchResult]:
+        """Rewrap many sealed items under the key's latest version in one request (each with its own
+        associated data, used to open and to seal); a failing item carries :attr:`BatchResult.error`, as in
+        :meth:`decrypt_batch`. ``key_version``: the version the items were sealed under (default: try all).
+
+        Raises:
+            KeystreamAPIError: the whole batch failed (e.g. 403 without the ``rewrap`` scope).
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_batch(self._send(batch_call(key, "rewrap", items, key_version, backend)), "ciphertext")

@@ -1,4 +1,4 @@
-"""Streaming encrypt/decrypt of the sync client: :class:`CipherStream` and the methods that open one.
+"""Streaming encrypt/decrypt/rewrap of the sync client: :class:`CipherStream` and the methods that open one.
 
 Bodies go through the full-duplex transport (:mod:`keystream_client._transport`) on a private event loop
 (:class:`keystream_client._loop.LoopRunner`), in chunks of ``chunk_size`` bytes; no call loads a whole file
@@ -119,6 +119,31 @@ class SyncStreamingClient(BaseClient):
         with self._open("decrypt", key, source, options, on_progress) as stream:
             yield stream
 
+    @contextlib.contextmanager
+    def rewrap_stream(
+        self,
+        key: str,
+        source: Source,
+        *,
+        associated_data: bytes | None = None,
+        key_version: int | None = None,
+        backend: str | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Iterator[CipherStream]:
+        """Stream a sealed ciphertext through rewrap: the service opens it (under ``key_version``, or the
+        versions decrypt would try) and seals the plaintext under the key's latest version, with the same
+        ``associated_data``; the plaintext never leaves the service. The token needs the ``rewrap`` scope (or
+        both ``encrypt`` and ``decrypt``). :attr:`CipherStream.key_version` is the new version.
+
+        Raises:
+            KeystreamAPIError: e.g. 400 ``decryption_failed`` when the first segment does not verify.
+            KeystreamConnectionError: the service is unreachable.
+            KeystreamStreamError: a later segment failed or the connection dropped (during iteration).
+        """
+        options = CryptoOptions.build("sealed", associated_data, None, 0, key_version, backend)
+        with self._open("rewrap", key, source, options, on_progress) as stream:
+            yield stream
+
     def encrypt(self, key: str, data: bytes, **options: Any) -> CipherResult:
         """Encrypt ``data`` in memory; ``options`` as :meth:`encrypt_stream`.
 
@@ -136,6 +161,16 @@ class SyncStreamingClient(BaseClient):
             KeystreamAPIError, KeystreamConnectionError, KeystreamStreamError: as :meth:`decrypt_stream`.
         """
         with self.decrypt_stream(key, data, **options) as stream:
+            output = stream.read()
+            return CipherResult(output, stream.key_version, stream.iv, stream.result().format)
+
+    def rewrap(self, key: str, data: bytes, **options: Any) -> CipherResult:
+        """Rewrap the sealed ciphertext ``data`` in memory; ``options`` as :meth:`rewrap_stream`.
+
+        Raises:
+            KeystreamAPIError, KeystreamConnectionError, KeystreamStreamError: as :meth:`rewrap_stream`.
+        """
+        with self.rewrap_stream(key, data, **options) as stream:
             output = stream.read()
             return CipherResult(output, stream.key_version, stream.iv, stream.result().format)
 
@@ -163,6 +198,17 @@ class SyncStreamingClient(BaseClient):
             OSError: writing ``destination`` failed.
         """
         return self._transfer(self.decrypt_stream, key, source, destination, options)
+
+    def rewrap_file(
+        self, key: str, source: Source, destination: Destination, **options: Any
+    ) -> TransferResult:
+        """Rewrap ``source`` into ``destination``; partial output is removed as in :meth:`encrypt_file`.
+
+        Raises:
+            KeystreamAPIError, KeystreamConnectionError, KeystreamStreamError: as :meth:`rewrap_stream`.
+            OSError: writing ``destination`` failed.
+        """
+        return self._transfer(self.rewrap_stream, key, source, destination, options)
 
     def _transfer(
         self,

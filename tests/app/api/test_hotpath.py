@@ -287,3 +287,28 @@ async def test_a_client_gone_during_a_small_body_gets_no_crypto(api: Api, operat
     sent = await _call(api, operation, messages, 1000)  # then the client disconnects
     assert sent[0]["status"] == 400
     assert b"client_disconnected" in sent[1]["body"]
+
+
+async def test_the_shortcut_keeps_the_audit_records(
+    settings_factory: Callable[..., Settings], stack_calls: list[str], tmp_path: Any
+) -> None:
+    """Encrypt and decrypt skip FastAPI's stack but not the audit log: each answer carries its request id and
+    has its response line (route template, key version, outcome), as through the stack."""
+    import json
+
+    path = tmp_path / "audit.log"
+    async with running_api(settings_factory(audit_log=str(path))) as api:
+        await api.create_key("k")
+        stack_calls.clear()
+        sealed = await api.encrypt("k", b"audited")
+        opened = await api.decrypt("k", sealed.content)
+        refused = await api.decrypt("k", b"\x00" * 80)
+        assert stack_calls == []
+        ids = [response.headers["keystream-request-id"] for response in (sealed, opened, refused)]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    responses = {line["request_id"]: line for line in lines if line.get("type") == "response"}
+    assert set(ids) <= set(responses)
+    routes = [responses[i]["route"] for i in ids]
+    assert routes == ["/v1/keys/{name}/encrypt", "/v1/keys/{name}/decrypt", "/v1/keys/{name}/decrypt"]
+    assert [responses[i]["status"] for i in ids] == [200, 200, 400]
+    assert b"audited" not in path.read_bytes()

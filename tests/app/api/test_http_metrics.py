@@ -44,6 +44,7 @@ async def test_required_families_are_present(api: Api) -> None:
         "keystream_key_cache_evictions_total",
         "keystream_key_cache_entries",
         "keystream_inflight_requests",
+        "keystream_key_auto_rotations_total",
     ):
         assert needle in text, needle
 

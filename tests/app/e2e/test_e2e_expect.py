@@ -66,6 +66,26 @@ def test_streaming_routes_answer_100_continue_before_the_body(server: Server, pa
         assert response.startswith(b"HTTP/1.1 200 ")
 
 
+def test_rewrap_answers_100_continue_before_the_body(server: Server) -> None:
+    with server.client() as client:
+        sealed = client.post(
+            "/v1/keys/stream/encrypt",
+            content=os.urandom(3 * MIB),
+            headers={"Content-Type": "application/octet-stream"},
+        ).content
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        sock.sendall(_head("/v1/keys/stream/rewrap", len(sealed), server.auth["Authorization"]))
+        assert _first_answer(sock, 2.0) == CONTINUE
+        sock.sendall(sealed)
+        sock.settimeout(10)
+        response = b""
+        while not response.endswith(b"0\r\n\r\n"):
+            data = sock.recv(1 << 20)
+            assert data, response[:200]
+            response += data
+        assert response.startswith(b"HTTP/1.1 200 ")
+
+
 @pytest.mark.parametrize(
     ("path", "authorization", "status"),
     [
@@ -74,6 +94,10 @@ def test_streaming_routes_answer_100_continue_before_the_body(server: Server, pa
         ("/v1/keys/stream/encrypt?format=bogus", f"Bearer {ROOT_TOKEN}", b"422"),
         ("/v1/keys/stream/encrypt?format=raw&iv=zz", f"Bearer {ROOT_TOKEN}", b"400"),
         ("/v1/keys/missing/encrypt", f"Bearer {ROOT_TOKEN}", b"404"),
+        ("/v1/keys/stream/rewrap", None, b"401"),
+        ("/v1/keys/missing/rewrap", f"Bearer {ROOT_TOKEN}", b"404"),
+        ("/v1/keys/stream/rewrap?format=raw", f"Bearer {ROOT_TOKEN}", b"400"),
+        ("/v1/keys/stream/rewrap?key_version=99", f"Bearer {ROOT_TOKEN}", b"404"),
     ],
 )
 def test_refused_expect_request_gets_its_error_without_sending_the_body(

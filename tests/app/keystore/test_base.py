@@ -120,7 +120,9 @@ def test_key_info_json_shape() -> None:
         created_at=created,
         updated_at=later,
         versions=(KeyVersionInfo(1, created), KeyVersionInfo(2, later)),
+        auto_rotate_period=86400,
     )
+    assert info.last_rotated == later
     assert info.to_json() == {
         "name": "orders",
         "type": "aes128",
@@ -130,6 +132,7 @@ def test_key_info_json_shape() -> None:
         "min_decryption_version": 2,
         "latest_version": 2,
         "imported": False,
+        "auto_rotate_period": 86400,
         "created_at": "2026-01-02T03:04:05.600000Z",
         "updated_at": "2026-01-02T03:04:05Z",
         "versions": [

@@ -67,8 +67,8 @@ def _fill(store: KeyStore) -> None:
     store.rotate_key("orders")
     store.rotate_key("orders")
     store.update_key("orders", min_decryption_version=2)
-    store.create_key("gcm-key", "aes128", scheme="gcm")
-    store.import_key("imported", secrets.token_bytes(24))
+    store.create_key("gcm-key", "aes128", scheme="gcm", auto_rotate_period="24h")
+    store.import_key("imported", secrets.token_bytes(24), auto_rotate_period=7200)
     store.create_token(_token("tok-a"))
     store.create_token(_token("tok-b", "second"))
 
@@ -113,6 +113,11 @@ def test_copy_carries_every_key_version_policy_and_token(
     assert (summary.keys_copied, summary.keys_skipped, summary.versions_copied) == (3, 0, 5)
     assert (summary.tokens_copied, summary.tokens_skipped) == (2, 0)
     assert target.list_keys() == source.list_keys()  # versions, created_at, policies, scheme, imported
+    assert {key.name: key.auto_rotate_period for key in target.list_keys()} == {
+        "gcm-key": 86_400,
+        "imported": 7200,
+        "orders": 0,
+    }
     assert target.list_tokens() == source.list_tokens()
     for key in source.list_keys():
         for version in key.versions:
@@ -130,6 +135,17 @@ def test_copy_carries_every_key_version_policy_and_token(
         [("key_created", n) for n in ("gcm-key", "imported", "orders")]
         + [("token_created", t) for t in ("tok-a", "tok-b")]
     )
+
+
+def test_a_differing_auto_rotate_period_is_a_conflict(
+    pair: tuple[KeyStore, KeyStore], master_key: bytes
+) -> None:
+    source, target = pair
+    _fill(source)
+    copy_keystore(source, target, master_key)
+    target.update_key("orders", auto_rotate_period="1h")
+    with pytest.raises(CopyConflictError, match="key 'orders' \\(its auto rotate period differs\\)"):
+        copy_keystore(source, target, master_key)
 
 
 def test_second_copy_copies_nothing_and_succeeds(pair: tuple[KeyStore, KeyStore], master_key: bytes) -> None:

@@ -11,7 +11,7 @@ from anyio import CapacityLimiter
 from prometheus_client import REGISTRY
 
 import aescore
-from app.formats.sealed import SealedDecryptor, SealedEncryptor
+from app.formats.sealed import SealedDecryptor, SealedEncryptor, SealedRewrapper
 from app.services.crypto_step import (
     TRIAL_OVERHEAD_BYTES,
     TRIAL_THREADS,
@@ -125,3 +125,21 @@ def test_trial_work_counts_each_candidate_on_the_first_segment_only() -> None:
     assert trial_work(5000, 4096, 1) == 5000
     assert trial_work(5000, 4096, 3) == 5000 + 2 * 4096 + 3 * TRIAL_OVERHEAD_BYTES
     assert trial_work(100, 4096, 2) == 100 + 100 + 2 * TRIAL_OVERHEAD_BYTES
+
+
+def test_a_rewrap_step_weighs_each_byte_twice() -> None:
+    """A rewrap opens and seals each segment: 1 MiB segments are 2 MiB of work, over the 1 MiB inline budget,
+    so the step leaves the loop and the pump overlaps receive, transform and send (a sealed encrypt or
+    decrypt of the same key stays inline)."""
+    backend = InlinePython()
+    material = os.urandom(32)
+    segment = 1 << 20
+
+    def rewrapper() -> SealedRewrapper:
+        decryptor = SealedDecryptor([(1, material)], "aes256", segment, b"", backend)
+        return SealedRewrapper(decryptor, SealedEncryptor(material, "aes256", segment, b"", backend))
+
+    encryptor = SealedEncryptor(material, "aes256", segment, b"", backend)
+    assert not sealed_step(backend, "encrypt", encryptor, segment, inline_max=1 << 20).offloads
+    assert sealed_step(backend, "rewrap", rewrapper(), segment, inline_max=1 << 20).offloads
+    assert not sealed_step(backend, "rewrap", rewrapper(), segment, inline_max=2 << 20).offloads

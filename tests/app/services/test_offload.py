@@ -6,6 +6,7 @@ Before the fix a killed worker left the pool broken for good: every later call r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -13,6 +14,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
+import prometheus_client
 import pytest
 
 import aescore
@@ -55,6 +57,15 @@ def _wait_until_submitted(backend: ProcessOffloadBackend, calls: int) -> None:
 
 def _restarts_metric() -> float:
     return float(BACKEND_POOL_RESTARTS.labels(backend="python")._value.get())
+
+
+def test_the_restarts_series_exists_at_zero_before_any_restart() -> None:
+    """An alert on ``increase()`` sees the first restart only if the series was exported before it."""
+    with contextlib.suppress(KeyError):
+        BACKEND_POOL_RESTARTS.remove("python")
+    ProcessOffloadBackend(1)  # not started: no pool, no restart
+    exposition = prometheus_client.generate_latest(prometheus_client.REGISTRY).decode()
+    assert 'keystream_backend_pool_restarts_total{backend="python"} 0.0' in exposition
 
 
 def _expected(data: bytes) -> bytes:

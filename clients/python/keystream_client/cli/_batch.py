@@ -1,8 +1,8 @@
-"""``keystream batch encrypt|decrypt``: a JSON-lines file through the service's batch routes.
+"""``keystream batch encrypt|decrypt|rewrap``: a JSON-lines file through the service's batch routes.
 
-Input: one JSON object per line with base64 ``plaintext`` (encrypt) or ``ciphertext`` (decrypt) and optional
-base64 ``associated_data``; ``reference`` (any JSON value) is copied to the output; other fields are ignored,
-so encrypt's output feeds decrypt. Blank lines are skipped.
+Input: one JSON object per line with base64 ``plaintext`` (encrypt) or ``ciphertext`` (decrypt, rewrap) and
+optional base64 ``associated_data``; ``reference`` (any JSON value) is copied to the output; other fields are
+ignored, so encrypt's (and rewrap's) output feeds decrypt and rewrap. Blank lines are skipped.
 
 Output: one JSON object per input line, in order, with its 1-based ``line`` number: ``ciphertext`` or
 ``plaintext`` (base64) and ``key_version``, or ``error`` (``code``, ``message``); ``associated_data`` and
@@ -27,7 +27,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +42,12 @@ from keystream_client.cli._commands import make_client
 REQUEST_MAX_ITEMS = 256
 #: Most JSON bytes of items per request (under the service's default ``batch_max_bytes``; see the module doc).
 REQUEST_MAX_BYTES = 4 * 1024 * 1024
+#: Per batch operation: the base64 field each input line carries, and the one each output line gets.
+BATCH_FIELDS: dict[str, tuple[str, str]] = {
+    "encrypt": ("plaintext", "ciphertext"),
+    "decrypt": ("ciphertext", "plaintext"),
+    "rewrap": ("ciphertext", "ciphertext"),
+}
 #: JSON bytes per item besides its base64 fields (names, quotes, punctuation).
 _ITEM_OVERHEAD = 64
 #: Pauses before sending a request again that the service refused as overloaded (503 ``overloaded``).
@@ -108,10 +114,11 @@ class _Sender:
     def __init__(self, client: KeystreamClient, args: argparse.Namespace) -> None:
         self.max_items = REQUEST_MAX_ITEMS
         self.max_bytes = REQUEST_MAX_BYTES
-        self._call = client.encrypt_batch if args.operation == "encrypt" else client.decrypt_batch
+        # encrypt_batch, decrypt_batch or rewrap_batch
+        self._call: Callable[..., list[BatchResult]] = getattr(client, f"{args.operation}_batch")
         self._key = args.key
         self._options = {"key_version": args.key_version, "backend": args.backend}
-        self._output_field = "ciphertext" if args.operation == "encrypt" else "plaintext"
+        self._output_field = BATCH_FIELDS[args.operation][1]
 
     def fits(self, count: int, size: int) -> bool:
         """True when a chunk of ``count`` items and ``size`` bytes may take one more."""
@@ -201,14 +208,14 @@ def _output_file(args: argparse.Namespace) -> Iterator[IO[bytes]]:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    """``batch encrypt|decrypt``: every line of INPUT through the batch route, one output line each.
+    """``batch encrypt|decrypt|rewrap``: every line of INPUT through the batch route, one output line each.
 
     Raises:
         CommandError: INPUT missing or OUTPUT exists (exit code 8); some items failed
             (:data:`EXIT_ITEMS_FAILED`, after the whole output was written).
         KeystreamAPIError, KeystreamConnectionError: a whole request failed; a file OUTPUT is removed.
     """
-    input_field = "plaintext" if args.operation == "encrypt" else "ciphertext"
+    input_field = BATCH_FIELDS[args.operation][0]
     failed: list[int] = []
     total = 0
     with make_client(args) as client, _input_lines(args.input) as source, _output_file(args) as out:

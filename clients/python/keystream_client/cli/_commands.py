@@ -12,7 +12,7 @@ from pathlib import Path
 from keystream_client import KeystreamClient
 from keystream_client._base import TOKEN_ENV, TlsFilesError
 from keystream_client.cli._codes import EXIT_AUTH, EXIT_OK, EXIT_USAGE, CommandError, UsageError
-from keystream_client.cli._output import print_json, print_key, print_tokens, table
+from keystream_client.cli._output import duration_text, print_json, print_key, print_tokens, table
 
 
 def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> KeystreamClient:
@@ -56,6 +56,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
             segment_size=args.segment_size,
             deletion_allowed=args.deletion_allowed,
             scheme=args.scheme,
+            auto_rotate_period=args.auto_rotate_period,
         )
     print_key(key, args.json)
     return EXIT_OK
@@ -85,6 +86,7 @@ def cmd_keys_import(args: argparse.Namespace) -> int:
             segment_size=args.segment_size,
             deletion_allowed=args.deletion_allowed,
             scheme=args.scheme,
+            auto_rotate_period=args.auto_rotate_period,
         )
     print_key(key, args.json)
     return EXIT_OK
@@ -116,7 +118,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json([key.to_json() for key in keys])
     elif keys:
-        rows = [["NAME", "TYPE", "SCHEME", "SEGMENT", "LATEST", "MIN_DECRYPT", "DELETABLE"]]
+        rows = [["NAME", "TYPE", "SCHEME", "SEGMENT", "LATEST", "MIN_DECRYPT", "DELETABLE", "AUTO_ROTATE"]]
         rows += [
             [
                 k.name,
@@ -126,6 +128,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
                 str(k.latest_version),
                 str(k.min_decryption_version),
                 "yes" if k.deletion_allowed else "no",
+                duration_text(k.auto_rotate_period),
             ]
             for k in keys
         ]
@@ -149,13 +152,21 @@ def cmd_keys_rotate(args: argparse.Namespace) -> int:
 
 def cmd_keys_config(args: argparse.Namespace) -> int:
     """``keys config``."""
-    if args.min_decryption_version is None and args.deletion_allowed is None:
-        raise UsageError("nothing to change: give --min-decryption-version and/or --[no-]deletion-allowed")
+    if (
+        args.min_decryption_version is None
+        and args.deletion_allowed is None
+        and args.auto_rotate_period is None
+    ):
+        raise UsageError(
+            "nothing to change: give --min-decryption-version, --[no-]deletion-allowed and/or "
+            "--auto-rotate-period"
+        )
     with make_client(args) as client:
         key = client.configure_key(
             args.name,
             min_decryption_version=args.min_decryption_version,
             deletion_allowed=args.deletion_allowed,
+            auto_rotate_period=args.auto_rotate_period,
         )
     print_key(key, args.json)
     return EXIT_OK

@@ -26,10 +26,25 @@ def print_key(key: Key, as_json: bool) -> None:
     print(f"min_decryption_version: {key.min_decryption_version}")
     print(f"deletion_allowed:       {str(key.deletion_allowed).lower()}")
     print(f"imported:               {str(key.imported).lower()}")
+    print(f"auto_rotate_period:     {duration_text(key.auto_rotate_period)}")
     print(f"created_at:             {key.created_at.isoformat()}")
     print(f"updated_at:             {key.updated_at.isoformat()}")
     for version in key.versions:
         print(f"  version {version.version}: created {version.created_at.isoformat()}")
+
+
+def duration_text(seconds: int) -> str:
+    """A rotation period for people: ``86400`` -> ``"86400s (1d)"``, ``5400`` -> ``"5400s (1h30m)"``, ``0`` ->
+    ``"off"``."""
+    if seconds <= 0:
+        return "off"
+    parts: list[str] = []
+    rest = seconds
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return f"{seconds}s ({''.join(parts)})"
 
 
 def table(rows: Sequence[Sequence[str]]) -> None:

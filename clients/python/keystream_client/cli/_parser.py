@@ -10,7 +10,7 @@ from typing import Any
 
 from keystream_client._base import DEFAULT_URL
 from keystream_client._options import IV_SIZE
-from keystream_client.cli._batch import cmd_batch
+from keystream_client.cli._batch import BATCH_FIELDS, cmd_batch
 from keystream_client.cli._commands import (
     cmd_backends,
     cmd_keys_config,
@@ -30,6 +30,11 @@ from keystream_client.cli._commands import (
 )
 from keystream_client.cli._datakey import cmd_datakey
 from keystream_client.cli._transfer import cmd_crypto
+
+_PERIOD_HELP = (
+    "rotate the key automatically once its latest version is this old: seconds or a duration such as 24h, "
+    "1h30m or 7d (at least 1h; 0 = never)"
+)
 
 #: The service's sealed schemes (``app.core.schemes`` on the server; the client does not import the server).
 SCHEMES = ("ctr-hmac", "gcm")
@@ -129,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_key_commands(commands, conn, as_json)
     _add_token_commands(commands, conn, as_json)
-    for operation in ("encrypt", "decrypt"):
+    for operation in ("encrypt", "decrypt", "rewrap"):
         _add_crypto_command(commands, conn, operation)
     _add_batch_command(commands, conn)
     _add_datakey_command(commands, conn, as_json)
@@ -162,6 +167,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         help="sealed format: ctr-hmac (Tink AesCtrHmacStreaming, the service default) or gcm "
         "(Tink AesGcmHkdfStreaming); fixed for the key's life",
     )
+    create.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
     create.set_defaults(handler=cmd_keys_create)
 
     imp = sub.add_parser("import", parents=[conn, as_json], help="import key material from a file")
@@ -175,6 +181,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     imp.add_argument("--segment-size", type=parse_size)
     imp.add_argument("--deletion-allowed", action="store_true")
     imp.add_argument("--scheme", choices=SCHEMES, help="sealed format, as for `keys create`")
+    imp.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
     imp.set_defaults(handler=cmd_keys_import)
 
     imp_version = sub.add_parser(
@@ -216,7 +223,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         command.set_defaults(handler=handler)
 
     config = sub.add_parser(
-        "config", parents=[conn, as_json], help="change min decryption version / deletion"
+        "config", parents=[conn, as_json], help="change min decryption version / deletion / auto-rotation"
     )
     config.description = "Change a key's policy; options not given stay as they are."
     config.add_argument("name")
@@ -227,6 +234,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         default=None,
         help="allow deleting the key",
     )
+    config.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
     config.set_defaults(handler=cmd_keys_config)
 
 
@@ -245,7 +253,11 @@ def _add_token_commands(
     create = sub.add_parser("create", parents=[conn, as_json], help="create a token (printed once)")
     create.description = "Create a token; the secret is printed once on stdout."
     create.add_argument(
-        "--scope", dest="scopes", action="append", required=True, choices=("admin", "encrypt", "decrypt")
+        "--scope",
+        dest="scopes",
+        action="append",
+        required=True,
+        choices=("admin", "encrypt", "decrypt", "rewrap"),
     )
     create.add_argument("--key-pattern", dest="key_patterns", action="append", help="glob (default *)")
     create.add_argument("--description", default="")
@@ -279,71 +291,87 @@ def _add_token_commands(
     renew.set_defaults(handler=cmd_tokens_renew)
 
 
+_CRYPTO_HELP = {
+    "encrypt": (
+        "encrypt a file, stdin or a small --value (streaming)",
+        "Sealed (default) is authenticated; raw is plain AES-CTR and prints the iv and key version needed to "
+        "decrypt on stderr. Or encrypt a small text given as --value and print the ciphertext as base64.",
+        "a UTF-8 text to encrypt; prints base64 ciphertext (visible in ps: not for secrets)",
+        "ciphertext",
+    ),
+    "decrypt": (
+        "decrypt a file, stdin or a small --value (streaming)",
+        "Sealed (default) is authenticated; raw is plain AES-CTR. Or decrypt a small base64 --value and "
+        "print the plaintext as UTF-8 text.",
+        "base64 ciphertext to decrypt; prints the plaintext (UTF-8 text)",
+        "plaintext",
+    ),
+    "rewrap": (
+        "seal a sealed file again under the key's latest version (streaming; the plaintext stays in the "
+        "service)",
+        "IN is a sealed ciphertext of --key under any version the key still decrypts (or --key-version's); "
+        "OUT gets the same plaintext sealed under the latest version, with the same associated data. The "
+        "token needs the rewrap scope (or encrypt and decrypt). Or rewrap a base64 --value and print the "
+        "new ciphertext as base64.",
+        "base64 sealed ciphertext to rewrap; prints the new ciphertext (base64)",
+        "ciphertext",
+    ),
+}
+
+
 def _add_crypto_command(commands: Any, conn: argparse.ArgumentParser, operation: str) -> None:
-    command = commands.add_parser(
-        operation, parents=[conn], help=f"{operation} a file, stdin or a small --value (streaming)"
-    )
+    summary, details, value_help, output_field = _CRYPTO_HELP[operation]
+    command = commands.add_parser(operation, parents=[conn], help=summary)
     command.description = (
         f"Stream IN through the service's {operation} into OUT ('-' = stdin/stdout). A file OUT appears only "
-        "when the whole transfer succeeded. Sealed (default) is authenticated; raw is plain AES-CTR"
-        + (
-            " and prints the iv and key version needed to decrypt on stderr."
-            if operation == "encrypt"
-            else "."
-        )
-        + (
-            " Or encrypt a small text given as --value and print the ciphertext as base64."
-            if operation == "encrypt"
-            else " Or decrypt a small base64 --value and print the plaintext as UTF-8 text."
-        )
+        f"when the whole transfer succeeded. {details}"
     )
     command.add_argument("input", metavar="IN", nargs="?")
     command.add_argument("output", metavar="OUT", nargs="?")
-    command.add_argument(
-        "--value",
-        help="instead of IN and OUT: "
-        + (
-            "a UTF-8 text to encrypt; prints base64 ciphertext (visible in ps: not for secrets)"
-            if operation == "encrypt"
-            else "base64 ciphertext to decrypt; prints the plaintext (UTF-8 text)"
-        ),
-    )
+    command.add_argument("--value", help=f"instead of IN and OUT: {value_help}")
     command.add_argument(
         "--json",
         action="store_true",
-        help="with --value: print {key, key_version, "
-        + ("ciphertext" if operation == "encrypt" else "plaintext")
-        + "} as JSON, base64 inside",
+        help=f"with --value: print {{key, key_version, {output_field}}} as JSON, base64 inside",
     )
     command.add_argument("--key", required=True, help="key name")
-    command.add_argument("--format", choices=("sealed", "raw"), default="sealed")
-    command.add_argument(
-        "--iv", type=_iv, help="raw: 32 hex digits" + (" (default random)" if operation == "encrypt" else "")
-    )
-    command.add_argument(
-        "--offset", type=_non_negative, default=0, help="raw: stream position of IN's first byte"
-    )
+    if operation != "rewrap":
+        command.add_argument("--format", choices=("sealed", "raw"), default="sealed")
+        command.add_argument(
+            "--iv",
+            type=_iv,
+            help="raw: 32 hex digits" + (" (default random)" if operation == "encrypt" else ""),
+        )
+        command.add_argument(
+            "--offset", type=_non_negative, default=0, help="raw: stream position of IN's first byte"
+        )
     ad = command.add_mutually_exclusive_group()
-    ad.add_argument("--associated-data", help="sealed: associated data (UTF-8 text)")
-    ad.add_argument("--associated-data-file", type=Path, help="sealed: associated data from a file")
-    command.add_argument("--key-version", type=_positive, help="key version (raw decrypt: required)")
+    sealed = "" if operation == "rewrap" else "sealed: "
+    ad.add_argument("--associated-data", help=f"{sealed}associated data (UTF-8 text)")
+    ad.add_argument("--associated-data-file", type=Path, help=f"{sealed}associated data from a file")
+    command.add_argument(
+        "--key-version",
+        type=_positive,
+        help="the version IN was sealed under (default: try every version the key decrypts)"
+        if operation == "rewrap"
+        else "key version (raw decrypt: required)",
+    )
     command.add_argument(
         "--backend",
         help="service backend: aesni, python or hwsim (python is NOT constant-time: avoid it for real keys)",
     )
     command.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     command.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    command.set_defaults(handler=cmd_crypto, operation=operation)
+    command.set_defaults(handler=cmd_crypto, operation=operation, format="sealed", iv=None, offset=0)
 
 
 def _add_batch_command(commands: Any, conn: argparse.ArgumentParser) -> None:
-    batch = commands.add_parser("batch", help="encrypt or decrypt many small items from a JSON-lines file")
-    batch.description = "Encrypt or decrypt a JSON-lines file through the service's batch routes."
+    batch = commands.add_parser(
+        "batch", help="encrypt, decrypt or rewrap many small items from a JSON-lines file"
+    )
+    batch.description = "Encrypt, decrypt or rewrap a JSON-lines file through the service's batch routes."
     sub = batch.add_subparsers(dest="batch_command", metavar="ACTION", required=True)
-    for operation, field, output in (
-        ("encrypt", "plaintext", "ciphertext"),
-        ("decrypt", "ciphertext", "plaintext"),
-    ):
+    for operation, (field, output) in BATCH_FIELDS.items():
         command = sub.add_parser(
             operation, parents=[conn], help=f"{operation} every line of a JSON-lines file"
         )
@@ -356,7 +384,11 @@ def _add_batch_command(commands: Any, conn: argparse.ArgumentParser) -> None:
         command.add_argument("--key", required=True, help="key name")
         command.add_argument("--input", required=True, help="JSON-lines file ('-' = stdin)")
         command.add_argument("--output", default="-", help="JSON-lines file (default '-' = stdout)")
-        command.add_argument("--key-version", type=_positive, help="key version")
+        command.add_argument(
+            "--key-version",
+            type=_positive,
+            help="the version the items were sealed under" if operation == "rewrap" else "key version",
+        )
         command.add_argument("--backend", help="service backend: aesni, python or hwsim")
         command.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
         command.set_defaults(handler=cmd_batch, operation=operation)

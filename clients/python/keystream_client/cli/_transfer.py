@@ -1,5 +1,6 @@
-"""The ``encrypt`` and ``decrypt`` commands: stream IN through the service into OUT with a progress bar, or
-encrypt/decrypt one small ``--value`` and print it (base64 ciphertext, UTF-8 plaintext, or JSON)."""
+"""The ``encrypt``, ``decrypt`` and ``rewrap`` commands: stream IN through the service into OUT with a
+progress bar, or transform one small ``--value`` and print it (base64 ciphertext, UTF-8 plaintext, or
+JSON)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from keystream_client.cli._progress import ProgressBar
 
 
 def _crypto_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {"format": args.format, "offset": args.offset}
+    options: dict[str, Any] = (
+        {} if args.operation == "rewrap" else {"format": args.format, "offset": args.offset}
+    )
     if args.iv is not None:
         options["iv"] = args.iv
     if args.key_version is not None:
@@ -53,7 +56,7 @@ def _check_paths(args: argparse.Namespace) -> None:
 
 
 def cmd_crypto(args: argparse.Namespace) -> int:
-    """``encrypt`` / ``decrypt``: stream IN through the service into OUT with a progress bar (or
+    """``encrypt`` / ``decrypt`` / ``rewrap``: stream IN through the service into OUT with a progress bar (or
     :func:`cmd_value` for ``--value``)."""
     if args.operation == "decrypt" and args.format == "raw" and (args.iv is None or args.key_version is None):
         raise UsageError("decrypting the raw format needs --iv and --key-version (encrypt printed them)")
@@ -63,7 +66,7 @@ def cmd_crypto(args: argparse.Namespace) -> int:
     options = _crypto_options(args)
     with make_client(args) as client, _open_input(args.input) as source:
         bar = ProgressBar.for_stream(args.operation, file_remaining(source), sys.stderr, args.quiet)
-        transfer = client.encrypt_file if args.operation == "encrypt" else client.decrypt_file
+        transfer = getattr(client, f"{args.operation}_file")
         destination: str | IO[bytes] = sys.stdout.buffer if args.output == "-" else args.output
         try:
             result = transfer(args.key, source, destination, on_progress=bar.update, **options)
@@ -88,8 +91,9 @@ def _print_raw_parameters(iv: bytes | None, key_version: int | None) -> None:
 
 def cmd_value(args: argparse.Namespace) -> int:
     """``encrypt --value TEXT`` prints base64 ciphertext; ``decrypt --value BASE64`` prints the plaintext as
-    UTF-8 text. ``--json`` prints ``{key, key_version, ciphertext|plaintext}`` with base64 inside (and the
-    ``iv`` for raw encrypt). One in-memory request to the streaming route.
+    UTF-8 text; ``rewrap --value BASE64`` prints the new base64 ciphertext. ``--json`` prints
+    ``{key, key_version, ciphertext|plaintext}`` with base64 inside (and the ``iv`` for raw encrypt). One
+    in-memory request to the streaming route.
 
     Raises:
         UsageError: IN or OUT given too, or a decrypt value that is not base64.
@@ -106,15 +110,14 @@ def cmd_value(args: argparse.Namespace) -> int:
             raise UsageError("--value must be base64 ciphertext (what encrypt --value printed)") from None
     options = _crypto_options(args)
     with make_client(args) as client:
-        call = client.encrypt if args.operation == "encrypt" else client.decrypt
-        result = call(args.key, data, **options)
-    field = "ciphertext" if args.operation == "encrypt" else "plaintext"
+        result = getattr(client, args.operation)(args.key, data, **options)
+    field = "plaintext" if args.operation == "decrypt" else "ciphertext"
     if args.json:
         output = {"key": args.key, "key_version": result.key_version, field: b64(result.data)}
         if result.iv is not None:
             output["iv"] = result.iv.hex()
         print_json(output)
-    elif args.operation == "encrypt":
+    elif args.operation != "decrypt":
         print(b64(result.data))
         if result.iv is not None:
             _print_raw_parameters(result.iv, result.key_version)

@@ -119,6 +119,29 @@ def test_keys_create_with_scheme(cli: RunCli) -> None:
     assert bad.returncode == EXIT_USAGE and b"invalid choice" in bad.stderr
 
 
+def test_keys_auto_rotate_period(cli: RunCli, tmp_path: Path) -> None:
+    created = _json(cli("keys", "create", "cli-rot", "--auto-rotate-period", "24h", "--json"))
+    assert isinstance(created, dict) and created["auto_rotate_period"] == 86_400
+    shown = cli("keys", "show", "cli-rot")
+    assert shown.returncode == EXIT_OK and b"auto_rotate_period:     86400s (1d)" in shown.stdout
+    table = cli("keys", "list").stdout.decode()
+    assert table.splitlines()[0].split()[-1] == "AUTO_ROTATE"
+    assert any(line.split()[0] == "cli-rot" and line.endswith("86400s (1d)") for line in table.splitlines())
+    configured = _json(cli("keys", "config", "cli-rot", "--auto-rotate-period", "1h30m", "--json"))
+    assert isinstance(configured, dict) and configured["auto_rotate_period"] == 5400
+    off = cli("keys", "config", "cli-rot", "--auto-rotate-period", "0")
+    assert off.returncode == EXIT_OK and b"auto_rotate_period:     off" in off.stdout
+    short = cli("keys", "config", "cli-rot", "--auto-rotate-period", "30m")
+    assert short.returncode == EXIT_API_ERROR
+    assert b"at least 3600 seconds (1h), got 1800" in short.stderr
+    material = tmp_path / "k.bin"
+    material.write_bytes(os.urandom(16))
+    imported = _json(
+        cli("keys", "import", "cli-rot-imp", str(material), "--auto-rotate-period", "7d", "--json")
+    )
+    assert isinstance(imported, dict) and imported["auto_rotate_period"] == 604_800
+
+
 def test_keys_import_from_file_and_stdin(cli: RunCli, tmp_path: Path) -> None:
     raw = tmp_path / "key.bin"
     raw.write_bytes(os.urandom(32))

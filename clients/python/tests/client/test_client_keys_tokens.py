@@ -71,6 +71,32 @@ def test_scheme_is_chosen_at_creation(client: KeystreamClient, key_name: str) ->
     assert client.get_key(key_name).to_json()["scheme"] == "gcm"
 
 
+def test_auto_rotate_period_on_create_import_and_configure(client: KeystreamClient, key_name: str) -> None:
+    daily = client.create_key(key_name, auto_rotate_period="24h")
+    assert daily.auto_rotate_period == 86_400
+    assert daily.to_json()["auto_rotate_period"] == 86_400
+    assert client.get_key(key_name).auto_rotate_period == 86_400
+    assert {key.name: key.auto_rotate_period for key in client.list_keys()}[key_name] == 86_400
+    assert client.create_key(key_name + "-off").auto_rotate_period == 0
+    assert (
+        client.import_key(key_name + "-imp", os.urandom(16), auto_rotate_period=7200).auto_rotate_period
+        == 7200
+    )
+    assert client.configure_key(key_name, auto_rotate_period=0).auto_rotate_period == 0
+    with pytest.raises(KeystreamAPIError) as short:
+        client.configure_key(key_name, auto_rotate_period="30m")
+    assert (short.value.status, short.value.code) == (400, "bad_request")
+    assert "at least 3600 seconds (1h), got 1800" in str(short.value)
+
+
+async def test_async_auto_rotate_period(server: RunningServer, key_name: str) -> None:
+    async with AsyncKeystreamClient(server.url, server.token) as ks:
+        assert (await ks.create_key(key_name, auto_rotate_period=3600)).auto_rotate_period == 3600
+        assert (await ks.configure_key(key_name, auto_rotate_period="2h")).auto_rotate_period == 7200
+        imported = await ks.import_key(key_name + "-imp", os.urandom(16), auto_rotate_period="1d")
+        assert imported.auto_rotate_period == 86_400
+
+
 def test_api_errors_carry_status_code_and_message(client: KeystreamClient, key_name: str) -> None:
     client.create_key(key_name)
     with pytest.raises(KeystreamAPIError) as exists:

@@ -21,6 +21,7 @@ KEY_FIELDS = {
     "min_decryption_version",
     "latest_version",
     "imported",
+    "auto_rotate_period",
     "created_at",
     "updated_at",
     "versions",

@@ -24,6 +24,7 @@ from app.formats.sealed import (
     SealedEncryptor,
     ciphertext_length,
     header_length,
+    messages,
     min_segment_size,
 )
 from app.formats.sealed import encryptor as sealed_encryptor
@@ -367,6 +368,13 @@ def test_wrong_associated_data_or_key_fails_on_segment_zero(
     error, _ = failure([(5, key("aes128", 2)), (4, key("aes128", 3))], ciphertext, backend)
     assert (error.segment_index, error.plaintext_released) == (0, False)
     assert "tried 5, 4" in error.message
+
+
+def test_the_versions_tried_are_named_in_runs() -> None:
+    """A 300-version key's failure names its 64 candidates in a few words, not 64 numbers."""
+    assert "(tried 300 to 237)" in messages.no_key(0, range(300, 236, -1))
+    assert "(tried 12, 9 to 7, 5, 4)" in messages.no_key(0, [4, 5, 7, 8, 9, 12, 8])
+    assert "(tried 1)" in messages.no_key(0, [1])
 
 
 def test_candidates_are_tried_newest_first_and_the_verifying_one_sticks(

@@ -25,12 +25,14 @@ class Backing:
     """Where one test's keystore lives, and a way to open more stores on it."""
 
     kind: str
-    opener: Callable[[bytes, float], KeyStore]
+    opener: Callable[[bytes, float, int], KeyStore]
     opened: list[KeyStore] = field(default_factory=list)
 
-    def open(self, master_key: bytes, tombstone_seconds: float = 0.0) -> KeyStore:
+    def open(
+        self, master_key: bytes, tombstone_seconds: float = 0.0, auto_rotate_min_period: int = 3600
+    ) -> KeyStore:
         """Another store on the same data (another worker or replica); closed after the test."""
-        store = self.opener(master_key, tombstone_seconds)
+        store = self.opener(master_key, tombstone_seconds, auto_rotate_min_period)
         self.opened.append(store)
         return store
 
@@ -42,10 +44,20 @@ class Backing:
 @pytest.fixture(params=STORES)
 def backing(request: pytest.FixtureRequest, data_dir: Path) -> Iterator[Backing]:
     if request.param == "sqlite":
-        backing = Backing("sqlite", lambda key, held: open_keystore(data_dir, key, tombstone_seconds=held))
+        backing = Backing(
+            "sqlite",
+            lambda key, held, least: open_keystore(
+                data_dir, key, tombstone_seconds=held, auto_rotate_min_period=least
+            ),
+        )
     else:
         url: str = request.getfixturevalue("pg_url")  # the cluster starts only if a postgres test runs
-        backing = Backing("postgres", lambda key, held: PostgresKeyStore(url, key, tombstone_seconds=held))
+        backing = Backing(
+            "postgres",
+            lambda key, held, least: PostgresKeyStore(
+                url, key, tombstone_seconds=held, auto_rotate_min_period=least
+            ),
+        )
     try:
         yield backing
     finally:

@@ -22,9 +22,9 @@ def versions(raw: Raw) -> list[int]:
 
 
 def test_schema_version_is_recorded(pg_store: PostgresKeyStore, raw: Raw) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 4
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 5
     assert pg_store.schema_version() == SCHEMA_VERSION
-    assert versions(raw) == [1, 2, 3, 4]
+    assert versions(raw) == [1, 2, 3, 4, 5]
     tables = {
         row[0] for row in raw.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     }
@@ -51,7 +51,7 @@ def test_replicas_starting_together_migrate_once(pg_url: str, master_key: bytes,
         thread.join(timeout=60)
     try:
         assert errors == [] and len(stores) == count
-        assert versions(raw) == [1, 2, 3, 4]
+        assert versions(raw) == [1, 2, 3, 4, 5]
         assert raw.execute("SELECT count(*) FROM meta").fetchone() == (1,)
         stores[0].create_key("orders")
         assert stores[-1].get_key("orders").latest_version == 1
@@ -74,18 +74,18 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     pg_url: str, master_key: bytes, raw: Raw
 ) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    step = Migration(5, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
+    step = Migration(6, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
     for _ in range(2):
         upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
         try:
-            assert upgraded.schema_version() == 5
+            assert upgraded.schema_version() == 6
             upgraded.create_key(f"k{secrets.token_hex(4)}")
         finally:
             upgraded.close()
-    assert versions(raw) == [1, 2, 3, 4, 5]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6]
     assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 5, newer than this release supports \\(4\\)"
+        KeystoreSchemaError, match="schema version 6, newer than this release supports \\(5\\)"
     ) as caught:
         PostgresKeyStore(pg_url, master_key)
     assert "upgrade Keystream" in str(caught.value) and "database 'postgres' on 127.0.0.1:" in str(
@@ -135,7 +135,7 @@ def test_migration_4_adds_token_lifetimes_and_the_renewal_change(
             conn.execute("INSERT INTO key_changes (kind, token_id, at) VALUES ('token_renewed', 'x', now())")
     store = PostgresKeyStore(url, master_key)
     try:
-        assert store.schema_version() == 4
+        assert store.schema_version() == SCHEMA_VERSION
         record = store.get_token("old")
         assert (record.ttl_seconds, record.expires_at, record.max_expires_at) == (None, None, None)
         now = datetime.now(UTC)
@@ -164,12 +164,53 @@ def test_migration_4_adds_token_lifetimes_and_the_renewal_change(
         store.close()
 
 
+def test_migration_5_gives_existing_keys_no_automatic_rotation(
+    pg_cluster: PgCluster, master_key: bytes
+) -> None:
+    url = pg_cluster.new_database()
+    PostgresKeyStore(url, master_key, migrations=MIGRATIONS[:4]).close()
+    with psycopg.connect(url, autocommit=True) as conn:  # version 4 has no auto_rotate_period: as it did
+        conn.execute(
+            "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+            "latest_version, imported, created_at, updated_at) "
+            "VALUES ('old', 'aes128', 4096, false, 1, 1, false, '2026-01-01Z', '2026-01-01Z')"
+        )
+        conn.execute(
+            "INSERT INTO key_versions (key_name, version, wrapped, created_at) "
+            "VALUES ('old', 1, '\\x00', '2026-01-01Z')"
+        )
+        columns = [
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_name = 'keys' AND table_schema = current_schema()"
+            )
+        ]
+        assert "auto_rotate_period" not in columns
+    store = PostgresKeyStore(url, master_key, auto_rotate_min_period=1)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.get_key("old").auto_rotate_period == 0
+        assert store.due_for_rotation() == []
+        assert store.update_key("old", auto_rotate_period="2s").auto_rotate_period == 2
+        assert store.due_for_rotation() == ["old"]  # its version 1 dates from 2026-01-01
+        assert store.create_key("new", auto_rotate_period=3600).auto_rotate_period == 3600
+        assert [(info.name, info.auto_rotate_period) for info in store.list_keys()] == [
+            ("new", 3600),
+            ("old", 2),
+        ]
+        with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("UPDATE keys SET auto_rotate_period = -1 WHERE name = 'old'")
+    finally:
+        store.close()
+
+
 def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key: bytes, raw: Raw) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    broken = Migration(5, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
+    broken = Migration(6, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
     with pytest.raises(psycopg.errors.SyntaxError):
         PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
-    assert versions(raw) == [1, 2, 3, 4]
+    assert versions(raw) == [1, 2, 3, 4, 5]
     columns = {
         row[0]
         for row in raw.execute(

@@ -412,18 +412,18 @@ def test_open_database_file_is_tightened(data_dir: Path, master_key: bytes) -> N
 
 
 def test_schema_version_is_recorded(store: SqliteKeyStore) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 4
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 5
     assert store.schema_version() == SCHEMA_VERSION
     with raw_connection(store) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         rows = conn.execute("SELECT version, description FROM schema_version").fetchall()
-    assert [row[0] for row in rows] == [1, 2, 3, 4]
+    assert [row[0] for row in rows] == [1, 2, 3, 4, 5]
 
 
 def test_reopen_does_not_migrate_again(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 4
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 5
 
 
 def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(data_dir: Path, master_key: bytes) -> None:
@@ -453,11 +453,27 @@ def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(data_dir: Path, mas
             conn.execute("UPDATE keys SET scheme = 'rot13' WHERE name = 'old'")
 
 
+def insert_old_key(store: SqliteKeyStore, name: str) -> None:
+    """Store key ``name`` (version 1) and its change row as a release before schema version 5 did."""
+    now = "2026-01-01T00:00:00.000000+00:00"
+    with raw_connection(store) as conn:
+        conn.execute(
+            "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+            "latest_version, imported, created_at, updated_at) VALUES (?, 'aes128', 4096, 0, 1, 1, 0, ?, ?)",
+            (name, now, now),
+        )
+        conn.execute(
+            "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, 1, x'00', ?)",
+            (name, now),
+        )
+        conn.execute("INSERT INTO key_changes (kind, key_name, at) VALUES ('key_created', ?, ?)", (name, now))
+
+
 def test_migration_4_adds_token_lifetimes_and_keeps_the_change_log(data_dir: Path, master_key: bytes) -> None:
     path = data_dir / "keystore.db"
     data_dir.mkdir(mode=0o700)
     with contextlib.closing(SqliteKeyStore(path, master_key, migrations=MIGRATIONS[:3])) as old:
-        old.create_key("k1")
+        insert_old_key(old, "k1")
         with raw_connection(old) as conn:  # version 3 has no lifetime columns: insert as that release did
             conn.execute(
                 "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at) "
@@ -467,12 +483,12 @@ def test_migration_4_adds_token_lifetimes_and_keeps_the_change_log(data_dir: Pat
                 "INSERT INTO key_changes (kind, token_id, at) "
                 "VALUES ('token_created', 'old', '2026-01-01T00:00:00.000000+00:00')"
             )
-        old.create_key("k2")
-        old.create_key("k3")
-        old.create_key("k4")  # seq 5
+        insert_old_key(old, "k2")
+        insert_old_key(old, "k3")
+        insert_old_key(old, "k4")  # seq 5
         assert old.trim_changes(0) == 5  # the counter (5) is now above every row: none is left
     with contextlib.closing(open_keystore(data_dir, master_key)) as store:
-        assert store.schema_version() == 4
+        assert store.schema_version() == SCHEMA_VERSION
         record = store.get_token("old")
         assert (record.ttl_seconds, record.expires_at, record.max_expires_at) == (None, None, None)
         assert store.changes_since(5) == ([], 5, False)  # the number a replica remembered is still valid
@@ -498,33 +514,62 @@ def test_migration_4_adds_token_lifetimes_and_keeps_the_change_log(data_dir: Pat
             conn.execute("INSERT INTO key_changes (kind, token_id, at) VALUES ('token_melted', 'x', 'now')")
 
 
+def test_migration_5_gives_existing_keys_no_automatic_rotation(data_dir: Path, master_key: bytes) -> None:
+    path = data_dir / "keystore.db"
+    data_dir.mkdir(mode=0o700)
+    with contextlib.closing(SqliteKeyStore(path, master_key, migrations=MIGRATIONS[:4])) as old:
+        insert_old_key(old, "old")  # version 4 has no auto_rotate_period column
+        with raw_connection(old) as conn:
+            assert "auto_rotate_period" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
+    with contextlib.closing(SqliteKeyStore(path, master_key, auto_rotate_min_period=1)) as store:
+        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.get_key("old").auto_rotate_period == 0
+        assert store.due_for_rotation() == []
+        assert store.update_key("old", auto_rotate_period="2s").auto_rotate_period == 2
+        assert store.due_for_rotation() == ["old"]  # its version 1 dates from 2026-01-01
+        assert store.create_key("new", auto_rotate_period=3600).auto_rotate_period == 3600
+        assert [(info.name, info.auto_rotate_period) for info in store.list_keys()] == [
+            ("new", 3600),
+            ("old", 2),
+        ]
+        with raw_connection(store) as conn, pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("UPDATE keys SET auto_rotate_period = -1 WHERE name = 'old'")
+
+
 def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: bytes) -> None:
     store = open_keystore(data_dir, master_key)
     store.create_key("orders")
     store.close()
-    step = Migration(5, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
+    step = Migration(6, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
     path = data_dir / "keystore.db"
     for _ in range(2):
         with contextlib.closing(SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))) as upgraded:
-            assert upgraded.schema_version() == 5
+            assert upgraded.schema_version() == 6
             assert upgraded.get_key("orders").latest_version == 1
             with raw_connection(upgraded) as conn:
-                assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [1, 2, 3, 4, 5]
+                assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [
+                    1,
+                    2,
+                    3,
+                    4,
+                    5,
+                    6,
+                ]
                 assert conn.execute("SELECT label FROM keys").fetchone()[0] == ""
-    # ...and the release that only knows version 4 refuses the upgraded file instead of misreading it
+    # ...and the release that only knows version 5 refuses the upgraded file instead of misreading it
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 5, newer than this release supports \\(4\\)"
+        KeystoreSchemaError, match="schema version 6, newer than this release supports \\(5\\)"
     ):
         open_keystore(data_dir, master_key)
 
 
 def test_failed_migration_leaves_the_database_unchanged(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
-    broken = Migration(5, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
+    broken = Migration(6, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
     with pytest.raises(sqlite3.OperationalError):
         SqliteKeyStore(data_dir / "keystore.db", master_key, migrations=(*MIGRATIONS, broken))
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert store.schema_version() == 4
+        assert store.schema_version() == 5
         assert "x" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
 
 

@@ -1,0 +1,94 @@
+"""``keystream-server audit verify PATH [PATH...]``: check the audit log's HMAC chain.
+
+Files are given in log order, oldest first (after rotation: ``audit.log.2 audit.log.1 audit.log``). The
+chain key is derived from the master key, found as ``serve`` finds it (``KEYSTREAM_MASTER_KEY``,
+``KEYSTREAM_MASTER_KEY_FILE``, or ``master.key`` in ``KEYSTREAM_DATA_DIR``; never generated here).
+
+It prints the first line that was changed, removed or reordered, or each chain's *head*
+(``<chain>:<records>:<hmac>``). Lines cut from the end of a log leave a valid shorter chain: only a head
+remembered from an earlier run shows that, so keep the printed head and pass it back with ``--expect-head``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from typing import Any
+
+from app.admin._common import EXIT_FAILED, EXIT_OK, UsageError, error
+
+__all__ = ["add_parser", "cmd_verify"]
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``audit verify`` on the ``keystream-server`` subcommands."""
+    audit = commands.add_parser("audit", help="audit log tools: verify its HMAC chain")
+    actions = audit.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
+    verify = actions.add_parser(
+        "verify",
+        help="check that no line of the audit log was changed, removed or reordered",
+        description="Verify the HMAC chain of audit log files, given oldest first (PATH.2 PATH.1 PATH). "
+        "Prints the first bad line, or each chain's head <chain>:<records>:<hmac>. Lines removed from the "
+        "END of a log cannot be detected from the log alone: remember the head and pass it to "
+        "--expect-head next time. The master key comes from the same settings as serve's.",
+        epilog="exit codes: 0 intact, 1 a line changed, removed or reordered, or a remembered head "
+        "missing (truncation), 2 usage: a file unreadable, no master key",
+    )
+    verify.add_argument("paths", metavar="PATH", nargs="+", help="audit log files, oldest first")
+    verify.add_argument(
+        "--expect-head",
+        action="append",
+        default=[],
+        metavar="HEAD",
+        help="a head printed by an earlier run (<chain>:<records>:<hmac>); it must still be in the log",
+    )
+    verify.set_defaults(handler=cmd_verify)
+
+
+def _lines(paths: list[str]) -> Iterator[tuple[str, int, str]]:
+    for path in paths:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="\n") as handle:
+            for number, line in enumerate(handle, start=1):
+                yield path, number, line
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Run ``audit verify`` (see the module docstring for what it prints and its exit codes)."""
+    from pydantic import ValidationError
+
+    from app.audit import derive_audit_keys, parse_head, verify_lines
+    from app.core.config import Settings
+    from app.keystore import MasterKeyError, load_master_key_for
+
+    for head in args.expect_head:
+        try:
+            parse_head(head)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        master_key = load_master_key_for(Settings(), create=False)
+    except ValidationError as exc:
+        raise UsageError(f"bad KEYSTREAM_* settings: {exc.error_count()} error(s)") from None
+    except MasterKeyError as exc:
+        raise UsageError(str(exc)) from None
+    keys = derive_audit_keys(master_key)
+    try:
+        report = verify_lines(keys.chain_key, _lines(args.paths), args.expect_head)
+    except OSError as exc:
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    if report.problem is not None:
+        error(f"audit log broken: {report.problem}")
+        return EXIT_FAILED
+    for chain, state in report.chains.items():
+        start = (
+            ""
+            if state.first_seq == 0
+            else f" (starts at record {state.first_seq + 1}: older files not given)"
+        )
+        print(f"chain {chain}: {state.lines} lines intact{start}")
+        print(f"head {chain}:{state.head}")
+    print(
+        f"ok: {report.lines} lines in {len(args.paths)} file(s). Lines removed from the end cannot be seen "
+        "without a remembered head: keep the head line(s) above and pass them to --expect-head next time."
+    )
+    return EXIT_OK

@@ -1,0 +1,54 @@
+"""The audit keys: two HMAC-SHA256 keys derived from the master key, one per job.
+
+``hash_key`` turns request values that must not be logged in the clear (associated data) into
+``"hmac-sha256:<hex>"``, as Vault's audit devices do; ``POST /v1/audit/hash`` computes the same value so an
+operator can search the log for a known input. ``chain_key`` signs each log line together with the previous
+line's HMAC (:mod:`app.audit.chain`).
+
+Both come from the master key through HKDF-SHA256 with labels of their own, so neither reveals the master key
+or the other, and whoever can verify the log (``keystream-server audit verify``) is whoever holds the master
+key: no new secret to store, back up or rotate. A separate chain key would let a log auditor verify without
+the master key, at the price of one more secret per deployment; we chose the master key's owner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+
+from app.formats.sealed.format import hkdf_sha256
+
+#: HKDF ``info`` labels: a derived key is used for one purpose only.
+HASH_KEY_INFO = b"keystream audit hash key v1"
+CHAIN_KEY_INFO = b"keystream audit chain key v1"
+#: The prefix of every hashed value in the log and in ``/v1/audit/hash`` answers.
+HASH_PREFIX = "hmac-sha256:"
+_SALT = b"keystream-audit"
+_KEY_SIZE = 32
+
+
+@dataclass(frozen=True)
+class AuditKeys:
+    """The two audit keys (their ``repr`` never shows the bytes)."""
+
+    hash_key: bytes = field(repr=False)
+    chain_key: bytes = field(repr=False)
+
+    def hash(self, value: bytes) -> str:
+        """``"hmac-sha256:<hex>"`` of ``value`` under the hash key: what the log records instead of it."""
+        return HASH_PREFIX + hmac.new(self.hash_key, value, hashlib.sha256).hexdigest()
+
+
+def derive_audit_keys(master_key: bytes) -> AuditKeys:
+    """Derive the audit keys from the 32-byte master key (HKDF-SHA256, one ``info`` label per key).
+
+    Raises:
+        ValueError: ``master_key`` is not 32 bytes (the message never shows it).
+    """
+    if len(master_key) != _KEY_SIZE:
+        raise ValueError(f"the master key must be {_KEY_SIZE} bytes, got {len(master_key)}")
+    return AuditKeys(
+        hash_key=hkdf_sha256(master_key, _SALT, HASH_KEY_INFO, _KEY_SIZE),
+        chain_key=hkdf_sha256(master_key, _SALT, CHAIN_KEY_INFO, _KEY_SIZE),
+    )

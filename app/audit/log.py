@@ -1,0 +1,206 @@
+"""The audit log writer: one sealed JSON line per record, appended to a file (rotated by size) or stdout.
+
+Writing is a single ``os.write`` of the whole line to a descriptor opened with ``O_APPEND``: the line reaches
+the kernel before :meth:`AuditLog.write` returns (it survives the process dying; like Vault's file device it
+is not ``fsync``-ed, so a power loss can lose the last lines). No Python buffer sits in between, so nothing
+is ever released that a crash would drop from the log.
+
+Fail closed: any failure to write (disk full, permission, the file or its directory removed) raises
+:class:`AuditUnavailableError` and the line is not counted, so the caller refuses the request. Before every
+write the path is checked with one ``stat``: a file that was removed or replaced is reopened at its path
+(its chain continues), and when it cannot be reopened the write fails. Each call tries again, so the log
+heals as soon as the operator fixes the path.
+
+Rotation: when a line would take the file past ``max_bytes``, ``PATH.<keep-1>`` ... ``PATH.1`` move up one
+(the oldest beyond ``keep`` is deleted), ``PATH`` becomes ``PATH.1`` and a new ``PATH`` is started. The chain
+continues across files, and across restarts: at open, the chain resumes after the last line of ``PATH`` (or
+of ``PATH.1`` when ``PATH`` is empty). Verify them oldest first: ``PATH.<n> ... PATH.1 PATH``.
+
+One writer per process and per file: with several workers each gets its own file (:func:`worker_path`).
+Writes happen on the event loop (no lock): a line is ~400 bytes and one ``write`` to the page cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import stat
+import sys
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from app.audit.chain import Link, link_after, seal
+from app.errors import ServiceUnavailableError
+
+logger = logging.getLogger("keystream.audit")
+
+#: The setting's value that selects standard output.
+STDOUT = "-"
+#: How much of a file's end is read at open to find its last line.
+_TAIL_BYTES = 64 * 1024
+
+
+class AuditUnavailableError(ServiceUnavailableError):
+    """The audit log cannot be written: the request is refused (nothing is served without its record)."""
+
+    code = "audit_unavailable"
+    #: Seconds a client should wait before retrying (the HTTP layer's ``Retry-After``).
+    retry_after_seconds: ClassVar[int] = 5
+
+
+def worker_path(path: str, worker_index: int | None) -> str:
+    """The file a worker writes: ``path`` for a single process, ``path.w<index>`` for worker ``index`` (two
+    processes never append to one file, so each file is one chain). Stdout stays stdout."""
+    if path == STDOUT or worker_index is None:
+        return path
+    return f"{path}.w{worker_index}"
+
+
+def rotated_paths(path: str, keep: int) -> list[str]:
+    """The files of one log, oldest first, as ``audit verify`` wants them: ``path.keep ... path.1 path``."""
+    return [f"{path}.{index}" for index in range(keep, 0, -1)] + [path]
+
+
+class AuditLog:
+    """Appends sealed records to ``path`` (or stdout for ``"-"``); see the module docstring.
+
+    Args:
+        path: the file, or ``"-"`` for standard output.
+        chain_key: the key of the line HMACs (:attr:`app.audit.keys.AuditKeys.chain_key`).
+        max_bytes: rotate before a line would take the file past this size; 0 never rotates.
+        keep: rotated files kept (``PATH.1`` ... ``PATH.<keep>``); older ones are deleted.
+    """
+
+    def __init__(self, path: str, chain_key: bytes, *, max_bytes: int = 0, keep: int = 1) -> None:
+        self.path = path
+        self._key = chain_key
+        self._max_bytes = max_bytes
+        self._keep = max(1, keep)
+        self._fd: int | None = None
+        self._inode: tuple[int, int] | None = None
+        self._size = 0
+        self._link: Link | None = None
+        if path == STDOUT:
+            self._fd = sys.stdout.fileno()
+            self._link = Link(secrets.token_hex(8))
+            return
+        try:
+            self._open()
+        except OSError as exc:  # requests get 503 until the path works (each write tries again)
+            logger.error("audit log %s cannot be opened (%s): /v1 requests get 503", path, exc.strerror)
+
+    @property
+    def link(self) -> Link | None:
+        """Where the chain stands (``None`` before the file was ever opened)."""
+        return self._link
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Append one sealed record; it has reached the kernel when this returns.
+
+        Raises:
+            AuditUnavailableError: the line could not be written in full (the chain does not advance).
+        """
+        try:
+            if self.path != STDOUT:
+                self._ensure_open()
+            assert self._fd is not None and self._link is not None
+            line, after = seal(self._key, self._link, record)
+            if self._max_bytes and self._size and self._size + len(line) > self._max_bytes:
+                self._rotate()
+            self._write_all(line)
+        except OSError as exc:
+            raise AuditUnavailableError(
+                f"the audit log cannot be written ({exc.strerror or type(exc).__name__}): "
+                "requests are refused until it can"
+            ) from None
+        self._size += len(line)
+        self._link = after
+
+    def close(self) -> None:
+        """Close the file (stdout stays open)."""
+        if self._fd is not None and self.path != STDOUT:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._fd = None
+
+    def _write_all(self, line: bytes) -> None:
+        assert self._fd is not None
+        written = os.write(self._fd, line)
+        if written != len(line):
+            # A short write (disk full mid-line): finish the torn line so the next one starts clean; the torn
+            # line stays as evidence and audit verify reports it.
+            with contextlib.suppress(OSError):
+                os.write(self._fd, b"\n")
+            raise OSError(28, "short write to the audit log")
+
+    def _ensure_open(self) -> None:
+        """Reopen when the file is closed, removed or replaced (one ``stat`` per write).
+
+        Raises:
+            OSError: it cannot be opened.
+        """
+        if self._fd is not None:
+            try:
+                info = os.stat(self.path)
+            except FileNotFoundError:
+                info = None
+            if info is not None and (info.st_dev, info.st_ino) == self._inode:
+                return
+            logger.warning("audit log %s was removed or replaced: reopening it", self.path)
+            self.close()
+        self._open()
+
+    def _open(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            info = os.fstat(fd)
+            if self._link is None:
+                self._link = self._resume(fd, info) or Link(secrets.token_hex(8))
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._inode = (info.st_dev, info.st_ino)
+        self._size = info.st_size if stat.S_ISREG(info.st_mode) else 0
+
+    def _resume(self, fd: int, info: os.stat_result) -> Link | None:
+        """The link after the last line of this file, else of ``PATH.1`` (a restart continues the chain)."""
+        if not stat.S_ISREG(info.st_mode):
+            return None  # /dev/full, a pipe...: nothing to read back
+        if info.st_size:
+            return _last_link(self.path)
+        with contextlib.suppress(OSError):
+            return _last_link(f"{self.path}.1")
+        return None
+
+    def _rotate(self) -> None:
+        """Shift ``PATH.n`` up, ``PATH`` to ``PATH.1``, and open a new ``PATH`` (the chain continues).
+
+        Raises:
+            OSError: a rename or the new file failed.
+        """
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{self.path}.{self._keep}")
+        for index in range(self._keep - 1, 0, -1):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{self.path}.{index}", f"{self.path}.{index + 1}")
+        os.replace(self.path, f"{self.path}.1")
+        self._open()
+
+
+def _last_link(path: str) -> Link | None:
+    """The link after the last complete line of ``path`` (``None``: no line, or not a sealed record)."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(0, size - _TAIL_BYTES))
+        tail = handle.read()
+    lines = [line for line in tail.split(b"\n") if line.strip()]
+    for line in reversed(lines):  # a torn last line (crash mid-write) is skipped: verify reports it
+        link = link_after(line.decode("utf-8", "replace"))
+        if link is not None:
+            return link
+    return None

@@ -1,0 +1,149 @@
+"""The audit log writer: appends sealed lines, resumes its chain, rotates by size, fails closed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from app.audit import (
+    AuditLog,
+    AuditUnavailableError,
+    derive_audit_keys,
+    rotated_paths,
+    verify_lines,
+    worker_path,
+)
+
+KEY = derive_audit_keys(bytes(range(32))).chain_key
+
+
+def read_lines(paths: list[str]) -> list[tuple[str, int, str]]:
+    lines = []
+    for path in paths:
+        if os.path.exists(path):
+            with open(path) as handle:
+                lines += [(path, number, line) for number, line in enumerate(handle, start=1)]
+    return lines
+
+
+def test_lines_are_written_at_once_and_verify(tmp_path: Path) -> None:
+    path = str(tmp_path / "audit.log")
+    log = AuditLog(path, KEY)
+    log.write({"type": "request", "n": 0})
+    assert Path(path).read_text().count("\n") == 1  # in the file before write() returned: no buffer
+    log.write({"type": "response", "n": 1})
+    log.close()
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    report = verify_lines(KEY, read_lines([path]))
+    assert report.problem is None and report.lines == 2
+
+
+def test_a_restart_continues_the_chain(tmp_path: Path) -> None:
+    path = str(tmp_path / "audit.log")
+    first = AuditLog(path, KEY)
+    first.write({"n": 0})
+    first.close()
+    second = AuditLog(path, KEY)
+    second.write({"n": 1})
+    second.close()
+    report = verify_lines(KEY, read_lines([path]))
+    assert report.problem is None
+    assert len(report.chains) == 1 and report.lines == 2
+
+
+def test_rotation_keeps_the_chain_across_files_and_drops_the_oldest(tmp_path: Path) -> None:
+    path = str(tmp_path / "audit.log")
+    log = AuditLog(path, KEY, max_bytes=600, keep=3)
+    for index in range(40):
+        log.write({"type": "response", "n": index, "pad": "x" * 100})
+    log.close()
+    files = [name for name in rotated_paths(path, 3) if os.path.exists(name)]
+    assert files == [f"{path}.3", f"{path}.2", f"{path}.1", path]
+    assert all(os.path.getsize(name) <= 600 for name in files)
+    report = verify_lines(KEY, read_lines(files))
+    assert report.problem is None
+    state = next(iter(report.chains.values()))
+    assert state.last_seq == 39 and state.first_seq > 0  # older files were deleted: starts mid-chain
+    assert verify_lines(KEY, read_lines(files[1:])).problem is None
+    assert verify_lines(KEY, read_lines([files[0], files[2], files[1], files[3]])).problem is not None
+
+
+def test_a_restart_after_rotation_continues_from_the_rotated_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "audit.log")
+    log = AuditLog(path, KEY, max_bytes=400, keep=5)
+    for index in range(4):
+        log.write({"n": index, "pad": "x" * 100})
+    log.close()
+    for index in (3, 2, 1):  # rotated just before the stop: the current file is empty
+        if os.path.exists(f"{path}.{index}"):
+            os.replace(f"{path}.{index}", f"{path}.{index + 1}")
+    os.replace(path, f"{path}.1")
+    Path(path).write_text("")
+    again = AuditLog(path, KEY, max_bytes=400, keep=5)
+    again.write({"n": 4})
+    again.close()
+    link = again.link
+    assert link is not None and link.seq == 5
+    files = [name for name in rotated_paths(path, 5) if os.path.exists(name)]
+    assert verify_lines(KEY, read_lines(files)).problem is None
+
+
+def test_a_removed_file_is_recreated_and_a_removed_directory_fails_closed(tmp_path: Path) -> None:
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    path = str(directory / "audit.log")
+    log = AuditLog(path, KEY)
+    log.write({"n": 0})
+    os.unlink(path)
+    log.write({"n": 1})  # reopened at its path: the line is not lost in an unlinked inode
+    assert Path(path).read_text().count("\n") == 1
+    shutil.rmtree(directory)
+    link = log.link
+    with pytest.raises(AuditUnavailableError) as caught:
+        log.write({"n": 2})
+    assert caught.value.code == "audit_unavailable"
+    assert log.link == link  # the chain did not advance
+    directory.mkdir()
+    log.write({"n": 2})  # heals once the path works again
+    log.close()
+    lines = read_lines([path])
+    report = verify_lines(KEY, lines)
+    assert report.problem is None
+    assert len(lines) == 1 and next(iter(report.chains.values())).first_seq == 2  # the chain went on
+
+
+def test_a_full_disk_fails_closed(tmp_path: Path) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.fail("/dev/full is missing")
+    log = AuditLog("/dev/full", KEY)
+    with pytest.raises(AuditUnavailableError, match="cannot be written"):
+        log.write({"n": 0})
+    log.close()
+
+
+def test_an_unopenable_path_fails_on_write_not_at_start(tmp_path: Path) -> None:
+    log = AuditLog(str(tmp_path / "missing" / "audit.log"), KEY)
+    with pytest.raises(AuditUnavailableError):
+        log.write({"n": 0})
+
+
+def test_worker_paths() -> None:
+    assert worker_path("/var/log/ks/audit.log", None) == "/var/log/ks/audit.log"
+    assert worker_path("/var/log/ks/audit.log", 1) == "/var/log/ks/audit.log.w1"
+    assert worker_path("-", 3) == "-"
+
+
+def test_stdout_gets_sealed_lines_of_a_chain_of_its_own(capfd: pytest.CaptureFixture[str]) -> None:
+    log = AuditLog("-", KEY)
+    log.write({"n": 0})
+    log.write({"n": 1})
+    log.close()  # stdout stays open
+    out = capfd.readouterr().out
+    report = verify_lines(KEY, [("stdout", number, line) for number, line in enumerate(out.splitlines(), 1)])
+    assert report.problem is None and report.lines == 2
+    other = AuditLog("-", KEY)  # a restart on stdout: a new chain, verified apart
+    link = other.link
+    assert link is not None and link.chain != next(iter(report.chains))
