@@ -84,7 +84,9 @@ ks_sealed_item_status ks_sealed_plaintext_length(const ks_sealed_params *params,
         *segment = (uint32_t)(KS_SEALED_MAX_SEGMENTS - 1);
         return KS_ITEM_TOO_MANY_SEGMENTS;
     }
-    if (rest != 0 && rest < KS_SEALED_TAG_SIZE) {
+    /* The last segment's bytes: segment 0 carries the header before its ciphertext, later ones do not. */
+    const size_t last = segments == 1 ? ciphertext_len - header : (rest ? rest : params->segment_size);
+    if (last < KS_SEALED_TAG_SIZE) {
         *segment = (uint32_t)(segments - 1);
         return KS_ITEM_SHORT_SEGMENT;
     }

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from app.api.audit import AuditMiddleware
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
+from app.api.hotpath import KeystreamApp
 from app.api.http_metrics import HttpMetricsMiddleware
 from app.api.limits import BodyLimitMiddleware
 from app.api.logfilter import install_stream_abort_filter
@@ -65,7 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await to_thread.run_sync(close_state, state)
             release_process_metrics()
 
-    app = FastAPI(
+    # KeystreamApp: FastAPI, with POST on the streaming encrypt/decrypt paths served ahead of the middleware
+    # stack and the router (app/api/hotpath.py).
+    app = KeystreamApp(
         title="Keystream",
         version="0.1.0",
         description="AES-CTR encryption as a service: streaming sealed (Tink-compatible) and raw CTR.",

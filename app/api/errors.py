@@ -216,11 +216,16 @@ class UnexpectedErrorMiddleware:
         except Exception as exc:
             if started:
                 raise
-            route = getattr(scope.get("route"), "path", "unmatched")
-            frames = "".join(traceback.format_tb(exc.__traceback__))
-            _logger.error("unhandled %s on %s %s\n%s", type(exc).__name__, scope.get("method"), route, frames)
-            response = error_response(500, "internal_error", "internal server error")
-            await response(scope, receive, send)
+            await unexpected_error_response(exc, scope)(scope, receive, send)
+
+
+def unexpected_error_response(exc: Exception, scope: Scope) -> Response:
+    """Log ``exc`` (its type, the route and the traceback's frames, never its message, which could quote
+    request data) and return the 500 ``internal_error`` answer."""
+    route = getattr(scope.get("route"), "path", "unmatched")
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    _logger.error("unhandled %s on %s %s\n%s", type(exc).__name__, scope.get("method"), route, frames)
+    return error_response(500, "internal_error", "internal server error")
 
 
 def install_error_handlers(app: FastAPI) -> None:

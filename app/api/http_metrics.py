@@ -40,7 +40,12 @@ class HttpMetricsMiddleware:
         finally:
             INFLIGHT_REQUESTS.dec()
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            _request_seconds(route, scope.get("method", ""), status).observe(time.perf_counter() - start)
+            observe_request(route, scope.get("method", ""), status, time.perf_counter() - start)
+
+
+def observe_request(route: str, method: str, status: int, seconds: float) -> None:
+    """Record one answered request: ``route`` is its path template (or ``unmatched``), never the raw path."""
+    _request_seconds(route, method, status).observe(seconds)
 
 
 @functools.lru_cache(maxsize=1024)  # bounded like the label set: route templates x methods x statuses

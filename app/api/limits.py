@@ -42,6 +42,8 @@ VERIFIED_PRINCIPAL = "keystream.principal"
 STREAMING_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt|rewrap)")
 #: The batch routes: bounded by ``batch_max_bytes``.
 BATCH_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt|rewrap)/batch")
+#: The answer to a request with more than one ``Authorization`` header (any route).
+REPEATED_AUTHORIZATION = BadRequestError("more than one Authorization header: send exactly one bearer token")
 #: A batch body without Content-Length first reserves this much of the batch budget, then doubles it.
 CHUNKED_RESERVE = 1 << 20
 
@@ -84,8 +86,7 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         if _repeated(scope, b"authorization"):
-            error = BadRequestError("more than one Authorization header: send exactly one bearer token")
-            await keystream_error_response(error)(scope, receive, send)
+            await keystream_error_response(REPEATED_AUTHORIZATION)(scope, receive, send)
             return
         limit = body_limit(scope["path"], self.json_limit, self.batch_limit)
         if limit is None:

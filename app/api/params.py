@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import BeforeValidator, Field
 from starlette.requests import Request
@@ -21,9 +20,12 @@ from aescore import MAX_STREAM_LENGTH
 from app.errors import BadRequestError, PayloadTooLargeError, UnsupportedMediaTypeError, ValidationError
 
 
-@dataclass(frozen=True)
-class CryptoParams:
-    """Query parameters and headers of encrypt/decrypt (see the module docstring for why by hand)."""
+class CryptoParams(NamedTuple):
+    """Query parameters and headers of encrypt/decrypt (see the module docstring for why by hand).
+
+    A named tuple: immutable like a frozen dataclass, and built in a fraction of its time (a frozen
+    dataclass sets each of its seven fields through ``object.__setattr__``, on every request).
+    """
 
     format: str = "sealed"
     backend: str | None = None

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from app.api.errors import error_response
 from app.api.params import CryptoParams
-from app.api.streaming import DuplexStreamingResponse, StreamAbortedError
+from app.api.streaming import DuplexStreamingResponse, OctetsResponse, StreamAbortedError
 from app.errors import KeystreamError
 from app.services.crypto_step import CryptoStep
 from app.services.pipeline import pipeline, send_pieces
@@ -73,7 +73,16 @@ async def small_body(request: Request, params: CryptoParams, limit: int) -> byte
     """
     if params.content_length is None or params.content_length > limit:
         return None
-    return await request.body()
+    # = await request.body(), without its async generator: the server frames the body by Content-Length, so
+    # it arrives in a message or a few (the first receive() answers Expect: 100-continue).
+    chunks: list[bytes] = []
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def disconnected() -> Response:
@@ -99,7 +108,7 @@ async def respond(
     except ClientDisconnect:
         return disconnected()
     if body is not None:
-        return Response(await step.run_whole(body), headers=headers, media_type="application/octet-stream")
+        return OctetsResponse(await step.run_whole(body), headers)
     # Read before the response starts: the server answers ``Expect: 100-continue`` only when the body is
     # asked for and forgets it once a response has started (curl then waits 1 s before every upload).
     chunks = request.stream()

@@ -65,7 +65,8 @@ class Principal:
 
     def matches_key(self, name: str) -> bool:
         """True when ``name`` matches one of the token's key patterns."""
-        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.key_patterns)
+        # "*" (the root token's, and the default) matches every name: fnmatch would translate and look it up.
+        return any(pattern == "*" or fnmatch.fnmatchcase(name, pattern) for pattern in self.key_patterns)
 
     def require(self, scope: str, key_name: str | None = None) -> None:
         """Check the scope and, when given, the key name.

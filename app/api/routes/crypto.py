@@ -25,10 +25,10 @@ from app.api.audit import note
 from app.api.params import CryptoParams, check_associated_data, decode_base64, wanted_headers
 from app.api.pump import disconnected, first_output, pump, respond, small_body
 from app.api.state import ServiceState
-from app.api.streaming import DuplexStreamingResponse
+from app.api.streaming import DuplexStreamingResponse, OctetsResponse
 from app.errors import BadRequestError, ForbiddenError
 from app.formats.raw import check_range, format_iv, new_iv, parse_iv
-from app.services.crypto_step import raw_step, sealed_step
+from app.services.crypto_step import open_whole, raw_step, seal_whole, sealed_step
 from app.services.keys import (
     decryption_keys,
     encryption_key,
@@ -94,6 +94,15 @@ async def encrypt(request: Request) -> Response:
         ad = _associated_data(state, params)
         key = await encryption_key(state.keycache, name, chosen, params.key_version)
         note(request.scope, format="sealed", scheme=key.scheme, backend=chosen.name, associated_data=ad)
+        headers["Keystream-Key-Version"] = str(key.version)
+        headers["Keystream-Backend"] = chosen.name
+        try:
+            body = await small_body(request, params, state.settings.small_body_max_bytes)
+        except ClientDisconnect:
+            return disconnected()
+        if body is not None:  # one call seals it (natively on aesni): no encryptor, no stream
+            ciphertext = await seal_whole(chosen, key, ad, body, inline_max=inline_max)
+            return OctetsResponse(ciphertext, headers)
         encryptor = sealed_encryptor(key, ad, chosen)
         step = sealed_step(chosen, "encrypt", encryptor, key.segment_size, inline_max=inline_max)
     else:
@@ -104,8 +113,8 @@ async def encrypt(request: Request) -> Response:
         iv = parse_iv(params.iv) if params.iv else new_iv()
         step = raw_step(chosen, "encrypt", key.expanded, iv, params.offset, inline_max=inline_max)
         headers["Keystream-IV"] = format_iv(iv)
-    headers["Keystream-Key-Version"] = str(key.version)
-    headers["Keystream-Backend"] = chosen.name
+        headers["Keystream-Key-Version"] = str(key.version)
+        headers["Keystream-Backend"] = chosen.name
     return await respond(request, params, step, headers, state.settings.small_body_max_bytes)
 
 
@@ -135,6 +144,14 @@ async def decrypt(request: Request) -> Response:
     ad = _associated_data(state, params)
     keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
     note(request.scope, format="sealed", scheme=keys.first.scheme, backend=chosen.name, associated_data=ad)
+    try:
+        body = await small_body(request, params, state.settings.small_body_max_bytes)
+    except ClientDisconnect:
+        return disconnected()
+    if body is not None:  # one call opens it (natively on aesni): no decryptor, no stream
+        plaintext, version = await open_whole(chosen, keys, ad, body, inline_max=inline_max)
+        headers["Keystream-Key-Version"] = str(version)
+        return OctetsResponse(plaintext, headers)
     decryptor = keys.sealed_decryptor(ad, chosen)
     step = sealed_step(
         chosen,
@@ -144,14 +161,6 @@ async def decrypt(request: Request) -> Response:
         inline_max=inline_max,
         candidates=len(keys.candidates),
     )
-    try:
-        body = await small_body(request, params, state.settings.small_body_max_bytes)
-    except ClientDisconnect:
-        return disconnected()
-    if body is not None:
-        plaintext = await step.run_whole(body)
-        headers["Keystream-Key-Version"] = str(decryptor.version)
-        return Response(plaintext, headers=headers, media_type="application/octet-stream")
     chunks = request.stream()
     started = await first_output(step, chunks)  # a bad first segment is a clean 400
     if started is None:

@@ -294,7 +294,9 @@ def _failure(
     if status == _sealed.ITEM_MISSING_SEGMENT:
         message = messages.missing_segment(segment)
     elif status == _sealed.ITEM_SHORT_SEGMENT:
-        message = messages.short_segment(segment, len(data) - segment * segment_size)
+        # Segment 0 starts after the header; segment n > 0 at n * segment_size.
+        start = segment * segment_size if segment else header_size
+        message = messages.short_segment(segment, len(data) - start)
     elif status == _sealed.ITEM_BAD_TAG:
         message = messages.bad_tag(segment)
     else:

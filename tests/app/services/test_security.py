@@ -77,6 +77,15 @@ def test_principal_require() -> None:
         principal.require("encrypt", "other")
 
 
+@pytest.mark.parametrize("name", ["k", "app-1", "a.b_c", "x" * 128, "with\nnewline", "*", "[x]"])
+def test_the_star_pattern_matches_as_fnmatch_does(name: str) -> None:
+    """``*`` is answered without fnmatch: the answer must stay fnmatch's (every name)."""
+    import fnmatch
+
+    assert Principal("id", ("encrypt",), ("*",)).matches_key(name) is fnmatch.fnmatchcase(name, "*") is True
+    assert Principal("id", ("encrypt",), ("app-*", "*")).matches_key(name)
+
+
 def test_root_token_generated_once(keystore: KeyStore) -> None:
     generated = install_root_token(keystore, None)
     assert generated is not None and parse_token(generated) is not None

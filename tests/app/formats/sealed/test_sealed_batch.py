@@ -128,6 +128,20 @@ def test_native_errors_are_the_decryptors_errors(aesni: aescore.Backend, sha_imp
         assert (ours.message, ours.segment_index) == (theirs.message, theirs.segment_index)
 
 
+@pytest.mark.parametrize("plaintext_size", [0, 5, 60, 150])
+def test_every_truncation_fails_as_the_decryptor_does(aesni: aescore.Backend, plaintext_size: int) -> None:
+    """Cut after each byte: a one-segment message whose segment 0 is shorter than its tag once crashed the
+    native path (an unsigned underflow of the plaintext length: SystemError, a 500 on the routes)."""
+    ikm = bytes(range(32))
+    good = python_seal(ikm, "aes128", 100, b"t" * plaintext_size, b"")
+    items = [good[:cut] for cut in range(len(good))]
+    native = open_many([(1, ikm)], "aes128", 100, items, [b""] * len(items), aesni)
+    for item, ours in zip(items, native, strict=True):
+        theirs = python_open([(1, ikm)], "aes128", 100, item, b"")
+        assert isinstance(ours, SealedDecryptionError) and isinstance(theirs, SealedDecryptionError)
+        assert (ours.message, ours.segment_index) == (theirs.message, theirs.segment_index), len(item)
+
+
 def test_more_candidates_is_read_once_for_the_items_no_version_opens(aesni: aescore.Backend) -> None:
     old, new = bytes(range(32)), bytes(range(1, 33))
     by_new = seal_many(new, "aes256", 300, [b"fresh", b"also"], [b"", b""], aesni)
