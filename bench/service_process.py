@@ -6,6 +6,7 @@ Shared by the service benchmark and the end-to-end tests.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import resource
 import socket
@@ -13,6 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,3 +160,20 @@ def stop_server(server: Server) -> None:
     except subprocess.TimeoutExpired:
         server.process.kill()
         server.process.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def started_servers(
+    count: int, data_dir: Path, log_dir: Path, **env_overrides: str
+) -> Iterator[list[Server]]:
+    """``count`` servers sharing one keystore, as replicas do: the SQLite file in ``data_dir``, or the
+    database of a ``KEYSTREAM_DATABASE_URL`` override. Logs ``log_dir/replica-<i>.log``. Every server started
+    is stopped on exit, also when a later one fails to start."""
+    servers: list[Server] = []
+    try:
+        for index in range(count):
+            servers.append(start_server(data_dir, log_dir / f"replica-{index}.log", **env_overrides))
+        yield servers
+    finally:
+        for server in reversed(servers):
+            stop_server(server)

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.service_process import Server, start_server, stop_server
+from bench.service_process import Server, started_servers
 
 ENV = {"KEYSTREAM_CHANGE_POLL_INTERVAL": "0.1", "KEYSTREAM_WORKERS": "1"}
 
@@ -22,17 +22,8 @@ def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[S
     env = dict(ENV)
     if request.param == "postgres":
         env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_url")
-    first = start_server(tmp_path / "data", tmp_path / "first.log", **env)
-    try:
-        second = start_server(tmp_path / "data", tmp_path / "second.log", **env)
-    except BaseException:
-        stop_server(first)
-        raise
-    try:
+    with started_servers(2, tmp_path / "data", tmp_path, **env) as (first, second):
         yield first, second
-    finally:
-        stop_server(second)
-        stop_server(first)
 
 
 def _datakey(client: httpx.Client, associated_data: bytes) -> dict[str, object]:

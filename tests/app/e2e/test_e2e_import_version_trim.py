@@ -20,7 +20,7 @@ import httpx
 import pytest
 from tink import streaming_aead
 
-from bench.service_process import Server, start_server, stop_server
+from bench.service_process import Server, started_servers
 from tests.app.formats.conftest import tink_keyset_handle
 
 pytestmark = pytest.mark.e2e
@@ -42,17 +42,8 @@ def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[S
     env = dict(ENV)
     if request.param == "postgres":
         env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_url")
-    first = start_server(tmp_path / "data", tmp_path / "first.log", **env)
-    try:
-        second = start_server(tmp_path / "data", tmp_path / "second.log", **env)
-    except BaseException:
-        stop_server(first)
-        raise
-    try:
+    with started_servers(2, tmp_path / "data", tmp_path, **env) as (first, second):
         yield first, second
-    finally:
-        stop_server(second)
-        stop_server(first)
 
 
 def _encrypt(client: httpx.Client, plaintext: bytes) -> httpx.Response:

@@ -25,7 +25,7 @@ import pytest
 from tink import streaming_aead
 
 from bench.duplex_client import duplex_request
-from bench.service_process import Server, start_server, stop_server
+from bench.service_process import Server, start_server, started_servers, stop_server
 from tests.app.e2e.test_e2e_streaming import plaintext
 from tests.app.formats.conftest import tink_keyset_handle
 
@@ -152,17 +152,8 @@ def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[S
     env = {"KEYSTREAM_CHANGE_POLL_INTERVAL": "0.1"}
     if request.param == "postgres":
         env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_url")
-    first = start_server(tmp_path / "data", tmp_path / "first.log", **env)
-    try:
-        second = start_server(tmp_path / "data", tmp_path / "second.log", **env)
-    except BaseException:
-        stop_server(first)
-        raise
-    try:
+    with started_servers(2, tmp_path / "data", tmp_path, **env) as (first, second):
         yield first, second
-    finally:
-        stop_server(second)
-        stop_server(first)
 
 
 def test_rewrap_through_another_replica_seals_under_the_rotated_version(
