@@ -47,6 +47,8 @@ class CryptoParams(NamedTuple):
         if media_type and media_type != "application/octet-stream":
             raise UnsupportedMediaTypeError(f"expected application/octet-stream, got {media_type}")
         query: Mapping[str, str] = request.query_params if request.scope.get("query_string") else _NO_QUERY
+        if query is not _NO_QUERY:
+            _refuse_unknown(query)
         fmt = query.get("format", "sealed")
         if fmt not in ("sealed", "raw"):
             raise ValidationError("format: must be sealed or raw")
@@ -67,6 +69,24 @@ class CryptoParams(NamedTuple):
 
 
 _NO_QUERY: dict[str, str] = {}
+#: The query parameters of the streaming routes (everything else is a header: associated data, the IV...).
+QUERY_PARAMETERS = ("format", "backend", "key_version", "iv", "offset")
+
+
+def _refuse_unknown(query: Mapping[str, str]) -> None:
+    """Refuse a query parameter these routes do not read, rather than ignore it: ``?associated_data=...``
+    ignored would seal without the associated data its sender meant to bind.
+
+    Raises:
+        BadRequestError: the parameters not in :data:`QUERY_PARAMETERS` (names only, never values).
+    """
+    unknown = sorted(name for name in query if name not in QUERY_PARAMETERS)
+    if unknown:
+        names = ", ".join(repr(name[:64]) for name in unknown[:5])
+        raise BadRequestError(
+            f"unknown query parameter {names}: these routes take {', '.join(QUERY_PARAMETERS)}; associated "
+            "data goes in the Keystream-Associated-Data header"
+        )
 
 
 def _one_value(field: str, query: str | None, header: str | None) -> str | None:

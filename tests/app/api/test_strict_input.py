@@ -132,3 +132,28 @@ async def test_ascii_digits_still_work(api: Api) -> None:
     )
     assert patched.status_code == 200, patched.text
     assert (patched.json()["min_decryption_version"], patched.json()["deletion_allowed"]) == (2, True)
+
+
+@pytest.mark.parametrize("route", ["encrypt", "decrypt", "rewrap"])
+async def test_unknown_query_parameters_are_refused_not_ignored(api: Api, route: str) -> None:
+    """``?associated_data=`` was ignored: the message was sealed without the associated data its sender meant
+    to bind, and the same mistake on decrypt then failed for a reason nobody could see."""
+    await api.create_key("strict")
+    sealed = (await api.encrypt("strict", b"data")).content
+    response = await api.client.post(
+        f"/v1/keys/strict/{route}",
+        content=b"data" if route == "encrypt" else sealed,
+        params={"associated_data": "c2VjcmV0", "key_version": "1"},
+        headers=api.auth(),
+    )
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "'associated_data'" in message and "Keystream-Associated-Data" in message
+    assert "c2VjcmV0" not in message  # names, never values
+    known = await api.client.post(
+        f"/v1/keys/strict/{route}",
+        content=b"data" if route == "encrypt" else sealed,
+        params={"key_version": "1", "backend": "aesni", "format": "sealed"},
+        headers=api.auth(),
+    )
+    assert known.status_code == 200, known.text
