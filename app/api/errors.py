@@ -160,6 +160,11 @@ def _validation_message(errors: Sequence[Any]) -> str:
 
 def _request_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    return validation_error_response(exc)
+
+
+def validation_error_response(exc: RequestValidationError) -> Response:
+    """The 422 ``validation_error`` answer to a request that does not fit its route's schema."""
     return error_response(422, "validation_error", _validation_message(exc.errors()))
 
 

@@ -13,10 +13,21 @@ shortcut: ``POST /v1/keys/{name}/encrypt`` and ``/decrypt`` go straight to their
   (:mod:`app.api.errors`); once the response has started the exception propagates, so the server aborts
   the connection (the sealed-decrypt rule), as before.
 
+``POST /v1/keys/{name}/encrypt/batch``, ``/decrypt/batch`` and ``/rewrap/batch`` without a query string
+take the same shortcut (:func:`serve_batch`; for a batch of one 1 KiB item FastAPI's way cost more than the
+route too): around their endpoints (:mod:`app.api.routes.batch`) it runs the same metrics, 500, audit
+middleware and :class:`~app.api.limits.BodyLimitMiddleware` itself (header rule, token, ``batch_max_bytes``
+413s, the batch budget's 503, the one buffered body), then does what the router and FastAPI's dependencies
+did: the route in the scope (after the body-limit middleware, as the router sets it), the ``application/json``
+check (415), the verified principal, and the JSON errors of the exception handlers (domain errors, 422).
+A batch request with a query string (``backend``, ``key_version``) goes through FastAPI, whose parameter
+validation then answers as before.
+
 Everything else goes through FastAPI unchanged: other paths, other methods on these paths (405 with
 ``Allow``: the routes stay in FastAPI's router), an app with a ``root_path``, and every request while an
 OpenTelemetry provider is configured (FastAPI's telemetry then wraps each request). The OpenAPI entries of
-the two routes come from :func:`app.api.params.openapi_paths` as before.
+the streaming routes come from :func:`app.api.params.openapi_paths` as before, those of the batch routes
+from their FastAPI declarations.
 """
 
 from __future__ import annotations
@@ -24,23 +35,43 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.audit import AuditMiddleware
-from app.api.errors import keystream_error_response, unexpected_error_response
+from app.api.deps import require_json
+from app.api.errors import keystream_error_response, unexpected_error_response, validation_error_response
 from app.api.http_metrics import observe_request
-from app.api.limits import REPEATED_AUTHORIZATION
-from app.api.routes import crypto
+from app.api.limits import REPEATED_AUTHORIZATION, VERIFIED_PRINCIPAL, BodyLimitMiddleware
+from app.api.routes import batch, crypto
+from app.api.state import ServiceState
 from app.core.metrics import INFLIGHT_REQUESTS
 from app.errors import KeystreamError
+from app.services.security import Principal
 
 #: The two paths the shortcut serves (Starlette's ``{name}``: one path segment, at least one character).
 CRYPTO_PATH = re.compile(r"/v1/keys/(?P<name>[^/]+)/(?P<operation>encrypt|decrypt)")
 _ROUTES = {route.name: route for route in crypto.routes}
+#: The three batch paths the shortcut serves when the query string is empty.
+BATCH_PATH = re.compile(r"/v1/keys/(?P<name>[^/]+)/(?P<operation>encrypt|decrypt|rewrap)/batch")
+_BATCH_ENDPOINTS: dict[str, Callable[..., Awaitable[Response]]] = {
+    "encrypt": batch.encrypt_batch,
+    "decrypt": batch.decrypt_batch,
+    "rewrap": batch.rewrap_batch,
+}
+#: The batch routes of the router, by operation (their ``path`` labels the metrics and the audit records).
+_BATCH_ROUTES: dict[str, APIRoute] = {
+    operation: next(
+        route for route in batch.router.routes if isinstance(route, APIRoute) and route.endpoint is endpoint
+    )
+    for operation, endpoint in _BATCH_ENDPOINTS.items()
+}
 #: Seconds between two checks whether an OpenTelemetry provider is configured.
 TELEMETRY_RECHECK_SECONDS = 1.0
 
@@ -54,10 +85,27 @@ class KeystreamApp(FastAPI):
             if found is not None and not scope.get("root_path") and not self._telemetry_on():
                 await serve_crypto(self, scope, receive, send, found["name"], found["operation"])
                 return
+            found = BATCH_PATH.fullmatch(scope["path"]) if found is None else None
+            if (
+                found is not None
+                and not scope.get("query_string")
+                and not scope.get("root_path")
+                and not self._telemetry_on()
+            ):
+                await serve_batch(self, scope, receive, send, found["name"], found["operation"])
+                return
         await super().__call__(scope, receive, send)
 
     _telemetry_enabled = False
     _telemetry_checked_at = -math.inf
+    _batch_stack: tuple[object, ASGIApp] | None = None
+
+    def batch_stack(self) -> ASGIApp:
+        """:func:`batch_stack` of the running service, built once per service (its limits are fixed)."""
+        state = self.state.keystream
+        if self._batch_stack is None or self._batch_stack[0] is not state:
+            self._batch_stack = (state, batch_stack(state))
+        return self._batch_stack[1]
 
     def _telemetry_on(self) -> bool:
         """True while FastAPI's OpenTelemetry instrumentation would wrap requests (a provider is set).
@@ -137,3 +185,75 @@ async def _handle(scope: Scope, receive: Receive, operation: str) -> Response:
         return await crypto.decrypt(request)
     except KeystreamError as exc:
         return keystream_error_response(exc)
+
+
+async def serve_batch(
+    app: KeystreamApp, scope: Scope, receive: Receive, send: Send, name: str, operation: str
+) -> None:
+    """Serve one batch request as the middleware stack, router and FastAPI would (see the module doc).
+
+    Raises:
+        Exception: whatever failed after the response started (the server then aborts the connection).
+    """
+    scope["app"] = app
+    status = 500
+    started = False
+
+    async def tracking_send(message: Message) -> None:
+        nonlocal status, started
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            started = True
+        await send(message)
+
+    start = time.perf_counter()
+    INFLIGHT_REQUESTS.inc()
+    try:
+        try:
+            await app.batch_stack()(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:
+                raise
+            await unexpected_error_response(exc, scope)(scope, receive, tracking_send)
+    finally:
+        INFLIGHT_REQUESTS.dec()
+        # As the stack's metrics: a request refused before routing (401, 413, 503) is "unmatched".
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        observe_request(route, "POST", status, time.perf_counter() - start)
+
+
+def batch_stack(state: ServiceState) -> ASGIApp:
+    """What the stack runs around a batch route, in its order: the audit log, then the body-limit middleware
+    (header rule, token, ``batch_max_bytes``, the batch budget, the buffered body), the service's limits."""
+    settings = state.settings
+    return AuditMiddleware(
+        BodyLimitMiddleware(_batch_route, settings.max_json_body, settings.batch_max_bytes)
+    )
+
+
+async def _batch_route(scope: Scope, receive: Receive, send: Send) -> None:
+    """Where the router would be: the route and its path parameter in the scope, then the endpoint."""
+    found = BATCH_PATH.fullmatch(scope["path"])
+    assert found is not None  # serve_batch serves only these paths
+    name, operation = found["name"], found["operation"]
+    route = _BATCH_ROUTES[operation]
+    scope["route"] = route
+    scope["endpoint"] = route.endpoint
+    scope["path_params"] = {"name": name}
+    response = await _batch_response(scope, receive, name, operation)
+    await response(scope, receive, send)
+
+
+async def _batch_response(scope: Scope, receive: Receive, name: str, operation: str) -> Response:
+    """The endpoint's response as FastAPI calls it (``application/json`` checked first, the principal the
+    body-limit middleware verified), or the JSON error the exception handlers give what it raised."""
+    request = Request(scope, receive)
+    state: ServiceState = scope["app"].state.keystream
+    principal: Principal = scope["state"][VERIFIED_PRINCIPAL]
+    try:
+        await require_json(request)
+        return await _BATCH_ENDPOINTS[operation](name, request, principal, state, None, None)
+    except KeystreamError as exc:
+        return keystream_error_response(exc)
+    except RequestValidationError as exc:
+        return validation_error_response(exc)
