@@ -135,6 +135,17 @@ async def serve_crypto(
     scope["route"] = route
     scope["endpoint"] = route.endpoint
     scope["path_params"] = {"name": name}
+    await _observed(_AUDITED, scope, receive, send)
+
+
+async def _observed(handler: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Run ``handler`` as the stack's outer layers would: the in-flight gauge, the request metrics labelled
+    with the route template (``unmatched`` for a request refused before routing: 401, 413, 503), and the
+    500 ``internal_error`` answer for an exception raised before the response started.
+
+    Raises:
+        Exception: whatever failed after the response started (the server then aborts the connection).
+    """
     status = 500
     started = False
 
@@ -149,14 +160,15 @@ async def serve_crypto(
     INFLIGHT_REQUESTS.inc()
     try:
         try:
-            await _AUDITED(scope, receive, tracking_send)
+            await handler(scope, receive, tracking_send)
         except Exception as exc:
             if started:
                 raise
             await unexpected_error_response(exc, scope)(scope, receive, tracking_send)
     finally:
         INFLIGHT_REQUESTS.dec()
-        observe_request(route.path, "POST", status, time.perf_counter() - start)
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        observe_request(route, "POST", status, time.perf_counter() - start)
 
 
 async def _route(scope: Scope, receive: Receive, send: Send) -> None:
@@ -196,30 +208,7 @@ async def serve_batch(
         Exception: whatever failed after the response started (the server then aborts the connection).
     """
     scope["app"] = app
-    status = 500
-    started = False
-
-    async def tracking_send(message: Message) -> None:
-        nonlocal status, started
-        if message["type"] == "http.response.start":
-            status = message["status"]
-            started = True
-        await send(message)
-
-    start = time.perf_counter()
-    INFLIGHT_REQUESTS.inc()
-    try:
-        try:
-            await app.batch_stack()(scope, receive, tracking_send)
-        except Exception as exc:
-            if started:
-                raise
-            await unexpected_error_response(exc, scope)(scope, receive, tracking_send)
-    finally:
-        INFLIGHT_REQUESTS.dec()
-        # As the stack's metrics: a request refused before routing (401, 413, 503) is "unmatched".
-        route = getattr(scope.get("route"), "path", None) or "unmatched"
-        observe_request(route, "POST", status, time.perf_counter() - start)
+    await _observed(app.batch_stack(), scope, receive, send)
 
 
 def batch_stack(state: ServiceState) -> ASGIApp:
