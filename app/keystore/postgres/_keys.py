@@ -131,43 +131,8 @@ def read_keys(conn: Connection) -> list[KeyInfo]:
     return [_info(row) for row in rows]
 
 
-def insert_key(
-    conn: Connection,
-    info: KeyInfo,
-    wrapped: bytes,
-) -> bool:
-    """Insert ``info`` (version 1 only) with its wrapped material; False when the name is taken."""
-    row = conn.execute(
-        "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at, auto_rotate_period) "
-        "VALUES (%s, %s, %s, %s, %s, 1, 1, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING name",
-        (
-            info.name,
-            info.key_type,
-            info.scheme,
-            info.segment_size,
-            info.deletion_allowed,
-            info.imported,
-            info.created_at,
-            info.updated_at,
-            info.auto_rotate_period,
-        ),
-    ).fetchone()
-    if row is None:
-        return False
-    insert_version(conn, info.name, 1, wrapped, info.created_at)
-    return True
-
-
-def export_keys(conn: Connection) -> list[KeyExport]:
-    """Every key with its versions' wrapped blobs, by name, in one statement (one snapshot)."""
-    rows = conn.execute(_EXPORT_SELECT + ' GROUP BY k.name ORDER BY k.name COLLATE "C"').fetchall()
-    return [KeyExport(_info(row), tuple(bytes(blob) for blob in row[13])) for row in rows]
-
-
-def insert_exported(conn: Connection, key: KeyExport) -> bool:
-    """Insert a copied key as is (metadata, times, every wrapped version); False when the name is taken."""
-    info = key.info
+def _insert_row(conn: Connection, info: KeyInfo) -> bool:
+    """Insert the ``keys`` row of ``info`` as it is; False when the name is taken."""
     row = conn.execute(
         "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
         "latest_version, imported, created_at, updated_at, auto_rotate_period) "
@@ -186,7 +151,31 @@ def insert_exported(conn: Connection, key: KeyExport) -> bool:
             info.auto_rotate_period,
         ),
     ).fetchone()
-    if row is None:
+    return row is not None
+
+
+def insert_key(
+    conn: Connection,
+    info: KeyInfo,
+    wrapped: bytes,
+) -> bool:
+    """Insert ``info`` (version 1 only) with its wrapped material; False when the name is taken."""
+    if not _insert_row(conn, info):
+        return False
+    insert_version(conn, info.name, 1, wrapped, info.created_at)
+    return True
+
+
+def export_keys(conn: Connection) -> list[KeyExport]:
+    """Every key with its versions' wrapped blobs, by name, in one statement (one snapshot)."""
+    rows = conn.execute(_EXPORT_SELECT + ' GROUP BY k.name ORDER BY k.name COLLATE "C"').fetchall()
+    return [KeyExport(_info(row), tuple(bytes(blob) for blob in row[13])) for row in rows]
+
+
+def insert_exported(conn: Connection, key: KeyExport) -> bool:
+    """Insert a copied key as is (metadata, times, every wrapped version); False when the name is taken."""
+    info = key.info
+    if not _insert_row(conn, info):
         return False
     with conn.cursor() as cursor:
         cursor.executemany(
