@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 # Two distributions: the server (this directory: app/ aescore/ hwsim/) and the client (clients/python).
 CLIENT := clients/python
-# `make run` installs the server alone (no test extras, no client); `make test` adds both of those.
+# `make run` installs the server and the client (the tour's `keystream` command); `make test` adds the test extras.
 RUN_STAMP := $(VENV)/.run-stamp
 STAMP  := $(VENV)/.installed-stamp
 # What the editable install compiles (it builds the extension in place, in an isolated build environment);
@@ -17,9 +17,9 @@ BENCH_ARGS ?=
         prometheus compose-up compose-down compose-test scaleout-up scaleout-down scaleout-test \
         load-figures
 
-$(RUN_STAMP): pyproject.toml setup.py scripts/bootstrap-venv.sh $(EXTENSION_SOURCES)
+$(RUN_STAMP): pyproject.toml setup.py $(CLIENT)/pyproject.toml scripts/bootstrap-venv.sh $(EXTENSION_SOURCES)
 	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e . -e ./$(CLIENT)
 	touch $@
 
 $(STAMP): pyproject.toml setup.py $(CLIENT)/pyproject.toml scripts/bootstrap-venv.sh
@@ -47,7 +47,9 @@ tools:
 
 test: tools lint typecheck unit
 
+# The commands live in .venv/bin, which is not on PATH: the hint says how another terminal reaches them.
 run: $(RUN_STAMP)
+	@echo "make run: in another terminal, 'source $(VENV)/bin/activate' puts keystream and keystream-server on PATH"
 	$(BIN)/keystream-server serve
 
 # The aescore suite under AddressSanitizer: a separate build, then back to the normal one.

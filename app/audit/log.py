@@ -9,7 +9,9 @@ Fail closed: any failure to write (disk full, permission, the file or its direct
 :class:`AuditUnavailableError` and the line is not counted, so the caller refuses the request. Before every
 write the path is checked with one ``stat``: a file that was removed or replaced is reopened at its path
 (its chain continues), and when it cannot be reopened the write fails. Each call tries again, so the log
-heals as soon as the operator fixes the path.
+heals as soon as the operator fixes the path. A line cut short (the disk filled up in the middle of it) is
+taken back out (the file is truncated to where the line began), so a failed write leaves the file as it was
+and the lines after it chain on cleanly once there is room again.
 
 Rotation: when a line would take the file past ``max_bytes``, ``PATH.<keep-1>`` ... ``PATH.1`` move up one
 (the oldest beyond ``keep`` is deleted), ``PATH`` becomes ``PATH.1`` and a new ``PATH`` is started. The chain
@@ -23,6 +25,7 @@ Writes happen on the event loop (no lock): a line is ~400 bytes and one ``write`
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import secrets
@@ -82,6 +85,8 @@ class AuditLog:
         self._inode: tuple[int, int] | None = None
         self._size = 0
         self._link: Link | None = None
+        #: Where a line cut short by a full disk began, until the file is truncated back to it.
+        self._torn_end: int | None = None
         if path == STDOUT:
             self._fd = sys.stdout.fileno()
             self._link = Link(secrets.token_hex(8))
@@ -122,18 +127,45 @@ class AuditLog:
         """Close the file (stdout stays open)."""
         if self._fd is not None and self.path != STDOUT:
             with contextlib.suppress(OSError):
+                self._cut_torn_line()
+            with contextlib.suppress(OSError):
                 os.close(self._fd)
         self._fd = None
+        self._torn_end = None
 
     def _write_all(self, line: bytes) -> None:
+        """One ``write`` of the whole line; a line that does not fit is taken back out of the file.
+
+        Raises:
+            OSError: nothing was written, or only part of the line (then removed again when the file can
+                be cut back; otherwise every later write is refused until it can).
+        """
         assert self._fd is not None
+        self._cut_torn_line()
         written = os.write(self._fd, line)
         if written != len(line):
-            # A short write (disk full mid-line): finish the torn line so the next one starts clean; the torn
-            # line stays as evidence and audit verify reports it.
-            with contextlib.suppress(OSError):
-                os.write(self._fd, b"\n")
-            raise OSError(28, "short write to the audit log")
+            # Disk full mid-line: the start of the line is in the file without its end or newline. Left there,
+            # the next line would continue it and verify would fail on it forever; cut the file back to where
+            # the line began (O_APPEND, one writer: the last ``written`` bytes are this line's).
+            info = os.fstat(self._fd)
+            if stat.S_ISREG(info.st_mode):
+                self._torn_end = info.st_size - written
+                self._cut_torn_line()
+            else:  # a pipe or a device cannot be cut back: end the torn line so the next one starts clean
+                with contextlib.suppress(OSError):
+                    os.write(self._fd, b"\n")
+            raise OSError(errno.ENOSPC, "short write to the audit log")
+
+    def _cut_torn_line(self) -> None:
+        """Truncate back to the start of a line cut short earlier, if there is one (before any new line).
+
+        Raises:
+            OSError: the file cannot be truncated (the next write tries again).
+        """
+        if self._torn_end is not None:
+            assert self._fd is not None
+            os.ftruncate(self._fd, self._torn_end)
+            self._torn_end = None
 
     def _ensure_open(self) -> None:
         """Reopen when the file is closed, removed or replaced (one ``stat`` per write).

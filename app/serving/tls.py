@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from app.core.config import Settings
+from app.errors import StartupRefusedError
+
+__all__ = ["MINIMUM_TLS_VERSION", "ServerTls", "StartupRefusedError", "check_plain_http_bind", "is_loopback"]
 
 #: The oldest protocol version the server accepts.
 MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
-
-
-class StartupRefusedError(Exception):
-    """The settings make serving unsafe or impossible (a TLS file, plain HTTP); one line, no secrets."""
 
 
 class _EncryptedKeyError(Exception):

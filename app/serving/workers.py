@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import logging
 import multiprocessing
 import os
@@ -30,6 +31,7 @@ from typing import Any
 import uvicorn
 
 from app.core.telemetry import release_process_metrics
+from app.errors import StartupRefusedError
 
 logger = logging.getLogger("uvicorn.error")  # the logger uvicorn configures for its own messages
 #: A worker that dies sooner than this after its start is restarted only after a pause (no crash loop).
@@ -70,6 +72,45 @@ def reserve_port(host: str, port: int) -> socket.socket:
     return _bound_socket(host, port, reuse_port=True)
 
 
+def address_refused(host: str, port: int, exc: OSError) -> StartupRefusedError:
+    """The one-line start-up refusal for a listening address that cannot be bound (in use, not local...)."""
+    reason = (exc.strerror or str(exc)).lower()
+    hint = ""
+    if exc.errno == errno.EADDRINUSE:
+        hint = ": another process listens there (stop it, or choose another KEYSTREAM_PORT)"
+    elif isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        hint = ": KEYSTREAM_HOST must be an address of this machine (or 0.0.0.0 / :: for all of them)"
+    where = f"KEYSTREAM_HOST {host} KEYSTREAM_PORT {port}"
+    return StartupRefusedError(f"cannot listen on {where}: {reason}{hint}")
+
+
+def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening socket on ``host:port`` for a single worker (bound without ``SO_REUSEPORT``, so another
+    ``SO_REUSEPORT`` group on the port is refused too).
+
+    Raises:
+        StartupRefusedError: the address is in use or invalid (:func:`address_refused`).
+    """
+    try:
+        sock = _bound_socket(host, port, reuse_port=False)
+    except OSError as exc:
+        raise address_refused(host, port, exc) from None
+    sock.listen(backlog)
+    return sock
+
+
+def reserve_address(host: str, port: int) -> socket.socket:
+    """:func:`reserve_port`, with a failure as the one-line start-up refusal.
+
+    Raises:
+        StartupRefusedError: the address is in use or invalid (:func:`address_refused`).
+    """
+    try:
+        return reserve_port(host, port)
+    except OSError as exc:
+        raise address_refused(host, port, exc) from None
+
+
 def _die_with_parent(parent: int) -> None:
     """Ask the kernel to SIGTERM this worker when the supervisor dies (Linux), so no worker is orphaned."""
     with contextlib.suppress(OSError, AttributeError):
@@ -108,8 +149,15 @@ class Supervisor:
     """Runs ``count`` workers on ``host:port`` until SIGINT or SIGTERM; replaces workers that die."""
 
     def __init__(
-        self, count: int, host: str, port: int, config: dict[str, Any], grace_seconds: float
+        self,
+        count: int,
+        host: str,
+        port: int,
+        config: dict[str, Any],
+        grace_seconds: float,
+        reserved: socket.socket | None = None,
     ) -> None:
+        self._reserved = reserved
         self._count = count
         self._host = host
         self._port = port
@@ -133,13 +181,16 @@ class Supervisor:
     def run(self) -> None:
         """Start the workers and supervise them; return after every worker has exited.
 
+        The port is held by ``reserved`` when one was given (the caller checked it before anything else),
+        else reserved here.
+
         Raises:
-            OSError: the address is in use or invalid (no worker was started).
+            StartupRefusedError: the address is in use or invalid (no worker was started).
         """
         uvicorn.Config(
             "app.main:create_app", factory=True, **self._config
         )  # configures logging, as uvicorn.run
-        reserved = reserve_port(self._host, self._port)
+        reserved = self._reserved if self._reserved is not None else reserve_address(self._host, self._port)
         self._port = int(reserved.getsockname()[1])
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         slots: list[_Slot] = []

@@ -26,6 +26,7 @@ from app.admin import main as admin_main
 from app.audit import rotated_paths
 from bench.duplex_client import IncompleteResponseError, duplex_request
 from bench.service_process import MASTER_KEY, REPO, ROOT_TOKEN, Server, start_server, stop_server
+from tests.tmpfs import PAGE, fill, small_tmpfs
 
 KEEP = 1000
 #: Material of the imported key ``imported``: it must never reach the log.
@@ -373,3 +374,47 @@ def test_a_full_disk_fails_closed_from_the_start(tmp_path: Path) -> None:
             assert refused.json()["error"]["code"] == "audit_unavailable"
     finally:
         stop_server(running)
+
+
+def _fresh_request(server: Server, method: str, path: str) -> int:
+    """One request on a new connection (over many, both workers' `SO_REUSEPORT` sockets get some)."""
+    response = httpx.request(method, f"{server.url}{path}", headers=server.auth, timeout=10)
+    return response.status_code
+
+
+def test_a_full_disk_refuses_requests_and_leaves_every_worker_file_verifiable(tmp_path: Path) -> None:
+    """A line cut short by ``ENOSPC`` is taken back out: after the disk has room again, and after a restart,
+    every worker's file verifies."""
+    with small_tmpfs(tmp_path / "mnt", size="1m") as mount:
+        log = mount / "audit.log"
+        files = [Path(f"{log}.w0"), Path(f"{log}.w1")]
+        env = {"KEYSTREAM_AUDIT_LOG": str(log), "KEYSTREAM_WORKERS": "2"}
+        running = start_server(tmp_path / "data", tmp_path / "server.log", **env)
+        try:
+            deadline = time.monotonic() + 30
+            # Both files hold lines and end inside a page: a long line is then torn at the page's end.
+            while not all(path.exists() and path.stat().st_size % PAGE for path in files):
+                assert time.monotonic() < deadline, "the two workers did not both answer"
+                assert _fresh_request(running, "GET", "/v1/keys") == 200
+            filler = fill(mount)
+            sizes = [path.stat().st_size for path in files]
+            long_path = "/v1/" + "x" * 5000  # its request line (written before routing) is longer than a page
+            statuses = [_fresh_request(running, "POST", long_path) for _ in range(30)]
+            assert statuses == [503] * 30
+            assert [path.stat().st_size for path in files] == sizes  # no torn line left in either file
+            filler.unlink()
+            assert [_fresh_request(running, "POST", long_path) for _ in range(10)] == [404] * 10
+        finally:
+            stop_server(running)
+        for path in files:
+            result = verify(path)
+            assert result.returncode == 0, result.stderr
+        running = start_server(tmp_path / "data", tmp_path / "server2.log", **env)  # the chains resume
+        try:
+            for _ in range(10):
+                assert _fresh_request(running, "GET", "/v1/keys") == 200
+        finally:
+            stop_server(running)
+        for path in files:
+            result = verify(path)
+            assert result.returncode == 0, result.stderr
