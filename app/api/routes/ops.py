@@ -28,7 +28,15 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses=errors(503))
+#: What the OpenAPI page says about /readyz (the docstring below is for readers of the code).
+READYZ_DESCRIPTION = (
+    "Readiness: 200 when the keystore answers (`keystore: up`) and the default backend can run, else 503. "
+    "`change_log.behind` is how many keystore changes this process has not applied yet, `last_read_ms` the "
+    "age of its last successful read of the change log. No URL, path or secret is reported."
+)
+
+
+@router.get("/readyz", responses=errors(503), description=READYZ_DESCRIPTION)
 async def readyz(state: StateDep) -> dict[str, Any]:
     """Readiness: the keystore answers (``keystore: up``), how far this process's caches are behind the change
     log (``change_log.behind``, in changes; ``last_read_ms``, since the last successful read), the default
