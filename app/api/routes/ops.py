@@ -30,7 +30,8 @@ async def healthz() -> dict[str, str]:
 
 #: What the OpenAPI page says about /readyz (the docstring below is for readers of the code).
 READYZ_DESCRIPTION = (
-    "Readiness: 200 when the keystore answers (`keystore: up`) and the default backend can run, else 503. "
+    "Readiness: 200 when the keystore answers (`keystore: up`), the default backend can run and the audit "
+    "log (when set) can be written, else 503 (`audit_unavailable` for the audit log). "
     "`change_log.behind` is how many keystore changes this process has not applied yet, `last_read_ms` the "
     "age of its last successful read of the change log. No URL, path or secret is reported."
 )
