@@ -24,7 +24,11 @@ def add_parser(commands: Any) -> None:
     serve.description = "Run the Keystream service; flags override KEYSTREAM_* settings."
     serve.add_argument("--host", help="listen address (KEYSTREAM_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=non_negative, help="listen port (KEYSTREAM_PORT, default 8000)")
-    serve.add_argument("--workers", type=positive, help="worker processes (KEYSTREAM_WORKERS, default 1)")
+    serve.add_argument(
+        "--workers",
+        type=positive,
+        help="worker processes (KEYSTREAM_WORKERS, default: the CPUs this process may run on, at most 64)",
+    )
     serve.add_argument("--data-dir", help="keystore directory (KEYSTREAM_DATA_DIR, default ./data)")
     serve.add_argument(
         "--backend",

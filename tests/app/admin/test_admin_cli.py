@@ -147,3 +147,19 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path, workers: str) -> N
     )
     assert result.stdout == b""  # no banner: nothing was bootstrapped
     assert not (tmp_path / "data").exists()
+
+
+def test_serve_help_states_the_settings_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each default ``serve --help`` names is the setting's real default (workers follow the CPU count)."""
+    from app.core.config import Settings
+
+    with pytest.raises(SystemExit):
+        admin.main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    fields = Settings.model_fields
+    assert f"KEYSTREAM_HOST, default {fields['host'].default}" in text
+    assert f"KEYSTREAM_PORT, default {fields['port'].default}" in text
+    assert f"KEYSTREAM_DATA_DIR, default ./{fields['data_dir'].default}" in text
+    assert fields["workers"].default_factory is not None
+    assert "KEYSTREAM_WORKERS, default: the CPUs this process may run on, at most 64" in text
+    assert fields["workers"].metadata and "at most 64" in str(fields["workers"].description)
