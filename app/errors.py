@@ -140,3 +140,13 @@ class BackendRestartingError(BackendUnavailableError):
     def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
         super().__init__(message)
         self.retry_after_seconds = retry_after_seconds
+
+
+class StartupRefusedError(Exception):
+    """The settings or the machine make serving unsafe or impossible; the start stops before serving.
+
+    Not a :class:`KeystreamError`: no request ever sees it. Any layer may raise it while the service starts
+    (a TLS file, plain HTTP beyond loopback, the listening address in use, an audit log that cannot be
+    written); ``keystream-server serve`` prints its message as one line and exits with status 2. The message
+    names the setting (``KEYSTREAM_PORT``...) and what to fix, never a secret.
+    """

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, TextIO
 
 import uvicorn
 
+from app.audit import check_writable, worker_paths
 from app.core.config import Settings, get_settings
 from app.keystore import open_keystore_for
 from app.services.security import install_root_token
@@ -31,12 +33,14 @@ from app.serving import (
     StartupRefusedError,
     Supervisor,
     check_plain_http_bind,
+    listening_socket,
     raise_open_file_limit,
+    reserve_address,
 )
 
 __all__ = ["BoundedHttpToolsProtocol", "StartupRefusedError", "bootstrap", "serve"]
-#: uvicorn's failed-start exit status (uvicorn.run exits with it when the server did not start).
-_STARTUP_FAILURE = 3
+#: The listen backlog of each worker's socket (uvicorn's default).
+_BACKLOG = 2048
 
 
 def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
@@ -126,16 +130,39 @@ def serve(settings: Settings | None = None) -> None:
 
     Raises:
         StartupRefusedError: a TLS file is unusable, or plain HTTP on a non-loopback host without
-            ``tls_disable`` (checked before anything is created or bound).
+            ``tls_disable`` (checked before anything is created or bound); the listening address is in use
+            or invalid (checked before the data directory or a root token is created); an audit log file
+            (each worker's) cannot be opened for appending; the single worker did not start (its error is
+            logged).
         app.keystore.master.MasterKeyError: bad master key (nothing is served).
-        OSError: the listening address is in use or invalid (with several workers).
     """
     settings = settings if settings is not None else get_settings()
     tls = ServerTls.from_settings(settings)
     if tls is not None:
         tls.context()  # a bad file stops the start here with one line, not in every worker
     plain_http_warning = check_plain_http_bind(settings.host, tls, settings.tls_disable)
-    bootstrap(settings)
+    common = _uvicorn_options(settings, tls)
+    # A Config configures uvicorn's logging (as uvicorn.run does), so the warning below has its format.
+    uvicorn.Config("app.main:create_app", factory=True, **common)
+    if plain_http_warning is not None:
+        logging.getLogger("uvicorn.error").warning("%s", plain_http_warning)
+    # The address before the first-start bootstrap: a second start on a busy port must not print a banner.
+    if settings.workers == 1:
+        sock = listening_socket(settings.host, settings.port, _BACKLOG)
+    else:
+        sock = reserve_address(settings.host, settings.port)
+    try:
+        if settings.audit_log is not None:  # one line now, rather than every /v1 request refused later
+            for path in worker_paths(settings.audit_log, settings.workers):
+                check_writable(path)
+        bootstrap(settings)
+        _run(settings, common, sock)
+    finally:
+        sock.close()
+
+
+def _uvicorn_options(settings: Settings, tls: ServerTls | None) -> dict[str, Any]:
+    """uvicorn's options for every worker; also sets the protocol's limits for in-process use."""
     raise_open_file_limit()  # before the limits: the default connection cap follows the open-file limit
     BoundedHttpToolsProtocol.max_header_bytes = settings.max_header_bytes
     BoundedHttpToolsProtocol.connection_limits = ConnectionLimits.from_settings(settings)
@@ -150,26 +177,32 @@ def serve(settings: Settings | None = None) -> None:
         "access_log": settings.access_log,
         "server_header": False,
     }
-    if tls is not None:
-        common["ssl_context_factory"] = tls  # picklable: each worker builds its own context
-    # A Config configures uvicorn's logging (as uvicorn.run does), so the warning below has its format.
-    uvicorn.Config("app.main:create_app", factory=True, **common)
-    if plain_http_warning is not None:
-        logging.getLogger("uvicorn.error").warning("%s", plain_http_warning)
+    # The protocol does the handshake (each worker builds its own context): its limits cover handshakes.
+    BoundedHttpToolsProtocol.use_tls(tls)
+    return common
+
+
+def _run(settings: Settings, common: dict[str, Any], sock: socket.socket) -> None:
+    """Serve once the address is held: ``sock`` listens (one worker) or reserves the port (several)."""
     if settings.workers == 1:
         from app.main import create_app
 
         server = uvicorn.Server(uvicorn.Config(create_app(settings), **common))
+        scheme = "https" if settings.tls_cert_file is not None else "http"
+        host, port = sock.getsockname()[:2]
+        logging.getLogger("uvicorn.error").info("serving on %s://%s:%d (1 worker)", scheme, host, port)
         with contextlib.suppress(KeyboardInterrupt):
-            server.run()
+            server.run(sockets=[sock])
         if not server.started:
-            sys.exit(_STARTUP_FAILURE)  # what uvicorn.run does
+            raise StartupRefusedError("the server did not start: its error is logged above")
         return
     metrics_dir = _prepare_multiprocess_dir(settings)
     _export_settings(settings)
     host, port = common.pop("host"), common.pop("port")
     try:
-        Supervisor(settings.workers, host, port, common, settings.timeout_graceful_shutdown).run()
+        Supervisor(
+            settings.workers, host, port, common, settings.timeout_graceful_shutdown, reserved=sock
+        ).run()
     finally:
         if metrics_dir.name.startswith("keystream-metrics-"):
             shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -8,7 +8,8 @@ Exit codes (stable; scripts may rely on them):
       database cannot serve (nothing was copied); ``audit verify``: a line was changed, removed or
       reordered, or a remembered head is missing
  2    usage error: bad flags or arguments, bad ``KEYSTREAM_*`` settings, or a start ``serve`` refuses
-      (master key open to other users or not matching the keystore, a keystore from a newer release);
+      (master key open to other users or not matching the keystore, a keystore from a newer release, an
+      unusable TLS file, the listening address in use: one line naming the setting);
       ``keystore copy``: no master key, or one that does not open SRC or DST; ``audit verify``: a file
       cannot be read, or no master key
 ====  ===========================================================================================

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from app.admin._common import EXIT_OK, EXIT_USAGE, UsageError, error, non_negative, positive
+from app.admin._common import EXIT_OK, EXIT_USAGE, error, non_negative, positive
 
 #: Flag (argparse dest) -> setting (``KEYSTREAM_<name>``).
 _FLAG_SETTINGS = (
@@ -24,7 +24,11 @@ def add_parser(commands: Any) -> None:
     serve.description = "Run the Keystream service; flags override KEYSTREAM_* settings."
     serve.add_argument("--host", help="listen address (KEYSTREAM_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=non_negative, help="listen port (KEYSTREAM_PORT, default 8000)")
-    serve.add_argument("--workers", type=positive, help="worker processes (KEYSTREAM_WORKERS, default 1)")
+    serve.add_argument(
+        "--workers",
+        type=positive,
+        help="worker processes (KEYSTREAM_WORKERS, default: the CPUs this process may run on, at most 64)",
+    )
     serve.add_argument("--data-dir", help="keystore directory (KEYSTREAM_DATA_DIR, default ./data)")
     serve.add_argument(
         "--backend",
@@ -38,13 +42,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Bootstrap (first start prints the root token once) and serve until interrupted.
 
     Returns:
-        ``EXIT_OK`` after a normal shutdown; ``EXIT_USAGE`` when the master key, the data directory, the
-        keystore or a TLS file is unusable, or plain HTTP would listen on a non-loopback address (one error
-        line, no traceback).
-
-    Raises:
-        UsageError: a ``KEYSTREAM_*`` setting or flag is invalid (the message names the setting, never a
-            secret value).
+        ``EXIT_OK`` after a normal shutdown; ``EXIT_USAGE`` after one error line (no traceback, no usage
+        line) when a ``KEYSTREAM_*`` setting or flag is invalid (it names the variable, never a secret value),
+        the master key, the data directory, the keystore or a TLS file is unusable, the listening address is
+        in use, plain HTTP would listen on a non-loopback address, or anything else raises
+        :class:`app.errors.StartupRefusedError`.
     """
     for flag, env in _FLAG_SETTINGS:
         value = getattr(args, flag)
@@ -53,22 +55,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Imported here so `keystream-server --help` stays fast and works when a setting is broken.
     from pydantic import ValidationError
 
-    from app.core.config import get_settings
-    from app.errors import KeystreamError
+    from app.core.config import describe_settings_error, get_settings
+    from app.errors import KeystreamError, StartupRefusedError
     from app.keystore import KeystoreSchemaError, MasterKeyError
-    from app.server import StartupRefusedError, serve
+    from app.server import serve
 
     try:
         get_settings.cache_clear()
         settings = get_settings()
     except ValidationError as exc:
-        raise UsageError(f"invalid settings: {exc}") from exc
+        error(f"cannot start: invalid settings: {describe_settings_error(exc)}")
+        return EXIT_USAGE
     try:
         serve(settings)
     except (MasterKeyError, KeystoreSchemaError, KeystreamError, StartupRefusedError) as exc:
-        # The start-up refusals (master key open to others or not matching the keystore, a database from a
-        # newer release, a keystore that cannot be opened, an unusable TLS file, plain HTTP on a network
-        # address) say what to fix; a traceback would bury that.
+        # Every refused start (StartupRefusedError from any layer: a TLS file, plain HTTP beyond loopback, the
+        # address in use; the master key open to others or not matching the keystore, a database from a newer
+        # release, a keystore that cannot be opened) says what to fix; a traceback would bury that.
         # Their messages name files and variables, never key material.
         error(f"cannot start: {exc}")
         return EXIT_USAGE

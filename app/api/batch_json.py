@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from app.api.errors import malformed_json_error
 from app.errors import BadRequestError, PayloadTooLargeError
 
 #: Longest ``reference`` an item may carry (422 beyond).
@@ -108,7 +109,7 @@ async def _body(request: Request) -> bytes | bytearray:
 def _decode(body: bytes | bytearray, kind: type[Any]) -> Any:
     try:
         return _BYTES[kind].decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         pass  # bad base64 in some item, or a body that is invalid anyway: the text decoder says which
     try:
         return _TEXT[kind].decode(body)
@@ -116,6 +117,8 @@ def _decode(body: bytes | bytearray, kind: type[Any]) -> Any:
         raise RequestValidationError([_error(str(exc))]) from None
     except msgspec.DecodeError as exc:
         raise RequestValidationError([{"loc": (), "msg": str(exc), "type": "json_invalid"}]) from None
+    except UnicodeDecodeError as exc:  # msgspec raises it for a string that is not UTF-8
+        raise malformed_json_error(exc) from None
 
 
 async def read_encrypt_batch(request: Request, max_items: int) -> EncryptItems:

@@ -3,10 +3,11 @@
 FastAPI's generated document knows neither the service's error shape nor the answers that come from outside
 a route, so :func:`build_openapi` completes it in one place:
 
-* every operation may answer 400 (more than one ``Authorization`` header, a malformed body or
-  ``Content-Length``); every ``/v1`` operation also 401 (with the ``bearer`` security requirement), 413
-  (body limits, associated data) and 503 (keystore or backend unavailable); routes declare the rest with
-  :func:`errors`;
+* every ``/v1`` operation may answer 400 (more than one ``Authorization`` header, a malformed body or
+  ``Content-Length``), 401 (with the ``bearer`` security requirement), 413 (body limits, associated data)
+  and 503 (keystore or backend unavailable); the others (``/healthz``, ``/readyz``, ``/metrics``) take no
+  input, so their only 400 is the one every route gives to more than one ``Authorization`` header, and it
+  says so; routes declare the rest with :func:`errors`;
 * every 4xx/5xx answer has the :data:`ERROR_SCHEMA` body (FastAPI's 422 schema is not what we send);
 * the ``name`` path parameter carries the key-name pattern, ``token_id`` the token-id pattern (but not
   ``self``), ``backend``
@@ -51,6 +52,8 @@ _DESCRIPTIONS = {
     422: "a field or parameter is invalid (the message names it)",
     503: "keystore or backend unavailable",
 }
+#: What a 400 means outside ``/v1``: those routes read no body, parameter or token.
+_NOT_V1_400 = "more than one Authorization header (refused on every route)"
 #: Answers every operation can give, and every ``/v1`` operation.
 _EVERY_OPERATION = (400,)
 _EVERY_V1_OPERATION = (400, 401, 413, 503)
@@ -80,6 +83,13 @@ def _complete_parameters(operation: dict[str, Any], backends: Sequence[str]) -> 
             parameter["schema"] = {"enum": list(backends)}
 
 
+def _description(path: str, status: int) -> str | None:
+    """The description of ``status`` on ``path``, or None to keep the route's own."""
+    if status == 400 and not path.startswith("/v1/"):
+        return _NOT_V1_400
+    return _DESCRIPTIONS.get(status)
+
+
 def _complete_responses(path: str, operation: dict[str, Any]) -> None:
     responses = operation.setdefault("responses", {})
     common = _EVERY_V1_OPERATION if path.startswith("/v1/") else _EVERY_OPERATION
@@ -88,8 +98,9 @@ def _complete_responses(path: str, operation: dict[str, Any]) -> None:
     for status, response in responses.items():
         if int(status) >= 400:
             response["content"] = _ERROR_CONTENT
-            if int(status) in _DESCRIPTIONS:
-                response["description"] = _DESCRIPTIONS[int(status)]
+            description = _description(path, int(status))
+            if description is not None:
+                response["description"] = description
 
 
 def _batch_errors(paths: dict[str, Any], batch_paths: Sequence[str]) -> None:

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.core.database_url import check_database_url
@@ -190,6 +190,11 @@ class Settings(BaseSettings):
             "Open connections per worker; beyond it the longest-idle connection is closed (default: the "
             "open-file limit, raised to its hard value at start, minus 64)."
         ),
+    )
+    handshake_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds a TLS handshake may take from the TCP accept (the connection is closed beyond).",
     )
     idle_timeout: float = Field(
         default=5.0,
@@ -370,3 +375,21 @@ def get_settings() -> Settings:
         pydantic.ValidationError: a ``KEYSTREAM_*`` value is invalid (the message names the field).
     """
     return Settings()
+
+
+def describe_settings_error(exc: ValidationError) -> str:
+    """One line naming each invalid ``KEYSTREAM_*`` variable and what is wrong with it.
+
+    pydantic's own text takes several lines per field (a documentation link included); a start-up error is one
+    line. The values are never quoted (:class:`Settings` hides them, and only pydantic's messages, which do
+    not repeat the input, are used): a malformed secret is often the real one with a typo.
+    """
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        message = str(error["msg"]).removeprefix("Value error, ")
+        location = error["loc"]
+        if location:
+            problems.append(f"KEYSTREAM_{str(location[0]).upper()}: {message}")
+        else:  # a rule over several fields: its message names them
+            problems.append(message)
+    return "; ".join(problems)

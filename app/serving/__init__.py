@@ -4,7 +4,7 @@ worker supervisor (:class:`Supervisor`) and HTTPS (:class:`ServerTls`, :func:`ch
 from app.serving.limits import ConnectionLimits, raise_open_file_limit
 from app.serving.protocol import BoundedHttpToolsProtocol, HeadersTooLargeError
 from app.serving.tls import ServerTls, StartupRefusedError, check_plain_http_bind
-from app.serving.workers import Supervisor, reserve_port
+from app.serving.workers import Supervisor, listening_socket, reserve_address, reserve_port
 
 __all__ = [
     "BoundedHttpToolsProtocol",
@@ -14,6 +14,8 @@ __all__ = [
     "StartupRefusedError",
     "Supervisor",
     "check_plain_http_bind",
+    "listening_socket",
     "raise_open_file_limit",
+    "reserve_address",
     "reserve_port",
 ]

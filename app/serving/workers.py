@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import logging
 import multiprocessing
 import os
@@ -29,7 +30,11 @@ from typing import Any
 
 import uvicorn
 
+from app.core.config import get_settings
 from app.core.telemetry import release_process_metrics
+from app.errors import StartupRefusedError
+from app.serving.protocol import BoundedHttpToolsProtocol
+from app.serving.tls import ServerTls
 
 logger = logging.getLogger("uvicorn.error")  # the logger uvicorn configures for its own messages
 #: A worker that dies sooner than this after its start is restarted only after a pause (no crash loop).
@@ -70,6 +75,45 @@ def reserve_port(host: str, port: int) -> socket.socket:
     return _bound_socket(host, port, reuse_port=True)
 
 
+def address_refused(host: str, port: int, exc: OSError) -> StartupRefusedError:
+    """The one-line start-up refusal for a listening address that cannot be bound (in use, not local...)."""
+    reason = (exc.strerror or str(exc)).lower()
+    hint = ""
+    if exc.errno == errno.EADDRINUSE:
+        hint = ": another process listens there (stop it, or choose another KEYSTREAM_PORT)"
+    elif isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        hint = ": KEYSTREAM_HOST must be an address of this machine (or 0.0.0.0 / :: for all of them)"
+    where = f"KEYSTREAM_HOST {host} KEYSTREAM_PORT {port}"
+    return StartupRefusedError(f"cannot listen on {where}: {reason}{hint}")
+
+
+def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening socket on ``host:port`` for a single worker (bound without ``SO_REUSEPORT``, so another
+    ``SO_REUSEPORT`` group on the port is refused too).
+
+    Raises:
+        StartupRefusedError: the address is in use or invalid (:func:`address_refused`).
+    """
+    try:
+        sock = _bound_socket(host, port, reuse_port=False)
+    except OSError as exc:
+        raise address_refused(host, port, exc) from None
+    sock.listen(backlog)
+    return sock
+
+
+def reserve_address(host: str, port: int) -> socket.socket:
+    """:func:`reserve_port`, with a failure as the one-line start-up refusal.
+
+    Raises:
+        StartupRefusedError: the address is in use or invalid (:func:`address_refused`).
+    """
+    try:
+        return reserve_port(host, port)
+    except OSError as exc:
+        raise address_refused(host, port, exc) from None
+
+
 def _die_with_parent(parent: int) -> None:
     """Ask the kernel to SIGTERM this worker when the supervisor dies (Linux), so no worker is orphaned."""
     with contextlib.suppress(OSError, AttributeError):
@@ -94,6 +138,7 @@ def _worker_main(host: str, port: int, parent: int, config: dict[str, Any], inde
     sock.listen(config.get("backlog", 2048))
     sock.set_inheritable(True)
     server = uvicorn.Server(uvicorn.Config("app.main:create_app", factory=True, **config))
+    BoundedHttpToolsProtocol.use_tls(ServerTls.from_settings(get_settings()))
     server.run(sockets=[sock])
 
 
@@ -108,8 +153,15 @@ class Supervisor:
     """Runs ``count`` workers on ``host:port`` until SIGINT or SIGTERM; replaces workers that die."""
 
     def __init__(
-        self, count: int, host: str, port: int, config: dict[str, Any], grace_seconds: float
+        self,
+        count: int,
+        host: str,
+        port: int,
+        config: dict[str, Any],
+        grace_seconds: float,
+        reserved: socket.socket | None = None,
     ) -> None:
+        self._reserved = reserved
         self._count = count
         self._host = host
         self._port = port
@@ -133,19 +185,25 @@ class Supervisor:
     def run(self) -> None:
         """Start the workers and supervise them; return after every worker has exited.
 
+        The port is held by ``reserved`` when one was given (the caller checked it before anything else),
+        else reserved here.
+
         Raises:
-            OSError: the address is in use or invalid (no worker was started).
+            StartupRefusedError: the address is in use or invalid (no worker was started).
         """
         uvicorn.Config(
             "app.main:create_app", factory=True, **self._config
         )  # configures logging, as uvicorn.run
-        reserved = reserve_port(self._host, self._port)
+        reserved = self._reserved if self._reserved is not None else reserve_address(self._host, self._port)
         self._port = int(reserved.getsockname()[1])
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         slots: list[_Slot] = []
         try:
             slots = [self._start(index) for index in range(self._count)]
-            logger.info("started %d workers on %s:%d (SO_REUSEPORT)", self._count, self._host, self._port)
+            scheme = "https" if get_settings().tls_cert_file is not None else "http"
+            logger.info(
+                "started %d workers on %s://%s:%d (SO_REUSEPORT)", self._count, scheme, self._host, self._port
+            )
             while not self._stopping:
                 wait([slot.process.sentinel for slot in slots], timeout=0.5)
                 for index, slot in enumerate(slots):

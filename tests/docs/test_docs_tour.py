@@ -7,9 +7,11 @@ replaced by a server this test starts on a free port, and the ``export KEYSTREAM
 ``export KEYSTREAM_TOKEN=...`` lines by the real URL and token in the environment. Everything else runs
 verbatim.
 
-The tour's ``keystream`` and ``keystream_client`` are the client distribution's console script and package
-installed in this environment (``make test`` installs both distributions), and the server is started with the
-server distribution's ``keystream-server serve``.
+The tour reaches ``keystream`` and ``keystream_client`` the way a reader does: by activating ``.venv`` (the
+environment ``make run`` and ``make test`` install both distributions into). The fresh directory gets a
+``.venv`` that is this interpreter's environment, and ``PATH`` holds no directory with a ``keystream``
+command, so a tour that forgot to say how to reach the tools fails here as it did for readers. The server is
+started with the server distribution's ``keystream-server serve``.
 """
 
 from __future__ import annotations
@@ -151,17 +153,32 @@ def served(tmp_path: Path) -> Iterator[Served]:
         stop(process)
 
 
+def path_without_keystream(path: str) -> str:
+    """``path`` without the directories that hold a ``keystream`` command: a second terminal's ``PATH``."""
+    kept = [part for part in path.split(os.pathsep) if part and not (Path(part) / "keystream").exists()]
+    return os.pathsep.join(kept)
+
+
 def tour_environment(served: Served) -> dict[str, str]:
-    """The environment a reader has after the tour's exports, with this environment's scripts on PATH."""
+    """The environment of a reader's second terminal after the tour's exports: no venv active, so the
+    tools are reachable only the way the tour says."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+    env.pop("VIRTUAL_ENV", None)
     env.update(
         {
             "KEYSTREAM_URL": served.url,
             "KEYSTREAM_TOKEN": ROOT_TOKEN,
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "PATH": path_without_keystream(env.get("PATH", "")),
         }
     )
     return env
+
+
+def reader_checkout(work: Path) -> None:
+    """Give ``work`` the ``.venv`` a reader's checkout has after ``make run``: this interpreter's venv."""
+    venv = Path(sys.prefix)
+    assert (venv / "bin" / "activate").is_file(), f"the tests must run in a venv (make test): {venv}"
+    (work / ".venv").symlink_to(venv, target_is_directory=True)
 
 
 def test_tour_is_parsed_from_the_readme() -> None:
@@ -194,7 +211,9 @@ def test_readme_tour_runs_against_a_real_server(served: Served, tmp_path: Path) 
     tour = parse_tour(README.read_text(encoding="utf-8"))
     work = tmp_path / "work"
     work.mkdir()
+    reader_checkout(work)
     env = tour_environment(served)
+    assert shutil.which("keystream", path=env["PATH"]) is None
 
     shell = subprocess.run(
         ["bash", "-c", "set -euo pipefail\n" + "\n".join(tour.shell)],
@@ -211,7 +230,7 @@ def test_readme_tour_runs_against_a_real_server(served: Served, tmp_path: Path) 
 
     (work / "tour.py").write_text("\n".join(tour.python))
     python = subprocess.run(
-        [sys.executable, "tour.py"],
+        ["bash", "-c", "source .venv/bin/activate && python tour.py"],
         cwd=work,
         env=env,
         capture_output=True,
@@ -235,3 +254,20 @@ def test_readme_tour_runs_against_a_real_server(served: Served, tmp_path: Path) 
         f"{served.url}/v1/keys", headers={"Authorization": f"Bearer {ROOT_TOKEN}"}, timeout=10
     ).json()
     assert {"tour", "tour-cli", "tour-py"} <= {key["name"] for key in listing["keys"]}
+
+
+def test_make_run_installs_the_client_and_says_how_to_reach_it() -> None:
+    """The tour's second terminal needs ``keystream`` from ``make run`` alone, and the way to reach it."""
+    planned = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-B", "run"],
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert planned.returncode == 0, planned.stderr
+    installs = [line for line in planned.stdout.splitlines() if " -m pip install " in line]
+    assert installs and "./clients/python" in installs[-1], planned.stdout
+    assert "source .venv/bin/activate" in planned.stdout, planned.stdout

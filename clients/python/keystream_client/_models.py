@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from keystream_client._errors import KeystreamAPIError
@@ -13,6 +13,21 @@ from keystream_client._errors import KeystreamAPIError
 
 def _time(value: Any) -> datetime:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def time_text(moment: datetime) -> str:
+    """``moment`` as the service writes times: ISO 8601 in UTC ending in ``Z``
+    (``2026-11-26T08:33:00.851998Z``), so the CLI, JSON output and the HTTP API show one form.
+
+    A naive datetime is taken as UTC (the service never sends one).
+    """
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _optional_text(moment: datetime | None) -> str | None:
+    return None if moment is None else time_text(moment)
 
 
 @dataclass(frozen=True)
@@ -43,7 +58,7 @@ class Key:
     auto_rotate_period: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """The metadata as JSON-ready data (timestamps ISO-8601)."""
+        """The metadata as JSON-ready data (timestamps as :func:`time_text` writes them)."""
         return {
             "name": self.name,
             "type": self.type,
@@ -54,10 +69,10 @@ class Key:
             "latest_version": self.latest_version,
             "imported": self.imported,
             "auto_rotate_period": self.auto_rotate_period,
-            "created_at": self.created_at.isoformat(),
-            "updated_at": self.updated_at.isoformat(),
+            "created_at": time_text(self.created_at),
+            "updated_at": time_text(self.updated_at),
             "versions": [
-                {"version": v.version, "created_at": v.created_at.isoformat()} for v in self.versions
+                {"version": v.version, "created_at": time_text(v.created_at)} for v in self.versions
             ],
         }
 
@@ -86,10 +101,10 @@ class Token:
             "scopes": list(self.scopes),
             "key_patterns": list(self.key_patterns),
             "description": self.description,
-            "created_at": self.created_at.isoformat(),
+            "created_at": time_text(self.created_at),
             "ttl": self.ttl,
-            "expires_at": None if self.expires_at is None else self.expires_at.isoformat(),
-            "max_expires_at": None if self.max_expires_at is None else self.max_expires_at.isoformat(),
+            "expires_at": _optional_text(self.expires_at),
+            "max_expires_at": _optional_text(self.max_expires_at),
         }
 
 

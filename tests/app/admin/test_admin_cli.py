@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,70 @@ def test_serve_does_not_echo_a_malformed_secret(tmp_path: Path) -> None:
     assert result.returncode == EXIT_USAGE
     assert b"invalid settings" in result.stderr and b"root_token" in result.stderr
     assert b"MySuperSecret" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"KEYSTREAM_WORKERS": "abc"}, "KEYSTREAM_WORKERS: Input should be a valid integer"),
+        ({"KEYSTREAM_PORT": "99999"}, "KEYSTREAM_PORT: Input should be less than or equal to 65535"),
+        (
+            {"KEYSTREAM_WORKERS": "0", "KEYSTREAM_LOG_LEVEL": "loud"},
+            "KEYSTREAM_WORKERS: Input should be greater than or equal to 1; KEYSTREAM_LOG_LEVEL: ",
+        ),
+        ({"KEYSTREAM_TLS_CERT_FILE": "c.pem"}, "tls_cert_file and tls_key_file go together"),
+    ],
+    ids=["not an integer", "out of range", "two fields", "a rule over fields"],
+)
+def test_invalid_settings_are_one_line_naming_the_variable(
+    tmp_path: Path, env: dict[str, str], expected: str
+) -> None:
+    """pydantic's own text was 5 lines for one bad field (with a documentation link) after a usage line."""
+    result = _serve("--data-dir", str(tmp_path / "data"), env=env)
+    assert result.returncode == EXIT_USAGE, result.stderr
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, result.stderr.decode()
+    assert lines[0].startswith("keystream-server: error: cannot start: invalid settings: "), lines[0]
+    assert expected in lines[0], lines[0]
+    assert "pydantic" not in lines[0]
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path, workers: str) -> None:
+    """A second `make run` died with a 21-line traceback (OSError: [Errno 98]) and exit 1 (2 workers) or
+    uvicorn's log line and exit 3 (1 worker); both are refused before the first-start banner now."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = _serve(
+            "--data-dir", str(tmp_path / "data"), "--port", str(port), "--workers", workers,
+            env={"KEYSTREAM_MASTER_KEY": base64.b64encode(bytes(32)).decode()},
+        )  # fmt: skip
+    assert result.returncode == EXIT_USAGE, result.stderr
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and b"Traceback" not in result.stderr, result.stderr.decode()
+    assert lines[0] == (
+        f"keystream-server: error: cannot start: cannot listen on KEYSTREAM_HOST 127.0.0.1 KEYSTREAM_PORT "
+        f"{port}: address already in use: another process listens there (stop it, or choose another "
+        "KEYSTREAM_PORT)"
+    )
+    assert result.stdout == b""  # no banner: nothing was bootstrapped
+    assert not (tmp_path / "data").exists()
+
+
+def test_serve_help_states_the_settings_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each default ``serve --help`` names is the setting's real default (workers follow the CPU count)."""
+    from app.core.config import Settings
+
+    with pytest.raises(SystemExit):
+        admin.main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    fields = Settings.model_fields
+    assert f"KEYSTREAM_HOST, default {fields['host'].default}" in text
+    assert f"KEYSTREAM_PORT, default {fields['port'].default}" in text
+    assert f"KEYSTREAM_DATA_DIR, default ./{fields['data_dir'].default}" in text
+    assert fields["workers"].default_factory is not None
+    assert "KEYSTREAM_WORKERS, default: the CPUs this process may run on, at most 64" in text
+    assert fields["workers"].metadata and "at most 64" in str(fields["workers"].description)

@@ -73,3 +73,31 @@ async def test_documented_key_version_maximum_is_what_the_parser_takes(api: Api)
     await api.create_key("max")
     assert (await api.encrypt("max", b"x", key_version=str(maximum))).status_code == 404
     assert (await api.encrypt("max", b"x", key_version=str(maximum + 1))).status_code == 422
+
+
+async def test_operation_descriptions_are_for_api_readers(api: Api) -> None:
+    """The OpenAPI page shows no Python docstring sections or Sphinx roles (double backticks are Markdown
+    code spans, fine there), and says why a route outside ``/v1`` can be a 400 (only for more than one
+    Authorization header: those routes read nothing else)."""
+    schema = (await api.client.get("/openapi.json")).json()
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            text = operation.get("description", "")
+            for marker in (
+                "Raises:",
+                "Args:",
+                "Returns:",
+                "Yields:",
+                ":class:",
+                ":func:",
+                ":meth:",
+                ":data:",
+            ):
+                assert marker not in text, (method, path, text)
+            if not path.startswith("/v1/") and "400" in operation["responses"]:
+                assert "Authorization header" in operation["responses"]["400"]["description"], (method, path)
+                assert "decrypt" not in operation["responses"]["400"]["description"], (method, path)
+    readyz = schema["paths"]["/readyz"]["get"]
+    assert "503" in readyz["description"] and "503" in readyz["responses"]
+    health = await api.client.get("/healthz", headers=[("Authorization", "Bearer a")] * 2)
+    assert health.status_code == 400, "the documented 400 of /healthz must be real"

@@ -16,6 +16,7 @@ from app.audit import (
     verify_lines,
     worker_path,
 )
+from tests.tmpfs import PAGE, fill, small_tmpfs
 
 KEY = derive_audit_keys(bytes(range(32))).chain_key
 
@@ -147,3 +148,26 @@ def test_stdout_gets_sealed_lines_of_a_chain_of_its_own(capfd: pytest.CaptureFix
     other = AuditLog("-", KEY)  # a restart on stdout: a new chain, verified apart
     link = other.link
     assert link is not None and link.chain != next(iter(report.chains))
+
+
+def test_a_write_cut_short_by_a_full_disk_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "mnt") as mount:
+        path = str(mount / "audit.log")
+        log = AuditLog(path, KEY)
+        for index in range(3):
+            log.write({"n": index})
+        before = Path(path).read_bytes()
+        assert len(before) % PAGE != 0  # the file's last page has room: the next long line is torn there
+        filler = fill(mount)
+        link = log.link
+        with pytest.raises(AuditUnavailableError, match="cannot be written"):
+            log.write({"n": 3, "pad": "x" * 5000})  # longer than a page: part of it fits, the rest cannot
+        assert Path(path).read_bytes() == before  # no torn line left behind
+        assert log.link == link
+        filler.unlink()
+        log.write({"n": 3, "pad": "x" * 5000})
+        log.write({"n": 4})
+        log.close()
+        report = verify_lines(KEY, read_lines([path]))
+        assert report.problem is None, report.problem
+        assert report.lines == 5

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from keystream_client import KeystreamClient
 from keystream_client._base import TOKEN_ENV, TlsFilesError
+from keystream_client._models import time_text
 from keystream_client.cli._codes import EXIT_AUTH, EXIT_OK, EXIT_USAGE, CommandError, UsageError
 from keystream_client.cli._output import duration_text, print_json, print_key, print_tokens, table
 
@@ -219,7 +220,7 @@ def cmd_tokens_renew(args: argparse.Namespace) -> int:
         print_json(renewed.to_json())
         return EXIT_OK
     assert renewed.expires_at is not None  # a token without ttl gets 400 instead
-    print(renewed.expires_at.isoformat())
+    print(time_text(renewed.expires_at))
     if renewed.capped:
         print(
             f"token {renewed.token_id}: capped at its max_expires_at; it cannot be renewed further",

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from keystream_client import Key, Token
+from keystream_client._models import time_text
 
 
 def print_json(data: Any) -> None:
@@ -27,10 +28,10 @@ def print_key(key: Key, as_json: bool) -> None:
     print(f"deletion_allowed:       {str(key.deletion_allowed).lower()}")
     print(f"imported:               {str(key.imported).lower()}")
     print(f"auto_rotate_period:     {duration_text(key.auto_rotate_period)}")
-    print(f"created_at:             {key.created_at.isoformat()}")
-    print(f"updated_at:             {key.updated_at.isoformat()}")
+    print(f"created_at:             {time_text(key.created_at)}")
+    print(f"updated_at:             {time_text(key.updated_at)}")
     for version in key.versions:
-        print(f"  version {version.version}: created {version.created_at.isoformat()}")
+        print(f"  version {version.version}: created {time_text(version.created_at)}")
 
 
 def duration_text(seconds: int) -> str:
@@ -65,9 +66,9 @@ def print_tokens(tokens: Sequence[Token], as_json: bool, *, one: bool = False) -
             t.token_id,
             ",".join(t.scopes),
             ",".join(t.key_patterns),
-            t.created_at.isoformat(),
-            "-" if t.expires_at is None else t.expires_at.isoformat(),
-            "-" if t.max_expires_at is None else t.max_expires_at.isoformat(),
+            time_text(t.created_at),
+            "-" if t.expires_at is None else time_text(t.expires_at),
+            "-" if t.max_expires_at is None else time_text(t.max_expires_at),
             t.description,
         ]
         for t in tokens

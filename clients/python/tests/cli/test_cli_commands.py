@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from keystream_cli import RunCli
@@ -276,3 +277,38 @@ def test_server_commands_are_not_client_commands(capsys: pytest.CaptureFixture[s
             keystream_cli.main(command)
         assert done.value.code == EXIT_USAGE
         assert "invalid choice" in capsys.readouterr().err
+
+
+def test_timestamps_are_printed_as_the_http_api_writes_them(cli: RunCli, server: RunningServer) -> None:
+    """One form for times everywhere: ``...Z`` as over HTTP, never ``+00:00`` (key show, key JSON, token
+    tables and JSON, tokens renew)."""
+    assert cli("keys", "create", "cli-times").returncode == EXIT_OK
+    over_http = httpx.get(
+        f"{server.url}/v1/keys/cli-times", headers={"Authorization": f"Bearer {server.token}"}, timeout=10
+    ).json()
+    assert over_http["created_at"].endswith("Z")
+    shown = cli("keys", "show", "cli-times").stdout.decode()
+    assert f"created_at:             {over_http['created_at']}\n" in shown
+    assert f"  version 1: created {over_http['versions'][0]['created_at']}\n" in shown
+    as_json = _json(cli("keys", "show", "cli-times", "--json"))
+    assert isinstance(as_json, dict)
+    assert (as_json["created_at"], as_json["updated_at"]) == (
+        over_http["created_at"],
+        over_http["updated_at"],
+    )
+    assert as_json["versions"] == over_http["versions"]
+
+    created = _json(cli("tokens", "create", "--scope", "encrypt", "--ttl", "600", "--json"))
+    assert isinstance(created, dict)
+    mine = {"KEYSTREAM_TOKEN": created["token"]}
+    token_http = httpx.get(
+        f"{server.url}/v1/tokens/self", headers={"Authorization": f"Bearer {created['token']}"}, timeout=10
+    ).json()
+    for field in ("created_at", "expires_at", "max_expires_at"):
+        assert created[field] == token_http[field] and token_http[field].endswith("Z"), field
+    row = cli("tokens", "self", env=mine).stdout.decode().splitlines()[1]
+    assert token_http["created_at"] in row.split() and token_http["expires_at"] in row.split()
+    renewed = cli("tokens", "renew", env=mine).stdout.decode().strip()
+    assert renewed.endswith("Z") and "+00:00" not in renewed
+    everything = shown + json.dumps(as_json) + row + cli("tokens", "list").stdout.decode()
+    assert "+00:00" not in everything
