@@ -14,7 +14,8 @@ EXTENSION_SOURCES := $(filter-out aescore/_%.c,$(wildcard aescore/*.pyx aescore/
 BENCH_ARGS ?=
 
 .PHONY: test run build lint typecheck unit asan bench bench-aescore report load docker-test tools clean \
-        prometheus compose-up compose-down compose-test scaleout-up scaleout-down load-figures
+        prometheus compose-up compose-down compose-test scaleout-up scaleout-down scaleout-test \
+        load-figures
 
 $(RUN_STAMP): pyproject.toml setup.py $(CLIENT)/pyproject.toml scripts/bootstrap-venv.sh $(EXTENSION_SOURCES)
 	PYTHON=$(PYTHON) scripts/bootstrap-venv.sh $(VENV)
@@ -78,22 +79,28 @@ docker-test: build
 # The docker-compose stack without an image registry (deploy/compose.sh): builds the image as docker-test
 # does plus a Prometheus image from Debian's package, then `docker-compose up -d keystream prometheus`.
 # compose-test: up, /healthz, a sealed round trip, Prometheus scraping, down -v (~75 s warm).
-compose-up: build
+# The host side needs only a Python with pip (the wheelhouse, free ports): the lean `make run` venv.
+compose-up: $(RUN_STAMP)
 	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh up
 
 compose-down:
 	deploy/compose.sh down
 
-compose-test: build
+compose-test: $(RUN_STAMP)
 	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh test
 
 # The scale-out stack (deploy/compose/scaleout.yml, docs/operations.md "Scale-out stack with docker-compose"):
 # up on 127.0.0.1:8000 (HAProxy), 8001-8003 (the replicas), 9090 (Prometheus), secrets in build/scaleout.
-scaleout-up: build
+# Up and down need the lean venv only; scaleout-test runs deploy/compose/scaleout/check.py (httpx: test venv)
+# on free ports in a project of its own, then down -v (also part of docker-test).
+scaleout-up: $(RUN_STAMP)
 	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh scaleout-up
 
 scaleout-down:
 	deploy/compose.sh scaleout-down
+
+scaleout-test: build
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh scaleout-test
 
 # Debian's Prometheus on 127.0.0.1:9090 scraping a local Keystream (`make run`) with deploy/prometheus's rules;
 # config and data in build/prometheus. E.g. make prometheus PROMETHEUS_ARGS="--target 127.0.0.1:8001".

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 import uvicorn
 
+from app.audit import check_writable, worker_paths
 from app.core.config import Settings, get_settings
 from app.keystore import open_keystore_for
 from app.services.security import install_root_token
@@ -130,8 +131,9 @@ def serve(settings: Settings | None = None) -> None:
     Raises:
         StartupRefusedError: a TLS file is unusable, or plain HTTP on a non-loopback host without
             ``tls_disable`` (checked before anything is created or bound); the listening address is in use
-            or invalid (checked before the data directory or a root token is created); the single worker
-            did not start (its error is logged).
+            or invalid (checked before the data directory or a root token is created); an audit log file
+            (each worker's) cannot be opened for appending; the single worker did not start (its error is
+            logged).
         app.keystore.master.MasterKeyError: bad master key (nothing is served).
     """
     settings = settings if settings is not None else get_settings()
@@ -150,6 +152,9 @@ def serve(settings: Settings | None = None) -> None:
     else:
         sock = reserve_address(settings.host, settings.port)
     try:
+        if settings.audit_log is not None:  # one line now, rather than every /v1 request refused later
+            for path in worker_paths(settings.audit_log, settings.workers):
+                check_writable(path)
         bootstrap(settings)
         _run(settings, common, sock)
     finally:
@@ -172,8 +177,8 @@ def _uvicorn_options(settings: Settings, tls: ServerTls | None) -> dict[str, Any
         "access_log": settings.access_log,
         "server_header": False,
     }
-    if tls is not None:
-        common["ssl_context_factory"] = tls  # picklable: each worker builds its own context
+    # The protocol does the handshake (each worker builds its own context): its limits cover handshakes.
+    BoundedHttpToolsProtocol.use_tls(tls)
     return common
 
 
@@ -183,6 +188,9 @@ def _run(settings: Settings, common: dict[str, Any], sock: socket.socket) -> Non
         from app.main import create_app
 
         server = uvicorn.Server(uvicorn.Config(create_app(settings), **common))
+        scheme = "https" if settings.tls_cert_file is not None else "http"
+        host, port = sock.getsockname()[:2]
+        logging.getLogger("uvicorn.error").info("serving on %s://%s:%d (1 worker)", scheme, host, port)
         with contextlib.suppress(KeyboardInterrupt):
             server.run(sockets=[sock])
         if not server.started:

@@ -38,12 +38,12 @@ source "$repo/deploy/docker-lib.sh"
 python="${KEYSTREAM_HOST_PYTHON:-$repo/.venv/bin/python}"
 state="$repo/build/compose"
 export KEYSTREAM_IMAGE_TAG="${KEYSTREAM_IMAGE_TAG:-latest}"
-export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-keystream}"
 compose=(docker-compose -f docker-compose.yml -f deploy/compose/offline.yml)
 services=(keystream prometheus)
 started_dockerd=""
 remove_on_exit=""
-scaleout_secrets="${KEYSTREAM_SCALEOUT_SECRETS:-$repo/build/scaleout}"
+# Absolute: docker-compose takes a relative path from deploy/compose/, this script from the repository root.
+scaleout_secrets="$(realpath -m "${KEYSTREAM_SCALEOUT_SECRETS:-$repo/build/scaleout}")"
 t0=$SECONDS
 
 log() { printf '[compose %3ds] %s\n' "$((SECONDS - t0))" "$*"; }
@@ -253,6 +253,9 @@ free_port() {
 }
 
 case "${1:-}" in
+    up|down|test) export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-keystream}" ;;
+esac
+case "${1:-}" in
     up) up ;;  # a dockerd it started keeps serving the stack; `down` stops it
     down) down ;;
     test)
@@ -266,6 +269,8 @@ case "${1:-}" in
     scaleout-up|scaleout-down|scaleout-test)
         compose=(docker-compose -f deploy/compose/scaleout.yml)
         services=(postgres keystream-1 keystream-2 keystream-3 haproxy prometheus)
+        # The names deploy/compose/.env gives a bare `docker-compose -f deploy/compose/scaleout.yml ps|stop`.
+        export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-keystream-scaleout}"
         case "$1" in
             scaleout-up)
                 export KEYSTREAM_SCALEOUT_SECRETS="$scaleout_secrets"

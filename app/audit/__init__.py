@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from app.audit.chain import GENESIS, Link, Problem, Report, parse_head, seal, verify_lines
 from app.audit.keys import HASH_PREFIX, AuditKeys, derive_audit_keys
-from app.audit.log import STDOUT, AuditLog, AuditUnavailableError, rotated_paths, worker_path
+from app.audit.log import (
+    STDOUT,
+    AuditLog,
+    AuditUnavailableError,
+    check_writable,
+    rotated_paths,
+    worker_path,
+    worker_paths,
+)
 
 __all__ = [
     "GENESIS",
@@ -25,10 +33,12 @@ __all__ = [
     "Link",
     "Problem",
     "Report",
+    "check_writable",
     "derive_audit_keys",
     "parse_head",
     "rotated_paths",
     "seal",
     "verify_lines",
     "worker_path",
+    "worker_paths",
 ]

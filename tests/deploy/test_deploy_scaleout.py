@@ -6,6 +6,7 @@ generates (checked by ``haproxy -c``), Prometheus scraping every replica (checke
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -74,10 +75,90 @@ def test_config_is_valid(secrets_dir: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_secrets_directory_is_required() -> None:
-    result = compose("config", "-q", secrets=None)
+def _copy_of_the_stack(root: Path) -> Path:
+    """deploy/compose and deploy/prometheus under ROOT, so a test can give it a build/scaleout of its own."""
+    shutil.copytree(DEPLOY / "compose", root / "deploy" / "compose", ignore=shutil.ignore_patterns("tls"))
+    shutil.copytree(PROMETHEUS_DIR, root / "deploy" / "prometheus")
+    return root
+
+
+def _compose_project(cwd: Path) -> dict[str, Any]:
+    """The project name and each service's environment that ``docker-compose -f deploy/compose/scaleout.yml``
+    works with when run in CWD without any variable: docker-compose's own functions (the ones its ``ps`` and
+    ``stop`` call), run by its interpreter, minus the connection to a daemon."""
+    script = """
+import json, sys
+from compose.cli.command import get_config_path_from_options, get_project_dir, get_project_name
+from compose.config import config
+from compose.config.environment import Environment
+options = {"--file": ["deploy/compose/scaleout.yml"]}
+override_dir = get_project_dir(options)
+environment = Environment.from_env_file(override_dir)
+details = config.find(".", get_config_path_from_options(options, environment), environment, override_dir)
+data = config.load(details)
+json.dump({"project": get_project_name(details.working_dir, None, environment),
+           "environment": {s["name"]: s.get("environment", {}) for s in data.services}}, sys.stdout)
+"""
+    docker_compose = Path(tool("docker-compose"))
+    interpreter = docker_compose.read_text(errors="replace").splitlines()[0].removeprefix("#!").split()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KEYSTREAM_", "COMPOSE_"))}
+    result = subprocess.run(
+        [*interpreter, "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
+
+
+def test_bare_docker_compose_commands_find_the_stack_without_variables(
+    tmp_path: Path, secrets_dir: Path
+) -> None:
+    """``docker-compose -f deploy/compose/scaleout.yml ps`` (or ``stop keystream-2``) from the repository root
+    works as the docs show it: the project is the one compose.sh starts (deploy/compose/.env) and the secrets
+    are build/scaleout's, with neither COMPOSE_PROJECT_NAME nor KEYSTREAM_SCALEOUT_SECRETS set."""
+    root = _copy_of_the_stack(tmp_path / "repo")
+    (root / "build" / "scaleout").mkdir(parents=True)
+    for name in ("keystream.env", "postgres.env", "master-key"):
+        shutil.copy(secrets_dir / name, root / "build" / "scaleout" / name)
+    project = _compose_project(root)
+    assert project["project"] == "keystream-scaleout"
+    assert project["environment"]["keystream-2"]["KEYSTREAM_DATABASE_URL"] == DATABASE_URL
+    assert project["environment"]["postgres"]["POSTGRES_PASSWORD"] == "pw"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KEYSTREAM_", "COMPOSE_"))}
+    result = subprocess.run(
+        [tool("docker-compose"), "-f", "deploy/compose/scaleout.yml", "config", "-q"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    script = (DEPLOY / "compose.sh").read_text()
+    assert 'COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-keystream-scaleout}"' in script
+
+
+def test_without_secrets_compose_names_the_missing_file(tmp_path: Path) -> None:
+    root = _copy_of_the_stack(tmp_path / "repo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KEYSTREAM_", "COMPOSE_"))}
+    result = subprocess.run(
+        [tool("docker-compose"), "-f", "deploy/compose/scaleout.yml", "config", "-q"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode != 0
-    assert "KEYSTREAM_SCALEOUT_SECRETS" in result.stderr
+    assert str(root / "build" / "scaleout") in result.stderr
 
 
 def test_three_replicas_share_postgres_with_secrets_from_files(secrets_dir: Path) -> None:
@@ -163,3 +244,33 @@ def test_compose_script_and_make_run_the_stack() -> None:
     makefile = (REPO / "Makefile").read_text()
     docker_test = makefile[makefile.index("\ndocker-test:") :].split("\n\n")[0]
     assert "deploy/compose.sh scaleout-test" in docker_test
+
+
+def _make_plan(venv: Path, target: str) -> subprocess.CompletedProcess[str]:
+    """What ``make TARGET`` would run with an empty venv VENV (``make -n``: nothing runs)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    return subprocess.run(
+        ["make", "--no-print-directory", "-n", f"VENV={venv}", target],
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("target", ["scaleout-up", "compose-up", "compose-test"])
+def test_bringing_a_stack_up_installs_the_lean_server_only(tmp_path: Path, target: str) -> None:
+    """The host side of these targets needs a Python with pip, not the test tools (which grew .venv from
+    85 to 628 MB)."""
+    plan = _make_plan(tmp_path / "venv", target)
+    assert plan.returncode == 0, plan.stderr
+    assert "[test]" not in plan.stdout
+    assert f"deploy/compose.sh {target.replace('compose-', '')}" in plan.stdout
+
+
+def test_make_scaleout_test_runs_the_stack_checks(tmp_path: Path) -> None:
+    plan = _make_plan(tmp_path / "venv", "scaleout-test")
+    assert plan.returncode == 0, plan.stderr
+    assert "deploy/compose.sh scaleout-test" in plan.stdout
