@@ -191,6 +191,11 @@ class Settings(BaseSettings):
             "open-file limit, raised to its hard value at start, minus 64)."
         ),
     )
+    handshake_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds a TLS handshake may take from the TCP accept (the connection is closed beyond).",
+    )
     idle_timeout: float = Field(
         default=5.0,
         gt=0,
