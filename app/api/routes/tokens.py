@@ -141,6 +141,7 @@ async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state
         scopes, patterns, body.description, ttl_seconds=body.ttl, max_ttl_seconds=body.max_ttl
     )
     await to_thread.run_sync(state.keystore.create_token, record)
+    state.tokens.forget(record.token_id)  # in case its id was tried (and cached as unknown) just before
     return {"token": token, **token_json(record)}
 
 
