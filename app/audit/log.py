@@ -203,14 +203,16 @@ class AuditLog:
         device or a pipe (stdout) cannot be probed: the result of the last write stands. The reason never
         names the path (``/readyz`` needs no token).
         """
+        failure = self._last_failure
+        last = None if failure is None else f"the audit log cannot be written ({failure})"
         if self.path == STDOUT:
-            return self._last_failure
+            return last
         try:
             self._ensure_open()
             self._cut_torn_line()
             assert self._fd is not None
             if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-                return self._last_failure
+                return last
             usage = os.fstatvfs(self._fd)
         except OSError as exc:
             return f"the audit log cannot be opened ({exc.strerror or type(exc).__name__})"
