@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from anyio import CapacityLimiter, to_thread
 from anyio.lowlevel import RunVar
 
-from app.core.token_format import TOKEN_PREFIX, parse_token
+from app.core.token_format import MIN_TOKEN_TTL_SECONDS, TOKEN_PREFIX, parse_token
 from app.errors import (
     BadRequestError,
     ForbiddenError,
@@ -61,6 +61,10 @@ class Principal:
     token_id: str
     scopes: tuple[str, ...]
     key_patterns: tuple[str, ...]
+    #: The token's expiry and the latest moment any renewal can reach (``None``: it never expires); the
+    #: tokens it creates are capped at them (:func:`new_token`'s ``not_after``).
+    expires_at: datetime | None = None
+    max_expires_at: datetime | None = None
 
     def has_scope(self, scope: str) -> bool:
         """True when the token carries ``scope``, or every scope that implies it (:data:`IMPLIED_SCOPES`)."""
@@ -104,14 +108,22 @@ def new_token(
     *,
     ttl_seconds: int | None = None,
     max_ttl_seconds: int | None = None,
+    not_after: tuple[datetime, datetime] | None = None,
 ) -> tuple[str, TokenRecord]:
     """Generate a token; returns the full token string (show it once) and the record to store.
 
     With ``ttl_seconds`` the token expires that long after creation and may be renewed until
     ``max_ttl_seconds`` after creation (default: ``ttl_seconds``, i.e. not beyond its first expiry).
 
+    ``not_after`` is the creator's ``(expires_at, max_expires_at)`` when the creator has a lifetime: a token
+    never outlives the token that created it (as in Vault), so the new token's ``expires_at`` is capped at
+    the first and its ``max_expires_at`` at the second. A token asked for without a ttl then gets one: the
+    whole seconds left until the capped expiry (at least one), which is also what a renewal grants.
+    :func:`lifetime_capped` tells whether the cap cut what was asked for.
+
     Raises:
-        BadRequestError: ``max_ttl_seconds`` without ``ttl_seconds``, or below it.
+        BadRequestError: ``max_ttl_seconds`` without ``ttl_seconds``, or below it; or ``not_after`` has
+            passed (the creator has expired).
     """
     created_at = token_clock()
     expires_at = max_expires_at = None
@@ -123,6 +135,14 @@ def new_token(
         max_expires_at = created_at + timedelta(seconds=max_ttl)
     elif max_ttl_seconds is not None:
         raise BadRequestError("max_ttl needs a ttl")
+    if not_after is not None:
+        limit, max_limit = not_after
+        if limit <= created_at:
+            raise BadRequestError("the creating token has expired")
+        expires_at = limit if expires_at is None else min(expires_at, limit)
+        max_expires_at = max_limit if max_expires_at is None else min(max_expires_at, max_limit)
+        if ttl_seconds is None:
+            ttl_seconds = max(math.ceil((expires_at - created_at).total_seconds()), MIN_TOKEN_TTL_SECONDS)
     token_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     record = TokenRecord(
@@ -137,6 +157,19 @@ def new_token(
         max_expires_at=max_expires_at,
     )
     return f"{TOKEN_PREFIX}{token_id}_{secret}", record
+
+
+def lifetime_capped(record: TokenRecord, ttl_seconds: int | None, max_ttl_seconds: int | None) -> bool:
+    """True when ``record`` (from :func:`new_token`) lives shorter than ``ttl_seconds``/``max_ttl_seconds``
+    asked for: its creator's lifetime capped it."""
+    if record.expires_at is None or record.max_expires_at is None:
+        return False
+    if ttl_seconds is None:
+        return True
+    asked_max = ttl_seconds if max_ttl_seconds is None else max_ttl_seconds
+    return record.expires_at < record.created_at + timedelta(seconds=ttl_seconds) or (
+        record.max_expires_at < record.created_at + timedelta(seconds=asked_max)
+    )
 
 
 def renew_token(
@@ -393,4 +426,10 @@ def _principal(record: TokenRecord | None, secret: str) -> Principal:
         raise UnauthorizedError("invalid token")
     if record.expires_at is not None and record.expires_at <= token_clock():
         raise TokenExpiredError("token expired")
-    return Principal(token_id=record.token_id, scopes=record.scopes, key_patterns=record.key_patterns)
+    return Principal(
+        token_id=record.token_id,
+        scopes=record.scopes,
+        key_patterns=record.key_patterns,
+        expires_at=record.expires_at,
+        max_expires_at=record.max_expires_at,
+    )
