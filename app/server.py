@@ -176,6 +176,11 @@ def _uvicorn_options(settings: Settings, tls: ServerTls | None) -> dict[str, Any
         "log_level": settings.log_level,
         "access_log": settings.access_log,
         "server_header": False,
+        # X-Forwarded-For names the client only when a configured proxy sent it: uvicorn's default believes
+        # any local peer (and FORWARDED_ALLOW_IPS), so a client behind a proxy that passes the header on could
+        # choose the address the audit log records.
+        "proxy_headers": settings.forwarded_allow_ips is not None,
+        "forwarded_allow_ips": settings.forwarded_allow_ips or [],
     }
     # The protocol does the handshake (each worker builds its own context): its limits cover handshakes.
     BoundedHttpToolsProtocol.use_tls(tls)
