@@ -176,9 +176,14 @@ def _uvicorn_options(settings: Settings, tls: ServerTls | None) -> dict[str, Any
         "log_level": settings.log_level,
         "access_log": settings.access_log,
         "server_header": False,
+        # X-Forwarded-For names the client only when a configured proxy sent it: uvicorn's default believes
+        # any local peer (and FORWARDED_ALLOW_IPS), so a client behind a proxy that passes the header on could
+        # choose the address the audit log records.
+        "proxy_headers": settings.forwarded_allow_ips is not None,
+        "forwarded_allow_ips": settings.forwarded_allow_ips or [],
     }
-    if tls is not None:
-        common["ssl_context_factory"] = tls  # picklable: each worker builds its own context
+    # The protocol does the handshake (each worker builds its own context): its limits cover handshakes.
+    BoundedHttpToolsProtocol.use_tls(tls)
     return common
 
 
@@ -188,6 +193,9 @@ def _run(settings: Settings, common: dict[str, Any], sock: socket.socket) -> Non
         from app.main import create_app
 
         server = uvicorn.Server(uvicorn.Config(create_app(settings), **common))
+        scheme = "https" if settings.tls_cert_file is not None else "http"
+        host, port = sock.getsockname()[:2]
+        logging.getLogger("uvicorn.error").info("serving on %s://%s:%d (1 worker)", scheme, host, port)
         with contextlib.suppress(KeyboardInterrupt):
             server.run(sockets=[sock])
         if not server.started:

@@ -28,6 +28,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import secrets
 import stat
 import sys
@@ -88,6 +89,45 @@ def check_writable(path: str) -> None:
         raise StartupRefusedError(
             f"KEYSTREAM_AUDIT_LOG {path}: cannot be opened for appending: {exc.strerror or exc}"
         ) from None
+
+
+def log_files(path: str) -> list[str]:
+    """The existing files of the log configured as ``path``, in the order ``audit verify`` reads them.
+
+    First ``path`` itself (a single process) after its rotations, then each worker's ``path.w<i>`` after its
+    rotations, worker by worker: ``path.2 path.1 path path.w0.1 path.w0 path.w1``, oldest first within each
+    writer's chain. Empty when none of them exists.
+
+    Raises:
+        OSError: the directory cannot be listed.
+    """
+    directory, name = os.path.split(path)
+    entries = set(os.listdir(directory or "."))
+    workers = sorted(
+        (int(match.group(1)), entry)
+        for entry in entries
+        if (match := re.fullmatch(re.escape(name) + r"\.w(\d+)", entry)) is not None
+    )
+    files: list[str] = []
+    for writer in [name, *(entry for _, entry in workers)]:
+        rotations = sorted(
+            (
+                (int(match.group(1)), entry)
+                for entry in entries
+                if (match := re.fullmatch(re.escape(writer) + r"\.(\d+)", entry)) is not None
+            ),
+            reverse=True,
+        )
+        present = [entry for _, entry in rotations] + ([writer] if writer in entries else [])
+        files += [os.path.join(directory, entry) for entry in present]
+    return files
+
+
+def is_first_file(path: str) -> bool:
+    """Whether ``path`` must hold the start of every chain that begins in it: it is not a rotated file (its
+    name does not end in ``.<number>``) and no rotated file ``path.1`` exists, so no older file of its log
+    can have held the chain's first records. A chain that starts later there lost lines at the start."""
+    return re.search(r"\.\d+$", os.path.basename(path)) is None and not os.path.exists(f"{path}.1")
 
 
 def rotated_paths(path: str, keep: int) -> list[str]:
@@ -163,14 +203,16 @@ class AuditLog:
         device or a pipe (stdout) cannot be probed: the result of the last write stands. The reason never
         names the path (``/readyz`` needs no token).
         """
+        failure = self._last_failure
+        last = None if failure is None else f"the audit log cannot be written ({failure})"
         if self.path == STDOUT:
-            return self._last_failure
+            return last
         try:
             self._ensure_open()
             self._cut_torn_line()
             assert self._fd is not None
             if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-                return self._last_failure
+                return last
             usage = os.fstatvfs(self._fd)
         except OSError as exc:
             return f"the audit log cannot be opened ({exc.strerror or type(exc).__name__})"

@@ -6,6 +6,7 @@ Use :func:`get_settings` (cached) instead of a module-level instance so tests ca
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -90,6 +91,13 @@ class Settings(BaseSettings):
     tls_disable: bool = Field(
         default=False,
         description="Allow plain HTTP on a non-loopback host (TLS terminated by a proxy); logs a WARNING.",
+    )
+
+    forwarded_allow_ips: Annotated[list[str] | None, NoDecode] = Field(
+        default=None,
+        description="Comma-separated addresses or networks (CIDR) of the proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed (the client address of logs and audit records); '*' believes any "
+        "peer (only when nothing but the proxy can reach the port). Unset: none, the peer's address is used.",
     )
 
     default_backend: str | None = Field(
@@ -191,6 +199,11 @@ class Settings(BaseSettings):
             "open-file limit, raised to its hard value at start, minus 64)."
         ),
     )
+    handshake_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds a TLS handshake may take from the TCP accept (the connection is closed beyond).",
+    )
     idle_timeout: float = Field(
         default=5.0,
         gt=0,
@@ -245,6 +258,28 @@ class Settings(BaseSettings):
         before a deleted name can be re-created elsewhere.
         """
         return TRUST_POLLS * self.change_poll_interval
+
+    @field_validator("forwarded_allow_ips", mode="before")
+    @classmethod
+    def _split_proxies(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()] or None
+        return value
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, value: list[str] | None) -> list[str] | None:
+        if value is None or value == ["*"]:
+            return value
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{entry!r} is not an IP address or network (CIDR); give the proxies' addresses, "
+                    "comma-separated, or '*' alone"
+                ) from None
+        return value
 
     @field_validator("enabled_backends", mode="before")
     @classmethod

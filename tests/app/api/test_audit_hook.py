@@ -167,3 +167,4 @@ async def test_readyz_is_503_after_a_write_to_a_device_failed(
         not_ready = await api.client.get("/readyz")
         assert not_ready.status_code == 503
         assert not_ready.json()["error"]["code"] == "audit_unavailable"
+        assert "cannot be written (No space left on device)" in not_ready.json()["error"]["message"]

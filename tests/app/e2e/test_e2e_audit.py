@@ -336,6 +336,10 @@ def test_several_workers_write_their_own_files(tmp_path: Path) -> None:
         assert sum(len(path.read_text().splitlines()) for path in per_worker) == 20  # one line per GET
         for path in per_worker:
             assert verify(path).returncode == 0
+        configured = verify(log)  # the configured path: both worker files found beside it
+        assert configured.returncode == 0, configured.stderr
+        assert configured.stdout.count("lines intact") == sum(1 for path in per_worker if path.stat().st_size)
+        assert f"ok: 20 lines in 2 file(s) ({per_worker[0]} {per_worker[1]})" in configured.stdout
     finally:
         stop_server(running)
 
@@ -350,6 +354,8 @@ def test_an_unwritable_log_fails_closed(tmp_path: Path) -> None:
         with running.client() as client:
             assert client.post("/v1/keys", json={"name": "k"}).status_code == 201
             assert client.get("/readyz").status_code == 200
+            before = verify(directory / "audit.log")
+            head = next(line.split()[1] for line in before.stdout.splitlines() if line.startswith("head "))
             shutil.rmtree(directory)  # the file and its directory removed
             not_ready = client.get("/readyz")  # a load balancer stops sending requests here
             assert not_ready.status_code == 503 and not_ready.json()["error"]["code"] == "audit_unavailable"
@@ -364,7 +370,11 @@ def test_an_unwritable_log_fails_closed(tmp_path: Path) -> None:
             assert client.get("/readyz").status_code == 200
             served = client.post("/v1/keys/k/encrypt", content=b"back")
             assert served.status_code == 200
-        assert verify(directory / "audit.log").returncode == 0
+        # The new file goes on with the chain, but its first records went with the old one: verify says so,
+        # unless given the head remembered before (where the new file begins).
+        alone = verify(directory / "audit.log")
+        assert alone.returncode == 1 and ":1: removed: chain" in alone.stderr, alone.stderr
+        assert verify(directory / "audit.log", heads=(head,)).returncode == 0
     finally:
         stop_server(running)
 
