@@ -27,7 +27,7 @@ import asyncio
 import asyncio.sslproto
 import logging
 import ssl
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import httptools
 import uvloop
@@ -36,6 +36,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.utils import is_ssl
 
 from app.core.config import get_settings
+from app.serving.access_log import RouteAccessLog
 from app.serving.errors import raw_error_response
 from app.serving.limits import ConnectionLimits, ConnectionWatch, Phase
 from app.serving.tls import ServerTls
@@ -216,6 +217,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self.phase, self.since = Phase.BODY, self.loop.time()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and cycle.access_log:
+            # A logger-like object that logs the route template instead of the path and query string.
+            cycle.access_logger = cast(logging.Logger, RouteAccessLog(cycle.access_logger, cycle.scope))
 
     def on_body(self, body: bytes) -> None:
         self.since = self.loop.time()
