@@ -14,7 +14,9 @@ and nothing more:
 * ``/tmp/...``, ``/var/log/keystream`` and ``/var/lib/keystream`` become directories of the page's own (the
   machine is shared);
 * ``export KEYSTREAM_TOKEN=ks_...`` sets the token the reader would paste;
-* a command that starts the service runs in the background until it listens (a second terminal);
+* a command that starts the service runs in the background until it listens (a second terminal), with the
+  settings the pages assume of the reader's service unless the command sets them: the root token the shell
+  has in ``KEYSTREAM_TOKEN``, key import allowed, one worker (``docs_prologue.sh``, ``ks_serve``);
 * a page whose blocks use ``postgresql://ROLE:PASSWORD@127.0.0.1:PORT/DATABASE`` gets the session's throwaway
   PostgreSQL cluster (``tests/pg_cluster.py``) on that PORT, with ROLE and DATABASE created as the page's
   "create a role and a database" step does as the database host's superuser (``sudo -u postgres``, which the
@@ -61,9 +63,7 @@ def shell_blocks(page: Path) -> list[Block]:
     return [block for block in page_blocks(page) if block.language in SHELL_LANGUAGES]
 
 
-#: Pages whose blocks are still being made runnable (this list only shrinks).
-PENDING: set[str] = set()
-PAGES = [page for page in sorted(DOCS.glob("*.md")) if shell_blocks(page) and page.name not in PENDING]
+PAGES = [page for page in sorted(DOCS.glob("*.md")) if shell_blocks(page)]
 
 
 def page_ports(blocks: list[Block]) -> dict[int, int]:
