@@ -67,9 +67,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """Run ``audit verify`` (see the module docstring for what it prints and its exit codes)."""
     from pydantic import ValidationError
 
-    from app.audit import derive_audit_keys, is_first_file, parse_head, verify_lines
+    from app.audit import audit_keys_for, is_first_file, parse_head, verify_lines
     from app.core.config import Settings
-    from app.keystore import MasterKeyError, load_master_key_for
+    from app.keystore import MasterKeyError
+    from app.seal import open_seal
 
     for head in args.expect_head:
         try:
@@ -77,12 +78,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     try:
-        master_key = load_master_key_for(Settings(), create=False)
+        seal = open_seal(Settings(), create=False)
     except ValidationError as exc:
         raise UsageError(f"bad KEYSTREAM_* settings: {exc.error_count()} error(s)") from None
     except MasterKeyError as exc:
         raise UsageError(str(exc)) from None
-    keys = derive_audit_keys(master_key)
+    try:
+        keys = audit_keys_for(seal)
+    finally:
+        seal.close()
     files = _files(args.paths)
     starts = {path for path in files if is_first_file(path)}
     try:

@@ -12,7 +12,7 @@ is ``keystream-server audit verify`` (:mod:`app.admin._audit`). Nothing here imp
 from __future__ import annotations
 
 from app.audit.chain import GENESIS, Link, Problem, Report, parse_head, seal, verify_lines
-from app.audit.keys import HASH_PREFIX, AuditKeys, derive_audit_keys
+from app.audit.keys import HASH_PREFIX, AuditKeys, audit_keys_for, derive_audit_keys
 from app.audit.log import (
     STDOUT,
     AuditLog,
@@ -35,6 +35,7 @@ __all__ = [
     "Link",
     "Problem",
     "Report",
+    "audit_keys_for",
     "check_writable",
     "derive_audit_keys",
     "is_first_file",

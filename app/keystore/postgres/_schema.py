@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.core.schemes import DEFAULT_SCHEME, SCHEMES
+from app.seal import Seal
 
 from ..base import utc_now
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
@@ -159,12 +160,12 @@ def schema_version(conn: Connection) -> int:
     return int(latest[0]) if latest else 0
 
 
-def migrate(conn: Connection, master_key: bytes, description: str, migrations: Sequence[Migration]) -> int:
+def migrate(conn: Connection, seal: Seal, description: str, migrations: Sequence[Migration]) -> int:
     """Bring the schema to the last of ``migrations`` and check (or store) the master key; return the version.
 
     Args:
         conn: an autocommit connection; the work runs in one transaction on it.
-        master_key: the 32-byte master key.
+        seal: the keystore's seal (:mod:`app.seal`).
         description: the database, for messages (never the URL).
         migrations: the steps, in version order.
 
@@ -191,18 +192,18 @@ def migrate(conn: Connection, master_key: bytes, description: str, migrations: S
                 (migration.version, migration.description, utc_now()),
             )
             current = migration.version
-        _check_master_key(conn, master_key, description)
+        _check_master_key(conn, seal, description)
     return current
 
 
-def _check_master_key(conn: Connection, master_key: bytes, description: str) -> None:
+def _check_master_key(conn: Connection, seal: Seal, description: str) -> None:
     row: Any = conn.execute("SELECT value FROM meta WHERE name = %s", (MASTER_CHECK,)).fetchone()
     if row is None:
         conn.execute(
             "INSERT INTO meta (name, value) VALUES (%s, %s)",
-            (MASTER_CHECK, make_master_key_check(master_key)),
+            (MASTER_CHECK, make_master_key_check(seal)),
         )
-    elif not master_key_matches(master_key, bytes(row[0])):
+    elif not master_key_matches(seal, bytes(row[0])):
         raise MasterKeyError(
             f"the master key does not match keystore {description}: it was created with another master key. "
             "Give every replica the same KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE"

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from app.core.schemes import DEFAULT_SCHEME, SCHEMES
+from app.seal import Seal
 
 from ..base import utc_now
 from ..changes import CHANGE_KINDS
@@ -171,14 +172,14 @@ def from_text(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(UTC)
 
 
-def migrate(conn: sqlite3.Connection, path: Path, master_key: bytes, migrations: Sequence[Migration]) -> None:
-    """Apply the ``migrations`` newer than the database, then check (or record) the master key.
+def migrate(conn: sqlite3.Connection, path: Path, seal: Seal, migrations: Sequence[Migration]) -> None:
+    """Apply the ``migrations`` newer than the database, then check (or record) the seal's check value.
 
     Call inside one write transaction, so several workers starting together migrate once.
 
     Raises:
         KeystoreSchemaError: the database is newer than the newest of ``migrations``.
-        MasterKeyError: ``master_key`` is not the key the database was created with.
+        MasterKeyError: ``seal`` is not the seal (or master key) the database was created with.
     """
     latest = migrations[-1].version if migrations else 0
     current = int(conn.execute("PRAGMA user_version").fetchone()[0])
@@ -203,9 +204,9 @@ def migrate(conn: sqlite3.Connection, path: Path, master_key: bytes, migrations:
     if row is None:
         conn.execute(
             "INSERT INTO meta (name, value) VALUES (?, ?)",
-            (_MASTER_CHECK, make_master_key_check(master_key)),
+            (_MASTER_CHECK, make_master_key_check(seal)),
         )
-    elif not master_key_matches(master_key, row[0]):
+    elif not master_key_matches(seal, row[0]):
         raise MasterKeyError(
             f"the master key does not match keystore {path}: it was created with another master "
             "key. Restore the original master.key or KEYSTREAM_MASTER_KEY"
