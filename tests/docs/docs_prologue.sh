@@ -49,6 +49,16 @@ ks_stop() {
     done
 }
 
+# ks_status_was STATUS SHOWN: a console block's `$ echo $?` whose output the page shows: print STATUS as echo
+# does, and fail (status 99) unless it is the SHOWN one.
+ks_status_was() {
+    echo "$1"
+    if [ "$1" != "$2" ]; then
+        echo "the page shows exit $2 here, the command before ended with $1" >&2
+        return 99
+    fi
+}
+
 # At the end (or an early exit): keep the shell's state for the next block, and say how far the block got.
 ks_save() {
     local status=$? name

@@ -30,6 +30,8 @@ _SERVE = re.compile(
 )
 _PORT_FLAG = re.compile(r"--port[ =](\d+)")
 _PORT_SETTING = re.compile(r"\bKEYSTREAM_PORT=(\d+)")
+#: ``... && echo "TEXT"`` at the end of a statement.
+_PROMISE = re.compile(r"&&\s*echo\s+([\"'])([^\"'$]+)\1$")
 #: The status of a pipeline whose first command was stopped by SIGPIPE (128 + 13).
 SIGPIPE_STATUS = 141
 #: The port of ``make run`` and of ``serve`` without ``--port``.
@@ -49,6 +51,14 @@ class Statement:
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
+
+    def promised(self) -> list[str]:
+        """What a statement ending in ``&& echo "TEXT"`` promises to print: bash reports no failure inside an
+        ``&&`` list (``cmp a b && echo same`` fails silently), so the text itself is the check."""
+        _, start = _scan(self.lines[-1], None)
+        code = (self.lines[-1] if start is None else self.lines[-1][:start]).rstrip()
+        match = _PROMISE.search(code)
+        return [match.group(2)] if match else []
 
     def allowed(self) -> set[int]:
         """The exit statuses the page allows this statement."""
@@ -148,13 +158,19 @@ def serve_port(statement: Statement) -> int | None:
 def script_lines(language: str, text: str, ports: dict[int, int]) -> list[str]:
     """The block as bash lines, one per block line (so a failing line maps back to the page).
 
-    ``console`` output lines become blank lines; a statement that starts the service becomes one
+    ``console`` output lines become blank lines; ``$ echo $?`` with its shown status becomes
+    ``ks_status_was $? STATUS`` (which fails unless the status was that one); a statement that starts the
+    service becomes one
     ``ks_serve DOCUMENTED_PORT REAL_PORT COMMAND`` line (``make run`` as the ``keystream-server serve`` it
     runs), then blank lines.
     """
     lines = [""] * len(text.splitlines())
     for statement in statements(language, text):
         port = serve_port(statement)
+        if language == "console" and statement.text.strip() == "echo $?" and statement.shown[:1] != []:
+            shown = statement.shown[0].strip()
+            lines[statement.first - 1] = f"ks_status_was $? {shown}" if shown.isdigit() else "echo $?"
+            continue
         if port is None:
             lines[statement.first - 1 : statement.last] = statement.lines
             continue

@@ -8,9 +8,10 @@ connect, a dropped connection whose retry found none); from then on :meth:`Circu
 :data:`PROBE_INTERVAL_SECONDS`. The first probe that succeeds closes the breaker: the service recovers by
 itself, within about one interval of the database's return, with or without traffic.
 
-The breaker only makes failures fast; it never answers anything itself. In particular it does not extend
-how long the caches are trusted: that bound (:mod:`app.services.coherence`) runs out as before, because the
-change-log reads fail too.
+``keystream_keystore_breaker_open`` (1 while open) and ``keystream_keystore_breaker_openings_total`` show
+it in the metrics. The breaker only makes failures fast; it never answers anything itself. In particular it
+does not extend how long the caches are trusted: that bound (:mod:`app.services.coherence`) runs out as
+before, because the change-log reads fail too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
+
+from app.core.metrics import KEYSTORE_BREAKER_OPEN, KEYSTORE_BREAKER_OPENINGS
 
 from ..errors import KeystoreUnavailableError
 
@@ -76,6 +79,8 @@ class CircuitBreaker:
                 self._opened_at = time.monotonic()
                 self._reason = reason
                 self.openings += 1
+                KEYSTORE_BREAKER_OPEN.set(1)
+                KEYSTORE_BREAKER_OPENINGS.inc()
                 logger.warning(
                     "keystore %s unreachable (%s): answering 503 at once, probing every %.1f s",
                     self._description,
@@ -121,6 +126,7 @@ class CircuitBreaker:
                 down = time.monotonic() - self._opened_at
                 self._open = False
                 self._thread = None
+                KEYSTORE_BREAKER_OPEN.set(0)
             logger.warning("keystore %s reachable again after %.1f s", self._description, down)
             return
 

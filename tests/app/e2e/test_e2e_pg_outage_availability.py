@@ -215,6 +215,16 @@ def outage_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PgC
         remove_cluster(cluster)
 
 
+def breaker_gauge(server: Server) -> float:
+    """``keystream_keystore_breaker_open`` as ``/metrics`` reports it (the highest among the workers)."""
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        text = client.get("/metrics").text
+    for line in text.splitlines():
+        if line.startswith("keystream_keystore_breaker_open "):
+            return float(line.split()[1])
+    raise AssertionError("keystream_keystore_breaker_open is not exported")
+
+
 def p(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -259,7 +269,9 @@ def test_a_postgres_outage_under_anonymous_load_stalls_no_worker(
         stopping = time.monotonic()
         cluster.stop()
         stopped = time.monotonic()
-        time.sleep(OUTAGE)
+        time.sleep(OUTAGE / 2)
+        breaker_during = breaker_gauge(server)
+        time.sleep(OUTAGE / 2)
         restarting = time.monotonic()
         cluster.start()
         restarted = time.monotonic()
@@ -328,6 +340,11 @@ def test_a_postgres_outage_under_anonymous_load_stalls_no_worker(
     ]
     assert not late, f"encrypts answered from caches past the trust bound: {len(late)}"
     assert recovered is not None and recovered - restarted < RECOVERY_LIMIT
+    assert breaker_during == 1.0
+    deadline = time.monotonic() + RECOVERY_LIMIT
+    while breaker_gauge(server) != 0.0:  # every worker's breaker closed by itself
+        assert time.monotonic() < deadline, "a worker's circuit breaker stayed open"
+        time.sleep(0.1)
     assert 401 in {s.status for s in recorder.between("anon", recovered, after)}
     with httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as client:
         for plaintext, ciphertext in recorder.sealed:

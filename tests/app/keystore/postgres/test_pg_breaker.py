@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.core import metrics
 from app.keystore import KeystoreUnavailableError
 from app.keystore.postgres._breaker import CircuitBreaker
 
@@ -60,6 +61,7 @@ def test_open_fails_at_once_until_a_probe_succeeds(breaker: CircuitBreaker, prob
             breaker.check()
     assert time.monotonic() - started < 0.5  # no waiting: 100 answers
     assert caught.value.retry_after_seconds == 1 and caught.value.__suppress_context__
+    assert metrics.KEYSTORE_BREAKER_OPEN._value.get() == 1
     wait_for(lambda: probe.calls >= 3)
     assert breaker.is_open  # failed probes keep it open
     assert probe.threads == {"keystore-probe"}
@@ -67,6 +69,7 @@ def test_open_fails_at_once_until_a_probe_succeeds(breaker: CircuitBreaker, prob
     wait_for(lambda: not breaker.is_open)
     breaker.check()
     assert breaker.openings == 1
+    assert metrics.KEYSTORE_BREAKER_OPEN._value.get() == 0
 
 
 def test_it_opens_again_after_closing(breaker: CircuitBreaker, probe: Probe) -> None:

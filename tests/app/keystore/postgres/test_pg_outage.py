@@ -4,6 +4,7 @@ recovers by itself when the database returns. The session's cluster is stopped a
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -105,5 +106,25 @@ def test_a_restart_between_calls_costs_no_failed_call(
         restarts.start()
         assert store.rotate_key("orders").latest_version == 2  # a write whose BEGIN failed: retried
         assert store.rotate_key("orders").latest_version == 3
+    finally:
+        store.close()
+
+
+def test_a_pool_busy_with_slow_work_does_not_open_the_breaker(pg_url: str, master_key: bytes) -> None:
+    """A wait for a connection that runs out because every connection is busy is load, not an outage: that
+    call gets its 503, and the next calls still go to the database once a connection is free."""
+    store = PostgresKeyStore(pg_url, master_key, pool_size=1, wait_timeout=0.3)
+    try:
+        store.create_key("orders")
+        holding = threading.Thread(
+            target=lambda: store._database.read(lambda c: c.execute("SELECT pg_sleep(1.5)"))
+        )
+        holding.start()
+        time.sleep(0.3)  # the one connection is taken
+        with pytest.raises(KeystoreUnavailableError, match="no database connection available"):
+            store.get_key("orders")
+        assert not store._database.breaker.is_open
+        holding.join()
+        assert store.get_key("orders").latest_version == 1
     finally:
         store.close()
