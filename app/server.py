@@ -22,8 +22,10 @@ from typing import Any, TextIO
 
 import uvicorn
 
+from app.audit import check_writable, worker_paths
 from app.core.config import Settings, get_settings
 from app.keystore import open_keystore_for
+from app.seal import open_seal
 from app.services.security import install_root_token
 from app.serving import (
     BoundedHttpToolsProtocol,
@@ -43,7 +45,8 @@ _BACKLOG = 2048
 
 
 def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
-    """Create the data directory (0700) and master key (0600) and install or generate the root token.
+    """Open the seal (auto-unseal; for the file seal, create the data directory (0700) and master key (0600)),
+    check it against the keystore, and install or generate the root token.
 
     A generated root token is printed once to ``out`` (default stdout) with a copy-paste ``curl`` example;
     it is never stored in clear or logged.
@@ -52,14 +55,19 @@ def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
         The generated root token, or ``None`` when one already existed or ``KEYSTREAM_ROOT_TOKEN`` was set.
 
     Raises:
-        app.keystore.master.MasterKeyError: the master key is malformed or does not open the keystore.
+        app.keystore.master.MasterKeyError: the seal cannot be opened (a missing token, a wrong PIN: one line
+            naming the setting) or does not open the keystore.
     """
-    keystore = open_keystore_for(settings)
+    seal = open_seal(settings)
     try:
-        root = settings.root_token.get_secret_value() if settings.root_token else None
-        generated = install_root_token(keystore, root)
+        keystore = open_keystore_for(settings, seal)
+        try:
+            root = settings.root_token.get_secret_value() if settings.root_token else None
+            generated = install_root_token(keystore, root)
+        finally:
+            keystore.close()
     finally:
-        keystore.close()
+        seal.close()
     if generated is not None:
         stream = out if out is not None else sys.stdout
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host  # noqa: S104
@@ -130,8 +138,9 @@ def serve(settings: Settings | None = None) -> None:
     Raises:
         StartupRefusedError: a TLS file is unusable, or plain HTTP on a non-loopback host without
             ``tls_disable`` (checked before anything is created or bound); the listening address is in use
-            or invalid (checked before the data directory or a root token is created); the single worker
-            did not start (its error is logged).
+            or invalid (checked before the data directory or a root token is created); an audit log file
+            (each worker's) cannot be opened for appending; the single worker did not start (its error is
+            logged).
         app.keystore.master.MasterKeyError: bad master key (nothing is served).
     """
     settings = settings if settings is not None else get_settings()
@@ -150,6 +159,9 @@ def serve(settings: Settings | None = None) -> None:
     else:
         sock = reserve_address(settings.host, settings.port)
     try:
+        if settings.audit_log is not None:  # one line now, rather than every /v1 request refused later
+            for path in worker_paths(settings.audit_log, settings.workers):
+                check_writable(path)
         bootstrap(settings)
         _run(settings, common, sock)
     finally:
@@ -171,9 +183,14 @@ def _uvicorn_options(settings: Settings, tls: ServerTls | None) -> dict[str, Any
         "log_level": settings.log_level,
         "access_log": settings.access_log,
         "server_header": False,
+        # X-Forwarded-For names the client only when a configured proxy sent it: uvicorn's default believes
+        # any local peer (and FORWARDED_ALLOW_IPS), so a client behind a proxy that passes the header on could
+        # choose the address the audit log records.
+        "proxy_headers": settings.forwarded_allow_ips is not None,
+        "forwarded_allow_ips": settings.forwarded_allow_ips or [],
     }
-    if tls is not None:
-        common["ssl_context_factory"] = tls  # picklable: each worker builds its own context
+    # The protocol does the handshake (each worker builds its own context): its limits cover handshakes.
+    BoundedHttpToolsProtocol.use_tls(tls)
     return common
 
 
@@ -183,6 +200,9 @@ def _run(settings: Settings, common: dict[str, Any], sock: socket.socket) -> Non
         from app.main import create_app
 
         server = uvicorn.Server(uvicorn.Config(create_app(settings), **common))
+        scheme = "https" if settings.tls_cert_file is not None else "http"
+        host, port = sock.getsockname()[:2]
+        logging.getLogger("uvicorn.error").info("serving on %s://%s:%d (1 worker)", scheme, host, port)
         with contextlib.suppress(KeyboardInterrupt):
             server.run(sockets=[sock])
         if not server.started:

@@ -5,7 +5,9 @@
 successes), ``option redispatch`` with ``retries`` so a connection refused by a dead replica is retried on
 another one, timeouts long enough for streams, no request-body buffering (``option http-buffer-request`` is
 left off), and the 502/503/504 answers HAProxy makes itself turned into the API's JSON error shape (503 with
-``Retry-After``), so a client sees one error format whether a replica or the balancer answered.
+``Retry-After``), so a client sees one error format whether a replica or the balancer answered. HAProxy sets
+``X-Forwarded-For`` and ``X-Forwarded-Proto`` itself (a client's own are replaced), for replicas that list
+its address in ``KEYSTREAM_FORWARDED_ALLOW_IPS``.
 
 :func:`start_haproxy` checks the configuration with ``haproxy -c``, starts ``haproxy -db`` (foreground, no
 daemon) and waits until a request through it reaches a ready replica.
@@ -119,6 +121,11 @@ def haproxy_config(
     lines += [
         "frontend keystream",
         f"    bind {bind}:{port}",
+        # The client's address and scheme as HAProxy saw them, replacing whatever the client sent: a replica
+        # believes these headers from the proxies in KEYSTREAM_FORWARDED_ALLOW_IPS only, and a passed-on
+        # X-Forwarded-For would let the client choose the address its audit records hold.
+        "    http-request set-header X-Forwarded-For %[src]",
+        "    http-request set-header X-Forwarded-Proto %[ssl_fc,iif(https,http)]",
         "    default_backend replicas",
         "backend replicas",
         "    balance leastconn",

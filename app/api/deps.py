@@ -30,11 +30,12 @@ async def get_principal(request: Request, state: StateDep) -> Principal:
 
     Raises:
         UnauthorizedError: no token, a malformed or unknown one, or a wrong secret (401).
+        ServiceUnavailableError: the token had to be read and the keystore cannot serve (503).
     """
     verified = request.scope.get("state", {}).get(VERIFIED_PRINCIPAL)
     if isinstance(verified, Principal):  # the body-limit middleware checked this request's token already
         return verified
-    return state.tokens.verify(request.headers.get("authorization"))
+    return await state.tokens.authenticate(request.headers.get("authorization"))
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

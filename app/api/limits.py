@@ -94,7 +94,7 @@ class BodyLimitMiddleware:
             return
         state: ServiceState = scope["app"].state.keystream
         try:
-            principal = state.tokens.verify(_header(scope, b"authorization"))
+            principal = await state.tokens.authenticate(_header(scope, b"authorization"))
             scope.setdefault("state", {})[VERIFIED_PRINCIPAL] = principal
             declared = _header(scope, b"content-length")
             if declared is not None and not is_ascii_integer(declared):

@@ -40,15 +40,21 @@ class CryptoParams(NamedTuple):
         """Parse and validate; ``headers`` come from :func:`wanted_headers`.
 
         Raises:
+            BadRequestError: a ``Keystream-*`` header or a query parameter given twice (400), an unknown
+                query parameter, or a query parameter and its header that differ.
             ValidationError: a malformed value (422, the message names the parameter and what is allowed).
             UnsupportedMediaTypeError: a body type other than ``application/octet-stream`` (415).
         """
         media_type = headers.get(b"content-type", "").split(";", 1)[0].strip().lower()
         if media_type and media_type != "application/octet-stream":
             raise UnsupportedMediaTypeError(f"expected application/octet-stream, got {media_type}")
+        repeated = headers.get(REPEATED_HEADERS)
+        if repeated is not None:
+            raise BadRequestError(f"header {repeated} given more than once; give it once")
         query: Mapping[str, str] = request.query_params if request.scope.get("query_string") else _NO_QUERY
         if query is not _NO_QUERY:
             _refuse_unknown(query)
+            refuse_repeated_query(request)
         fmt = query.get("format", "sealed")
         if fmt not in ("sealed", "raw"):
             raise ValidationError("format: must be sealed or raw")
@@ -89,6 +95,22 @@ def _refuse_unknown(query: Mapping[str, str]) -> None:
         )
 
 
+def refuse_repeated_query(request: Request) -> None:
+    """Refuse a query parameter given more than once, rather than let the last one win:
+    ``?backend=aesni&backend=python`` would run the backend a proxy or an auditor reading the first value
+    did not see.
+
+    Raises:
+        BadRequestError: the repeated names (never their values).
+    """
+    query = request.query_params
+    if len(query) == len(query.multi_items()):
+        return
+    names = sorted({name for name in query if len(query.getlist(name)) > 1})
+    shown = ", ".join(repr(name[:64]) for name in names[:5])
+    raise BadRequestError(f"query parameter {shown} given more than once; give each once")
+
+
 def _one_value(field: str, query: str | None, header: str | None) -> str | None:
     """The value given as query parameter or header (empty = absent); both must agree when both are given.
 
@@ -112,11 +134,33 @@ _WANTED_HEADERS = frozenset(
 )
 
 
+#: The headers of :data:`_WANTED_HEADERS` that must come at most once (``Authorization`` has its own rule;
+#: a repeated ``Content-Length`` is the HTTP server's to refuse).
+#: By wire name, the spelling an error message uses.
+_SINGLE_HEADERS = {
+    b"keystream-key-version": "Keystream-Key-Version",
+    b"keystream-iv": "Keystream-IV",
+    b"keystream-associated-data": "Keystream-Associated-Data",
+}
+#: Key of :func:`wanted_headers`' result naming the ``Keystream-*`` headers that came more than once (not a
+#: valid header name, so no request can set it).
+REPEATED_HEADERS = b":repeated"
+
+
 def wanted_headers(request: Request) -> dict[bytes, str]:
-    """The request headers encrypt/decrypt read, in one pass over the raw list (names are lower case)."""
-    return {
-        name: value.decode("latin-1") for name, value in request.scope["headers"] if name in _WANTED_HEADERS
-    }
+    """The request headers encrypt/decrypt read, in one pass over the raw list (names are lower case).
+
+    A ``Keystream-*`` header that comes twice is not resolved here (last wins would bind, say, the second
+    associated data a proxy never looked at): its name goes under :data:`REPEATED_HEADERS`, for
+    :meth:`CryptoParams.from_request` to refuse once the token has been checked (401/403 first).
+    """
+    found: dict[bytes, str] = {}
+    for name, value in request.scope["headers"]:
+        if name in _WANTED_HEADERS:
+            if name in found and name in _SINGLE_HEADERS:
+                found[REPEATED_HEADERS] = _SINGLE_HEADERS[name]
+            found[name] = value.decode("latin-1")
+    return found
 
 
 #: The longest integer text a parameter may hold: 20 digits cover every u64 (offsets, versions).

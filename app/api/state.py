@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.audit import AuditKeys, AuditLog, derive_audit_keys, worker_path
+from app.audit import AuditKeys, AuditLog, audit_keys_for, worker_path
 from app.core.config import Settings
 from app.keycache import KeyCache
-from app.keystore import KeyStore, load_master_key_for, open_keystore_for
+from app.keystore import KeyStore, open_keystore_for
+from app.seal import Seal, open_seal
 from app.services.auto_rotate import AutoRotator
 from app.services.backends import Backends, open_backends
 from app.services.budget import ByteBudget
@@ -20,6 +21,8 @@ class ServiceState:
     """Everything a request handler needs; stored on ``app.state.keystream`` by the lifespan."""
 
     settings: Settings
+    #: The one holder of the master key: the keystore wraps and unwraps through it.
+    seal: Seal
     keystore: KeyStore
     keycache: KeyCache
     tokens: TokenVerifier
@@ -28,7 +31,7 @@ class ServiceState:
     batch_budget: ByteBudget
     follower: ChangeFollower
     auto_rotator: AutoRotator
-    #: The audit hash and chain keys (derived from the master key; ``/v1/audit/hash`` works without a log).
+    #: The audit hash and chain keys (from the seal; ``/v1/audit/hash`` works without a log).
     audit_keys: AuditKeys
     #: The audit log writer; ``None`` when ``audit_log`` is unset.
     audit: AuditLog | None = None
@@ -39,16 +42,24 @@ def open_state(settings: Settings) -> ServiceState:
     automatic rotation (blocking: call from a thread).
 
     Raises:
-        MasterKeyError: the master key is malformed or does not open the keystore.
+        MasterKeyError: the seal cannot be opened or does not open the keystore.
         KeystoreSchemaError: the database comes from a newer release.
         ServiceUnavailableError: the keystore cannot be opened.
         ValueError: ``root_token`` is not of the form ``ks_<id>_<secret>``.
     """
-    master_key = load_master_key_for(settings)
-    keystore = open_keystore_for(settings, master_key)
-    audit_keys = derive_audit_keys(master_key)
-    del master_key
-    audit = open_audit_log(settings, audit_keys)
+    seal = open_seal(settings)
+    try:
+        keystore = open_keystore_for(settings, seal)
+    except BaseException:
+        seal.close()
+        raise
+    try:
+        audit_keys = audit_keys_for(seal, keystore.audit_key_material())
+        audit = open_audit_log(settings, audit_keys)
+    except BaseException:
+        keystore.close()
+        seal.close()
+        raise
     try:
         root = settings.root_token.get_secret_value() if settings.root_token else None
         if root is not None:
@@ -73,11 +84,13 @@ def open_state(settings: Settings) -> ServiceState:
         auto_rotator.start()
     except BaseException:
         keystore.close()
+        seal.close()
         if audit is not None:
             audit.close()
         raise
     return ServiceState(
         settings=settings,
+        seal=seal,
         keystore=keystore,
         keycache=keycache,
         tokens=tokens,
@@ -111,5 +124,6 @@ def close_state(state: ServiceState) -> None:
         state.backends.offload.shutdown()
     state.keycache.clear()
     state.keystore.close()
+    state.seal.close()
     if state.audit is not None:
         state.audit.close()

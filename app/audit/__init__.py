@@ -12,8 +12,18 @@ is ``keystream-server audit verify`` (:mod:`app.admin._audit`). Nothing here imp
 from __future__ import annotations
 
 from app.audit.chain import GENESIS, Link, Problem, Report, parse_head, seal, verify_lines
-from app.audit.keys import HASH_PREFIX, AuditKeys, derive_audit_keys
-from app.audit.log import STDOUT, AuditLog, AuditUnavailableError, rotated_paths, worker_path
+from app.audit.keys import HASH_PREFIX, AuditKeys, audit_keys_for, derive_audit_keys
+from app.audit.log import (
+    STDOUT,
+    AuditLog,
+    AuditUnavailableError,
+    check_writable,
+    is_first_file,
+    log_files,
+    rotated_paths,
+    worker_path,
+    worker_paths,
+)
 
 __all__ = [
     "GENESIS",
@@ -25,10 +35,15 @@ __all__ = [
     "Link",
     "Problem",
     "Report",
+    "audit_keys_for",
+    "check_writable",
     "derive_audit_keys",
+    "is_first_file",
+    "log_files",
     "parse_head",
     "rotated_paths",
     "seal",
     "verify_lines",
     "worker_path",
+    "worker_paths",
 ]

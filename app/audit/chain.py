@@ -12,7 +12,9 @@ removing one leaves a gap in ``seq`` and a ``prev`` that does not match; swappin
 Removing lines at the *end* leaves a valid, shorter chain: only a head remembered from earlier (the last
 line's ``seq + 1`` and ``hmac``, printed by :func:`Report.heads`) shows such truncation, which is why
 ``audit verify`` prints the head and accepts ``--expect-head``. Files dropped at the *start* (rotated away)
-leave a chain that begins at a ``seq`` above 0: reported, not an error.
+leave a chain that begins at a ``seq`` above 0: reported, not an error. Lines removed at the start of a file
+that no older file precedes (``starts`` of :func:`verify_lines`) are an error, unless a remembered head is
+exactly where the file begins (``seq`` and ``prev`` of its first line: the start the operator kept).
 
 Each writer (a worker process) has its own chain, named by its ``chain`` member; a log that holds several
 (stdout with several workers, or a process restarted on stdout) is verified chain by chain.
@@ -25,7 +27,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +132,8 @@ class ChainState:
     last_seq: int
     last_hmac: str
     lines: int = 1
+    #: ``prev`` of the first line seen (the HMAC of the record before it, in an older file or removed).
+    first_prev: str = GENESIS
 
     @property
     def head(self) -> str:
@@ -169,13 +173,20 @@ def _check(chain_key: bytes, text: str) -> tuple[dict[str, Any], str] | str:
 
 
 def verify_lines(
-    chain_key: bytes, lines: Iterable[tuple[str, int, str]], heads: Iterable[str] = ()
+    chain_key: bytes,
+    lines: Iterable[tuple[str, int, str]],
+    heads: Iterable[str] = (),
+    starts: Collection[str] = frozenset(),
 ) -> Report:
     """Verify ``(source, line number, text)`` lines in log order; stop at the first bad one.
 
     Files of one chain must be given oldest first (``audit.log.2 audit.log.1 audit.log``). ``heads`` are
     remembered heads (``<chain>:<records>:<hmac>``) that must still be in the log: a head beyond its chain's
     end means the log was truncated. A problem with a head is reported with line number 0.
+
+    ``starts`` are the sources no older file precedes (an unrotated log): a chain that begins in one of them
+    must begin at its first record, or exactly after a remembered head (the start the operator kept when
+    older lines were archived); otherwise its first lines were removed.
 
     Raises:
         ValueError: a head is malformed.
@@ -202,7 +213,16 @@ def verify_lines(
             if seq == 0 and prev != GENESIS:
                 report.problem = Problem(source, number, "changed: the first line of a chain must start it")
                 return report
-            report.chains[chain] = ChainState(first_seq=seq, last_seq=seq, last_hmac=tag)
+            if seq > 0 and source in starts and (chain, seq, prev) not in wanted:
+                report.problem = Problem(
+                    source,
+                    number,
+                    f"removed: chain {chain} starts here at record {seq + 1}, and no older file holds "
+                    f"the {seq} before it (give the older files first, or the head remembered where they "
+                    "end with --expect-head)",
+                )
+                return report
+            report.chains[chain] = ChainState(first_seq=seq, last_seq=seq, last_hmac=tag, first_prev=prev)
             continue
         if prev != state.last_hmac or seq != state.last_seq + 1:
             report.problem = Problem(source, number, _link_reason(state, seq))
@@ -255,6 +275,8 @@ def check_heads(
                 f"truncated: chain {chain} ends at {state.last_seq + 1} records, the remembered head "
                 f"is at {records}"
             )
+        if records == state.first_seq and wanted == state.first_prev:
+            continue  # the remembered start: the files given begin right after it
         if records - 1 < state.first_seq:
             return (
                 f"the remembered head of chain {chain} (record {records}) is in an older file than "

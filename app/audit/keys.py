@@ -1,4 +1,4 @@
-"""The audit keys: two HMAC-SHA256 keys derived from the master key, one per job.
+"""The audit keys: two HMAC-SHA256 keys derived from the master key through the seal, one per job.
 
 ``hash_key`` turns request values that must not be logged in the clear (associated data) into
 ``"hmac-sha256:<hex>"``, as Vault's audit devices do; ``POST /v1/audit/hash`` computes the same value so an
@@ -8,7 +8,8 @@ line's HMAC (:mod:`app.audit.chain`).
 Both come from the master key through HKDF-SHA256 with labels of their own, so neither reveals the master key
 or the other, and whoever can verify the log (``keystream-server audit verify``) is whoever holds the master
 key: no new secret to store, back up or rotate. A separate chain key would let a log auditor verify without
-the master key, at the price of one more secret per deployment; we chose the master key's owner.
+the master key, at the price of one more secret per deployment; we chose the master key's owner. The seal
+(:mod:`app.seal`) derives them (:func:`audit_keys_for`), so the master key's bytes never reach this module.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import hmac
 from dataclasses import dataclass, field
 
 from app.formats.sealed.format import hkdf_sha256
+from app.seal import Seal
 
 #: HKDF ``info`` labels: a derived key is used for one purpose only.
 HASH_KEY_INFO = b"keystream audit hash key v1"
@@ -51,4 +53,26 @@ def derive_audit_keys(master_key: bytes) -> AuditKeys:
     return AuditKeys(
         hash_key=hkdf_sha256(master_key, _SALT, HASH_KEY_INFO, _KEY_SIZE),
         chain_key=hkdf_sha256(master_key, _SALT, CHAIN_KEY_INFO, _KEY_SIZE),
+    )
+
+
+def audit_keys_for(seal: Seal, stored: bytes | None = None) -> AuditKeys:
+    """The audit keys: ``stored`` when the keystore holds them, else derived from ``seal``'s master key.
+
+    A keystore holds them (64 bytes: hash key, chain key, wrapped under its seal) when its seal cannot derive
+    keys (the pkcs11 seal), and keeps them when it moves to another seal, so every log keeps verifying. A
+    file-seal keystore that never moved derives them as before seals existed (:func:`derive_audit_keys`,
+    computed inside the seal).
+
+    Raises:
+        SealError: nothing is stored and the seal cannot derive keys from its master key.
+        ValueError: ``stored`` is not 64 bytes.
+    """
+    if stored is not None:
+        if len(stored) != 2 * _KEY_SIZE:
+            raise ValueError(f"stored audit key material must be {2 * _KEY_SIZE} bytes, got {len(stored)}")
+        return AuditKeys(hash_key=bytes(stored[:_KEY_SIZE]), chain_key=bytes(stored[_KEY_SIZE:]))
+    return AuditKeys(
+        hash_key=seal.derive_key(_SALT, HASH_KEY_INFO, _KEY_SIZE),
+        chain_key=seal.derive_key(_SALT, CHAIN_KEY_INFO, _KEY_SIZE),
     )

@@ -28,6 +28,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import secrets
 import stat
 import sys
@@ -35,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from app.audit.chain import Link, link_after, seal
-from app.errors import ServiceUnavailableError
+from app.errors import ServiceUnavailableError, StartupRefusedError
 
 logger = logging.getLogger("keystream.audit")
 
@@ -43,6 +44,10 @@ logger = logging.getLogger("keystream.audit")
 STDOUT = "-"
 #: How much of a file's end is read at open to find its last line.
 _TAIL_BYTES = 64 * 1024
+#: Free space below which the log's file system counts as full for readiness: room for the longest line (a
+#: ``request`` line holds the path, up to the default 64 KiB head limit).
+MIN_FREE_BYTES = 64 * 1024
+_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 
 
 class AuditUnavailableError(ServiceUnavailableError):
@@ -59,6 +64,70 @@ def worker_path(path: str, worker_index: int | None) -> str:
     if path == STDOUT or worker_index is None:
         return path
     return f"{path}.w{worker_index}"
+
+
+def worker_paths(path: str, workers: int) -> list[str]:
+    """Every file ``workers`` processes write for the setting ``path`` (see :func:`worker_path`)."""
+    if workers == 1:
+        return [worker_path(path, None)]
+    return [worker_path(path, index) for index in range(workers)]
+
+
+def check_writable(path: str) -> None:
+    """Refuse to start with an audit log file that cannot be opened for appending (its directory missing,
+    no permission, a read-only file system): open it as :class:`AuditLog` does (creating it), then close it.
+    Without this the service would start, and answer every ``/v1`` request with 503.
+
+    Raises:
+        StartupRefusedError: it cannot be opened (the message names the setting, the file and the reason).
+    """
+    if path == STDOUT:
+        return
+    try:
+        os.close(os.open(path, _OPEN_FLAGS, 0o600))
+    except OSError as exc:
+        raise StartupRefusedError(
+            f"KEYSTREAM_AUDIT_LOG {path}: cannot be opened for appending: {exc.strerror or exc}"
+        ) from None
+
+
+def log_files(path: str) -> list[str]:
+    """The existing files of the log configured as ``path``, in the order ``audit verify`` reads them.
+
+    First ``path`` itself (a single process) after its rotations, then each worker's ``path.w<i>`` after its
+    rotations, worker by worker: ``path.2 path.1 path path.w0.1 path.w0 path.w1``, oldest first within each
+    writer's chain. Empty when none of them exists.
+
+    Raises:
+        OSError: the directory cannot be listed.
+    """
+    directory, name = os.path.split(path)
+    entries = set(os.listdir(directory or "."))
+    workers = sorted(
+        (int(match.group(1)), entry)
+        for entry in entries
+        if (match := re.fullmatch(re.escape(name) + r"\.w(\d+)", entry)) is not None
+    )
+    files: list[str] = []
+    for writer in [name, *(entry for _, entry in workers)]:
+        rotations = sorted(
+            (
+                (int(match.group(1)), entry)
+                for entry in entries
+                if (match := re.fullmatch(re.escape(writer) + r"\.(\d+)", entry)) is not None
+            ),
+            reverse=True,
+        )
+        present = [entry for _, entry in rotations] + ([writer] if writer in entries else [])
+        files += [os.path.join(directory, entry) for entry in present]
+    return files
+
+
+def is_first_file(path: str) -> bool:
+    """Whether ``path`` must hold the start of every chain that begins in it: it is not a rotated file (its
+    name does not end in ``.<number>``) and no rotated file ``path.1`` exists, so no older file of its log
+    can have held the chain's first records. A chain that starts later there lost lines at the start."""
+    return re.search(r"\.\d+$", os.path.basename(path)) is None and not os.path.exists(f"{path}.1")
 
 
 def rotated_paths(path: str, keep: int) -> list[str]:
@@ -87,6 +156,8 @@ class AuditLog:
         self._link: Link | None = None
         #: Where a line cut short by a full disk began, until the file is truncated back to it.
         self._torn_end: int | None = None
+        #: Why the last write failed (``None`` after a success): readiness for a file that cannot be probed.
+        self._last_failure: str | None = None
         if path == STDOUT:
             self._fd = sys.stdout.fileno()
             self._link = Link(secrets.token_hex(8))
@@ -116,12 +187,41 @@ class AuditLog:
                 self._rotate()
             self._write_all(line)
         except OSError as exc:
+            self._last_failure = exc.strerror or type(exc).__name__
             raise AuditUnavailableError(
-                f"the audit log cannot be written ({exc.strerror or type(exc).__name__}): "
-                "requests are refused until it can"
+                f"the audit log cannot be written ({self._last_failure}): requests are refused until it can"
             ) from None
         self._size += len(line)
         self._link = after
+        self._last_failure = None
+
+    def unwritable_reason(self) -> str | None:
+        """Why a record could not be written now, or ``None`` when it could (what ``/readyz`` reports).
+
+        A regular file is probed without writing: the path is (re)opened as :meth:`write` would, a line cut
+        short earlier is cut back, and its file system must be writable with :data:`MIN_FREE_BYTES` free. A
+        device or a pipe (stdout) cannot be probed: the result of the last write stands. The reason never
+        names the path (``/readyz`` needs no token).
+        """
+        failure = self._last_failure
+        last = None if failure is None else f"the audit log cannot be written ({failure})"
+        if self.path == STDOUT:
+            return last
+        try:
+            self._ensure_open()
+            self._cut_torn_line()
+            assert self._fd is not None
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                return last
+            usage = os.fstatvfs(self._fd)
+        except OSError as exc:
+            return f"the audit log cannot be opened ({exc.strerror or type(exc).__name__})"
+        if usage.f_flag & os.ST_RDONLY:
+            return "the audit log's file system is read-only"
+        blocks = usage.f_bfree if os.geteuid() == 0 else usage.f_bavail  # root may use the reserved blocks
+        if blocks * usage.f_frsize < MIN_FREE_BYTES:
+            return "the audit log's file system is full"
+        return None
 
     def close(self) -> None:
         """Close the file (stdout stays open)."""
@@ -185,7 +285,7 @@ class AuditLog:
         self._open()
 
     def _open(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(self.path, _OPEN_FLAGS, 0o600)
         try:
             info = os.fstat(fd)
             if self._link is None:

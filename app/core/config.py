@@ -6,6 +6,7 @@ Use :func:`get_settings` (cached) instead of a module-level instance so tests ca
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -60,6 +61,20 @@ class Settings(BaseSettings):
         description="postgresql://user:password@host:port/db: keep keys in PostgreSQL, shared by replicas "
         "(master_key or master_key_file required). Unset: the SQLite keystore in data_dir.",
     )
+    seal: Literal["file", "pkcs11"] = Field(
+        default="file",
+        description="What holds the master key: file (master_key, master_key_file or data_dir/master.key; "
+        "development only) or pkcs11 (a non-extractable key in an HSM: the pkcs11_* settings).",
+    )
+    pkcs11_lib: Path | None = Field(default=None, description="The token's PKCS#11 module (seal=pkcs11).")
+    pkcs11_token_label: str | None = Field(default=None, description="The token's label (seal=pkcs11).")
+    pkcs11_pin: SecretStr | None = Field(default=None, description="The token's user PIN (seal=pkcs11).")
+    pkcs11_pin_file: Path | None = Field(
+        default=None, description="A file (mode 0600) holding the user PIN; instead of pkcs11_pin."
+    )
+    pkcs11_key_label: str = Field(
+        default="keystream-master", min_length=1, description="The master key's label in the token."
+    )
     root_token: SecretStr | None = Field(
         default=None,
         description="Root token `ks_<id>_<secret>` to install; when unset one is generated once.",
@@ -90,6 +105,13 @@ class Settings(BaseSettings):
     tls_disable: bool = Field(
         default=False,
         description="Allow plain HTTP on a non-loopback host (TLS terminated by a proxy); logs a WARNING.",
+    )
+
+    forwarded_allow_ips: Annotated[list[str] | None, NoDecode] = Field(
+        default=None,
+        description="Comma-separated addresses or networks (CIDR) of the proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed (the client address of logs and audit records); '*' believes any "
+        "peer (only when nothing but the proxy can reach the port). Unset: none, the peer's address is used.",
     )
 
     default_backend: str | None = Field(
@@ -191,6 +213,11 @@ class Settings(BaseSettings):
             "open-file limit, raised to its hard value at start, minus 64)."
         ),
     )
+    handshake_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds a TLS handshake may take from the TCP accept (the connection is closed beyond).",
+    )
     idle_timeout: float = Field(
         default=5.0,
         gt=0,
@@ -246,6 +273,28 @@ class Settings(BaseSettings):
         """
         return TRUST_POLLS * self.change_poll_interval
 
+    @field_validator("forwarded_allow_ips", mode="before")
+    @classmethod
+    def _split_proxies(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()] or None
+        return value
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, value: list[str] | None) -> list[str] | None:
+        if value is None or value == ["*"]:
+            return value
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{entry!r} is not an IP address or network (CIDR); give the proxies' addresses, "
+                    "comma-separated, or '*' alone"
+                ) from None
+        return value
+
     @field_validator("enabled_backends", mode="before")
     @classmethod
     def _split_backends(cls, value: object) -> object:
@@ -288,6 +337,10 @@ class Settings(BaseSettings):
     @field_validator(
         "master_key_file",
         "database_url",
+        "pkcs11_lib",
+        "pkcs11_token_label",
+        "pkcs11_pin",
+        "pkcs11_pin_file",
         "tls_cert_file",
         "tls_key_file",
         "tls_client_ca_file",
@@ -331,6 +384,19 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _master_key_source(self) -> Settings:
+        if self.seal == "pkcs11":
+            missing = [
+                f"KEYSTREAM_{name.upper()}"
+                for name in ("pkcs11_lib", "pkcs11_token_label")
+                if getattr(self, name) is None
+            ]
+            if missing:
+                raise ValueError(f"seal=pkcs11 needs {' and '.join(missing)}")
+            if (self.pkcs11_pin is None) == (self.pkcs11_pin_file is None):
+                raise ValueError(
+                    "seal=pkcs11 needs exactly one of KEYSTREAM_PKCS11_PIN and KEYSTREAM_PKCS11_PIN_FILE"
+                )
+            return self
         try:
             check_master_key_source(
                 self.master_key.get_secret_value() if self.master_key else None,

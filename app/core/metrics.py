@@ -80,3 +80,13 @@ KEY_AUTO_ROTATIONS = Counter(
     "Keys rotated automatically because their auto_rotate_period elapsed (counted by the worker that "
     "rotated; no key names as labels).",
 )
+KEYSTORE_BREAKER_OPEN = Gauge(
+    "keystream_keystore_breaker_open",
+    "1 while a process answers every keystore call with 503 at once (its database is known to be "
+    "unreachable: the circuit breaker is open), else 0.",
+    multiprocess_mode="livemax",
+)
+KEYSTORE_BREAKER_OPENINGS = Counter(
+    "keystream_keystore_breaker_openings",
+    "Times a process's keystore circuit breaker opened (the database became unreachable from it).",
+)

@@ -1,21 +1,24 @@
 """Keystream's keystore: named AES keys with versions, stored wrapped under a master key, and API tokens.
 
 >>> from pathlib import Path
->>> master_key = load_or_create_master_key(Path("data"), None)   # doctest: +SKIP
->>> store = open_keystore(Path("data"), master_key)              # doctest: +SKIP
+>>> seal = FileSeal(load_or_create_master_key(Path("data"), None))  # doctest: +SKIP
+>>> store = open_keystore(Path("data"), seal)                      # doctest: +SKIP
 >>> store.create_key("orders", "aes256").latest_version           # doctest: +SKIP
 1
 
 See :mod:`app.keystore.base` for the interface, :mod:`app.keystore.checks` for the validation rules,
 :mod:`app.keystore.sqlite` for the SQLite implementation (the embedded default), :mod:`app.keystore.postgres`
-for the PostgreSQL one (several replicas, selected by a database URL) and :mod:`app.keystore.master` for the
-master key and key wrapping.
+for the PostgreSQL one (several replicas, selected by a database URL) and :mod:`app.keystore.master` for key
+wrapping under the seal (:mod:`app.seal`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from app.seal import Seal, open_seal
+from app.seal.file import load_master_key_for as _load_master_key_for
 
 from .base import KeyInfo, KeyStore, KeyVersionInfo, TokenRecord
 from .changes import CHANGE_KINDS, Change, ChangeBatch
@@ -55,6 +58,7 @@ __all__ = [
     "DEFAULT_SEGMENT_SIZE",
     "KEY_NAME_PATTERN",
     "KEY_TYPES",
+    "MASTER_KEY_FILE",
     "MAX_AUTO_ROTATE_PERIOD",
     "MAX_SEGMENT_SIZE",
     "MIN_AUTO_ROTATE_PERIOD",
@@ -75,17 +79,20 @@ __all__ = [
     "check_auto_rotate_period",
     "check_key_name",
     "check_key_type",
+    "check_master_key_source",
     "check_segment_size",
     "load_master_key_for",
     "load_or_create_master_key",
     "open_keystore",
     "open_keystore_for",
+    "parse_master_key",
+    "read_master_key_file",
 ]
 
 
 def open_keystore(
     data_dir: Path,
-    master_key: bytes,
+    seal: Seal | bytes,
     database_url: str | None = None,
     *,
     tombstone_seconds: float = 0.0,
@@ -100,7 +107,7 @@ def open_keystore(
     ``auto_rotate_period`` a key may get (:mod:`app.keystore.rotation`; lowered only by tests).
 
     Raises:
-        MasterKeyError: ``master_key`` is not 32 bytes, is not the key the keystore was created with, or the
+        MasterKeyError: ``seal`` is bytes not 32 long, is not the seal the keystore was created with, or the
             data directory is unusable.
         KeystoreSchemaError: the database comes from a newer Keystream release.
         ServiceUnavailableError: the database cannot be opened (``KeystoreUnavailableError`` for PostgreSQL,
@@ -112,61 +119,45 @@ def open_keystore(
 
         return PostgresKeyStore(
             database_url,
-            master_key,
+            seal,
             tombstone_seconds=tombstone_seconds,
             auto_rotate_min_period=auto_rotate_min_period,
         )
     directory = ensure_data_dir(Path(data_dir))
     return SqliteKeyStore(
         directory / DATABASE_FILE,
-        master_key,
+        seal,
         tombstone_seconds=tombstone_seconds,
         auto_rotate_min_period=auto_rotate_min_period,
     )
 
 
 def load_master_key_for(settings: Settings, *, create: bool = True) -> bytes:
-    """The master key from where ``settings`` say: ``master_key_file``, ``master_key``, or (SQLite only)
-    ``data_dir/master.key``, generated on first start when ``create`` is true.
+    """The file seal's master key from where ``settings`` say (:func:`app.seal.file.load_master_key_for`).
 
     Raises:
-        MasterKeyError: see :func:`check_master_key_source`, :func:`load_or_create_master_key` and
-            :func:`read_master_key_file`; or, with ``create`` false, no key exists yet.
+        MasterKeyError: see :func:`app.seal.file.load_master_key_for`.
     """
-    env_value = settings.master_key.get_secret_value() if settings.master_key else None
-    database_url = settings.database_url.get_secret_value() if settings.database_url else None
-    check_master_key_source(env_value, settings.master_key_file, shared_database=database_url is not None)
-    if settings.master_key_file is not None:
-        return read_master_key_file(settings.master_key_file)
-    if database_url is not None:
-        assert env_value is not None  # check_master_key_source refused the other case
-        return parse_master_key(env_value, "KEYSTREAM_MASTER_KEY")
-    if not create and env_value is None and not (Path(settings.data_dir) / MASTER_KEY_FILE).exists():
-        raise MasterKeyError(
-            f"no master key: set KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE, or point "
-            f"KEYSTREAM_DATA_DIR at the directory holding {MASTER_KEY_FILE}"
-        )
-    return load_or_create_master_key(settings.data_dir, env_value)
+    return _load_master_key_for(settings, create=create)[0]
 
 
-def open_keystore_for(settings: Settings, master_key: bytes | None = None) -> KeyStore:
-    """Open the keystore ``settings`` select, with ``master_key`` (``None``: :func:`load_master_key_for`).
+def open_keystore_for(settings: Settings, seal: Seal | bytes | None = None) -> KeyStore:
+    """Open the keystore ``settings`` select, with ``seal`` (``None``: :func:`app.seal.open_seal`).
 
-    ``settings.database_url`` set: the PostgreSQL keystore, with the master key from ``master_key`` or
-    ``master_key_file`` (required: a generated one would differ per replica). Unset: the SQLite keystore in
-    ``data_dir``, with the master key from ``master_key``, ``master_key_file`` or ``data_dir/master.key``
-    (generated on first start). Deleted names are held for ``settings.effective_tombstone_seconds``; the
+    ``settings.database_url`` set: the PostgreSQL keystore (a file seal's master key must then be given in
+    ``master_key`` or ``master_key_file``: a generated one would differ per replica). Unset: the SQLite
+    keystore in ``data_dir``. Deleted names are held for ``settings.effective_tombstone_seconds``; the
     shortest ``auto_rotate_period`` is ``settings.auto_rotate_min_period``.
 
     Raises:
-        MasterKeyError: see :func:`load_master_key_for`; or the key does not open the keystore.
+        MasterKeyError: the seal cannot be opened, or does not open the keystore.
         KeystoreSchemaError, ServiceUnavailableError, ValueError: see :func:`open_keystore`.
     """
-    key = master_key if master_key is not None else load_master_key_for(settings)
+    chosen = seal if seal is not None else open_seal(settings)
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     return open_keystore(
         settings.data_dir,
-        key,
+        chosen,
         database_url,
         tombstone_seconds=settings.effective_tombstone_seconds,
         auto_rotate_min_period=settings.auto_rotate_min_period,

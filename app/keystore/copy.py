@@ -3,8 +3,8 @@
 :func:`copy_keystore` reads the source, checks everything, then writes the destination in **one**
 transaction (:meth:`~app.keystore.base.KeyStore.insert_copied`), so a copy is all or nothing:
 
-* Material travels wrapped, as stored; each wrapped version is first unwrapped under the master key to prove
-  it is intact and that both keystores share that master key (each store has already checked its own check
+* Material travels wrapped, as stored; each wrapped version is first unwrapped by the seal to prove it is
+  intact and that both keystores share that seal's master key (each store has already checked its own check
   value when it was opened). The unwrapped bytes are only compared, never written or shown.
 * Idempotent: a key already in the destination with the same versions, the same material (compared in
   constant time, :func:`hmac.compare_digest`) and the same type, scheme, segment size and policy is skipped,
@@ -24,9 +24,10 @@ import hmac
 from dataclasses import dataclass
 
 from app.errors import ConflictError
+from app.seal import Seal
 
 from .base import KeyExport, KeyStore, TokenRecord
-from .master import unwrap_key_material
+from .master import as_seal, unwrap_key_material
 
 __all__ = ["CopyConflictError", "CopySummary", "copy_keystore"]
 
@@ -66,15 +67,15 @@ class CopySummary:
         )
 
 
-def _materials(key: KeyExport, master_key: bytes) -> list[bytes]:
+def _materials(key: KeyExport, seal: Seal) -> list[bytes]:
     """Every version of ``key`` unwrapped (raises ``KeyUnwrapError`` naming the key and version only)."""
     return [
-        unwrap_key_material(master_key, key.info.name, version.version, blob)
+        unwrap_key_material(seal, key.info.name, version.version, blob)
         for version, blob in zip(key.info.versions, key.wrapped, strict=True)
     ]
 
 
-def _key_difference(source: KeyExport, target: KeyExport, master_key: bytes) -> str | None:
+def _key_difference(source: KeyExport, target: KeyExport, seal: Seal) -> str | None:
     """Why ``target`` is not the same key as ``source`` (no material in the text), or None if it is."""
     for name in _SAME_KEY_FIELDS:
         if getattr(source.info, name) != getattr(target.info, name):
@@ -84,7 +85,7 @@ def _key_difference(source: KeyExport, target: KeyExport, master_key: bytes) -> 
     if source_versions != target_versions:
         return f"it has versions {target_versions}, the source {source_versions}"
     same = True
-    for left, right in zip(_materials(source, master_key), _materials(target, master_key), strict=True):
+    for left, right in zip(_materials(source, seal), _materials(target, seal), strict=True):
         same &= hmac.compare_digest(left, right)  # no early exit: every version is compared
     return None if same else "its material differs"
 
@@ -99,29 +100,30 @@ def _token_difference(source: TokenRecord, target: TokenRecord) -> str | None:
     return None
 
 
-def copy_keystore(source: KeyStore, target: KeyStore, master_key: bytes) -> CopySummary:
+def copy_keystore(source: KeyStore, target: KeyStore, seal: Seal | bytes) -> CopySummary:
     """Copy the keys, versions and tokens of ``source`` that ``target`` lacks, in one transaction.
 
     Args:
         source: the keystore to read.
-        target: the keystore to write; both were opened with ``master_key``.
-        master_key: the 32-byte master key of both.
+        target: the keystore to write; both were opened with ``seal``.
+        seal: the seal of both (32 bytes stand for a file seal over that master key).
 
     Returns:
         What was copied and skipped.
 
     Raises:
         KeyUnwrapError: a version in ``source`` (or the same-named key in ``target``) does not unwrap under
-            ``master_key``; nothing was written.
+            ``seal``; nothing was written.
         CopyConflictError: keys or tokens in ``target`` differ from ``source``'s; nothing was written. The
             message names them and what differs, never material or hashes.
         KeyExistsError, ConflictError, KeyRecentlyDeletedError: another writer created a key or token, or
             a copied name is held by a tombstone in ``target``; nothing was written.
         ServiceUnavailableError: a database cannot serve now.
     """
+    seal = as_seal(seal)
     source_keys = source.export_keys()
     for key in source_keys:
-        _materials(key, master_key)  # proves every wrapped version intact before anything is written
+        _materials(key, seal)  # proves every wrapped version intact before anything is written
     target_keys = {key.info.name: key for key in target.export_keys()}
     target_tokens = {record.token_id: record for record in target.list_tokens()}
     conflicts: list[str] = []
@@ -131,7 +133,7 @@ def copy_keystore(source: KeyStore, target: KeyStore, master_key: bytes) -> Copy
         if existing is None:
             new_keys.append(key)
             continue
-        difference = _key_difference(key, existing, master_key)
+        difference = _key_difference(key, existing, seal)
         if difference is not None:
             conflicts.append(f"key {key.info.name!r} ({difference})")
     new_tokens: list[TokenRecord] = []

@@ -1,27 +1,19 @@
-"""The master key: where it comes from, and how it wraps key material.
+"""Wrapping key material under the keystore's seal, and the check value that detects a wrong seal.
 
-The master key is 32 random bytes. It comes from ``KEYSTREAM_MASTER_KEY`` (base64) when that is set, else from
-``<data_dir>/master.key`` (base64 text, mode 0600), which is generated on first start. The data directory is
-kept at mode 0700.
+Every stored key version is wrapped by the seal (:mod:`app.seal`: the master key's only holder); the
+associated data ``keystream:key:<name>:<version>`` binds a wrapped blob to its key name and version, so a blob
+copied to another row does not unwrap. The keystore also stores a check value wrapped by the seal it was
+created with, so that opening it under another seal or master key is refused before anything is served.
 
-Every stored key version is wrapped with AES-256-GCM (pycryptodome) under the master key; the associated data
-``keystream:key:<name>:<version>`` binds a wrapped blob to its key name and version, so a blob copied to
-another row does not unwrap. Wrapped format: ``0x01 | 12-byte random nonce | ciphertext | 16-byte tag``.
-
-No function here puts key bytes into an exception, a log line or a ``repr``.
+Each function takes a seal, or 32 master key bytes standing for a file seal over them. The master key's
+sources for the file seal (``KEYSTREAM_MASTER_KEY``, ``_FILE``, ``data/master.key``) live in
+:mod:`app.seal.file`; their names are re-exported here for the keystore's callers. No function here puts key
+bytes into an exception, a log line or a ``repr``.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import logging
-import os
 import secrets
-import stat
-from pathlib import Path
-
-from Crypto.Cipher import AES
 
 from app.core.master_key_format import (
     MASTER_KEY_SIZE,
@@ -30,12 +22,23 @@ from app.core.master_key_format import (
     parse_master_key,
 )
 from app.errors import ServiceUnavailableError
+from app.seal import FileSeal, Seal, SealUnwrapError, blob_origin
+from app.seal.file import (
+    MASTER_KEY_FILE,
+    check_master_key,
+    ensure_data_dir,
+    load_or_create_master_key,
+    read_master_key_file,
+)
 
 __all__ = [
+    "AUDIT_KEYS_ROW",
+    "CHECK_ROW",
     "MASTER_KEY_FILE",
     "MASTER_KEY_SIZE",
     "KeyUnwrapError",
     "MasterKeyError",
+    "as_seal",
     "check_master_key",
     "check_master_key_source",
     "ensure_data_dir",
@@ -43,241 +46,131 @@ __all__ = [
     "load_or_create_master_key",
     "make_master_key_check",
     "master_key_matches",
+    "open_audit_key_material",
     "parse_master_key",
     "read_master_key_file",
+    "settle_seal",
     "unwrap_key_material",
     "wrap_key_material",
 ]
 
-logger = logging.getLogger(__name__)
-
-MASTER_KEY_FILE = "master.key"
-DATA_DIR_MODE = 0o700
-MASTER_KEY_MODE = 0o600
-
-_WRAP_FORMAT_V1 = b"\x01"  # AES-256-GCM, 12-byte nonce, 16-byte tag
-_NONCE_SIZE = 12
-_TAG_SIZE = 16
-_CHECK_ASSOCIATED_DATA = b"keystream:master-key-check"
+#: The ``meta`` rows the seal's blobs live in: the check value, and (for seals that cannot derive keys) the
+#: audit keys' material, 64 random bytes (hash key, chain key) made when the keystore is first opened.
+CHECK_ROW = "master_key_check"
+AUDIT_KEYS_ROW = "audit_keys"
+AUDIT_KEYS_ASSOCIATED_DATA = b"keystream:audit-keys"
+AUDIT_KEYS_SIZE = 64
+CHECK_ASSOCIATED_DATA = b"keystream:master-key-check"
 _CHECK_PLAINTEXT = b"keystream master key check v1"
 
 
 class KeyUnwrapError(ServiceUnavailableError):
-    """A stored key version does not unwrap under the master key (another master key, or a corrupt row)."""
+    """A stored key version does not unwrap under the seal (another seal or master key, or a corrupt row)."""
 
     code = "key_unwrap_failed"
 
 
-def check_master_key(master_key: object) -> bytes:
-    """Return ``master_key`` as bytes if it is 32 bytes long.
+def as_seal(seal: Seal | bytes) -> Seal:
+    """``seal`` itself, or a :class:`~app.seal.FileSeal` over 32 master key bytes (tests, ``keystore copy``).
 
     Raises:
-        MasterKeyError: not bytes-like, or another length.
+        MasterKeyError: bytes that are not 32 bytes long, or neither a seal nor bytes.
     """
-    if not isinstance(master_key, bytes | bytearray | memoryview):
-        raise MasterKeyError(f"the master key must be bytes, got {type(master_key).__name__}")
-    key = bytes(master_key)
-    if len(key) != MASTER_KEY_SIZE:
-        raise MasterKeyError(f"the master key must be {MASTER_KEY_SIZE} bytes long, got {len(key)} bytes")
-    return key
-
-
-def ensure_data_dir(data_dir: Path) -> Path:
-    """Create ``data_dir`` (and parents) if needed and make it mode 0700, whatever the umask.
-
-    An existing directory that other users can enter or read is tightened to 0700 with a warning.
-
-    Raises:
-        MasterKeyError: the path exists and is not a directory, cannot be created, or is open to other
-            users and its mode cannot be changed.
-    """
-    path = Path(data_dir)
-    existed = path.is_dir()
-    try:
-        path.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
-    except FileExistsError as exc:
-        raise MasterKeyError(f"data directory {path} exists and is not a directory") from exc
-    except OSError as exc:
-        raise MasterKeyError(f"cannot create data directory {path}: {exc.strerror}") from exc
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode != DATA_DIR_MODE:
-        try:
-            os.chmod(path, DATA_DIR_MODE)
-        except OSError as exc:
-            if mode & 0o077:
-                raise MasterKeyError(
-                    f"data directory {path} is open to other users (mode {mode:#o}) and its mode cannot be "
-                    f"changed ({exc.strerror}); run: chmod 700 {path}"
-                ) from exc
-        else:
-            if existed and mode & 0o077:
-                logger.warning(
-                    "data directory %s was open to other users (mode %#o); changed it to 0700", path, mode
-                )
-    return path
-
-
-def _read_master_key_file(path: Path) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise MasterKeyError(f"cannot open master key file {path}: {exc.strerror}") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise MasterKeyError(f"master key file {path} is not a regular file")
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077:
-            raise MasterKeyError(
-                f"master key file {path} is accessible to other users (mode {mode:#o}); refusing to use it. "
-                f"Run: chmod 600 {path}"
-            )
-        data = os.read(fd, 4096)
-    finally:
-        os.close(fd)
-    if not data.isascii():  # checked, not caught: a UnicodeDecodeError would carry the file's bytes
-        raise MasterKeyError(f"master key file {path} is not base64 text of {MASTER_KEY_SIZE} bytes")
-    return parse_master_key(data.decode("ascii"), str(path))
-
-
-def read_master_key_file(path: Path) -> bytes:
-    """Read a master key file given explicitly (``KEYSTREAM_MASTER_KEY_FILE``, e.g. a mounted secret).
-
-    Raises:
-        MasterKeyError: the file cannot be opened, is not a regular file, is accessible to other users
-            (group or world bits set), or does not hold base64 of 32 bytes.
-    """
-    return _read_master_key_file(Path(path))
-
-
-def _write_new_file(path: Path, content: bytes) -> None:
-    """Create ``path`` with mode 0600 (O_EXCL, so never over an existing file) and write ``content``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, MASTER_KEY_MODE)
-    try:
-        os.fchmod(fd, MASTER_KEY_MODE)  # the umask may have removed bits we want; never adds any
-        view = memoryview(content)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _create_master_key_file(path: Path) -> bytes | None:
-    """Write a new random master key to ``path`` atomically; ``None`` when another process was first.
-
-    The key is written to a unique temporary file and hard-linked into place, so ``path`` never exists
-    half-written even while several workers start at once.
-    """
-    key = secrets.token_bytes(MASTER_KEY_SIZE)
-    content = base64.b64encode(key) + b"\n"
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
-    _write_new_file(temporary, content)
-    try:
-        os.link(temporary, path)
-    except FileExistsError:
-        return None
-    except OSError:
-        # File systems without hard links: create the file itself exclusively instead.
-        try:
-            _write_new_file(path, content)
-        except FileExistsError:
-            return None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-    _fsync_dir(path.parent)
-    return key
-
-
-def load_or_create_master_key(data_dir: Path, env_value: str | None) -> bytes:
-    """Return the master key, creating the data directory (0700) and, on first start, ``master.key`` (0600).
-
-    Args:
-        data_dir: the service's data directory.
-        env_value: the value of ``KEYSTREAM_MASTER_KEY`` (base64 of 32 bytes), or ``None``/empty to use
-            ``data_dir/master.key``. A key given here is never written to disk.
-
-    Raises:
-        MasterKeyError: the data directory is unusable; ``env_value`` or the file is not base64 of 32 bytes;
-            the file is accessible to other users (group or world bits set) or is not a regular file.
-    """
-    path = ensure_data_dir(Path(data_dir))
-    if env_value is not None and env_value.strip():
-        return parse_master_key(env_value, "KEYSTREAM_MASTER_KEY")
-    key_path = path / MASTER_KEY_FILE
-    if not os.path.lexists(key_path):
-        created = _create_master_key_file(key_path)
-        if created is not None:
-            logger.warning(
-                "generated a new master key in %s: back it up; without it no stored key can be used", key_path
-            )
-            return created
-    return _read_master_key_file(key_path)
+    if isinstance(seal, Seal):
+        return seal
+    return FileSeal(check_master_key(seal))
 
 
 def key_associated_data(name: str, version: int) -> bytes:
-    """The AES-GCM associated data that binds a wrapped key to its name and version."""
+    """The associated data that binds a wrapped key to its name and version."""
     return f"keystream:key:{name}:{version}".encode()
 
 
-def _seal(master_key: bytes, plaintext: bytes, associated_data: bytes) -> bytes:
-    nonce = os.urandom(_NONCE_SIZE)
-    cipher = AES.new(master_key, AES.MODE_GCM, nonce=nonce)
-    cipher.update(associated_data)
-    ciphertext, tag = cipher.encrypt_and_digest(plaintext)
-    return _WRAP_FORMAT_V1 + nonce + ciphertext + tag
+def wrap_key_material(seal: Seal | bytes, name: str, version: int, material: bytes) -> bytes:
+    """Wrap ``material`` under ``seal``, bound to ``(name, version)``."""
+    return as_seal(seal).wrap(material, key_associated_data(name, version))
 
 
-def _open(master_key: bytes, blob: bytes, associated_data: bytes) -> bytes | None:
-    if len(blob) < 1 + _NONCE_SIZE + _TAG_SIZE or blob[:1] != _WRAP_FORMAT_V1:
-        return None
-    nonce = blob[1 : 1 + _NONCE_SIZE]
-    cipher = AES.new(master_key, AES.MODE_GCM, nonce=nonce)
-    cipher.update(associated_data)
-    try:
-        plaintext: bytes = cipher.decrypt_and_verify(blob[1 + _NONCE_SIZE : -_TAG_SIZE], blob[-_TAG_SIZE:])
-    except ValueError:
-        return None
-    return plaintext
-
-
-def wrap_key_material(master_key: bytes, name: str, version: int, material: bytes) -> bytes:
-    """Encrypt ``material`` under the master key, bound to ``(name, version)``."""
-    return _seal(master_key, material, key_associated_data(name, version))
-
-
-def unwrap_key_material(master_key: bytes, name: str, version: int, wrapped: bytes) -> bytes:
-    """Decrypt what :func:`wrap_key_material` produced for the same ``(name, version)``.
+def unwrap_key_material(seal: Seal | bytes, name: str, version: int, wrapped: bytes) -> bytes:
+    """Unwrap what :func:`wrap_key_material` produced for the same ``(name, version)``.
 
     Raises:
-        KeyUnwrapError: the blob does not authenticate: another master key, another name/version, or
+        KeyUnwrapError: the blob does not authenticate: another seal or master key, another name/version, or
             corruption. The message names the key and version only.
+        SealError: the seal is sealed or its device fails.
     """
-    material = _open(master_key, bytes(wrapped), key_associated_data(name, version))
-    if material is None:
-        raise KeyUnwrapError(
-            f"cannot unwrap version {version} of key {name!r}: it does not authenticate under the current "
-            "master key (a different master key, or a corrupt keystore record)"
+    try:
+        return as_seal(seal).unwrap(bytes(wrapped), key_associated_data(name, version))
+    except SealUnwrapError:
+        pass  # raised outside the handler: no chained exception that could carry the blob
+    raise KeyUnwrapError(
+        f"cannot unwrap version {version} of key {name!r}: it does not authenticate under the current "
+        "master key (a different master key, or a corrupt keystore record)"
+    )
+
+
+def make_master_key_check(seal: Seal | bytes) -> bytes:
+    """A blob stored with the keystore that lets :func:`master_key_matches` detect a wrong seal or key."""
+    return as_seal(seal).wrap(_CHECK_PLAINTEXT, CHECK_ASSOCIATED_DATA)
+
+
+def master_key_matches(seal: Seal | bytes, check: bytes) -> bool:
+    """True when ``check`` (from :func:`make_master_key_check`) was made by ``seal``'s master key."""
+    try:
+        return as_seal(seal).unwrap(bytes(check), CHECK_ASSOCIATED_DATA) == _CHECK_PLAINTEXT
+    except SealUnwrapError:
+        return False
+
+
+def settle_seal(seal: Seal, meta: dict[str, bytes], description: str, hint: str) -> dict[str, bytes]:
+    """Check ``seal`` against a keystore's ``meta`` rows; return the rows to add in the same transaction.
+
+    A keystore without a check value gets one; a keystore whose seal cannot derive the audit keys
+    (:attr:`~app.seal.Seal.derives_keys`) gets random audit key material wrapped under it.
+
+    Args:
+        seal: the seal the keystore is opened with.
+        meta: the keystore's :data:`CHECK_ROW` and :data:`AUDIT_KEYS_ROW` values, where present.
+        description: the keystore, for messages (a path, a database name; never a URL).
+        hint: what to do when the master key differs, for the message.
+
+    Raises:
+        MasterKeyError: the check value was made by another seal kind (the message names both and the
+            command that moves a keystore between seals), or by another master key of the same kind.
+    """
+    added: dict[str, bytes] = {}
+    check = meta.get(CHECK_ROW)
+    if check is None:
+        added[CHECK_ROW] = make_master_key_check(seal)
+    elif not master_key_matches(seal, check):
+        origin = blob_origin(bytes(check))
+        if origin is not None and origin.kind != seal.kind:
+            raise MasterKeyError(
+                f"{seal.describe()} does not match keystore {description}: it is sealed by the {origin.kind} "
+                f"seal. Set KEYSTREAM_SEAL={origin.kind}, or move it with: keystream-server operator "
+                f"migrate-seal --to {seal.kind}"
+            )
+        raise MasterKeyError(
+            f"the master key does not match keystore {description}: it was created with another master key. "
+            + hint
         )
+    if meta.get(AUDIT_KEYS_ROW) is None and not seal.derives_keys:
+        added[AUDIT_KEYS_ROW] = seal.wrap(secrets.token_bytes(AUDIT_KEYS_SIZE), AUDIT_KEYS_ASSOCIATED_DATA)
+    return added
+
+
+def open_audit_key_material(seal: Seal, stored: bytes | None) -> bytes | None:
+    """The audit keys' 64 bytes stored under ``seal`` (:func:`settle_seal`), or ``None`` when none is stored.
+
+    Raises:
+        MasterKeyError: the stored material does not unwrap under ``seal``.
+    """
+    if stored is None:
+        return None
+    try:
+        material = seal.unwrap(bytes(stored), AUDIT_KEYS_ASSOCIATED_DATA)
+    except SealUnwrapError:
+        material = None
+    if material is None or len(material) != AUDIT_KEYS_SIZE:
+        raise MasterKeyError(f"the keystore's audit key material does not unwrap under {seal.describe()}")
     return material
-
-
-def make_master_key_check(master_key: bytes) -> bytes:
-    """A blob stored with the keystore that lets :func:`master_key_matches` detect a wrong master key."""
-    return _seal(master_key, _CHECK_PLAINTEXT, _CHECK_ASSOCIATED_DATA)
-
-
-def master_key_matches(master_key: bytes, check: bytes) -> bool:
-    """True when ``check`` (from :func:`make_master_key_check`) was made with ``master_key``."""
-    return _open(master_key, bytes(check), _CHECK_ASSOCIATED_DATA) == _CHECK_PLAINTEXT

@@ -33,11 +33,19 @@ MIN_AUTO_ROTATE_PERIOD = 3600
 #: Longest automatic rotation period, in seconds (10 years of 365 days; fits a 32-bit column).
 MAX_AUTO_ROTATE_PERIOD = 10 * 365 * 86_400
 
-#: Seconds per unit of a duration string (``"24h"``, ``"1h30m"``, ``"7d"``), as Vault's duration fields.
+#: Seconds per unit of a duration string (``"24h"``, ``"1h30m"``, ``"7d"``), as Vault's duration fields, in
+#: the order a duration must give them.
 _UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
-_DURATION = re.compile(r"(?:[0-9]{1,10}[dhms])+")
-_PART = re.compile(r"([0-9]+)([dhms])")
-_HINT = "seconds (an integer) or a duration such as 24h, 90m, 1h30m or 7d"
+#: The one grammar of a period given as text: up to 10 ASCII digits (seconds), or each unit of
+#: :data:`_UNITS` at most once, in that order, with up to 10 ASCII digits each, and nothing else (no spaces,
+#: no sign). ``"1h1h"`` or ``" 1h"`` would leave two readers of the same value free to disagree.
+_DURATION = re.compile(
+    r"([0-9]{1,10})|(?=[0-9])" + "".join(rf"(?:([0-9]{{1,10}}){unit})?" for unit in _UNITS)
+)
+_HINT = (
+    "seconds (an integer) or a duration such as 24h, 90m, 1h30m or 7d (units d, h, m, s, each unit at most "
+    "once and in that order, no spaces)"
+)
 
 
 def check_auto_rotate_min_period(value: object) -> int:
@@ -59,19 +67,21 @@ def _seconds(value: object) -> int:
         raise BadRequestError(f"auto_rotate_period must be {_HINT}, got a {type(value).__name__}")
     if isinstance(value, int):
         return value
-    text = value.strip()
-    if text.isascii() and text.isdigit() and len(text) <= 10:
-        return int(text)
-    if _DURATION.fullmatch(text) is None:
+    found = _DURATION.fullmatch(value)
+    if found is None:
         raise BadRequestError(f"auto_rotate_period must be {_HINT}, got {value[:40]!r}")
-    return sum(int(number) * _UNITS[unit] for number, unit in _PART.findall(text))
+    seconds, *parts = found.groups()
+    if seconds is not None:
+        return int(seconds)
+    return sum(int(number) * size for number, size in zip(parts, _UNITS.values(), strict=True) if number)
 
 
 def check_auto_rotate_period(value: object, minimum: int = MIN_AUTO_ROTATE_PERIOD) -> int:
     """Return ``value`` in seconds if it is a valid period: 0 (off), or ``minimum`` to 10 years.
 
     Args:
-        value: an int of seconds, or a str of seconds or of a duration (``"24h"``, ``"1h30m"``, ``"7d"``).
+        value: an int of seconds, or a str of seconds or of a duration (``"24h"``, ``"1h30m"``, ``"7d"``:
+            d, h, m, s each at most once, in that order, no spaces).
         minimum: the shortest period allowed (:data:`MIN_AUTO_ROTATE_PERIOD` unless a test lowered it).
 
     Raises:

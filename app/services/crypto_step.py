@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from anyio import CapacityLimiter
+from anyio import CapacityLimiter, to_thread
 from anyio.lowlevel import RunVar
 from prometheus_client import Counter, Histogram
 
@@ -30,7 +30,7 @@ from app.formats.sealed import (
     open_many,
     seal_many,
 )
-from app.keycache import ResolvedKey
+from app.keycache import CacheMissError, ResolvedKey
 from app.services.keys import DecryptionKeys
 from app.services.offload import run_crypto
 from app.services.pipeline import Pieces, send_pieces
@@ -118,6 +118,8 @@ async def run_timed(
 
     ``cost``: the bytes of work that decision weighs when they differ from ``nbytes`` (a trial over
     several key versions, :func:`trial_work`); ``limiter``: as :func:`run_crypto` (:func:`trial_limiter`).
+    ``work`` must be repeatable: if it ran on the loop and raised :class:`~app.keycache.CacheMissError` (it
+    needs a keystore read), it runs again in a worker thread.
 
     Raises:
         Exception: whatever ``work`` raises.
@@ -125,7 +127,12 @@ async def run_timed(
     seconds, counter = crypto_metrics(backend.name, operation, fmt)
     counter.inc(nbytes)
     weight = nbytes if cost is None else cost
-    return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work), limiter)
+    try:
+        return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work), limiter)
+    except CacheMissError:
+        # It ran on the loop and needs the keystore (a ciphertext no cached version opens: the key's versions
+        # are read again, :func:`app.services.keys.decryption_keys`): run it again where the read may wait.
+        return await to_thread.run_sync(lambda: timed(seconds, work), limiter=limiter)
 
 
 class CryptoStep:
@@ -145,6 +152,8 @@ class CryptoStep:
             first segment verified); counted by :func:`trial_work` in deciding where a call runs.
         passes: how many times the format goes over each byte (a rewrap opens and seals: 2), weighed in
             deciding where a call runs.
+        reads_keystore: sealed decrypt: true while the next call that completes a segment may read the
+            keystore (the decryptor may ask for more key versions); such a call runs in a worker thread.
     """
 
     def __init__(
@@ -161,6 +170,7 @@ class CryptoStep:
         buffered: Callable[[], int] | None = None,
         candidates: Callable[[], int] | None = None,
         passes: int = 1,
+        reads_keystore: Callable[[], bool] | None = None,
     ) -> None:
         self._backend = backend
         self._passes = passes
@@ -181,6 +191,7 @@ class CryptoStep:
         self._seconds, self._bytes = crypto_metrics(backend.name, operation, fmt)
         self._buffered = buffered
         self._candidates = candidates
+        self._reads_keystore = reads_keystore
         #: Bytes each stage of a :func:`~app.services.pipeline.pipeline` may hold: one segment or 1 MiB.
         self.pipeline_bytes = max(segment_size or 0, PIPELINE_MIN_BYTES)
 
@@ -210,10 +221,16 @@ class CryptoStep:
         return await run_crypto(
             self._backend,
             self._with_trials(work * self._passes),
-            self._inline_max,
+            self._call_inline_max(),
             lambda: timed(self._seconds, lambda: self._update(data)),
             self._trial_limiter(),
         )
+
+    def _call_inline_max(self) -> int:
+        """``inline_max`` for the next call: -1 (a worker thread) while it may read the keystore."""
+        if self._reads_keystore is not None and self._reads_keystore():
+            return -1
+        return self._inline_max
 
     def _trial_limiter(self) -> CapacityLimiter | None:
         """:func:`trial_limiter` while the next call may try several key versions, else ``None``."""
@@ -240,7 +257,7 @@ class CryptoStep:
         return await run_crypto(
             self._backend,
             self._with_trials(held * self._passes),
-            self._inline_max,
+            self._call_inline_max(),
             lambda: timed(self._seconds, finalize),
             self._trial_limiter(),
         )
@@ -265,7 +282,7 @@ class CryptoStep:
         return await run_crypto(
             self._backend,
             self._with_trials(len(data) * self._passes),
-            self._inline_max,
+            self._call_inline_max(),
             lambda: timed(self._seconds, work),
             self._trial_limiter(),
         )
@@ -310,9 +327,12 @@ def sealed_step(
     leaves the loop.
     """
     pending: Callable[[], int] | None = None
-    if isinstance(cipher, SealedDecryptor | SealedRewrapper) and candidates > 1:
+    reads_keystore: Callable[[], bool] | None = None
+    if isinstance(cipher, SealedDecryptor | SealedRewrapper):
         opener = cipher
-        pending = lambda: candidates if opener.version is None else 1  # noqa: E731
+        reads_keystore = lambda: opener.may_call_more_candidates  # noqa: E731
+        if candidates > 1:
+            pending = lambda: candidates if opener.version is None else 1  # noqa: E731
     return CryptoStep(
         backend,
         operation,
@@ -324,6 +344,7 @@ def sealed_step(
         buffered=lambda: cipher.buffered,
         candidates=pending,
         passes=2 if isinstance(cipher, SealedRewrapper) else 1,
+        reads_keystore=reads_keystore,
     )
 
 

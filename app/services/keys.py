@@ -14,6 +14,7 @@ read, unwrap, key expansion: about half a millisecond) in a worker thread (:func
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -104,7 +105,8 @@ class DecryptionKeys:
         candidates: at least one resolved version; all share ``key_type``, ``scheme`` and ``segment_size``.
         more: for a :class:`~app.formats.sealed.SealedDecryptor`'s ``more_candidates`` (``None`` when an
             explicit version was asked for). It re-reads the key's versions at most once per instance, however
-            many messages (a batch) call it.
+            many messages (a batch) call it, and never on the event loop (it raises
+            :class:`~app.keycache.CacheMissError` there: run the work again in a thread).
     """
 
     candidates: list[ResolvedKey]
@@ -147,12 +149,39 @@ async def decryption_keys(
         KeyUnwrapError: stored material does not unwrap under the master key.
     """
     candidates = await _candidates(keycache, name, backend, version)
-    more = (
-        functools.cache(functools.partial(keycache.refreshed_candidates, name, backend))
-        if version is None
-        else None
-    )
+    more = _fresh_candidates(keycache, name, backend) if version is None else None
     return DecryptionKeys(candidates, more)
+
+
+def _on_event_loop() -> bool:
+    """True in the thread that runs an event loop (where nothing may wait on the keystore)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _fresh_candidates(
+    keycache: KeyCache, name: str, backend: aescore.Backend
+) -> Callable[[], list[tuple[int, bytes]]]:
+    """A decryptor's ``more_candidates``: the key's versions after a fresh read of its metadata, read at most
+    once per instance.
+
+    Called on the event loop (crypto small enough to run inline), it reads nothing and raises
+    :class:`~app.keycache.CacheMissError`: :func:`app.services.crypto_step.run_timed` then runs the whole
+    (repeatable) work again in a worker thread, where the read may wait for the database. The streaming
+    routes never call it on the loop (:class:`app.services.crypto_step.CryptoStep` runs a call that may
+    need it in a thread).
+    """
+
+    @functools.cache
+    def more() -> list[tuple[int, bytes]]:
+        if _on_event_loop():
+            raise CacheMissError(name)
+        return keycache.refreshed_candidates(name, backend)
+
+    return more
 
 
 def sealed_encryptor(key: ResolvedKey, associated_data: bytes, backend: aescore.Backend) -> SealedEncryptor:

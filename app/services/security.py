@@ -8,7 +8,9 @@ token with both ``encrypt`` and ``decrypt`` has it too, :data:`IMPLIED_SCOPES`).
 does not touch the keystore; a token revoked through this process is forgotten at once, one revoked through
 another worker or replica when the change log says so (:mod:`app.services.coherence`). ``token_cache_ttl`` is
 only a last-resort bound, and the cache is not used once the change log has not been read for the trust bound
-(:meth:`TokenVerifier.trust_until`).
+(:meth:`TokenVerifier.trust_until`). Ids the keystore does not know are cached as unknown for
+:data:`UNKNOWN_TOKEN_SECONDS`. On the event loop, :meth:`TokenVerifier.authenticate` reads the keystore only
+in a worker thread: a database that is slow or down never stalls the other requests of the worker.
 
 A token may have a lifetime (``ttl``, at creation): past its ``expires_at`` it is refused with
 :class:`~app.errors.TokenExpiredError` on every request, cached record or not, and it may be renewed while
@@ -25,10 +27,14 @@ import math
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from app.core.token_format import TOKEN_PREFIX, parse_token
+from anyio import CapacityLimiter, to_thread
+from anyio.lowlevel import RunVar
+
+from app.core.token_format import MIN_TOKEN_TTL_SECONDS, TOKEN_PREFIX, parse_token
 from app.errors import (
     BadRequestError,
     ForbiddenError,
@@ -55,6 +61,10 @@ class Principal:
     token_id: str
     scopes: tuple[str, ...]
     key_patterns: tuple[str, ...]
+    #: The token's expiry and the latest moment any renewal can reach (``None``: it never expires); the
+    #: tokens it creates are capped at them (:func:`new_token`'s ``not_after``).
+    expires_at: datetime | None = None
+    max_expires_at: datetime | None = None
 
     def has_scope(self, scope: str) -> bool:
         """True when the token carries ``scope``, or every scope that implies it (:data:`IMPLIED_SCOPES`)."""
@@ -98,14 +108,22 @@ def new_token(
     *,
     ttl_seconds: int | None = None,
     max_ttl_seconds: int | None = None,
+    not_after: tuple[datetime, datetime] | None = None,
 ) -> tuple[str, TokenRecord]:
     """Generate a token; returns the full token string (show it once) and the record to store.
 
     With ``ttl_seconds`` the token expires that long after creation and may be renewed until
     ``max_ttl_seconds`` after creation (default: ``ttl_seconds``, i.e. not beyond its first expiry).
 
+    ``not_after`` is the creator's ``(expires_at, max_expires_at)`` when the creator has a lifetime: a token
+    never outlives the token that created it (as in Vault), so the new token's ``expires_at`` is capped at
+    the first and its ``max_expires_at`` at the second. A token asked for without a ttl then gets one: the
+    whole seconds left until the capped expiry (at least one), which is also what a renewal grants.
+    :func:`lifetime_capped` tells whether the cap cut what was asked for.
+
     Raises:
-        BadRequestError: ``max_ttl_seconds`` without ``ttl_seconds``, or below it.
+        BadRequestError: ``max_ttl_seconds`` without ``ttl_seconds``, or below it; or ``not_after`` has
+            passed (the creator has expired).
     """
     created_at = token_clock()
     expires_at = max_expires_at = None
@@ -117,6 +135,14 @@ def new_token(
         max_expires_at = created_at + timedelta(seconds=max_ttl)
     elif max_ttl_seconds is not None:
         raise BadRequestError("max_ttl needs a ttl")
+    if not_after is not None:
+        limit, max_limit = not_after
+        if limit <= created_at:
+            raise BadRequestError("the creating token has expired")
+        expires_at = limit if expires_at is None else min(expires_at, limit)
+        max_expires_at = max_limit if max_expires_at is None else min(max_expires_at, max_limit)
+        if ttl_seconds is None:
+            ttl_seconds = max(math.ceil((expires_at - created_at).total_seconds()), MIN_TOKEN_TTL_SECONDS)
     token_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     record = TokenRecord(
@@ -131,6 +157,19 @@ def new_token(
         max_expires_at=max_expires_at,
     )
     return f"{TOKEN_PREFIX}{token_id}_{secret}", record
+
+
+def lifetime_capped(record: TokenRecord, ttl_seconds: int | None, max_ttl_seconds: int | None) -> bool:
+    """True when ``record`` (from :func:`new_token`) lives shorter than ``ttl_seconds``/``max_ttl_seconds``
+    asked for: its creator's lifetime capped it."""
+    if record.expires_at is None or record.max_expires_at is None:
+        return False
+    if ttl_seconds is None:
+        return True
+    asked_max = ttl_seconds if max_ttl_seconds is None else max_ttl_seconds
+    return record.expires_at < record.created_at + timedelta(seconds=ttl_seconds) or (
+        record.max_expires_at < record.created_at + timedelta(seconds=asked_max)
+    )
 
 
 def renew_token(
@@ -204,50 +243,121 @@ def install_root_token(keystore: KeyStore, token: str | None) -> str | None:
     return generated
 
 
-class TokenVerifier:
-    """Verifies bearer tokens against the keystore with a cache of records kept coherent by the change log."""
+#: Seconds a token id the keystore does not know is remembered as unknown (401 without a keystore read):
+#: anonymous clients sending random or revoked ids would otherwise cost a database read each. A token
+#: created meanwhile is announced by the change log, which forgets the id at once; this is the bound when
+#: that notice is late. Never longer than ``token_cache_ttl``.
+UNKNOWN_TOKEN_SECONDS = 5.0
+#: Most records (and, apart, most unknown ids) a verifier keeps; past it that cache is emptied, so random
+#: ids cannot grow memory and cannot push out the records of real tokens.
+MAX_CACHED_TOKENS = 4096
+#: Keystore reads of token records that run at once per event loop (each in a worker thread): a flood of
+#: unknown ids queues here instead of taking every thread the key lookups need.
+TOKEN_READ_THREADS = 4
+_token_read_limiter: RunVar[CapacityLimiter] = RunVar("keystream_token_read_limiter")
 
-    def __init__(self, keystore: KeyStore, ttl: float = 1.0) -> None:
+
+def _read_limiter() -> CapacityLimiter:
+    """This event loop's limiter for token reads (:data:`TOKEN_READ_THREADS`)."""
+    try:
+        return _token_read_limiter.get()
+    except LookupError:
+        limiter = CapacityLimiter(TOKEN_READ_THREADS)
+        _token_read_limiter.set(limiter)
+        return limiter
+
+
+class _Miss:
+    """The cache cannot answer: the keystore must be read."""
+
+
+_MISS = _Miss()
+
+
+class TokenVerifier:
+    """Verifies bearer tokens against the keystore with a cache of records kept coherent by the change log.
+
+    Known tokens are cached for ``ttl`` seconds, unknown ids for ``min(ttl, unknown_ttl)``; neither is used
+    once the change log has not been read for the trust bound (:meth:`trust_until`). :meth:`authenticate`
+    is the event loop's entry: a cache hit is answered there, a miss reads the keystore in a worker thread.
+    ``clock`` is monotonic seconds (tests inject a fake one).
+    """
+
+    def __init__(
+        self,
+        keystore: KeyStore,
+        ttl: float = 1.0,
+        *,
+        unknown_ttl: float = UNKNOWN_TOKEN_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._keystore = keystore
         self._ttl = ttl
+        self._unknown_ttl = min(ttl, unknown_ttl)
+        self._clock = clock
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, TokenRecord]] = {}
+        self._unknown: dict[str, float] = {}  # token id -> when the keystore said it has no such token
         self._generation = 0  # bumped by forget()/clear(): a read that raced with them caches nothing
         self._trusted_until = math.inf
 
-    def _record(self, token_id: str) -> TokenRecord | None:
-        now = time.monotonic()
+    def _cached(self, token_id: str) -> TokenRecord | _Miss | None:
+        """The cached record, ``None`` for an id cached as unknown, or :data:`_MISS` (read the keystore)."""
+        now = self._clock()
         with self._lock:
+            if now >= self._trusted_until:
+                return _MISS
             cached = self._cache.get(token_id)
+            if cached is not None and now - cached[0] < self._ttl:
+                return cached[1]
+            unknown_since = self._unknown.get(token_id)
+            if unknown_since is not None and now - unknown_since < self._unknown_ttl:
+                return None
+        return _MISS
+
+    def _load(self, token_id: str) -> TokenRecord | None:
+        """Read the record from the keystore (blocking) and cache what it says, ``None`` included.
+
+        Raises:
+            ServiceUnavailableError: the keystore cannot be read (nothing is cached).
+        """
+        now = self._clock()
+        with self._lock:
             generation = self._generation
-            trusted = now < self._trusted_until
-        if cached is not None and trusted and now - cached[0] < self._ttl:
-            return cached[1]
         try:
             record = self._keystore.get_token(token_id)
         except TokenNotFoundError:
             with self._lock:
                 self._cache.pop(token_id, None)
+                if self._generation == generation and self._unknown_ttl > 0:
+                    if len(self._unknown) >= MAX_CACHED_TOKENS:
+                        self._unknown.clear()
+                    self._unknown[token_id] = now
             return None
         with self._lock:
             if self._generation != generation:
                 return record  # revoked or cleared while we read: use it once, cache nothing older
-            if len(self._cache) > 4096:
+            self._unknown.pop(token_id, None)
+            if len(self._cache) >= MAX_CACHED_TOKENS:
                 self._cache.clear()
             self._cache[token_id] = (now, record)
         return record
 
     def forget(self, token_id: str) -> None:
-        """Drop a cached record (call after deleting the token, or when the change log reports it)."""
+        """Drop a cached record or unknown id (call after creating or deleting the token, or when the change
+        log reports it)."""
         with self._lock:
             self._generation += 1
             self._cache.pop(token_id, None)
+            self._unknown.pop(token_id, None)
 
     def clear(self) -> None:
-        """Drop every cached record (the change log was trimmed past what this process applied)."""
+        """Drop every cached record and unknown id (the change log was trimmed past what this process
+        applied)."""
         with self._lock:
             self._generation += 1
             self._cache.clear()
+            self._unknown.clear()
 
     def trust_until(self, deadline: float) -> None:
         """Use cached records until ``deadline`` (``time.monotonic``); later checks read the keystore."""
@@ -255,28 +365,71 @@ class TokenVerifier:
             self._trusted_until = deadline
 
     def verify(self, authorization: str | None) -> Principal:
-        """Check an ``Authorization`` header value.
+        """Check an ``Authorization`` header value, reading the keystore on a cache miss (blocking: from the
+        event loop, use :meth:`authenticate`).
 
         Raises:
             UnauthorizedError: no bearer token, a malformed one, an unknown id or a wrong secret (one message
                 for all, so the response does not tell which part was wrong).
             TokenExpiredError: the token verified but its ``expires_at`` has passed (checked on every call,
                 also when the record comes from the cache; told only to a caller who holds the secret).
+            ServiceUnavailableError: the record had to be read and the keystore cannot serve.
         """
-        if not authorization:
-            raise UnauthorizedError("missing bearer token (Authorization: Bearer ks_...)")
-        scheme, _, value = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not value.strip():
-            raise UnauthorizedError("missing bearer token (Authorization: Bearer ks_...)")
-        parsed = parse_token(value.strip())
-        if parsed is None:
-            raise UnauthorizedError("invalid token")
-        token_id, secret = parsed
-        record = self._record(token_id)
-        presented = hash_secret(secret)
-        stored = record.secret_hash if record is not None else _DUMMY_HASH
-        if not hmac.compare_digest(presented, stored) or record is None:
-            raise UnauthorizedError("invalid token")
-        if record.expires_at is not None and record.expires_at <= token_clock():
-            raise TokenExpiredError("token expired")
-        return Principal(token_id=record.token_id, scopes=record.scopes, key_patterns=record.key_patterns)
+        token_id, secret = _parse_authorization(authorization)
+        record = self._cached(token_id)
+        if isinstance(record, _Miss):
+            record = self._load(token_id)
+        return _principal(record, secret)
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """:meth:`verify` for the event loop: a cached answer at once, a keystore read in a worker thread
+        (at most :data:`TOKEN_READ_THREADS` at a time), so a slow or unreachable database never stalls the
+        loop.
+
+        Raises:
+            UnauthorizedError, TokenExpiredError, ServiceUnavailableError: as :meth:`verify`.
+        """
+        token_id, secret = _parse_authorization(authorization)
+        record = self._cached(token_id)
+        if isinstance(record, _Miss):
+            record = await to_thread.run_sync(self._load, token_id, limiter=_read_limiter())
+        return _principal(record, secret)
+
+
+def _parse_authorization(authorization: str | None) -> tuple[str, str]:
+    """``(token id, secret)`` of a bearer ``Authorization`` value.
+
+    Raises:
+        UnauthorizedError: no bearer token or a malformed one.
+    """
+    if not authorization:
+        raise UnauthorizedError("missing bearer token (Authorization: Bearer ks_...)")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise UnauthorizedError("missing bearer token (Authorization: Bearer ks_...)")
+    parsed = parse_token(value.strip())
+    if parsed is None:
+        raise UnauthorizedError("invalid token")
+    return parsed
+
+
+def _principal(record: TokenRecord | None, secret: str) -> Principal:
+    """The principal of ``record`` when ``secret`` is its secret and it has not expired.
+
+    Raises:
+        UnauthorizedError: no record or a wrong secret (the secret is hashed either way: same timing).
+        TokenExpiredError: its ``expires_at`` has passed.
+    """
+    presented = hash_secret(secret)
+    stored = record.secret_hash if record is not None else _DUMMY_HASH
+    if not hmac.compare_digest(presented, stored) or record is None:
+        raise UnauthorizedError("invalid token")
+    if record.expires_at is not None and record.expires_at <= token_clock():
+        raise TokenExpiredError("token expired")
+    return Principal(
+        token_id=record.token_id,
+        scopes=record.scopes,
+        key_patterns=record.key_patterns,
+        expires_at=record.expires_at,
+        max_expires_at=record.max_expires_at,
+    )

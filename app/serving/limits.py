@@ -5,12 +5,16 @@ on connections below the file-descriptor limit: 1,100 idle connections from an a
 service down under a 1024-fd limit. Here, per worker:
 
 * **max_connections** (default: the open-file limit minus :data:`FD_RESERVE`): a connection beyond the cap
-  evicts the connection that has waited longest without a request in progress (idle, or still sending its
-  head); only when every connection is busy with a request is the new one refused (closed at once). So
-  idle connections can never lock out a new client such as a ``/healthz`` probe, and ``accept`` never
-  fails for want of a file descriptor.
+  evicts the connection that has waited longest without a request in progress (in its TLS handshake, idle,
+  or still sending its head); only when every connection is busy with a request is the new one refused
+  (closed at once). So idle connections can never lock out a new client such as a ``/healthz`` probe, and
+  ``accept`` never fails for want of a file descriptor. Under TLS a connection counts from its TCP accept,
+  not from the end of its handshake.
+* **handshake_timeout**: a TLS handshake must be complete this long after the TCP accept.
 * **idle_timeout**: a connection without a request in progress (before the first request, or keep-alive
-  between requests) is closed after this long.
+  between requests) is closed after this long. A request answered before its body arrived (a 401 or 413
+  sent without reading the upload) leaves the connection idle from the answer on: the rest of its body is
+  discarded and does not count as activity, so a body that trickles on cannot hold the connection open.
 * **header_timeout**: a request head must be complete this long after its first byte (408 otherwise).
 * **body_timeout**: a request body that sends nothing for this long while the server waits for it is
   dropped (time the server itself pauses reading, or waits to send ``100 Continue``, does not count).
@@ -40,10 +44,15 @@ logger = logging.getLogger("keystream.http")
 class Phase(Enum):
     """Where a connection is in its current request."""
 
+    HANDSHAKE = "handshake"  # TLS: the handshake is not complete yet
     IDLE = "idle"  # no request in progress
     HEAD = "head"  # a request head is arriving
     BODY = "body"  # the head is complete, the body is still arriving
     BUSY = "busy"  # the request was read; the app is answering
+
+
+#: Phases without a request in progress: a connection in one of them may be evicted at the cap.
+_WAITING = frozenset({Phase.HANDSHAKE, Phase.IDLE, Phase.HEAD})
 
 
 def raise_open_file_limit() -> int:
@@ -76,6 +85,7 @@ class ConnectionLimits:
     idle_timeout: float
     header_timeout: float
     body_timeout: float
+    handshake_timeout: float = 5.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConnectionLimits:
@@ -85,6 +95,7 @@ class ConnectionLimits:
             idle_timeout=settings.idle_timeout,
             header_timeout=settings.header_timeout,
             body_timeout=settings.body_timeout,
+            handshake_timeout=settings.handshake_timeout,
         )
 
 
@@ -109,9 +120,10 @@ class ConnectionWatch:
         self.loop = loop
         self.limits = limits
         self._connections: dict[Guarded, None] = {}
-        self._interval = min(
-            1.0, max(0.05, min(limits.idle_timeout, limits.header_timeout, limits.body_timeout) / 4)
+        shortest = min(
+            limits.handshake_timeout, limits.idle_timeout, limits.header_timeout, limits.body_timeout
         )
+        self._interval = min(1.0, max(0.05, shortest / 4))
         self._timer: asyncio.TimerHandle | None = None
         self._counts: Counter[str] = Counter()
         self._last_log = float("-inf")
@@ -129,7 +141,7 @@ class ConnectionWatch:
     def admit(self, connection: Guarded) -> bool:
         """Track a new connection, evicting an idle one at the cap; ``False``: refuse it (all are busy)."""
         if len(self._connections) >= self.limits.max_connections:
-            waiting = [c for c in self._connections if c.phase in (Phase.IDLE, Phase.HEAD)]
+            waiting = [c for c in self._connections if c.phase in _WAITING]
             if not waiting:
                 self.bite("refused at max_connections (all busy)")
                 return False
@@ -156,9 +168,11 @@ class ConnectionWatch:
             return
         summary = ", ".join(f"{count} {reason}" for reason, count in sorted(self._counts.items()))
         logger.warning(
-            "connection limits: %s (max_connections=%d, idle %gs, header %gs, body %gs; %d open)",
+            "connection limits: %s (max_connections=%d, handshake %gs, idle %gs, header %gs, body %gs; "
+            "%d open)",
             summary,
             self.limits.max_connections,
+            self.limits.handshake_timeout,
             self.limits.idle_timeout,
             self.limits.header_timeout,
             self.limits.body_timeout,
@@ -172,7 +186,11 @@ class ConnectionWatch:
         limits = self.limits
         for connection in list(self._connections):
             phase, age = connection.phase, now - connection.since
-            if phase is Phase.IDLE and age > limits.idle_timeout:
+            if phase is Phase.HANDSHAKE and age > limits.handshake_timeout:
+                self.forget(connection)
+                connection.drop("handshake timeout")
+                self.bite("TLS handshakes too slow")
+            elif phase is Phase.IDLE and age > limits.idle_timeout:
                 self.forget(connection)
                 connection.drop("idle")
                 if connection.requests_begun == 0:

@@ -10,8 +10,12 @@ response. :class:`BoundedHttpToolsProtocol`:
   Content-Length, a NUL in a header, raw 8-bit bytes in the path) with the service's JSON 400 and closes;
 * aborts the connection, writing nothing, when the upload turns malformed after the response has started (a
   second response would land inside the first one's body);
-* keeps its phase (idle, head, body, busy) and when it began for :mod:`app.serving.limits`, which caps open
-  connections and closes idle, slow-head and stalled-body ones.
+* keeps its phase (handshake, idle, head, body, busy) and when it began for :mod:`app.serving.limits`, which
+  caps open connections and closes slow-handshake, idle, slow-head and stalled-body ones;
+* does the TLS handshake itself (``loop.start_tls``) when the service serves HTTPS, so that a connection
+  counts against the cap, can be evicted and has a deadline from its TCP accept. Under uvicorn's own TLS the
+  protocol saw a connection only after its handshake: 3,000 silent TCP connections took a 2-worker HTTPS
+  server with 1,024 fds per worker down for uvloop's 60 s handshake timeout.
 
 Running uvicorn directly (Dockerfile, k8s) needs ``--http app.server:BoundedHttpToolsProtocol`` for the same
 protection.
@@ -20,15 +24,30 @@ protection.
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import logging
-from typing import Any, ClassVar
+import ssl
+from typing import Any, ClassVar, cast
 
 import httptools
+import uvloop
+import uvloop.loop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.utils import is_ssl
 
 from app.core.config import get_settings
+from app.serving.access_log import RouteAccessLog
 from app.serving.errors import raw_error_response
 from app.serving.limits import ConnectionLimits, ConnectionWatch, Phase
+from app.serving.tls import ServerTls
+
+
+def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> Any:
+    """The loop's own SSL protocol: uvloop's (Cython, what uvloop's ``create_server(ssl=...)`` uses) or
+    asyncio's; both take ``(loop, app_protocol, sslcontext, waiter, server_side, ...)``."""
+    if isinstance(loop, uvloop.Loop):
+        return uvloop.loop.SSLProtocol  # type: ignore[attr-defined]
+    return asyncio.sslproto.SSLProtocol
 
 
 class HeadersTooLargeError(Exception):
@@ -49,7 +68,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes: ClassVar[int | None] = None
     #: Connection limits (:mod:`app.serving.limits`); ``None`` reads them from :func:`get_settings`.
     connection_limits: ClassVar[ConnectionLimits | None] = None
+    #: The TLS context of every handshake (``None``: plain HTTP), set by :meth:`use_tls` (else on first use).
+    _tls_context: ClassVar[ssl.SSLContext | None] = None
+    _tls_ready: ClassVar[bool] = False
     _logger = logging.getLogger("keystream.http")
+
+    @classmethod
+    def use_tls(cls, tls: ServerTls | None) -> None:
+        """Serve HTTPS with ``tls`` (``None``: plain HTTP) on the connections made from now on.
+
+        Raises:
+            StartupRefusedError: a TLS file is unusable (:meth:`ServerTls.context`).
+        """
+        cls._tls_context = tls.context() if tls is not None else None
+        cls._tls_ready = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -59,6 +91,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if cls.connection_limits is None:
             cls.connection_limits = ConnectionLimits.from_settings(get_settings())
         self._watch = ConnectionWatch.for_server(self.server_state, self.loop, cls.connection_limits)
+        if not cls._tls_ready:
+            cls.use_tls(ServerTls.from_settings(get_settings()))
+        self._raw_transport: asyncio.Transport | None = None  # TLS: the TCP transport under the handshake
+        self._http_started = False  # uvicorn's connection_made ran (after the handshake, under TLS)
         self.phase = Phase.IDLE
         self.since = self.loop.time()
         self.requests_begun = 0
@@ -69,14 +105,59 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     # Connection limits: the phase and its clock, read by the ConnectionWatch.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """A TCP connection (under TLS: the handshake starts), or the end of this protocol's TLS handshake."""
+        context = self._tls_context
+        if context is not None and not is_ssl(transport):  # (is_ssl: uvicorn run with its own --ssl-*)
+            self._start_handshake(transport, context)
+            return
         super().connection_made(transport)
+        self._http_started = True
         self.since = self.loop.time()
-        if not self._watch.admit(self):
+        if self._raw_transport is not None:  # after the handshake: admitted at the TCP accept
+            self.phase = Phase.IDLE
+        elif not self._watch.admit(self):
             transport.abort()
+
+    def _start_handshake(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        """Admit the TCP connection, then put the loop's SSL protocol between it and this protocol.
+
+        This runs inside ``connection_made``, before the loop starts reading the socket, so no byte of the
+        ClientHello can arrive ahead of the SSL protocol (``loop.start_tls`` from a task came too late for a
+        client that sends at once). The SSL protocol calls ``connection_made`` again with its transport once
+        the handshake is done.
+        """
+        self._raw_transport = raw
+        self.phase, self.since = Phase.HANDSHAKE, self.loop.time()
+        if not self._watch.admit(self):
+            raw.abort()
+            return
+        waiter = self.loop.create_future()
+        waiter.add_done_callback(self._handshake_over)
+        tls = _ssl_protocol_class(self.loop)(
+            self.loop,
+            self,
+            context,
+            waiter,
+            server_side=True,
+            # A backstop: the ConnectionWatch closes the connection at handshake_timeout and counts it.
+            ssl_handshake_timeout=self._watch.limits.handshake_timeout + 1,
+        )
+        raw.set_protocol(tls)
+        tls.connection_made(raw)
+
+    def _handshake_over(self, waiter: asyncio.Future[None]) -> None:
+        """After the handshake (success: HTTP already started) or its failure: free the watch's slot."""
+        if not waiter.cancelled():
+            waiter.exception()  # a failed handshake is the client's business: retrieved, not logged
+        if not self._http_started:
+            self._watch.forget(self)
+            if self._raw_transport is not None:
+                self._raw_transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._watch.forget(self)
-        super().connection_lost(exc)
+        if self._http_started:
+            super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -89,6 +170,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def drop(self, reason: str) -> None:
         """Close for a connection limit: 408 when a request is unanswered, else a plain close or abort."""
+        if not self._http_started:  # in its TLS handshake: nothing to answer
+            if self._raw_transport is not None:
+                self._raw_transport.abort()
+            return
         if self.transport.is_closing():
             return
         cycle = self.cycle
@@ -132,9 +217,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self.phase, self.since = Phase.BODY, self.loop.time()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and cycle.access_log:
+            # A logger-like object that logs the route template instead of the path and query string.
+            cycle.access_logger = cast(logging.Logger, RouteAccessLog(cycle.access_logger, cycle.scope))
 
     def on_body(self, body: bytes) -> None:
-        self.since = self.loop.time()
+        # Body bytes of a request already answered (a 401 or 413 before the body was read) are discarded and
+        # no longer count as activity: the connection is idle from the answer on, and closed at idle_timeout
+        # unless the body ends and another request begins (each trickled byte used to restart the clock).
+        if self.cycle is None or not self.cycle.response_complete:
+            self.since = self.loop.time()
         super().on_body(body)
 
     def on_message_complete(self) -> None:

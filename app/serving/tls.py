@@ -5,11 +5,11 @@
 client certificate issued by that CA bundle (mTLS): a connection without one fails the handshake, and a
 request still needs its bearer token.
 
-:class:`ServerTls` holds only the three paths, so it pickles into the spawned workers of
-:class:`app.serving.Supervisor`; uvicorn calls it as its ``ssl_context_factory`` in each worker.
-:meth:`ServerTls.context` is also called once before serving, so that a missing or unreadable file, or a key
-that does not match its certificate, stops the start with one line (:class:`StartupRefusedError`) instead of
-a worker crash loop.
+:class:`ServerTls` holds only the three paths. Each worker builds its context from them
+(:meth:`app.serving.BoundedHttpToolsProtocol.use_tls`), and the protocol runs the handshake itself, so that
+the connection limits cover connections still in their handshake. :meth:`ServerTls.context` is also called
+once before serving, so that a missing or unreadable file, or a key that does not match its certificate,
+stops the start with one line (:class:`StartupRefusedError`) instead of a worker crash loop.
 
 :func:`check_plain_http_bind` refuses plain HTTP on any address but loopback unless
 ``KEYSTREAM_TLS_DISABLE=true`` says TLS ends at a proxy in front (tokens and plaintext would otherwise cross
@@ -21,10 +21,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 import ssl
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from app.core.config import Settings
 from app.errors import StartupRefusedError
@@ -102,10 +100,6 @@ class ServerTls:
                 ) from None
             context.verify_mode = ssl.CERT_REQUIRED
         return context
-
-    def __call__(self, config: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-        """uvicorn's ``ssl_context_factory`` hook (each worker builds its own context)."""
-        return self.context()
 
 
 def is_loopback(host: str) -> bool:

@@ -30,8 +30,11 @@ from typing import Any
 
 import uvicorn
 
+from app.core.config import get_settings
 from app.core.telemetry import release_process_metrics
 from app.errors import StartupRefusedError
+from app.serving.protocol import BoundedHttpToolsProtocol
+from app.serving.tls import ServerTls
 
 logger = logging.getLogger("uvicorn.error")  # the logger uvicorn configures for its own messages
 #: A worker that dies sooner than this after its start is restarted only after a pause (no crash loop).
@@ -135,6 +138,7 @@ def _worker_main(host: str, port: int, parent: int, config: dict[str, Any], inde
     sock.listen(config.get("backlog", 2048))
     sock.set_inheritable(True)
     server = uvicorn.Server(uvicorn.Config("app.main:create_app", factory=True, **config))
+    BoundedHttpToolsProtocol.use_tls(ServerTls.from_settings(get_settings()))
     server.run(sockets=[sock])
 
 
@@ -196,7 +200,10 @@ class Supervisor:
         slots: list[_Slot] = []
         try:
             slots = [self._start(index) for index in range(self._count)]
-            logger.info("started %d workers on %s:%d (SO_REUSEPORT)", self._count, self._host, self._port)
+            scheme = "https" if get_settings().tls_cert_file is not None else "http"
+            logger.info(
+                "started %d workers on %s://%s:%d (SO_REUSEPORT)", self._count, scheme, self._host, self._port
+            )
             while not self._stopping:
                 wait([slot.process.sentinel for slot in slots], timeout=0.5)
                 for index, slot in enumerate(slots):

@@ -17,19 +17,20 @@ APP = ROOT / "app"
 WEB = ("fastapi", "starlette")
 
 #: Which of app's layered packages each may import (besides itself). Arrows point down only:
-#: routes -> services -> formats / keycache -> keystore -> aescore; errors and core are the bottom.
+#: routes -> services -> formats / keycache -> keystore -> seal -> core; errors and core are the bottom.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "core": set(),
-    "keystore": {"errors", "core"},
+    "seal": {"errors", "core"},
+    "keystore": {"errors", "core", "seal"},
     "formats": {"errors", "core"},
-    "audit": {"errors", "core", "formats"},
+    "audit": {"errors", "core", "formats", "seal"},
     "keycache": {"errors", "core", "keystore"},
     "services": {"errors", "core", "keystore", "keycache", "formats"},
-    "api": {"errors", "core", "keystore", "keycache", "formats", "services", "audit"},
+    "api": {"errors", "core", "keystore", "keycache", "formats", "services", "audit", "seal"},
 }
 #: Layers that must not reach fastapi/starlette, even through another app module.
-NO_WEB = ("errors", "core", "keystore", "formats", "keycache", "services", "audit")
+NO_WEB = ("errors", "core", "seal", "keystore", "formats", "keycache", "services", "audit")
 
 
 def module_name(path: Path) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from keystream_docs import section_blocks
 from keystream_server import MASTER_KEY, ROOT_TOKEN, free_port, stop
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +44,6 @@ RUN_TIMEOUT = 120
 BIN = Path(sys.executable).parent
 SERVER_COMMAND = [str(BIN / "keystream-server"), "serve"]
 
-FENCE = re.compile(r"^```(\w*)\s*$")
 EXPORT = re.compile(r"^export (KEYSTREAM_URL|KEYSTREAM_TOKEN)=")
 
 
@@ -57,35 +57,11 @@ class Tour:
     exported: set[str]
 
 
-def tour_section(text: str) -> str:
-    """The README text from the tour heading to the next heading of the same level."""
-    start = text.index(TOUR_HEADING + "\n")
-    end = text.find("\n## ", start + len(TOUR_HEADING))
-    return text[start : end if end != -1 else len(text)]
-
-
-def code_blocks(section: str) -> list[tuple[str, str]]:
-    """(language, code) of every fenced block in ``section``, in order."""
-    blocks: list[tuple[str, str]] = []
-    language: str | None = None
-    lines: list[str] = []
-    for line in section.splitlines():
-        match = FENCE.match(line)
-        if match and language is None:
-            language, lines = match.group(1), []
-        elif line.startswith("```") and language is not None:
-            blocks.append((language, "\n".join(lines) + "\n"))
-            language = None
-        elif language is not None:
-            lines.append(line)
-    assert language is None, "unclosed code block in the tour"
-    return blocks
-
-
-def parse_tour(text: str) -> Tour:
-    """Split the tour into the start block, the shell blocks (exports removed) and the Python blocks."""
+def parse_tour(page: Path) -> Tour:
+    """Split the tour of ``page`` into the start block, the shell blocks (exports removed) and the Python
+    blocks (read with the docs tests' one parser, :mod:`keystream_docs`)."""
     shell, python, starts, exported = [], [], [], set()
-    for language, code in code_blocks(tour_section(text)):
+    for language, code in section_blocks(TOUR_HEADING, page):
         if language == "python":
             python.append(code)
         elif language == "sh" and re.search(r"^make run\b", code, re.MULTILINE):
@@ -182,7 +158,7 @@ def reader_checkout(work: Path) -> None:
 
 
 def test_tour_is_parsed_from_the_readme() -> None:
-    tour = parse_tour(README.read_text(encoding="utf-8"))
+    tour = parse_tour(README)
     assert tour.start_block.strip() == "make run"
     assert tour.exported == {"KEYSTREAM_URL", "KEYSTREAM_TOKEN"}
     shell = "".join(tour.shell)
@@ -196,19 +172,21 @@ def test_tour_is_parsed_from_the_readme() -> None:
             assert "--fail" in line, f"a curl example that writes a file must use --fail: {line}"
 
 
-def test_parser_separates_the_blocks() -> None:
+def test_parser_separates_the_blocks(tmp_path: Path) -> None:
     text = (
         "# X\n\n## Five-minute tour\n\n```sh\nmake run\n```\n\n```sh\nexport KEYSTREAM_URL=u\necho a\n```\n"
         "\n```python\nprint(1)\n```\n\n## Next\n\n```sh\necho never\n```\n"
     )
-    tour = parse_tour(text)
+    page = tmp_path / "README.md"
+    page.write_text(text)
+    tour = parse_tour(page)
     assert tour.shell == ["echo a\n"] and tour.python == ["print(1)\n"]
     assert tour.exported == {"KEYSTREAM_URL"}
 
 
 def test_readme_tour_runs_against_a_real_server(served: Served, tmp_path: Path) -> None:
     assert shutil.which("curl") is not None, "curl is missing (scripts/install-tools.sh installs it)"
-    tour = parse_tour(README.read_text(encoding="utf-8"))
+    tour = parse_tour(README)
     work = tmp_path / "work"
     work.mkdir()
     reader_checkout(work)

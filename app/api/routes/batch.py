@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 import aescore
@@ -39,7 +39,13 @@ from app.api.batch_json import (
 )
 from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.errors import error_body
-from app.api.params import BACKEND_DESCRIPTION, KeyVersion, check_associated_data, decode_base64
+from app.api.params import (
+    BACKEND_DESCRIPTION,
+    KeyVersion,
+    check_associated_data,
+    decode_base64,
+    refuse_repeated_query,
+)
 from app.api.state import ServiceState
 from app.errors import KeystreamError, PayloadTooLargeError
 from app.formats.sealed import SealedDecryptionError, native_isa, open_many, seal_many
@@ -47,7 +53,8 @@ from app.keycache import ResolvedKey
 from app.services.crypto_step import run_timed, trial_limiter, trial_work
 from app.services.keys import DecryptionKeys, decryption_keys, encryption_key, rewrap_target
 
-router = APIRouter(prefix="/v1/keys", tags=["batch"])
+#: Every batch route refuses a repeated query parameter (FastAPI would take the last ``backend``).
+router = APIRouter(prefix="/v1/keys", tags=["batch"], dependencies=[Depends(refuse_repeated_query)])
 
 BackendQuery = Annotated[str | None, Query(description=BACKEND_DESCRIPTION)]
 VersionQuery = Annotated[KeyVersion | None, Query(description="key version (default: latest / try all)")]

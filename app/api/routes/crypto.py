@@ -38,17 +38,18 @@ from app.services.keys import (
 )
 
 
-def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoParams]:
+async def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoParams]:
     """Check the token for ``scope`` on the path's key, then parse the parameters (401/403 before 4xx).
 
     Raises:
         UnauthorizedError, ForbiddenError: the token is missing, invalid or not allowed here.
+        ServiceUnavailableError: the token had to be read and the keystore cannot serve.
         ValidationError, UnsupportedMediaTypeError: as :meth:`CryptoParams.from_request`.
     """
     state: ServiceState = request.app.state.keystream
     name: str = request.path_params["name"]
     headers = wanted_headers(request)
-    principal = state.tokens.verify(headers.get(b"authorization"))
+    principal = await state.tokens.authenticate(headers.get(b"authorization"))
     principal.require(scope, name)
     params = CryptoParams.from_request(request, headers)
     if scope == "encrypt" and params.iv and not principal.has_scope("decrypt"):
@@ -85,7 +86,7 @@ def _associated_data(state: ServiceState, params: CryptoParams) -> bytes:
 
 async def encrypt(request: Request) -> Response:
     """Encrypt the request body; the response carries ``Keystream-Key-Version`` (raw: ``Keystream-IV``)."""
-    state, name, params = _authorize(request, "encrypt")
+    state, name, params = await _authorize(request, "encrypt")
     chosen = state.backends.get(params.backend)
     inline_max = state.settings.inline_crypto_max_bytes
     headers: dict[str, str] = {}
@@ -120,7 +121,7 @@ async def encrypt(request: Request) -> Response:
 
 async def decrypt(request: Request) -> Response:
     """Decrypt the request body (sealed: verified segment by segment; raw: needs ``iv`` and a version)."""
-    state, name, params = _authorize(request, "decrypt")
+    state, name, params = await _authorize(request, "decrypt")
     chosen = state.backends.get(params.backend)
     inline_max = state.settings.inline_crypto_max_bytes
     headers = {"Keystream-Backend": chosen.name}
@@ -178,7 +179,7 @@ async def rewrap(request: Request) -> Response:
         BadRequestError: ``format=raw``, ``iv`` or ``offset`` (a rewrap takes and gives sealed messages),
             or the body's first segment does not verify (``decryption_failed``, before any output).
     """
-    state, name, params = _authorize(request, "rewrap")
+    state, name, params = await _authorize(request, "rewrap")
     if params.format != "sealed":
         raise BadRequestError("rewrap takes format=sealed ciphertexts only")
     _sealed_only(params)

@@ -14,6 +14,7 @@ from starlette.responses import PlainTextResponse, Response
 from app.api.deps import PrincipalDep, StateDep
 from app.api.openapi import errors
 from app.api.streaming import DuplexStreamingResponse
+from app.audit import AuditUnavailableError
 from app.core.telemetry import render_metrics
 from app.errors import ServiceUnavailableError
 
@@ -29,7 +30,8 @@ async def healthz() -> dict[str, str]:
 
 #: What the OpenAPI page says about /readyz (the docstring below is for readers of the code).
 READYZ_DESCRIPTION = (
-    "Readiness: 200 when the keystore answers (`keystore: up`) and the default backend can run, else 503. "
+    "Readiness: 200 when the keystore answers (`keystore: up`), the default backend can run and the audit "
+    "log (when set) can be written, else 503 (`audit_unavailable` for the audit log). "
     "`change_log.behind` is how many keystore changes this process has not applied yet, `last_read_ms` the "
     "age of its last successful read of the change log. No URL, path or secret is reported."
 )
@@ -38,17 +40,23 @@ READYZ_DESCRIPTION = (
 @router.get("/readyz", responses=errors(503), description=READYZ_DESCRIPTION)
 async def readyz(state: StateDep) -> dict[str, Any]:
     """Readiness: the keystore answers (``keystore: up``), how far this process's caches are behind the change
-    log (``change_log.behind``, in changes; ``last_read_ms``, since the last successful read), and the default
-    backend can run. No URL, path or secret is reported.
+    log (``change_log.behind``, in changes; ``last_read_ms``, since the last successful read), the default
+    backend can run, and the audit log (when set) can be written: while it cannot, every ``/v1`` request
+    gets 503, so a load balancer should send them elsewhere. No URL, path or secret is reported.
 
     Raises:
         ServiceUnavailableError: the keystore is down or no backend can run (503).
+        AuditUnavailableError: the audit log cannot be written (503 ``audit_unavailable``).
     """
     try:
         behind, age = await to_thread.run_sync(state.follower.lag)
     except Exception as exc:
         raise ServiceUnavailableError(f"keystore down ({type(exc).__name__})") from None
     state.backends.get(None)
+    if state.audit is not None:
+        reason = state.audit.unwritable_reason()
+        if reason is not None:
+            raise AuditUnavailableError(f"{reason}: /v1 requests are refused until it can be written")
     return {
         "status": "ready",
         "default_backend": state.backends.default,

@@ -6,7 +6,8 @@ A token is shown once, at creation. It may have a lifetime: ``ttl`` seconds from
 401 ``token_expired``. Token management needs an ``admin`` token whose key patterns include
 ``*`` (unrestricted): an admin limited to some keys could otherwise list every token and revoke any, root
 included. A token never hands out more than it has: the new token's scopes must be a subset of the caller's
-(and its key patterns are within ``*``).
+(and its key patterns are within ``*``), and it never outlives the caller (its ``expires_at`` and
+``max_expires_at`` are capped at the caller's).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from app.api.openapi import errors
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
 from app.errors import ForbiddenError
 from app.keystore import TokenRecord
-from app.services.security import Principal, new_token, renew_token
+from app.services.security import Principal, lifetime_capped, new_token, renew_token
 
 #: The path segment ``self`` names the caller's own token, so no token id is read from it: ``DELETE
 #: /v1/tokens/self`` is not the admin's revoke route (405, ``Allow: GET``). No token can be called ``self``
@@ -127,7 +128,12 @@ def token_json(record: TokenRecord) -> dict[str, Any]:
     "", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody], responses=errors(403, 415, 422)
 )
 async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
-    """Create a token; the response's ``token`` is the only time the secret is shown."""
+    """Create a token; the response's ``token`` is the only time the secret is shown.
+
+    A token never outlives its creator: when the caller has a lifetime, the new token's ``expires_at`` and
+    ``max_expires_at`` are capped at the caller's (a token asked for without ``ttl`` gets the caller's
+    remaining lifetime), and ``capped`` is true when that cut what was asked for.
+    """
     scopes = tuple(dict.fromkeys(body.scopes))
     patterns = tuple(dict.fromkeys(body.key_patterns))
     missing = [scope for scope in scopes if not principal.has_scope(scope)]
@@ -137,11 +143,21 @@ async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state
         wider = [pattern for pattern in patterns if pattern not in principal.key_patterns]
         if wider:
             raise ForbiddenError("cannot grant key patterns beyond this token's own patterns")
+    not_after = None
+    if principal.expires_at is not None and principal.max_expires_at is not None:
+        not_after = (principal.expires_at, principal.max_expires_at)
     token, record = new_token(
-        scopes, patterns, body.description, ttl_seconds=body.ttl, max_ttl_seconds=body.max_ttl
+        scopes,
+        patterns,
+        body.description,
+        ttl_seconds=body.ttl,
+        max_ttl_seconds=body.max_ttl,
+        not_after=not_after,
     )
     await to_thread.run_sync(state.keystore.create_token, record)
-    return {"token": token, **token_json(record)}
+    state.tokens.forget(record.token_id)  # in case its id was tried (and cached as unknown) just before
+    capped = lifetime_capped(record, body.ttl, body.max_ttl)
+    return {"token": token, **token_json(record), "capped": capped}
 
 
 @router.get("", responses=errors(403))

@@ -123,6 +123,13 @@ class SealedDecryptor:
         return self._version
 
     @property
+    def may_call_more_candidates(self) -> bool:
+        """True while a call that completes the first segment may call ``more_candidates`` (not called yet,
+        no version verified): a caller whose ``more_candidates`` does I/O runs such calls where it may
+        wait."""
+        return self._version is None and self._more_candidates is not None
+
+    @property
     def segments_verified(self) -> int:
         """Segments verified (and released) so far."""
         return self._index

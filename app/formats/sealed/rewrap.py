@@ -43,6 +43,11 @@ class SealedRewrapper:
         return self._decryptor.version
 
     @property
+    def may_call_more_candidates(self) -> bool:
+        """As :attr:`SealedDecryptor.may_call_more_candidates`, for the input."""
+        return self._decryptor.may_call_more_candidates
+
+    @property
     def buffered(self) -> int:
         """Ciphertext bytes the decryptor holds until their segment is complete (at most one segment).
 

@@ -9,9 +9,13 @@
 * Everything that means "the database cannot serve now" (refused or lost connections, no free connection
   within ``wait_timeout``, shutdown, disk full, a read-only standby) becomes
   :class:`~app.keystore.errors.KeystoreUnavailableError`; other database errors are bugs and surface as such.
-* During an outage calls fail fast: after a lost connection or a wait that timed out, calls wait at most
-  :data:`OUTAGE_WAIT_SECONDS` for a connection (not ``wait_timeout``) until one succeeds again, so requests
-  get their 503 within a second instead of piling up in threads for the full wait.
+* During an outage calls fail at once: a circuit breaker (:mod:`._breaker`) opens when the database is known
+  to be unreachable (a connection refused, a dropped connection whose retry finds none within
+  :data:`RETRY_WAIT_SECONDS`, a wait for a connection that ran out while the pool could not connect, not
+  one that ran out because every connection was busy), and every call then raises at once, also a call
+  already waiting for a connection (waits are taken in slices of :data:`WAIT_SLICE_SECONDS`). A probe thread
+  closes it when the database answers again, replacing the pool if it has no connection yet (the pool's own
+  reconnection backs off for seconds).
 * A ``Database`` opened before ``fork()`` stays usable in the child: the child opens its own pool and never
   touches the inherited connections (closing them would end the parent's sessions).
 
@@ -24,13 +28,15 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.core.database_url import describe_database_url, redact
 from app.errors import ServiceUnavailableError
 
 from ..errors import KeystoreUnavailableError
+from ._breaker import CircuitBreaker
 
 if TYPE_CHECKING:
     import psycopg
@@ -46,8 +52,11 @@ T = TypeVar("T")
 
 #: libpq's smallest useful connect timeout (it rounds lower values up to 2 s).
 _MIN_CONNECT_TIMEOUT = 2
-#: Longest wait for a connection while the database is known to be unreachable (see the module docstring).
-OUTAGE_WAIT_SECONDS = 1.0
+#: Longest wait for a fresh connection after the server dropped the one in use: a database that is up gives
+#: one in milliseconds; longer means it is down (the breaker opens).
+RETRY_WAIT_SECONDS = 0.25
+#: A wait for a free connection is taken in slices this long, so a waiting call sees the breaker open.
+WAIT_SLICE_SECONDS = 0.05
 
 
 def _driver() -> tuple[Any, Any]:
@@ -85,10 +94,7 @@ class Database:
         self.description = describe_database_url(url)
         self._pool_size = pool_size
         self._wait_timeout = wait_timeout
-        self._outage_wait = min(wait_timeout, OUTAGE_WAIT_SECONDS)
-        # Set by a connection-level failure, cleared by the next success (a plain flag: a stale read only
-        # changes how long one call waits).
-        self._unreachable = False
+        self.breaker = CircuitBreaker(self._probe, self.description)
         self._connect_timeout = max(_MIN_CONNECT_TIMEOUT, round(connect_timeout))
         self._lock = threading.Lock()
         self._closed = False
@@ -129,6 +135,8 @@ class Database:
                 self._url, autocommit=True, connect_timeout=self._connect_timeout
             )
         except self._psycopg.OperationalError as exc:
+            if getattr(exc, "sqlstate", None) is None:  # refused or unreachable, not "too many clients"
+                self.breaker.open("cannot connect")
             raise self._unavailable(exc) from None
         return conn
 
@@ -165,26 +173,24 @@ class Database:
         psycopg = self._psycopg
         pool_closed = self._pool_module.PoolClosed
         for attempt in (1, 2):
+            self.breaker.check()
             pool = self._current_pool()
             began = False
             conn: Connection | None = None
-            wait = self._outage_wait if self._unreachable else self._wait_timeout
+            wait = self._wait_timeout if attempt == 1 else min(self._wait_timeout, RETRY_WAIT_SECONDS)
             try:
-                with pool.connection(timeout=wait) as conn:
+                with self._connection(pool, wait) as conn:
                     if write:
                         with conn.transaction():
                             began = True
                             result = work(conn)
                     else:
                         result = work(conn)
-                self._unreachable = False
                 return result
             except pool_closed as exc:
                 raise ServiceUnavailableError("the keystore is closed") from exc
             except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction) as exc:
                 broken = conn is not None and conn.broken
-                if broken or isinstance(exc, self._pool_module.PoolTimeout):
-                    self._unreachable = True
                 if broken:
                     # The server dropped this connection: the idle ones are likely dead too. Replace them.
                     with contextlib.suppress(psycopg.Error):
@@ -192,8 +198,70 @@ class Database:
                 if attempt == 1 and broken and not began:
                     logger.info("keystore %s: connection lost, retrying on a new one", self.description)
                     continue
+                if isinstance(exc, self._pool_module.PoolTimeout):
+                    if not self._saturated(pool):
+                        self.breaker.open("no connection could be made")
+                elif broken or conn is None:
+                    self.breaker.open("connection lost" if broken else "cannot connect")
                 raise self._unavailable(exc) from None
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    @contextlib.contextmanager
+    def _connection(self, pool: psycopg_pool.ConnectionPool[Connection], wait: float) -> Iterator[Connection]:
+        """``pool.connection()``, waiting up to ``wait`` seconds in slices of :data:`WAIT_SLICE_SECONDS`.
+
+        Raises:
+            PoolTimeout: no connection within ``wait``.
+            KeystoreUnavailableError: the breaker opened while this call waited.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                conn = pool.getconn(timeout=max(min(remaining, WAIT_SLICE_SECONDS), 0.001))
+                break
+            except self._pool_module.PoolTimeout:
+                if remaining <= WAIT_SLICE_SECONDS:
+                    raise
+                self.breaker.check()
+        try:
+            with conn:  # as pool.connection(): commit or roll back, never close a pooled connection
+                yield conn
+        finally:
+            pool.putconn(conn)
+
+    def _saturated(self, pool: psycopg_pool.ConnectionPool[Connection]) -> bool:
+        """True when every connection the pool may open exists and is busy: a timed-out wait then means
+        load, not an unreachable database."""
+        stats = pool.get_stats()
+        return stats.get("pool_size", 0) >= self._pool_size and stats.get("pool_available", 0) == 0
+
+    def _probe(self) -> None:
+        """One check that the database serves (the breaker's probe thread): a pooled connection if one is
+        free at once, else a connection of its own. When only the latter works, the pool is replaced: the
+        old one may sit in a reconnection backoff of several seconds although the database is back.
+
+        Raises:
+            Exception: the database does not serve (refused, unreachable within ``connect_timeout``...).
+        """
+        pool = self._current_pool()
+        with contextlib.suppress(self._psycopg.OperationalError):
+            with pool.connection(timeout=WAIT_SLICE_SECONDS) as conn:
+                conn.execute("SELECT 1")
+            return
+        with self._psycopg.connect(self._url, autocommit=True, connect_timeout=self._connect_timeout) as conn:
+            conn.execute("SELECT 1")
+        self._replace_pool(pool)
+
+    def _replace_pool(self, old: psycopg_pool.ConnectionPool[Connection]) -> None:
+        """Use a new pool instead of ``old`` (closed in the background, its connections dead anyway)."""
+        with self._lock:
+            if self._closed or self._pool is not old or self._pid != os.getpid():
+                return
+            self._pool = self._new_pool()
+        threading.Thread(
+            target=old.close, kwargs={"timeout": self._wait_timeout}, name="keystore-old-pool", daemon=True
+        ).start()
 
     def _unavailable(self, exc: BaseException) -> KeystoreUnavailableError:
         """The domain error for ``exc``; the details (URL and passwords removed) go to the server log only."""
@@ -218,6 +286,7 @@ class Database:
                 return
             self._closed = True
             pool, forked = self._pool, self._pid != os.getpid()
+        self.breaker.stop()
         if forked:
             self._inherited.append(pool)
         else:

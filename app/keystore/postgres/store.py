@@ -25,6 +25,7 @@ from app.errors import (
     KeyVersionNotFoundError,
     TokenNotFoundError,
 )
+from app.seal import Seal
 
 from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord, utc_now
 from ..changes import Change, ChangeBatch
@@ -45,7 +46,13 @@ from ..checks import (
     check_version_material,
     key_type_for_material,
 )
-from ..master import check_master_key, unwrap_key_material, wrap_key_material
+from ..master import (
+    AUDIT_KEYS_ROW,
+    as_seal,
+    open_audit_key_material,
+    unwrap_key_material,
+    wrap_key_material,
+)
 from ..migrations import Migration
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
@@ -72,7 +79,8 @@ class PostgresKeyStore(KeyStore):
 
     Args:
         url: ``postgresql://user:password@host:port/database``; it never appears in a log, error or repr.
-        master_key: 32 bytes; wraps every stored key version. Every replica needs the same one.
+        seal: wraps every stored key version (:mod:`app.seal`; 32 bytes stand for a file seal). Every
+            replica needs the same master key.
         pool_size: most connections this store opens at once.
         wait_timeout: seconds a call waits for a free connection before ``KeystoreUnavailableError``.
         connect_timeout: seconds one connection attempt may take.
@@ -84,7 +92,7 @@ class PostgresKeyStore(KeyStore):
     Raises:
         BadRequestError: ``tombstone_seconds`` is negative or ``auto_rotate_min_period`` outside 1..3600.
         ValueError: ``url`` is not a PostgreSQL URL.
-        MasterKeyError: ``master_key`` is not 32 bytes, or the database was created with another one.
+        MasterKeyError: ``seal`` is bytes not 32 long, or the database was created with another seal.
         KeystoreSchemaError: the database comes from a newer release.
         KeystoreUnavailableError: the database cannot be reached, or psycopg is not installed.
     """
@@ -92,7 +100,7 @@ class PostgresKeyStore(KeyStore):
     def __init__(
         self,
         url: str,
-        master_key: bytes,
+        seal: Seal | bytes,
         *,
         pool_size: int = 8,
         wait_timeout: float = 5.0,
@@ -101,7 +109,7 @@ class PostgresKeyStore(KeyStore):
         tombstone_seconds: float = 0.0,
         auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
     ) -> None:
-        self._master_key = check_master_key(master_key)
+        self._seal = as_seal(seal)
         self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
         self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
         check_database_url(url)
@@ -112,7 +120,7 @@ class PostgresKeyStore(KeyStore):
         )
         try:
             with self._database.connect() as conn:
-                _schema.migrate(conn, self._master_key, self._database.description, migrations)
+                _schema.migrate(conn, self._seal, self._database.description, migrations)
         except BaseException:
             self._database.close()
             raise
@@ -131,7 +139,7 @@ class PostgresKeyStore(KeyStore):
     # -- keys ---------------------------------------------------------------------------------------------
 
     def _insert(self, info: KeyInfo, material: bytes) -> KeyInfo:
-        wrapped = wrap_key_material(self._master_key, info.name, 1, material)
+        wrapped = wrap_key_material(self._seal, info.name, 1, material)
 
         def work(conn: Connection) -> None:
             if not _keys.insert_key(conn, info, wrapped):
@@ -205,7 +213,7 @@ class PostgresKeyStore(KeyStore):
         and a ``key_rotated`` change."""
         version = key.latest_version + 1
         material = secrets.token_bytes(KEY_TYPES[key.key_type])
-        wrapped = wrap_key_material(self._master_key, key.name, version, material)
+        wrapped = wrap_key_material(self._seal, key.name, version, material)
         _keys.insert_version(conn, key.name, version, wrapped, utc_now())
         info = _keys.read_key(conn, key.name)
         _changes.append_change(conn, "key_rotated", key_name=key.name)
@@ -241,7 +249,7 @@ class PostgresKeyStore(KeyStore):
             key = _keys.lock_key(conn, name)
             data = check_version_material(name, key.key_type, material)
             version = key.latest_version + 1
-            wrapped = wrap_key_material(self._master_key, name, version, data)
+            wrapped = wrap_key_material(self._seal, name, version, data)
             _keys.insert_version(conn, name, version, wrapped, utc_now(), imported=True)
             info = _keys.read_key(conn, name)
             _changes.append_change(conn, "key_rotated", key_name=name)
@@ -326,7 +334,17 @@ class PostgresKeyStore(KeyStore):
             raise KeyVersionNotFoundError(
                 f"key {name!r} has no version {version} (versions {oldest} to {latest})"
             )
-        return unwrap_key_material(self._master_key, name, version, wrapped)
+        return unwrap_key_material(self._seal, name, version, wrapped)
+
+    @property
+    def seal(self) -> Seal:
+        """See :attr:`KeyStore.seal`."""
+        return self._seal
+
+    def audit_key_material(self) -> bytes | None:
+        """See :meth:`KeyStore.audit_key_material`."""
+        stored = self._database.read(lambda conn: _schema.read_meta(conn, AUDIT_KEYS_ROW))
+        return open_audit_key_material(self._seal, stored)
 
     # -- copying between keystores -------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from app.errors import (
     KeyNotFoundError,
     KeyVersionNotFoundError,
 )
+from app.seal import Seal
 
 from ..base import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from ..checks import check_min_decryption_version
@@ -54,7 +55,7 @@ def require_key(conn: sqlite3.Connection, name: str) -> KeyInfo:
 
 def insert_key(
     conn: sqlite3.Connection,
-    master_key: bytes,
+    seal: Seal,
     name: str,
     key_type: str,
     scheme: str,
@@ -90,7 +91,7 @@ def insert_key(
     )
     conn.execute(
         "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, 1, ?, ?)",
-        (name, wrap_key_material(master_key, name, 1, material), now),
+        (name, wrap_key_material(seal, name, 1, material), now),
     )
     return require_key(conn, name)
 
@@ -156,7 +157,7 @@ def list_keys(conn: sqlite3.Connection) -> list[KeyInfo]:
 
 
 def add_version(
-    conn: sqlite3.Connection, master_key: bytes, info: KeyInfo, material: bytes, *, imported: bool = False
+    conn: sqlite3.Connection, seal: Seal, info: KeyInfo, material: bytes, *, imported: bool = False
 ) -> KeyInfo:
     """Store ``material`` as the next version of key ``info`` and make it the latest.
 
@@ -167,7 +168,7 @@ def add_version(
     now = to_text(utc_now())
     conn.execute(
         "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, ?, ?, ?)",
-        (name, version, wrap_key_material(master_key, name, version, material), now),
+        (name, version, wrap_key_material(seal, name, version, material), now),
     )
     conn.execute(
         "UPDATE keys SET latest_version = ?, updated_at = ?, imported = MAX(imported, ?) WHERE name = ?",
@@ -236,13 +237,13 @@ def delete_key(conn: sqlite3.Connection, name: str) -> None:
     conn.execute("DELETE FROM keys WHERE name = ?", (name,))
 
 
-def key_material(conn: sqlite3.Connection, master_key: bytes, name: str, version: int) -> bytes:
+def key_material(conn: sqlite3.Connection, seal: Seal, name: str, version: int) -> bytes:
     """The unwrapped material of key ``name`` at ``version``.
 
     Raises:
         KeyNotFoundError: no such key.
         KeyVersionNotFoundError: the key has no such version.
-        KeyUnwrapError: the stored material does not unwrap under ``master_key``.
+        KeyUnwrapError: the stored material does not unwrap under ``seal``.
     """
     row = conn.execute(
         "SELECT wrapped FROM key_versions WHERE key_name = ? AND version = ?", (name, version)
@@ -260,7 +261,7 @@ def key_material(conn: sqlite3.Connection, master_key: bytes, name: str, version
             f"key {name!r} has no version {version} (versions {oldest} to {latest})"
         )
     wrapped: bytes = row[0]
-    return unwrap_key_material(master_key, name, version, wrapped)
+    return unwrap_key_material(seal, name, version, wrapped)
 
 
 def _info_from_row(row: Sequence[Any], versions: list[KeyVersionInfo]) -> KeyInfo:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from app.core.schemes import DEFAULT_SCHEME
 from app.errors import BadRequestError
+from app.seal import Seal
 
 from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord, utc_now
 from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
@@ -32,7 +33,7 @@ from ..checks import (
     key_type_for_material,
 )
 from ..errors import KeystoreUnavailableError
-from ..master import check_master_key
+from ..master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
 from ..migrations import Migration
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
@@ -43,7 +44,7 @@ from ..rotation import (
 from ..tombstones import check_tombstone_seconds
 from . import changes, keys, tokens
 from .connections import SqliteConnections, logger, prepare_database_file
-from .schema import MIGRATIONS, migrate
+from .schema import MIGRATIONS, migrate, read_meta
 from .watch import DataVersionWatcher
 
 __all__ = ["SqliteKeyStore"]
@@ -54,7 +55,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
 
     Args:
         path: the database file (created 0600 when missing).
-        master_key: 32 bytes; wraps every stored key version.
+        seal: wraps every stored key version (:mod:`app.seal`; 32 bytes stand for a file seal).
         busy_timeout: seconds a writer waits for another writer (thread or process) before giving up with
             ``ServiceUnavailableError``.
         pool_size: idle connections kept for reuse.
@@ -65,7 +66,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
 
     Raises:
         BadRequestError: ``tombstone_seconds`` is negative or ``auto_rotate_min_period`` outside 1..3600.
-        MasterKeyError: ``master_key`` is not 32 bytes, or is not the key this database was created with.
+        MasterKeyError: ``seal`` is bytes not 32 long, or is not the seal this database was created with.
         KeystoreSchemaError: the database comes from a newer release.
         KeystoreUnavailableError: the file cannot be opened or stays locked longer than ``busy_timeout``.
     """
@@ -73,7 +74,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
     def __init__(
         self,
         path: Path,
-        master_key: bytes,
+        seal: Seal | bytes,
         *,
         busy_timeout: float = 10.0,
         pool_size: int = 8,
@@ -82,7 +83,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
     ) -> None:
         super().__init__(path, busy_timeout, pool_size)
-        self._master_key = check_master_key(master_key)
+        self._seal = as_seal(seal)
         self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
         self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
         try:
@@ -97,7 +98,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
                 if str(mode).lower() != "wal":
                     logger.warning("keystore %s: no WAL mode, journal mode is %s", self.path, mode)
             with self._write() as conn:
-                migrate(conn, self.path, self._master_key, migrations)
+                migrate(conn, self.path, self._seal, migrations)
         except BaseException:
             self.close()
             raise
@@ -127,7 +128,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             changes.check_tombstone(conn, name)
             info = keys.insert_key(
                 conn,
-                self._master_key,
+                self._seal,
                 name,
                 key_type,
                 scheme,
@@ -201,7 +202,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
     def _rotate(self, conn: sqlite3.Connection, info: KeyInfo) -> KeyInfo:
         """The one rotation path, manual or automatic: a random next version and a ``key_rotated`` change."""
         material = secrets.token_bytes(KEY_TYPES[info.key_type])
-        rotated = keys.add_version(conn, self._master_key, info, material)
+        rotated = keys.add_version(conn, self._seal, info, material)
         changes.append_change(conn, "key_rotated", key_name=info.name)
         return rotated
 
@@ -227,7 +228,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._write() as conn:
             info = keys.require_key(conn, name)
             data = check_version_material(name, info.key_type, material)
-            imported = keys.add_version(conn, self._master_key, info, data, imported=True)
+            imported = keys.add_version(conn, self._seal, info, data, imported=True)
             changes.append_change(conn, "key_rotated", key_name=name)
             return imported
 
@@ -293,7 +294,18 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         if isinstance(version, bool) or not isinstance(version, int):
             raise BadRequestError(f"key version must be an integer, got {type(version).__name__}")
         with self._read() as conn:
-            return keys.key_material(conn, self._master_key, name, version)
+            return keys.key_material(conn, self._seal, name, version)
+
+    @property
+    def seal(self) -> Seal:
+        """See :attr:`KeyStore.seal`."""
+        return self._seal
+
+    def audit_key_material(self) -> bytes | None:
+        """See :meth:`KeyStore.audit_key_material`."""
+        with self._read() as conn:
+            stored = read_meta(conn, AUDIT_KEYS_ROW)
+        return open_audit_key_material(self._seal, stored)
 
     # -- copying between keystores -------------------------------------------------------------------------
 

@@ -136,3 +136,35 @@ async def test_rewrap_records_say_what_was_sealed_and_under_which_version(
     batched = records["/v1/keys/{name}/rewrap/batch"]
     assert (batched["key_version"], batched["scheme"], batched["format"]) == (2, "gcm", "sealed")
     assert b"payload" not in path.read_bytes()
+
+
+async def test_readyz_is_503_while_the_log_cannot_be_written(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """A load balancer must stop sending requests that would all get 503 ``audit_unavailable``."""
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    async with running_api(settings_factory(audit_log=str(directory / "audit.log"))) as api:
+        assert (await api.client.get("/readyz")).status_code == 200
+        (directory / "audit.log").unlink()
+        directory.rmdir()
+        not_ready = await api.client.get("/readyz")
+        assert not_ready.status_code == 503
+        assert not_ready.json()["error"]["code"] == "audit_unavailable"
+        assert str(directory) not in not_ready.text  # no path in an unauthenticated answer
+        directory.mkdir()
+        assert (await api.client.get("/readyz")).status_code == 200
+        assert (await api.client.get("/v1/keys", headers=api.auth())).status_code == 200
+
+
+async def test_readyz_is_503_after_a_write_to_a_device_failed(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    """A device or pipe cannot be probed without writing: its last write decides."""
+    async with running_api(settings_factory(audit_log="/dev/full")) as api:
+        assert (await api.client.get("/readyz")).status_code == 200  # nothing written yet
+        assert (await api.client.get("/v1/keys", headers=api.auth())).status_code == 503
+        not_ready = await api.client.get("/readyz")
+        assert not_ready.status_code == 503
+        assert not_ready.json()["error"]["code"] == "audit_unavailable"
+        assert "cannot be written (No space left on device)" in not_ready.json()["error"]["message"]

@@ -169,14 +169,14 @@ async def test_json_routes_verify_the_token_once(api: Api) -> None:
     """The body-limit middleware authenticates before reading the body; the route reuses its Principal
     instead of hashing the secret and looking the token up a second time."""
     tokens = api.app.state.keystream.tokens
-    real_verify = tokens.verify
+    real_authenticate = tokens.authenticate
     calls: list[str | None] = []
 
-    def counting_verify(authorization: str | None) -> object:
+    async def counting_authenticate(authorization: str | None) -> object:
         calls.append(authorization)
-        return real_verify(authorization)
+        return await real_authenticate(authorization)
 
-    tokens.verify = counting_verify
+    tokens.authenticate = counting_authenticate
     try:
         created = await api.client.post("/v1/keys", json={"name": "once"}, headers=api.auth())
         assert created.status_code == 201, created.text
@@ -187,4 +187,4 @@ async def test_json_routes_verify_the_token_once(api: Api) -> None:
         bad = await api.client.get("/v1/keys/once", headers={"Authorization": "Bearer ks_00_nope"})
         assert bad.status_code == 401
     finally:
-        del tokens.verify
+        del tokens.authenticate

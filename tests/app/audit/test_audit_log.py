@@ -12,6 +12,8 @@ from app.audit import (
     AuditLog,
     AuditUnavailableError,
     derive_audit_keys,
+    is_first_file,
+    log_files,
     rotated_paths,
     verify_lines,
     worker_path,
@@ -171,3 +173,20 @@ def test_a_write_cut_short_by_a_full_disk_leaves_the_file_as_it_was(tmp_path: Pa
         report = verify_lines(KEY, read_lines([path]))
         assert report.problem is None, report.problem
         assert report.lines == 5
+
+
+def test_log_files_lists_each_writer_after_its_rotations(tmp_path: Path) -> None:
+    names = ["a.log", "a.log.1", "a.log.2", "a.log.w0", "a.log.w0.1", "a.log.w10", "a.log.w2", "a.log.w2.10"]
+    names += ["a.log.w2.9", "a.log.old", "b.log", "a.log.wx"]
+    for name in names:
+        (tmp_path / name).write_text("")
+    expected = ["a.log.2", "a.log.1", "a.log", "a.log.w0.1", "a.log.w0", "a.log.w2.10", "a.log.w2.9"]
+    expected += ["a.log.w2", "a.log.w10"]
+    assert log_files(str(tmp_path / "a.log")) == [str(tmp_path / name) for name in expected]
+    (tmp_path / "a.log").unlink()  # several workers: PATH itself does not exist
+    without = log_files(str(tmp_path / "a.log"))
+    assert without[2:4] == [str(tmp_path / "a.log.w0.1"), str(tmp_path / "a.log.w0")]
+    assert log_files(str(tmp_path / "none.log")) == []
+    assert is_first_file(str(tmp_path / "b.log")) and is_first_file(str(tmp_path / "a.log.w10"))
+    assert not is_first_file(str(tmp_path / "a.log.w0"))  # a.log.w0.1 is older
+    assert not is_first_file(str(tmp_path / "a.log.2"))  # a rotated file

@@ -40,6 +40,7 @@ def test_env_file_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
         ("master_key", base64.b64encode(bytes(16)).decode(), "decodes to 16 bytes"),
         ("root_token", "hunter2", "ks_<id>_<secret>"),
         ("workers", "0", "greater than or equal"),
+        ("forwarded_allow_ips", "127.0.0.1,haproxy", "'haproxy' is not an IP address or network"),
     ],
 )
 def test_invalid_values(field: str, value: str, fragment: str) -> None:
@@ -111,3 +112,12 @@ def test_change_log_settings_and_the_tombstone_bound() -> None:
     assert Settings(key_tombstone_seconds=30).effective_tombstone_seconds == 30
     with pytest.raises(ValueError, match="key_tombstone_seconds must be at least 6 x change_poll_interval"):
         Settings(key_tombstone_seconds=1.0)  # below 6 x 0.25 s: a cut-off replica could outlive it
+
+
+def test_forwarded_allow_ips_is_nobody_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn's own default believed X-Forwarded-For from 127.0.0.1; ours believes nobody."""
+    assert Settings(_env_file=None).forwarded_allow_ips is None  # type: ignore[call-arg]
+    monkeypatch.setenv("KEYSTREAM_FORWARDED_ALLOW_IPS", "10.0.0.5, 10.1.0.0/16,::1")
+    assert Settings(_env_file=None).forwarded_allow_ips == ["10.0.0.5", "10.1.0.0/16", "::1"]  # type: ignore[call-arg]
+    monkeypatch.setenv("KEYSTREAM_FORWARDED_ALLOW_IPS", " ")
+    assert Settings(_env_file=None).forwarded_allow_ips is None  # type: ignore[call-arg]

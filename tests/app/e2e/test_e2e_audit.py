@@ -336,6 +336,10 @@ def test_several_workers_write_their_own_files(tmp_path: Path) -> None:
         assert sum(len(path.read_text().splitlines()) for path in per_worker) == 20  # one line per GET
         for path in per_worker:
             assert verify(path).returncode == 0
+        configured = verify(log)  # the configured path: both worker files found beside it
+        assert configured.returncode == 0, configured.stderr
+        assert configured.stdout.count("lines intact") == sum(1 for path in per_worker if path.stat().st_size)
+        assert f"ok: 20 lines in 2 file(s) ({per_worker[0]} {per_worker[1]})" in configured.stdout
     finally:
         stop_server(running)
 
@@ -349,7 +353,12 @@ def test_an_unwritable_log_fails_closed(tmp_path: Path) -> None:
     try:
         with running.client() as client:
             assert client.post("/v1/keys", json={"name": "k"}).status_code == 201
+            assert client.get("/readyz").status_code == 200
+            before = verify(directory / "audit.log")
+            head = next(line.split()[1] for line in before.stdout.splitlines() if line.startswith("head "))
             shutil.rmtree(directory)  # the file and its directory removed
+            not_ready = client.get("/readyz")  # a load balancer stops sending requests here
+            assert not_ready.status_code == 503 and not_ready.json()["error"]["code"] == "audit_unavailable"
             refused = client.post("/v1/keys/k/encrypt", content=PLAINTEXT)
             assert refused.status_code == 503
             assert refused.json()["error"]["code"] == "audit_unavailable"
@@ -358,9 +367,14 @@ def test_an_unwritable_log_fails_closed(tmp_path: Path) -> None:
             assert client.get("/v1/keys").status_code == 503  # every /v1 route
             assert client.get("/healthz").status_code == 200  # not /v1: no record needed
             directory.mkdir()  # fixed: requests are served (and recorded) again
+            assert client.get("/readyz").status_code == 200
             served = client.post("/v1/keys/k/encrypt", content=b"back")
             assert served.status_code == 200
-        assert verify(directory / "audit.log").returncode == 0
+        # The new file goes on with the chain, but its first records went with the old one: verify says so,
+        # unless given the head remembered before (where the new file begins).
+        alone = verify(directory / "audit.log")
+        assert alone.returncode == 1 and ":1: removed: chain" in alone.stderr, alone.stderr
+        assert verify(directory / "audit.log", heads=(head,)).returncode == 0
     finally:
         stop_server(running)
 
@@ -402,7 +416,9 @@ def test_a_full_disk_refuses_requests_and_leaves_every_worker_file_verifiable(tm
             statuses = [_fresh_request(running, "POST", long_path) for _ in range(30)]
             assert statuses == [503] * 30
             assert [path.stat().st_size for path in files] == sizes  # no torn line left in either file
+            assert [_fresh_request(running, "GET", "/readyz") for _ in range(10)] == [503] * 10
             filler.unlink()
+            assert [_fresh_request(running, "GET", "/readyz") for _ in range(10)] == [200] * 10
             assert [_fresh_request(running, "POST", long_path) for _ in range(10)] == [404] * 10
         finally:
             stop_server(running)
@@ -418,3 +434,27 @@ def test_a_full_disk_refuses_requests_and_leaves_every_worker_file_verifiable(tm
         for path in files:
             result = verify(path)
             assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_log_in_a_missing_directory_refuses_the_start(tmp_path: Path, workers: str) -> None:
+    """The server used to start and answer every /v1 request with 503 while /readyz said ready."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+    env.update(
+        KEYSTREAM_MASTER_KEY=MASTER_KEY,
+        KEYSTREAM_DATA_DIR=str(tmp_path / "data"),
+        KEYSTREAM_AUDIT_LOG=str(tmp_path / "missing" / "audit.log"),
+        KEYSTREAM_PORT="0",
+        KEYSTREAM_WORKERS=workers,
+    )
+    command = [sys.executable, "-m", "app.admin", "serve"]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    worker_file = "audit.log" if workers == "1" else "audit.log.w0"
+    assert lines[0] == (
+        "keystream-server: error: cannot start: KEYSTREAM_AUDIT_LOG "
+        f"{tmp_path / 'missing' / worker_file}: cannot be opened for appending: No such file or directory"
+    )
+    assert result.stdout == ""  # no first-start banner: nothing was bootstrapped

@@ -34,7 +34,8 @@ T0 = datetime(2026, 11, 26, 8, 0, tzinfo=UTC)
         ("1h30m", 5400),
         ("7d", 604_800),
         ("1d2h3m4s", 93_784),
-        (" 24h ", 86_400),
+        ("1d30m", 88_200),
+        ("0d1h", 3600),
         (MAX_AUTO_ROTATE_PERIOD, MAX_AUTO_ROTATE_PERIOD),
     ],
 )
@@ -64,6 +65,36 @@ def test_invalid_periods_are_bad_requests_that_say_what_is_allowed(value: object
     with pytest.raises(BadRequestError, match="auto_rotate_period must") as caught:
         check_auto_rotate_period(value)
     assert message in str(caught.value)
+    assert http_status(caught.value) == 400
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1d1d",
+        "1h1h1h",
+        "1h1h",
+        "30m1h",
+        "1s1h",
+        "1h30m1h",
+        " 1h",
+        "1h ",
+        " 24h ",
+        "1h 30m",
+        "\t1h",
+        "1h\n",
+        " 3600",
+        "3600 ",
+        "\u00a03600",
+    ],
+)
+def test_one_duration_grammar_each_unit_once_in_order_no_spaces(value: str) -> None:
+    """d, h, m, s each at most once and in that order, nothing around them: a value two readers cannot
+    sum differently (is "1h1h" one hour or two?) and that an equality check on the stored text agrees with.
+    """
+    with pytest.raises(BadRequestError, match="auto_rotate_period must") as caught:
+        check_auto_rotate_period(value)
+    assert "each unit at most once" in str(caught.value)
     assert http_status(caught.value) == 400
 
 

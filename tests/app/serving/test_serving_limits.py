@@ -11,7 +11,9 @@ import pytest
 
 from app.serving.limits import ConnectionLimits, ConnectionWatch, Phase
 
-LIMITS = ConnectionLimits(max_connections=3, idle_timeout=5.0, header_timeout=10.0, body_timeout=30.0)
+LIMITS = ConnectionLimits(
+    max_connections=3, idle_timeout=5.0, header_timeout=10.0, body_timeout=30.0, handshake_timeout=2.0
+)
 
 
 class FakeLoop:
@@ -123,3 +125,28 @@ def test_limits_are_logged_at_most_every_ten_seconds(caplog: pytest.LogCaptureFi
     assert lines[1].startswith(
         "connection limits: 4 idle evicted at max_connections, 1 request heads too slow"
     )
+
+
+def test_a_tls_handshake_counts_from_the_accept_and_has_its_own_deadline() -> None:
+    """Connections still in their TLS handshake were invisible to the watch (uvloop's 60 s applied)."""
+    watch, loop = _watch()
+    handshaking = FakeConnection(Phase.HANDSHAKE, 100.0)
+    idle = FakeConnection(Phase.IDLE, 100.0)
+    for connection in (handshaking, idle):
+        watch.admit(connection)
+    loop.now = 101.0
+    loop.run_sweep()
+    assert (handshaking.dropped, idle.dropped) == (None, None)
+    loop.now = 102.5
+    loop.run_sweep()
+    assert (handshaking.dropped, idle.dropped) == ("handshake timeout", None)
+
+
+def test_at_the_cap_a_handshaking_connection_is_evicted_like_an_idle_one() -> None:
+    watch, _ = _watch()
+    silent = FakeConnection(Phase.HANDSHAKE, 10.0)
+    busy = [FakeConnection(Phase.BUSY, 0.0), FakeConnection(Phase.BODY, 0.0)]
+    for connection in (silent, *busy):
+        assert watch.admit(connection)
+    assert watch.admit(FakeConnection(Phase.HANDSHAKE, 100.0))
+    assert silent.dropped == "evicted" and all(connection.dropped is None for connection in busy)

@@ -33,7 +33,7 @@ from keystream_client.cli._transfer import cmd_crypto
 
 _PERIOD_HELP = (
     "rotate the key automatically once its latest version is this old: seconds or a duration such as 24h, "
-    "1h30m or 7d (at least 1h; 0 = never)"
+    "1h30m or 7d: d, h, m, s each at most once, in that order (at least 1h; 0 = never)"
 )
 
 #: The service's sealed schemes (``app.core.schemes`` on the server; the client does not import the server).

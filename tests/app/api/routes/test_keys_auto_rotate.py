@@ -53,6 +53,10 @@ async def test_period_on_create_get_list_and_patch(api: Api) -> None:
         (-3600, "auto_rotate_period must be 0 (off) or positive, got -3600"),
         ("weekly", "auto_rotate_period must be seconds (an integer) or a duration such as 24h"),
         (10**12, "auto_rotate_period must be at most 315360000 seconds (10 years)"),
+        ("1d1d", "each unit at most once and in that order, no spaces), got '1d1d'"),
+        ("1h1h1h", "each unit at most once and in that order, no spaces), got '1h1h1h'"),
+        (" 1h", "each unit at most once and in that order, no spaces), got ' 1h'"),
+        ("1h ", "each unit at most once and in that order, no spaces), got '1h '"),
     ],
 )
 async def test_invalid_periods_get_400_with_a_clear_message(api: Api, period: object, message: str) -> None:

@@ -49,12 +49,12 @@ def iso(moment: datetime) -> str:
 async def test_ttl_and_max_ttl_are_stored_and_listed(api: Api, clock: Clock) -> None:
     created = await create(api, ttl=60, max_ttl=600)
     start = clock.now
-    assert created["ttl"] == 60
+    assert created["ttl"] == 60 and created["capped"] is False
     assert created["expires_at"] == iso(start + timedelta(seconds=60))
     assert created["max_expires_at"] == iso(start + timedelta(seconds=600))
     listed = (await api.client.get("/v1/tokens", headers=api.auth())).json()["tokens"]
     mine = next(t for t in listed if t["id"] == created["id"])
-    assert mine == {key: value for key, value in created.items() if key != "token"}
+    assert mine == {key: value for key, value in created.items() if key not in ("token", "capped")}
     root = next(t for t in listed if t["id"] == "0123456789abcdef")
     assert (root["ttl"], root["expires_at"], root["max_expires_at"]) == (None, None, None)
     secret = created["token"].split("_", 2)[2]
@@ -136,7 +136,7 @@ async def test_self_needs_no_admin_and_shows_only_the_caller(api: Api, clock: Cl
     created = await create(api, ttl=60, max_ttl=120, description="ci", key_patterns=["app-*"])
     response = await api.client.get("/v1/tokens/self", headers=api.auth(created["token"]))
     assert response.status_code == 200, response.text
-    assert response.json() == {key: value for key, value in created.items() if key != "token"}
+    assert response.json() == {key: value for key, value in created.items() if key not in ("token", "capped")}
     root = (await api.client.get("/v1/tokens/self", headers=api.auth(ROOT_TOKEN))).json()
     assert root["id"] == "0123456789abcdef" and root["expires_at"] is None and root["ttl"] is None
     assert "hash" not in response.text and created["token"].split("_", 2)[2] not in response.text
@@ -211,3 +211,85 @@ async def test_self_is_never_a_token_id(api: Api) -> None:
     # Other ids still reach the admin's revoke route.
     assert (await api.client.delete("/v1/tokens/selfish", headers=api.auth())).status_code == 404
     assert (await api.client.delete("/v1/tokens/0123456789abcdef", headers=api.auth())).status_code == 204
+
+
+async def short_lived_admin(api: Api, ttl: int = 30, max_ttl: int | None = None) -> str:
+    """An admin token on every key that lives ``ttl`` seconds (renewable to ``max_ttl``)."""
+    lifetime = {"ttl": ttl} if max_ttl is None else {"ttl": ttl, "max_ttl": max_ttl}
+    return str((await create(api, scopes=["admin", "encrypt"], **lifetime))["token"])
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [{}, {"ttl": MAX_TOKEN_TTL_SECONDS}, {"ttl": 10, "max_ttl": MAX_TOKEN_TTL_SECONDS}],
+    ids=["no-ttl", "long-ttl", "long-max-ttl"],
+)
+async def test_a_child_never_outlives_a_short_lived_creator(
+    api: Api, clock: Clock, asked: dict[str, int]
+) -> None:
+    start = clock.now
+    admin = await short_lived_admin(api, ttl=30)
+    response = await api.client.post(
+        "/v1/tokens", json={"scopes": ["encrypt"], **asked}, headers=api.auth(admin)
+    )
+    assert response.status_code == 201, response.text
+    child = response.json()
+    assert child["capped"] is True
+    end = iso(start + timedelta(seconds=30))
+    assert child["max_expires_at"] == end
+    assert child["expires_at"] == (iso(start + timedelta(seconds=10)) if asked.get("ttl") == 10 else end)
+    assert child["ttl"] == asked.get("ttl", 30)
+    clock.advance(31)  # the creator and its child are both over
+    for token in (admin, child["token"]):
+        expired = await api.client.get("/v1/backends", headers=api.auth(token))
+        assert expired.json()["error"]["code"] == "token_expired", expired.text
+
+
+async def test_a_child_within_its_creator_is_not_capped(api: Api, clock: Clock) -> None:
+    admin = await short_lived_admin(api, ttl=60, max_ttl=600)
+    response = await api.client.post(
+        "/v1/tokens", json={"scopes": ["encrypt"], "ttl": 20, "max_ttl": 500}, headers=api.auth(admin)
+    )
+    assert response.status_code == 201, response.text
+    child = response.json()
+    assert child["capped"] is False
+    assert (child["expires_at"], child["max_expires_at"]) == (
+        iso(clock.now + timedelta(seconds=20)),
+        iso(clock.now + timedelta(seconds=500)),
+    )
+    root_child = await create(api, ttl=MAX_TOKEN_TTL_SECONDS)  # root never expires: nothing to cap
+    assert root_child["capped"] is False and root_child["ttl"] == MAX_TOKEN_TTL_SECONDS
+
+
+async def test_a_child_renews_only_up_to_its_creator_max(api: Api, clock: Clock) -> None:
+    start = clock.now
+    admin = await short_lived_admin(api, ttl=30, max_ttl=90)
+    child = (
+        await api.client.post(
+            "/v1/tokens",
+            json={"scopes": ["encrypt"], "ttl": 60, "max_ttl": MAX_TOKEN_TTL_SECONDS},
+            headers=api.auth(admin),
+        )
+    ).json()
+    assert (child["expires_at"], child["max_expires_at"]) == (
+        iso(start + timedelta(seconds=30)),
+        iso(start + timedelta(seconds=90)),
+    )
+    clock.advance(20)
+    renewed = await api.client.post("/v1/tokens/self/renew", headers=api.auth(child["token"]))
+    assert renewed.status_code == 200, renewed.text
+    assert (renewed.json()["expires_at"], renewed.json()["capped"]) == (
+        iso(start + timedelta(seconds=80)),
+        False,
+    )
+    clock.advance(50)
+    capped = await api.client.post(
+        "/v1/tokens/self/renew", json={"ttl": MAX_TOKEN_TTL_SECONDS}, headers=api.auth(child["token"])
+    )
+    assert (capped.json()["expires_at"], capped.json()["capped"]) == (
+        iso(start + timedelta(seconds=90)),
+        True,
+    )
+    clock.advance(21)
+    expired = await api.client.get("/v1/backends", headers=api.auth(child["token"]))
+    assert expired.json()["error"]["code"] == "token_expired"

@@ -4,6 +4,7 @@ recovers by itself when the database returns. The session's cluster is stopped a
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -12,7 +13,8 @@ import pytest
 from app.errors import ServiceUnavailableError
 from app.keystore import KeystoreUnavailableError
 from app.keystore.postgres import PostgresKeyStore
-from app.keystore.postgres._database import OUTAGE_WAIT_SECONDS
+from app.keystore.postgres._breaker import PROBE_INTERVAL_SECONDS
+from app.keystore.postgres._database import RETRY_WAIT_SECONDS
 from tests.pg_cluster import PgCluster
 
 RECOVERY_SECONDS = 15
@@ -57,12 +59,15 @@ def test_calls_during_an_outage_get_keystore_unavailable_and_the_store_recovers(
             store.list_tokens,
             lambda: store.changes_since(0),
         ]
-        for call in calls:
+        for index, call in enumerate(calls):
             started = time.monotonic()
             with pytest.raises(KeystoreUnavailableError) as caught:
                 call()
-            # fails fast: waits OUTAGE_WAIT_SECONDS for a connection, not the 3 s wait_timeout
-            assert time.monotonic() - started < OUTAGE_WAIT_SECONDS + 1.0
+            # fails fast: the first call waits RETRY_WAIT_SECONDS for a new connection (not the 3 s
+            # wait_timeout) and opens the breaker; the next ones fail at once (slack: a loaded machine)
+            took = time.monotonic() - started
+            assert took < (RETRY_WAIT_SECONDS + 1.0 if index == 0 else 0.1), (index, took)
+            assert store._database.breaker.is_open
             error = caught.value
             assert isinstance(error, ServiceUnavailableError)  # 503 (app.api.errors), with Retry-After
             assert (error.code, error.retry_after_seconds) == ("keystore_unavailable", 1)
@@ -72,7 +77,13 @@ def test_calls_during_an_outage_get_keystore_unavailable_and_the_store_recovers(
             PostgresKeyStore(pg_url, master_key, connect_timeout=2)
         assert pg_url not in caplog.text and "keystore database 'postgres' on 127.0.0.1:" in caplog.text
         restarts.start()
-        eventually(lambda: store.get_key("orders"))  # measured here: 0.4 s after the restart
+        # the breaker's probe closes it without any call (at most a probe interval plus a connection)
+        restarted = time.monotonic()
+        while store._database.breaker.is_open:
+            assert time.monotonic() - restarted < PROBE_INTERVAL_SECONDS + 5.0, "the breaker stayed open"
+            time.sleep(0.02)
+        print(f"breaker closed {time.monotonic() - restarted:.2f} s after the restart")
+        eventually(lambda: store.get_key("orders"))
         assert store.rotate_key("orders").latest_version == 2  # nothing was written during the outage
         assert [key.name for key in store.list_keys()] == ["orders"]
         assert len(store.key_material("orders", 2)) == 32
@@ -95,5 +106,25 @@ def test_a_restart_between_calls_costs_no_failed_call(
         restarts.start()
         assert store.rotate_key("orders").latest_version == 2  # a write whose BEGIN failed: retried
         assert store.rotate_key("orders").latest_version == 3
+    finally:
+        store.close()
+
+
+def test_a_pool_busy_with_slow_work_does_not_open_the_breaker(pg_url: str, master_key: bytes) -> None:
+    """A wait for a connection that runs out because every connection is busy is load, not an outage: that
+    call gets its 503, and the next calls still go to the database once a connection is free."""
+    store = PostgresKeyStore(pg_url, master_key, pool_size=1, wait_timeout=0.3)
+    try:
+        store.create_key("orders")
+        holding = threading.Thread(
+            target=lambda: store._database.read(lambda c: c.execute("SELECT pg_sleep(1.5)"))
+        )
+        holding.start()
+        time.sleep(0.3)  # the one connection is taken
+        with pytest.raises(KeystoreUnavailableError, match="no database connection available"):
+            store.get_key("orders")
+        assert not store._database.breaker.is_open
+        holding.join()
+        assert store.get_key("orders").latest_version == 1
     finally:
         store.close()

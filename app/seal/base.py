@@ -1,0 +1,103 @@
+"""The seal interface: the one object that holds (or reaches) the master key.
+
+A seal wraps and unwraps every secret Keystream stores under its master key: key versions, the keystore's
+check value, and the audit keys' material. Nothing else touches master key bytes; with a hardware seal
+(:mod:`app.seal.pkcs11`) no master key bytes exist in this process at all.
+
+A seal has a :attr:`Seal.kind` (``file``, ``pkcs11``; ``shamir`` later) and a master key **generation**; every
+blob it writes says both (:mod:`app.seal.blob`), so a keystore can tell which seal made a blob and a
+later online rotation of the master key can keep older generations readable. A seal is *unsealed* (able to
+wrap) once opened; :meth:`Seal.close` seals it again. Seals whose key is assembled from operator shares will
+start sealed.
+
+Errors, drawn from the base:
+
+* :class:`SealError` (a :class:`~app.core.master_key_format.MasterKeyError`): the seal cannot be opened or
+  used (library missing, token absent, wrong PIN, key missing, sealed). ``keystream-server`` prints it as one
+  line and exits with status 2 at start-up. It names the setting, never a PIN or key bytes.
+* :class:`SealUnwrapError`: a blob does not authenticate under this seal. It carries no detail; the keystore
+  turns it into a ``KeyUnwrapError`` naming the key and version.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+from app.core.master_key_format import MasterKeyError
+
+__all__ = ["SEAL_KINDS", "Seal", "SealError", "SealUnwrapError"]
+
+#: The seal kinds ``KEYSTREAM_SEAL`` accepts.
+SEAL_KINDS = ("file", "pkcs11")
+
+
+class SealError(MasterKeyError):
+    """The seal cannot be opened or used: its message names the setting and what to fix, never a secret."""
+
+
+class SealUnwrapError(Exception):
+    """A blob does not authenticate under this seal (another seal or master key, or corruption)."""
+
+
+class Seal(abc.ABC):
+    """Wraps and unwraps secrets under a master key it never hands out.
+
+    Implementations are thread-safe. ``associated_data`` binds a blob to its place (a key's name and
+    version, the check value, the audit material), so a blob moved elsewhere does not unwrap.
+    """
+
+    #: The ``KEYSTREAM_SEAL`` name of this kind of seal.
+    kind: ClassVar[str]
+    #: True when :meth:`derive_key` works (the master key is in memory); other seals' keystores store the
+    #: secrets a file seal would derive, wrapped.
+    derives_keys: ClassVar[bool] = False
+
+    @property
+    @abc.abstractmethod
+    def generation(self) -> int:
+        """The generation (1, 2, ...) of the master key new blobs are wrapped under."""
+
+    @property
+    def sealed(self) -> bool:
+        """True while the seal cannot wrap or unwrap (closed, or waiting for its unseal material)."""
+        return False
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """A short phrase for messages (``"the file seal (data/master.key)"``); never a secret."""
+
+    @abc.abstractmethod
+    def wrap(self, plaintext: bytes, associated_data: bytes) -> bytes:
+        """Encrypt and authenticate ``plaintext`` bound to ``associated_data``; the blob names this seal.
+
+        Raises:
+            SealError: the seal is sealed or its device fails.
+        """
+
+    @abc.abstractmethod
+    def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
+        """Return what :meth:`wrap` wrapped with the same ``associated_data``.
+
+        Raises:
+            SealUnwrapError: the blob was made by another seal or master key, for other associated data, or
+                is corrupt.
+            SealError: the seal is sealed or its device fails.
+        """
+
+    def derive_key(self, salt: bytes, info: bytes, length: int) -> bytes:
+        """HKDF-SHA256 of the master key, for secrets derived from it rather than stored.
+
+        Only a seal whose master key is in memory can; the file seal does, so that audit logs written before
+        seals existed keep verifying. Others store such secrets wrapped instead.
+
+        Raises:
+            SealError: this seal cannot derive from its master key.
+        """
+        raise SealError(f"{self.describe()} cannot derive keys from its master key")
+
+    def close(self) -> None:  # noqa: B027 - a seal without resources needs nothing here
+        """Release the seal's resources (a token session); idempotent. The seal is sealed afterwards."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} kind={self.kind} generation={self.generation}>"
