@@ -10,7 +10,8 @@ repository's top-level entries linked in, ``.venv`` this interpreter's venv, on 
 and nothing more:
 
 * ``127.0.0.1:8000`` (the service's documented address) and every port a documented ``serve --port N``
-  uses become free ports of this machine, in every block of the page;
+  uses become free ports of this machine, in every block of the page (``127.0.0.1:N``, ``localhost:N`` and
+  the start command's ``--port N``);
 * ``/tmp/...``, ``/var/log/keystream`` and ``/var/lib/keystream`` become directories of the page's own (the
   machine is shared);
 * ``export KEYSTREAM_TOKEN=ks_...`` sets the token the reader would paste;
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,12 +52,14 @@ DOCS = REPO / "docs"
 PROLOGUE = Path(__file__).with_name("docs_prologue.sh")
 SHELL_LANGUAGES = ("sh", "bash", "console")
 #: Blocks marked as not run here (Docker, Kubernetes, long benchmarks, ...): keep this list short.
-NOT_RUN_BLOCKS = 13
+NOT_RUN_BLOCKS = 12
 BLOCK_TIMEOUT = 240
 VENV = Path(sys.prefix)
 #: Top-level entries of the repository a reader's checkout has and the page's directory links to.
 #: A PostgreSQL URL of a page, with the role, password, port and database it needs.
 POSTGRES_URL = re.compile(r"postgresql://(\w+):([\w-]+)@127\.0\.0\.1:(\d+)/(\w+)")
+#: Directories a block writes into (the scale-out stack's generated haproxy.cfg): copied, not linked.
+CHECKOUT_COPY = {"deploy"}
 CHECKOUT_SKIP = {".git", ".venv", "data", "build", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 
@@ -81,7 +85,8 @@ def localize(line: str, ports: dict[int, int], root: Path) -> str:
     """The substitutions of the module docstring, on one script line."""
     for documented, real in ports.items():
         line = re.sub(rf"\b(127\.0\.0\.1|localhost):{documented}\b", rf"\g<1>:{real}", line)
-        line = re.sub(rf"--port([ =]){documented}\b", rf"--port\g<1>{real}", line)
+        if "ks_serve " in line:  # a service's own port; other --port flags (HAProxy's bind) stay as printed
+            line = re.sub(rf"--port([ =]){documented}\b", rf"--port\g<1>{real}", line)
     line = re.sub(r"(?<![\w./])/tmp/", f"{root}/tmp/", line)
     line = re.sub(r"(?<![\w./])/var/(log|lib)/keystream\b", rf"{root}/var/\g<1>/keystream", line)
     return re.sub(r"^export KEYSTREAM_TOKEN=ks_\.\.\.", f"export KEYSTREAM_TOKEN={ROOT_TOKEN}", line)
@@ -109,10 +114,13 @@ def provide_postgres(request: pytest.FixtureRequest, urls: set[tuple[str, str, i
 
 
 def checkout(work: Path) -> None:
-    """Make ``work`` look like the repository's root (links), with ``.venv`` this interpreter's venv."""
+    """Make ``work`` look like the repository's root (links; copies of the directories blocks write into),
+    with ``.venv`` this interpreter's venv."""
     work.mkdir(parents=True)
     for entry in REPO.iterdir():
-        if entry.name not in CHECKOUT_SKIP:
+        if entry.name in CHECKOUT_COPY:
+            shutil.copytree(entry, work / entry.name, symlinks=True)
+        elif entry.name not in CHECKOUT_SKIP:
             (work / entry.name).symlink_to(entry)
     (work / ".venv").symlink_to(VENV, target_is_directory=True)
 
@@ -305,7 +313,10 @@ def test_localize_maps_documented_ports_and_scratch_paths(tmp_path: Path) -> Non
     ports = {8000: 41000, 8443: 42000}
     line = "curl https://localhost:8443/x http://127.0.0.1:8000/y /tmp/k/ca --port 8443 :80001"
     assert localize(line, ports, tmp_path) == (
-        f"curl https://localhost:42000/x http://127.0.0.1:41000/y {tmp_path}/tmp/k/ca --port 42000 :80001"
+        f"curl https://localhost:42000/x http://127.0.0.1:41000/y {tmp_path}/tmp/k/ca --port 8443 :80001"
+    )
+    assert localize("ks_serve 8443 42000 'keystream-server serve --port 8443'", ports, tmp_path).endswith(
+        "--port 42000'"
     )
     assert localize("export KEYSTREAM_TOKEN=ks_...   # printed", ports, tmp_path).startswith(
         f"export KEYSTREAM_TOKEN={ROOT_TOKEN} "
