@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.core.schemes import DEFAULT_SCHEME
+from app.seal import Seal
 
 from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import DEFAULT_SEGMENT_SIZE
@@ -295,6 +296,20 @@ class KeyStore(abc.ABC):
             KeyNotFoundError: no such key.
             KeyVersionNotFoundError: the key has no such version.
             KeyUnwrapError: the stored material does not authenticate under the master key.
+        """
+
+    @property
+    @abc.abstractmethod
+    def seal(self) -> Seal:
+        """The seal this keystore wraps and unwraps with (the one it was opened with)."""
+
+    @abc.abstractmethod
+    def audit_key_material(self) -> bytes | None:
+        """The audit keys' 64 bytes stored wrapped under the seal, or ``None`` when the seal derives them.
+
+        Raises:
+            MasterKeyError: the stored material does not unwrap under the seal.
+            ServiceUnavailableError: the database cannot serve now.
         """
 
     @abc.abstractmethod

@@ -229,6 +229,7 @@ class FileSeal(Seal):
     """
 
     kind: ClassVar[str] = "file"
+    derives_keys: ClassVar[bool] = True
 
     def __init__(self, master_key: bytes, source: str = "the master key") -> None:
         self._key: bytes | None = check_master_key(master_key)

@@ -46,7 +46,13 @@ from ..checks import (
     check_version_material,
     key_type_for_material,
 )
-from ..master import as_seal, unwrap_key_material, wrap_key_material
+from ..master import (
+    AUDIT_KEYS_ROW,
+    as_seal,
+    open_audit_key_material,
+    unwrap_key_material,
+    wrap_key_material,
+)
 from ..migrations import Migration
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
@@ -329,6 +335,16 @@ class PostgresKeyStore(KeyStore):
                 f"key {name!r} has no version {version} (versions {oldest} to {latest})"
             )
         return unwrap_key_material(self._seal, name, version, wrapped)
+
+    @property
+    def seal(self) -> Seal:
+        """See :attr:`KeyStore.seal`."""
+        return self._seal
+
+    def audit_key_material(self) -> bytes | None:
+        """See :meth:`KeyStore.audit_key_material`."""
+        stored = self._database.read(lambda conn: _schema.read_meta(conn, AUDIT_KEYS_ROW))
+        return open_audit_key_material(self._seal, stored)
 
     # -- copying between keystores -------------------------------------------------------------------------
 
