@@ -313,6 +313,22 @@ class KeyStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def reseal(self, target: Seal, audit_material: bytes) -> int:
+        """Move every stored secret from :attr:`seal` to ``target`` in one write transaction; return how many
+        key versions were rewrapped. This store uses ``target`` afterwards.
+
+        Every key version is unwrapped and rewrapped (:func:`app.keystore.reseal.rewrap_versions`), the check
+        value is replaced by ``target``'s and ``audit_material`` (the 64 bytes of the audit keys in use) is
+        stored wrapped under ``target`` (:func:`app.keystore.reseal.resealed_meta`). Other processes that
+        still use the old seal cannot unwrap what they have not cached: stop them first.
+
+        Raises:
+            KeyUnwrapError: a version does not unwrap under the current seal; nothing was written.
+            SealError: a seal's device fails; nothing was written.
+            ServiceUnavailableError: the database cannot serve now; nothing was written.
+        """
+
+    @abc.abstractmethod
     def export_keys(self) -> list[KeyExport]:
         """Every key with its versions' wrapped material, as stored, ordered by name (one snapshot).
 

@@ -13,7 +13,7 @@ import dataclasses
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.core.database_url import check_database_url
 from app.core.schemes import DEFAULT_SCHEME
@@ -54,6 +54,7 @@ from ..master import (
     wrap_key_material,
 )
 from ..migrations import Migration
+from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
     check_auto_rotate_min_period,
@@ -345,6 +346,31 @@ class PostgresKeyStore(KeyStore):
         """See :meth:`KeyStore.audit_key_material`."""
         stored = self._database.read(lambda conn: _schema.read_meta(conn, AUDIT_KEYS_ROW))
         return open_audit_key_material(self._seal, stored)
+
+    def reseal(self, target: Seal, audit_material: bytes) -> int:
+        """See :meth:`KeyStore.reseal`."""
+
+        def work(conn: Connection) -> int:
+            stored: Any = conn.execute(
+                "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2 FOR UPDATE"
+            ).fetchall()
+            rewrapped = rewrap_versions(self._seal, target, [(n, v, bytes(w)) for n, v, w in stored])
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "UPDATE key_versions SET wrapped = %s WHERE key_name = %s AND version = %s",
+                    [(blob, name, version) for name, version, blob in rewrapped],
+                )
+            for name, value in resealed_meta(target, audit_material).items():
+                conn.execute(
+                    "INSERT INTO meta (name, value) VALUES (%s, %s) "
+                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    (name, value),
+                )
+            return len(rewrapped)
+
+        count = self._database.write(work)
+        self._seal = target
+        return count
 
     # -- copying between keystores -------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from ..checks import (
 from ..errors import KeystoreUnavailableError
 from ..master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
 from ..migrations import Migration
+from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
     check_auto_rotate_min_period,
@@ -306,6 +307,26 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             stored = read_meta(conn, AUDIT_KEYS_ROW)
         return open_audit_key_material(self._seal, stored)
+
+    def reseal(self, target: Seal, audit_material: bytes) -> int:
+        """See :meth:`KeyStore.reseal`."""
+        with self._write() as conn:
+            stored = conn.execute(
+                "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2"
+            ).fetchall()
+            rewrapped = rewrap_versions(self._seal, target, stored)
+            conn.executemany(
+                "UPDATE key_versions SET wrapped = ? WHERE key_name = ? AND version = ?",
+                [(blob, name, version) for name, version, blob in rewrapped],
+            )
+            for name, value in resealed_meta(target, audit_material).items():
+                conn.execute(
+                    "INSERT INTO meta (name, value) VALUES (?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    (name, value),
+                )
+        self._seal = target
+        return len(rewrapped)
 
     # -- copying between keystores -------------------------------------------------------------------------
 
