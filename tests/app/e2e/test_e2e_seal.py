@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
+from bench.service_process import MASTER_KEY, ROOT_TOKEN, Server, start_server, stop_server
 from tests.softhsm import make_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -103,3 +103,45 @@ def test_hsm_sealed_servers_on_sqlite_then_postgres(tmp_path: Path, pg_url: str)
             decrypt_all(server, made)
         finally:
             stop_server(server)
+
+
+@pytest.mark.parametrize("backing", ["sqlite", "postgres"])
+def test_ciphertexts_survive_moves_between_seals(
+    tmp_path: Path, backing: str, request: pytest.FixtureRequest
+) -> None:
+    """A 2-worker service under the file seal, moved into the token and back: every ciphertext made under one
+    seal decrypts under the next, and the audit log of all three runs verifies."""
+    token = make_token(tmp_path / "hsm")
+    data = tmp_path / "data"
+    log = tmp_path / "audit.log"
+    file_env = {
+        **token.environment(),
+        "KEYSTREAM_SEAL": "file",
+        "KEYSTREAM_MASTER_KEY": MASTER_KEY,
+        "KEYSTREAM_WORKERS": "2",
+        "KEYSTREAM_DATA_DIR": str(data),
+        "KEYSTREAM_AUDIT_LOG": str(log),
+    }
+    if backing == "postgres":
+        file_env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_url")
+    pkcs11_env = {**file_env, "KEYSTREAM_SEAL": "pkcs11"}
+    made: dict[bytes, bytes] = {}
+    for run, env in enumerate((file_env, pkcs11_env, file_env)):
+        server = start_server(data, tmp_path / f"run-{run}.log", **env)
+        try:
+            if run == 0:
+                assert call(server, "POST", "/v1/keys", json={"name": "orders"}).status_code == 201
+            decrypt_all(server, made)
+            encrypt_some(server, made, f"run{run}")
+            assert call(server, "POST", "/v1/keys/orders/rotate").status_code == 200
+            encrypt_some(server, made, f"run{run}-rotated")
+            decrypt_all(server, made)
+        finally:
+            stop_server(server)
+        if run < 2:
+            target = "pkcs11" if run == 0 else "file"
+            moved = admin("operator", "migrate-seal", "--to", target, env=env)
+            assert moved.returncode == 0, moved.stderr
+            assert f"rewrapped {run + 2} key versions" in moved.stdout
+    verified = admin("audit", "verify", str(log), env=file_env)
+    assert verified.returncode == 0, verified.stderr + verified.stdout
