@@ -27,11 +27,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from app.admin._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error
+from app.admin._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error, positive
 from app.seal.base import SEAL_KINDS
+
+#: The seals ``migrate-seal`` moves to; a shamir seal is made by ``init`` (its shares are printed there).
+MIGRATE_TARGETS = tuple(kind for kind in SEAL_KINDS if kind != "shamir")
 
 if TYPE_CHECKING:
     from app.core.config import Settings
@@ -55,6 +59,17 @@ def add_parser(commands: Any) -> None:
         "open the keystore with it, recording its check value. Refuses a keystore sealed by another seal.",
         epilog="exit codes: 0 done, 1 keystore unavailable, 2 bad settings or a refused seal or keystore",
     )
+    init.add_argument(
+        "--shares", type=positive, metavar="N", help="seal=shamir: how many shares to make (at most 255)"
+    )
+    init.add_argument(
+        "--threshold", type=positive, metavar="K", help="seal=shamir: how many shares unseal (K <= N)"
+    )
+    init.add_argument(
+        "--json",
+        action="store_true",
+        help='seal=shamir: print {"shares": [...], "threshold": K, "root_token": "ks_..."} only',
+    )
     init.set_defaults(handler=cmd_init)
     migrate = actions.add_parser(
         "migrate-seal",
@@ -66,7 +81,7 @@ def add_parser(commands: Any) -> None:
         epilog="exit codes: 0 done, 1 a secret does not unwrap or the keystore is unavailable (nothing "
         "written), 2 bad settings or a refused seal or keystore",
     )
-    migrate.add_argument("--to", required=True, choices=SEAL_KINDS, help="the seal to move to")
+    migrate.add_argument("--to", required=True, choices=MIGRATE_TARGETS, help="the seal to move to")
     migrate.set_defaults(handler=cmd_migrate_seal)
 
 
@@ -114,6 +129,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         error(f"cannot init: invalid settings: {describe_settings_error(exc)}")
         return EXIT_USAGE
+    if settings.seal == "shamir":
+        return _init_shamir(args, settings)
+    if args.shares is not None or args.threshold is not None or args.json:
+        error("cannot init: --shares, --threshold and --json are for KEYSTREAM_SEAL=shamir")
+        return EXIT_USAGE
     created = False
     try:
         seal: Seal
@@ -150,6 +170,65 @@ def cmd_init(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     made = "created the master key in it" if created else "its master key was already there"
     print(f"initialised: the keystore is sealed by {seal.describe()}; {made}")
+    return EXIT_OK
+
+
+def _init_shamir(args: argparse.Namespace, settings: Settings) -> int:
+    """``operator init`` for the shamir seal: a new master key, its shares and the root token, shown once."""
+    from app.errors import KeystreamError
+    from app.keystore import KeystoreSchemaError, MasterKeyError, open_keystore_for
+    from app.seal.shamir import ShamirSeal, new_master_key
+    from app.seal.shares import split_master_key
+    from app.services.security import install_root_token
+
+    if args.shares is None or args.threshold is None:
+        error("cannot init: KEYSTREAM_SEAL=shamir needs --shares N and --threshold K")
+        return EXIT_USAGE
+    master_key = new_master_key()
+    try:
+        parameters, shares = split_master_key(master_key, args.threshold, args.shares)
+    except ValueError as exc:
+        error(f"cannot init: {exc}")
+        return EXIT_USAGE
+    seal = ShamirSeal(master_key, parameters, initialising=True)
+    del master_key
+    try:
+        keystore = open_keystore_for(settings, seal)
+        try:
+            root = settings.root_token.get_secret_value() if settings.root_token else None
+            generated = install_root_token(keystore, root)
+            root_token = generated if generated is not None else root
+            write_operator_record(
+                settings,
+                keystore,
+                seal,
+                {
+                    "operation": "init",
+                    "seal": seal.kind,
+                    "generation": seal.generation,
+                    "threshold": parameters.threshold,
+                    "shares": parameters.shares,
+                },
+            )
+        finally:
+            keystore.close()
+    except (MasterKeyError, KeystoreSchemaError, ValueError) as exc:
+        error(f"cannot init: {exc}")
+        return EXIT_USAGE
+    except KeystreamError as exc:
+        error(f"cannot init: {exc}")
+        return EXIT_FAILED
+    finally:
+        seal.close()
+    if args.json:
+        print(json.dumps({"shares": shares, "threshold": parameters.threshold, "root_token": root_token}))
+        return EXIT_OK
+    print(f"initialised: the keystore is sealed by {seal.describe()}; shown once, store each share apart:")
+    for number, share in enumerate(shares, start=1):
+        print(f"  share {number}: {share}")
+    if root_token is not None:
+        print(f"  root token: {root_token}")
+    print(f"a server with KEYSTREAM_SEAL=shamir starts sealed: give it {parameters.threshold} shares")
     return EXIT_OK
 
 

@@ -20,14 +20,15 @@ REPO = Path(__file__).resolve().parents[3]
 PIN_MARKER = "1234"
 
 
-def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``python -m app.admin ARGS`` with no ``KEYSTREAM_*`` settings but ``env``."""
+def run(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``python -m app.admin ARGS`` with no ``KEYSTREAM_*`` settings but ``env``, and ``stdin``."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
     environment.update(env)
     return subprocess.run(
         [sys.executable, "-m", "app.admin", *args],
         cwd=REPO,
         env=environment,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=120,
