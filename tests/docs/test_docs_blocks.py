@@ -54,6 +54,8 @@ SHELL_LANGUAGES = ("sh", "bash", "console")
 #: Blocks marked as not run here (Docker, Kubernetes, long benchmarks, ...): keep this list short.
 NOT_RUN_BLOCKS = 12
 BLOCK_TIMEOUT = 240
+#: Programs the runnable blocks use besides the project's commands and coreutils.
+PAGE_TOOLS = ("bash", "curl", "jq", "openssl", "haproxy", "softhsm2-util", "tar", "awk", "sed")
 VENV = Path(sys.prefix)
 #: Top-level entries of the repository a reader's checkout has and the page's directory links to.
 #: A PostgreSQL URL of a page, with the role, password, port and database it needs.
@@ -215,6 +217,12 @@ def stop_servers(run: Path) -> None:
                 os.killpg(pid, signal.SIGKILL)
 
 
+def test_the_tools_the_pages_use_are_installed() -> None:
+    """The pages' commands beyond the project's own (``make tools`` installs them); fail, never skip."""
+    missing = [tool for tool in PAGE_TOOLS if shutil.which(tool) is None]
+    assert not missing, f"missing {missing}: run scripts/install-tools.sh (make tools) as root"
+
+
 def test_every_not_run_block_says_why_and_what_runs_it() -> None:
     marked = [block for page in PAGES for block in shell_blocks(page) if block.not_run]
     listing = "\n".join(f"{b.where}: {b.not_run}" for b in marked)
@@ -227,6 +235,7 @@ def test_every_not_run_block_says_why_and_what_runs_it() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_page_blocks_run_as_printed(page: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    test_the_tools_the_pages_use_are_installed()
     blocks = shell_blocks(page)
     ports = page_ports(blocks)
     urls = postgres_urls(blocks)
