@@ -15,7 +15,8 @@ from pathlib import Path
 from app.admin import EXIT_OK, EXIT_USAGE
 from app.keystore import open_keystore
 from app.seal.shamir import ShamirSeal
-from tests.app.seal.test_seal_cli import one_line_error, run, serve_refusal
+from tests.admin_process import run_admin as run
+from tests.app.seal.test_seal_cli import one_line_error, serve_refusal
 
 ROOT = "ks_0badcafe_" + "s" * 43
 
