@@ -98,32 +98,47 @@ def write_operator_record(settings: Settings, keystore: KeyStore, seal: Seal, re
         log.close()
 
 
-def cmd_init(args: argparse.Namespace) -> int:
-    """Run ``operator init`` (see the module docstring for what it does and its exit codes)."""
+def _settings(doing: str) -> Settings | None:
+    """The ``KEYSTREAM_*`` settings, or ``None`` after one error line saying what is invalid."""
     from pydantic import ValidationError
 
     from app.core.config import describe_settings_error, get_settings
-    from app.errors import KeystreamError
-    from app.keystore import KeystoreSchemaError, MasterKeyError, open_keystore_for
-    from app.seal.file import open_file_seal
 
     _quiet_store_logs()
     try:
         get_settings.cache_clear()
-        settings = get_settings()
+        return get_settings()
     except ValidationError as exc:
-        error(f"cannot init: invalid settings: {describe_settings_error(exc)}")
-        return EXIT_USAGE
-    created = False
-    try:
-        seal: Seal
-        if settings.seal == "pkcs11":
-            from app.seal.pkcs11 import open_pkcs11_seal
+        error(f"cannot {doing}: invalid settings: {describe_settings_error(exc)}")
+        return None
 
-            pkcs11_seal = open_pkcs11_seal(settings, create_key=True)
-            created, seal = pkcs11_seal.created_key, pkcs11_seal
-        else:
-            seal = open_file_seal(settings, create=True)
+
+def _open_creating(settings: Settings, kind: str) -> tuple[Seal, bool]:
+    """The seal of ``kind``, creating its master key when absent; and whether it was created in a token.
+
+    Raises:
+        MasterKeyError: the seal cannot be opened (see :func:`app.seal.open_seal`).
+    """
+    from app.seal import open_seal
+
+    if kind == "pkcs11":
+        from app.seal.pkcs11 import open_pkcs11_seal
+
+        seal = open_pkcs11_seal(settings, create_key=True)
+        return seal, seal.created_key
+    return open_seal(settings, create=True, kind=kind), False
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Run ``operator init`` (see the module docstring for what it does and its exit codes)."""
+    from app.errors import KeystreamError
+    from app.keystore import KeystoreSchemaError, MasterKeyError, open_keystore_for
+
+    settings = _settings("init")
+    if settings is None:
+        return EXIT_USAGE
+    try:
+        seal, created = _open_creating(settings, settings.seal)
         try:
             keystore = open_keystore_for(settings, seal)
             try:
@@ -155,20 +170,13 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_migrate_seal(args: argparse.Namespace) -> int:
     """Run ``operator migrate-seal --to SEAL`` (the module docstring says what it does and its exit codes)."""
-    from pydantic import ValidationError
-
     from app.audit import audit_keys_for
-    from app.core.config import describe_settings_error, get_settings
     from app.errors import KeystreamError
     from app.keystore import KeystoreSchemaError, KeyUnwrapError, MasterKeyError, open_keystore_for
     from app.seal import open_seal
 
-    _quiet_store_logs()
-    try:
-        get_settings.cache_clear()
-        settings = get_settings()
-    except ValidationError as exc:
-        error(f"cannot migrate the seal: invalid settings: {describe_settings_error(exc)}")
+    settings = _settings("migrate the seal")
+    if settings is None:
         return EXIT_USAGE
     if args.to == settings.seal:
         error(f"cannot migrate the seal: KEYSTREAM_SEAL is already {args.to}; set it to the seal in use now")
@@ -176,13 +184,7 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
     try:
         current = open_seal(settings, create=False)
         try:
-            target: Seal
-            if args.to == "pkcs11":
-                from app.seal.pkcs11 import open_pkcs11_seal
-
-                target = open_pkcs11_seal(settings, create_key=True)
-            else:
-                target = open_seal(settings, kind=args.to)
+            target, _ = _open_creating(settings, args.to)
             try:
                 keystore = open_keystore_for(settings, current)
                 try:

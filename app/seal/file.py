@@ -49,6 +49,7 @@ __all__ = [
     "load_or_create_master_key",
     "open_file_seal",
     "read_master_key_file",
+    "read_private_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -108,24 +109,39 @@ def ensure_data_dir(data_dir: Path) -> Path:
     return path
 
 
-def _read_master_key_file(path: Path) -> bytes:
+def read_private_file(path: Path, label: str, error: type[MasterKeyError] = MasterKeyError) -> bytes:
+    """The first 4096 bytes of a file that holds a secret (a master key, a PIN), checked first.
+
+    Args:
+        path: the file; a symbolic link is refused (``O_NOFOLLOW``).
+        label: the file in messages, e.g. ``"master key file data/master.key"``.
+        error: the exception class to raise.
+
+    Raises:
+        MasterKeyError: (``error``) the file cannot be opened, is not a regular file, or is accessible to
+            other users (group or world bits set). Messages never show the content.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise MasterKeyError(f"cannot open master key file {path}: {exc.strerror}") from exc
+        raise error(f"cannot open {label}: {exc.strerror}") from exc
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise MasterKeyError(f"master key file {path} is not a regular file")
+            raise error(f"{label} is not a regular file")
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
-            raise MasterKeyError(
-                f"master key file {path} is accessible to other users (mode {mode:#o}); refusing to use it. "
+            raise error(
+                f"{label} is accessible to other users (mode {mode:#o}); refusing to use it. "
                 f"Run: chmod 600 {path}"
             )
-        data = os.read(fd, 4096)
+        return os.read(fd, 4096)
     finally:
         os.close(fd)
+
+
+def _read_master_key_file(path: Path) -> bytes:
+    data = read_private_file(path, f"master key file {path}")
     if not data.isascii():  # checked, not caught: a UnicodeDecodeError would carry the file's bytes
         raise MasterKeyError(f"master key file {path} is not base64 text of {MASTER_KEY_SIZE} bytes")
     return parse_master_key(data.decode("ascii"), str(path))
