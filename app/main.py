@@ -56,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.keystream = state
         if state.seal.seals_online and isinstance(app, KeystreamApp):
             app.sealable = state.seal  # the sealed gate (app/api/hotpath.py)
+        sys.start_handover_listener(state)  # a multi-worker server's workers unseal and seal together
         logger.info(
             "keystream ready: data_dir=%s default_backend=%s usable=%s",
             settings.data_dir,
