@@ -22,12 +22,13 @@ def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return run_admin(*args, env=env)
 
 
-def one_line_error(result: subprocess.CompletedProcess[str], pin: str) -> str:
+def one_line_error(result: subprocess.CompletedProcess[str], secret: str) -> str:
+    """The one error line of a refused command; ``secret`` (a PIN, a key; ``"-"``: none) is not printed."""
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("keystream-server: error: "), result.stderr
     assert "Traceback" not in result.stderr
-    assert pin not in result.stderr + result.stdout
+    assert secret == "-" or secret not in result.stderr + result.stdout
     return lines[0]
 
 
