@@ -16,24 +16,25 @@ TIMEOUT = 300
 
 
 def start_admin(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """Start ``python -m app.admin ARGS`` with text pipes for stdout and stderr."""
+    """Start ``python -m app.admin ARGS`` with text pipes for stdin, stdout and stderr."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
     environment.update(env)
     return subprocess.Popen(
         [sys.executable, "-m", "app.admin", *args],
         cwd=REPO,
         env=environment,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
-def run_admin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m app.admin ARGS`` to its end (at most TIMEOUT seconds)."""
+def run_admin(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """Run ``python -m app.admin ARGS`` to its end (at most TIMEOUT seconds), ``stdin`` on its input."""
     process = start_admin(*args, env=env)
     try:
-        stdout, stderr = process.communicate(timeout=TIMEOUT)
+        stdout, stderr = process.communicate(stdin, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         process.kill()
         raise
