@@ -22,6 +22,7 @@ from app.admin._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, erro
 
 if TYPE_CHECKING:
     from app.keystore import KeyStore
+    from app.seal import Seal
 
 __all__ = ["add_parser", "cmd_copy"]
 
@@ -79,8 +80,9 @@ def _sqlite_file(location: str, *, must_exist: bool) -> Path:
     return database
 
 
-def _master_key(locations: tuple[str, str]) -> bytes:
-    """The master key from the environment, else from a SQLite data directory's ``master.key``.
+def _master_key(locations: tuple[str, str]) -> Seal:
+    """A file seal over the master key from the environment, else from a SQLite data directory's
+    ``master.key`` (the key stays in locked memory, zeroed when the command ends).
 
     Raises:
         MasterKeyError: both variables set, a malformed key or an unusable file.
@@ -92,22 +94,24 @@ def _master_key(locations: tuple[str, str]) -> bytes:
         parse_master_key,
         read_master_key_file,
     )
+    from app.seal import FileSeal
 
     env_value = os.environ.get("KEYSTREAM_MASTER_KEY") or None
     key_file = os.environ.get("KEYSTREAM_MASTER_KEY_FILE") or None
     check_master_key_source(env_value, Path(key_file) if key_file else None, shared_database=False)
     if env_value is not None:
-        return parse_master_key(env_value, "KEYSTREAM_MASTER_KEY")
+        return FileSeal(parse_master_key(env_value, "KEYSTREAM_MASTER_KEY"), "KEYSTREAM_MASTER_KEY")
     if key_file is not None:
-        return read_master_key_file(Path(key_file))
+        return FileSeal(read_master_key_file(Path(key_file)), key_file)
     for location in locations:
         if not _is_url(location) and (Path(location) / MASTER_KEY_FILE).is_file():
-            return read_master_key_file(Path(location) / MASTER_KEY_FILE)
+            path = Path(location) / MASTER_KEY_FILE
+            return FileSeal(read_master_key_file(path), str(path))
     raise UsageError("no master key: set KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE (as for serve)")
 
 
 @contextlib.contextmanager
-def _opened(location: str, master_key: bytes, *, must_exist: bool) -> Iterator[tuple[KeyStore, str]]:
+def _opened(location: str, master_key: Seal, *, must_exist: bool) -> Iterator[tuple[KeyStore, str]]:
     """The keystore at ``location`` (closed afterwards) and its description, which never has a password."""
     from app.core.database_url import describe_database_url
     from app.keystore import SqliteKeyStore

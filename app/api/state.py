@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from app.audit import AuditKeys, AuditLog, audit_keys_for, worker_path
 from app.core.config import Settings
+from app.core.secret_memory import disable_core_dumps
 from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
 from app.seal import Seal, open_seal
@@ -47,6 +48,8 @@ def open_state(settings: Settings) -> ServiceState:
         ServiceUnavailableError: the keystore cannot be opened.
         ValueError: ``root_token`` is not of the form ``ks_<id>_<secret>``.
     """
+    if not settings.allow_core_dumps:  # before the master key is read: no image of this process holds it
+        disable_core_dumps()
     seal = open_seal(settings)
     try:
         keystore = open_keystore_for(settings, seal)
@@ -115,15 +118,25 @@ def open_audit_log(settings: Settings, keys: AuditKeys) -> AuditLog | None:
     )
 
 
+def wipe_secrets(state: ServiceState) -> None:
+    """Zero every unwrapped key version this process caches and close the seal (zeroing the file seal's
+    master key): what sealing does to memory. The process cannot serve keys afterwards.
+
+    Expanded key schedules go with the cache entries (aescore zeroes them when freed); requests still in
+    flight may keep a few alive until they finish.
+    """
+    state.keycache.wipe()
+    state.seal.close()
+
+
 def close_state(state: ServiceState) -> None:
     """Stop the automatic rotations, the change-log follower and the python-backend processes; close the
-    keystore."""
+    keystore; zero the cached key versions and the master key (:func:`wipe_secrets`)."""
     state.auto_rotator.stop()
     state.follower.stop()
     if state.backends.offload is not None:
         state.backends.offload.shutdown()
-    state.keycache.clear()
     state.keystore.close()
-    state.seal.close()
+    wipe_secrets(state)
     if state.audit is not None:
         state.audit.close()
