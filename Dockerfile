@@ -37,8 +37,8 @@ RUN set -eux; \
 FROM base AS builder
 # Wheels to install from instead of PyPI: a directory inside the build context (empty = use PyPI).
 ARG WHEELHOUSE=
-# Extra dependency sets of the package to install too (e.g. "load" for the Locust image); "postgres" (the
-# PostgreSQL keystore's driver, KEYSTREAM_DATABASE_URL) is always installed.
+# Extra dependency sets of the package to install too (e.g. "load" for the Locust image: requirements/
+# image-load.txt); "postgres" (the PostgreSQL keystore's driver, KEYSTREAM_DATABASE_URL) is always installed.
 ARG EXTRAS=
 RUN set -eux; \
     packages="gcc libc6-dev"; \
@@ -50,14 +50,19 @@ RUN set -eux; \
     rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . /src
+# Every dependency from a hash-pinned lock (requirements/, `make lock`): the build tools from build.txt, the
+# runtime from image.txt (image-load.txt with EXTRAS=load); the keystream wheel itself without dependencies.
 RUN set -eux; \
+    export PIP_FIND_LINKS=; \
     if [ -n "$WHEELHOUSE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="/src/$WHEELHOUSE"; fi; \
     python3 -m venv /opt/build-venv; \
-    /opt/build-venv/bin/pip install "setuptools>=77" "Cython>=3.0"; \
+    /opt/build-venv/bin/pip install --require-hashes -r requirements/build.txt; \
     /opt/build-venv/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist .; \
     python3 -m venv /opt/keystream/venv; \
     wheel="$(ls /dist/keystream-*.whl)"; \
-    /opt/keystream/venv/bin/pip install "${wheel}[postgres${EXTRAS:+,$EXTRAS}]"; \
+    /opt/keystream/venv/bin/pip install --require-hashes -r "requirements/image${EXTRAS:+-$EXTRAS}.txt"; \
+    /opt/keystream/venv/bin/pip install --no-deps "$wheel"; \
+    /opt/keystream/venv/bin/pip check; \
     cd / && /opt/keystream/venv/bin/python -c 'import aescore._aesni'; \
     /opt/keystream/venv/bin/pip uninstall -y pip
 

@@ -26,6 +26,7 @@ from app.audit import check_writable, worker_paths
 from app.core.config import Settings, get_settings
 from app.core.secret_memory import disable_core_dumps
 from app.keystore import open_keystore_for
+from app.seal import open_seal
 from app.services.security import install_root_token
 from app.serving import (
     BoundedHttpToolsProtocol,
@@ -45,7 +46,8 @@ _BACKLOG = 2048
 
 
 def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
-    """Create the data directory (0700) and master key (0600) and install or generate the root token.
+    """Open the seal (auto-unseal; for the file seal, create the data directory (0700) and master key (0600)),
+    check it against the keystore, and install or generate the root token.
 
     A generated root token is printed once to ``out`` (default stdout) with a copy-paste ``curl`` example;
     it is never stored in clear or logged.
@@ -54,14 +56,19 @@ def bootstrap(settings: Settings, out: TextIO | None = None) -> str | None:
         The generated root token, or ``None`` when one already existed or ``KEYSTREAM_ROOT_TOKEN`` was set.
 
     Raises:
-        app.keystore.master.MasterKeyError: the master key is malformed or does not open the keystore.
+        app.keystore.master.MasterKeyError: the seal cannot be opened (a missing token, a wrong PIN: one line
+            naming the setting) or does not open the keystore.
     """
-    keystore = open_keystore_for(settings)
+    seal = open_seal(settings)
     try:
-        root = settings.root_token.get_secret_value() if settings.root_token else None
-        generated = install_root_token(keystore, root)
+        keystore = open_keystore_for(settings, seal)
+        try:
+            root = settings.root_token.get_secret_value() if settings.root_token else None
+            generated = install_root_token(keystore, root)
+        finally:
+            keystore.close()
     finally:
-        keystore.close()
+        seal.close()
     if generated is not None:
         stream = out if out is not None else sys.stdout
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host  # noqa: S104

@@ -10,10 +10,10 @@
 #                            when IMAGE is missing, debootstrap a minimal Debian bookworm into ROOTFS (kept as
 #                            a cache) from the apt mirror in /etc/apt/sources.list* and `docker import` it
 #   docker_wheelhouse PYTHON DIR WORK
-#                            wheels of the build requirements and dependencies in pyproject.toml (with the
-#                            postgres extra, which the image always installs), built with
-#                            the host's pip (pip inside a build may not reach or trust PyPI); rebuilt only
-#                            when the requirements change
+#                            the files of the locked build tools and image dependencies (requirements/build.txt,
+#                            requirements/image.txt: the postgres extra is always in the image), downloaded
+#                            hash-checked with the host's pip (pip inside a build may not reach or trust PyPI);
+#                            downloaded again only when the locks change
 #   docker_build_image IMAGE BASE WHEELHOUSE LOG
 #                            classic builder (no BuildKit here); the image installs from the wheelhouse only
 #
@@ -128,20 +128,15 @@ docker_base_image() {
 docker_wheelhouse() {
     local python="$1" wheelhouse="$2" work="$3"
     local requirements="$work/requirements.txt" stamp="$wheelhouse/.requirements"
-    "$python" - "$requirements" <<'EOF'
-import sys, tomllib
-project = tomllib.load(open("pyproject.toml", "rb"))
-build = project["build-system"]["requires"]
-with open(sys.argv[1], "w") as out:
-    # The image serves either keystore: the PostgreSQL driver is always in it (Dockerfile).
-    postgres = project["project"]["optional-dependencies"]["postgres"]
-    out.write("\n".join([*build, *project["project"]["dependencies"], *postgres]) + "\n")
-EOF
+    # The image installs requirements/build.txt and requirements/image.txt with --require-hashes: download
+    # exactly those files from PyPI (hash-checked here already), never local wheels with other hashes.
+    cat requirements/build.txt requirements/image.txt >"$requirements"
     cmp -s "$requirements" "$stamp" 2>/dev/null && return 0
-    echo "docker: building the wheelhouse $wheelhouse (host pip, cached)" >&2
+    echo "docker: downloading the locked wheelhouse $wheelhouse (host pip, cached)" >&2
     rm -rf "$wheelhouse"
     mkdir -p "$wheelhouse"
-    "$python" -m pip wheel -q --wheel-dir "$wheelhouse" -r "$requirements"
+    PIP_FIND_LINKS="" "$python" -m pip download -q --require-hashes --dest "$wheelhouse" \
+        -r requirements/build.txt -r requirements/image.txt
     cp "$requirements" "$stamp"
 }
 

@@ -8,7 +8,9 @@
 #    /etc/apt/sources.list* and `docker import` it -- no registry is needed;
 # 3. wheels of every dependency built on the host into build/wheelhouse (pip inside a build may not reach or
 #    trust PyPI), so the image installs with --no-index;
-# 4. classic builder (DOCKER_BUILDKIT=0); the builder stage compiles the extension into the wheel;
+# 4. classic builder (DOCKER_BUILDKIT=0); the builder stage compiles the extension into the wheel; then the
+#    image's SBOM (CycloneDX 1.6: its Python distributions and Debian packages, deploy/sbom.py run inside
+#    it) into build/sbom/keystream-image.cdx.json;
 # 5. run the container on a free 127.0.0.1 port the way deploy/k8s does (read-only root, no capabilities, two
 #    workers), wait for its HEALTHCHECK to say healthy, check it runs as a non-root user, then create a key
 #    and do sealed and raw encrypt/decrypt round trips through the port on every backend;
@@ -58,6 +60,15 @@ docker_base_image "$DOCKER_BASE_IMAGE" "$DOCKER_ROOTFS" "$work/debootstrap.log"
 docker_wheelhouse "$python" build/wheelhouse "$work"
 log "docker build ($image)"
 docker_build_image "$image" "$DOCKER_BASE_IMAGE" build/wheelhouse "$work/build.log"
+
+# --- the image's SBOM: deploy/sbom.py run inside it (its venv and its Debian packages), CycloneDX 1.6 JSON --
+sbom="build/sbom/keystream-image.cdx.json"
+mkdir -p build/sbom
+image_id="$(docker image inspect -f '{{.Id}}' "$image")"
+docker run --rm -i --network none --entrypoint /opt/keystream/venv/bin/python "$image" - \
+    --name "${image%%:*}" --version "$image_id" <deploy/sbom.py >"$sbom.tmp"
+mv "$sbom.tmp" "$sbom"
+log "SBOM $sbom: $("$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))["components"]; print(sum(x["purl"].startswith("pkg:pypi/") for x in c), "Python and", sum(x["purl"].startswith("pkg:deb/") for x in c), "Debian packages")' "$sbom")"
 
 # --- 5. run and check ---------------------------------------------------------------------------------------
 port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Create .venv on a fresh Debian machine that has only Python 3.11 and gcc.
+# Create .venv on a fresh Debian machine that has only Python 3.11 and gcc, with the build tools (pip,
+# setuptools, wheel, Cython) from the hash-pinned lock given as the second argument.
 # Debian splits venv/ensurepip and the C headers out of python3; install them when missing (as root).
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 VENV="${1:-.venv}"
+BUILD_LOCK="${2:-requirements/build.txt}"
 
 need_apt=()
 if ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
@@ -24,4 +26,5 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
     fi
 fi
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
+# PyPI's files only: local wheels (PIP_FIND_LINKS, e.g. /opt/wheels) may carry other hashes than the lock's.
+PIP_FIND_LINKS="" "$VENV/bin/python" -m pip install -q --require-hashes -r "$BUILD_LOCK"

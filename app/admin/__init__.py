@@ -8,8 +8,9 @@ Exit codes (stable; scripts may rely on them):
       database cannot serve (nothing was copied); ``audit verify``: a line was changed, removed or
       reordered, or a remembered head is missing
  2    usage error: bad flags or arguments, bad ``KEYSTREAM_*`` settings, or a start ``serve`` refuses
-      (master key open to other users or not matching the keystore, a keystore from a newer release, an
-      unusable TLS file, the listening address in use: one line naming the setting);
+      (master key open to other users or not matching the keystore, a seal that cannot be opened: library,
+      token, PIN or key missing or wrong, a keystore from a newer release, an unusable TLS file, the
+      listening address in use: one line naming the setting); ``operator init``: the same refusals;
       ``keystore copy``: no master key, or one that does not open SRC or DST; ``audit verify``: a file
       cannot be read, or no master key
 ====  ===========================================================================================
@@ -27,11 +28,11 @@ import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 
-from app.admin import _audit, _keystore, _serve
+from app.admin import _audit, _keystore, _operator, _serve
 from app.admin._common import EXIT_OK, EXIT_USAGE, PROG, UsageError, error
 
 #: The command modules, in ``--help`` order; each has ``add_parser(commands)``.
-COMMANDS = (_serve, _keystore, _audit)
+COMMANDS = (_serve, _keystore, _audit, _operator)
 
 __all__ = ["COMMANDS", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 

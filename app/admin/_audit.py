@@ -2,9 +2,10 @@
 
 One PATH is the log as configured (``KEYSTREAM_AUDIT_LOG``): the files are found beside it, ``PATH`` and
 every worker's ``PATH.w<i>``, each after its rotations (:func:`app.audit.log_files`). Several PATHs are
-files given in log order, oldest first (``audit.log.2 audit.log.1 audit.log``). The chain key is derived
-from the master key, found as ``serve`` finds it (``KEYSTREAM_MASTER_KEY``, ``KEYSTREAM_MASTER_KEY_FILE``,
-or ``master.key`` in ``KEYSTREAM_DATA_DIR``; never generated here).
+files given in log order, oldest first (``audit.log.2 audit.log.1 audit.log``). The chain key comes from
+the seal ``serve`` uses (``KEYSTREAM_SEAL``; for the file seal ``KEYSTREAM_MASTER_KEY``, ``_FILE`` or
+``master.key`` in ``KEYSTREAM_DATA_DIR``, never generated here): stored wrapped in the keystore when the
+keystore holds it (a pkcs11 seal, or a keystore that moved between seals), else derived from the master key.
 
 It prints the first line that was changed, removed or reordered, or each chain's *head*
 (``<chain>:<records>:<hmac>``). A file that no rotated file precedes must begin its chains at their first
@@ -69,7 +70,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     from app.audit import audit_keys_for, is_first_file, parse_head, verify_lines
     from app.core.config import Settings
-    from app.keystore import MasterKeyError
+    from app.keystore import DATABASE_FILE, MasterKeyError, open_keystore_for
     from app.seal import open_seal
 
     for head in args.expect_head:
@@ -78,13 +79,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     try:
-        seal = open_seal(Settings(), create=False)
+        settings = Settings()
+        seal = open_seal(settings, create=False)
     except ValidationError as exc:
         raise UsageError(f"bad KEYSTREAM_* settings: {exc.error_count()} error(s)") from None
     except MasterKeyError as exc:
         raise UsageError(str(exc)) from None
     try:
-        keys = audit_keys_for(seal)
+        stored = None
+        if settings.database_url is not None or (settings.data_dir / DATABASE_FILE).exists():
+            keystore = open_keystore_for(settings, seal)
+            try:
+                stored = keystore.audit_key_material()
+            finally:
+                keystore.close()
+        keys = audit_keys_for(seal, stored)
+    except MasterKeyError as exc:
+        raise UsageError(str(exc)) from None
     finally:
         seal.close()
     files = _files(args.paths)

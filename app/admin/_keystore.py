@@ -80,9 +80,32 @@ def _sqlite_file(location: str, *, must_exist: bool) -> Path:
     return database
 
 
-def _master_key(locations: tuple[str, str]) -> Seal:
-    """A file seal over the master key from the environment, else from a SQLite data directory's
-    ``master.key`` (the key stays in locked memory, zeroed when the command ends).
+def _seal(locations: tuple[str, str]) -> Seal:
+    """The seal of both keystores: ``KEYSTREAM_SEAL=pkcs11`` opens the token as ``serve`` does; else the file
+    seal over the master key from the environment, else from a SQLite data directory's ``master.key``.
+
+    Raises:
+        MasterKeyError: both variables set, a malformed key or an unusable file; the token refuses.
+        UsageError: no master key anywhere, or bad ``KEYSTREAM_*`` settings for the pkcs11 seal.
+    """
+    from app.seal import FileSeal
+
+    if os.environ.get("KEYSTREAM_SEAL", "").strip().lower() == "pkcs11":
+        from pydantic import ValidationError
+
+        from app.core.config import Settings, describe_settings_error
+        from app.seal import open_seal
+
+        try:
+            settings = Settings()
+        except ValidationError as exc:
+            raise UsageError(f"invalid settings: {describe_settings_error(exc)}") from None
+        return open_seal(settings)
+    return FileSeal(*_master_key(locations))
+
+
+def _master_key(locations: tuple[str, str]) -> tuple[memoryview, str]:
+    """The master key from the environment, else from a SQLite data directory's ``master.key``, and where.
 
     Raises:
         MasterKeyError: both variables set, a malformed key or an unusable file.
@@ -94,24 +117,23 @@ def _master_key(locations: tuple[str, str]) -> Seal:
         parse_master_key,
         read_master_key_file,
     )
-    from app.seal import FileSeal
 
     env_value = os.environ.get("KEYSTREAM_MASTER_KEY") or None
     key_file = os.environ.get("KEYSTREAM_MASTER_KEY_FILE") or None
     check_master_key_source(env_value, Path(key_file) if key_file else None, shared_database=False)
     if env_value is not None:
-        return FileSeal(parse_master_key(env_value, "KEYSTREAM_MASTER_KEY"), "KEYSTREAM_MASTER_KEY")
+        return parse_master_key(env_value, "KEYSTREAM_MASTER_KEY"), "KEYSTREAM_MASTER_KEY"
     if key_file is not None:
-        return FileSeal(read_master_key_file(Path(key_file)), key_file)
+        return read_master_key_file(Path(key_file)), key_file
     for location in locations:
         if not _is_url(location) and (Path(location) / MASTER_KEY_FILE).is_file():
             path = Path(location) / MASTER_KEY_FILE
-            return FileSeal(read_master_key_file(path), str(path))
+            return read_master_key_file(path), str(path)
     raise UsageError("no master key: set KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE (as for serve)")
 
 
 @contextlib.contextmanager
-def _opened(location: str, master_key: Seal, *, must_exist: bool) -> Iterator[tuple[KeyStore, str]]:
+def _opened(location: str, seal: Seal, *, must_exist: bool) -> Iterator[tuple[KeyStore, str]]:
     """The keystore at ``location`` (closed afterwards) and its description, which never has a password."""
     from app.core.database_url import describe_database_url
     from app.keystore import SqliteKeyStore
@@ -119,11 +141,11 @@ def _opened(location: str, master_key: Seal, *, must_exist: bool) -> Iterator[tu
 
     store: KeyStore
     if _is_url(location):
-        store = PostgresKeyStore(location, master_key, pool_size=2)
+        store = PostgresKeyStore(location, seal, pool_size=2)
         description = describe_database_url(location)
     else:
         path = _sqlite_file(location, must_exist=must_exist)
-        store = SqliteKeyStore(path, master_key)
+        store = SqliteKeyStore(path, seal)
         description = str(path)
     try:
         yield store, description
@@ -153,13 +175,16 @@ def cmd_copy(args: argparse.Namespace) -> int:
     for name in ("psycopg", "app.keystore.postgres", "app.keystore.sqlite"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        master_key = _master_key((args.source, args.target))
-        with (
-            _opened(args.source, master_key, must_exist=True) as (source, source_name),
-            _opened(args.target, master_key, must_exist=False) as (target, target_name),
-        ):
-            summary = copy_keystore(source, target, master_key)
-            print(f"{source_name} -> {target_name}: {summary.describe()}")
+        seal = _seal((args.source, args.target))
+        try:
+            with (
+                _opened(args.source, seal, must_exist=True) as (source, source_name),
+                _opened(args.target, seal, must_exist=False) as (target, target_name),
+            ):
+                summary = copy_keystore(source, target, seal)
+                print(f"{source_name} -> {target_name}: {summary.describe()}")
+        finally:
+            seal.close()
     except (MasterKeyError, KeystoreSchemaError, ValueError) as exc:
         # ValueError: a malformed URL (its message never quotes the URL).
         error(f"cannot copy: {exc}")

@@ -57,7 +57,7 @@ def open_state(settings: Settings) -> ServiceState:
         seal.close()
         raise
     try:
-        audit_keys = audit_keys_for(seal)
+        audit_keys = audit_keys_for(seal, keystore.audit_key_material())
         audit = open_audit_log(settings, audit_keys)
     except BaseException:
         keystore.close()

@@ -56,12 +56,22 @@ def derive_audit_keys(master_key: bytes) -> AuditKeys:
     )
 
 
-def audit_keys_for(seal: Seal) -> AuditKeys:
-    """The audit keys of ``seal``'s master key: :func:`derive_audit_keys` computed inside the seal.
+def audit_keys_for(seal: Seal, stored: bytes | None = None) -> AuditKeys:
+    """The audit keys: ``stored`` when the keystore holds them, else derived from ``seal``'s master key.
+
+    A keystore holds them (64 bytes: hash key, chain key, wrapped under its seal) when its seal cannot derive
+    keys (the pkcs11 seal), and keeps them when it moves to another seal, so every log keeps verifying. A
+    file-seal keystore that never moved derives them as before seals existed (:func:`derive_audit_keys`,
+    computed inside the seal).
 
     Raises:
-        SealError: the seal cannot derive keys from its master key.
+        SealError: nothing is stored and the seal cannot derive keys from its master key.
+        ValueError: ``stored`` is not 64 bytes.
     """
+    if stored is not None:
+        if len(stored) != 2 * _KEY_SIZE:
+            raise ValueError(f"stored audit key material must be {2 * _KEY_SIZE} bytes, got {len(stored)}")
+        return AuditKeys(hash_key=bytes(stored[:_KEY_SIZE]), chain_key=bytes(stored[_KEY_SIZE:]))
     return AuditKeys(
         hash_key=seal.derive_key(_SALT, HASH_KEY_INFO, _KEY_SIZE),
         chain_key=seal.derive_key(_SALT, CHAIN_KEY_INFO, _KEY_SIZE),

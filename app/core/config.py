@@ -61,6 +61,20 @@ class Settings(BaseSettings):
         description="postgresql://user:password@host:port/db: keep keys in PostgreSQL, shared by replicas "
         "(master_key or master_key_file required). Unset: the SQLite keystore in data_dir.",
     )
+    seal: Literal["file", "pkcs11"] = Field(
+        default="file",
+        description="What holds the master key: file (master_key, master_key_file or data_dir/master.key; "
+        "development only) or pkcs11 (a non-extractable key in an HSM: the pkcs11_* settings).",
+    )
+    pkcs11_lib: Path | None = Field(default=None, description="The token's PKCS#11 module (seal=pkcs11).")
+    pkcs11_token_label: str | None = Field(default=None, description="The token's label (seal=pkcs11).")
+    pkcs11_pin: SecretStr | None = Field(default=None, description="The token's user PIN (seal=pkcs11).")
+    pkcs11_pin_file: Path | None = Field(
+        default=None, description="A file (mode 0600) holding the user PIN; instead of pkcs11_pin."
+    )
+    pkcs11_key_label: str = Field(
+        default="keystream-master", min_length=1, description="The master key's label in the token."
+    )
     root_token: SecretStr | None = Field(
         default=None,
         description="Root token `ks_<id>_<secret>` to install; when unset one is generated once.",
@@ -336,6 +350,10 @@ class Settings(BaseSettings):
     @field_validator(
         "master_key_file",
         "database_url",
+        "pkcs11_lib",
+        "pkcs11_token_label",
+        "pkcs11_pin",
+        "pkcs11_pin_file",
         "tls_cert_file",
         "tls_key_file",
         "tls_client_ca_file",
@@ -379,6 +397,19 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _master_key_source(self) -> Settings:
+        if self.seal == "pkcs11":
+            missing = [
+                f"KEYSTREAM_{name.upper()}"
+                for name in ("pkcs11_lib", "pkcs11_token_label")
+                if getattr(self, name) is None
+            ]
+            if missing:
+                raise ValueError(f"seal=pkcs11 needs {' and '.join(missing)}")
+            if (self.pkcs11_pin is None) == (self.pkcs11_pin_file is None):
+                raise ValueError(
+                    "seal=pkcs11 needs exactly one of KEYSTREAM_PKCS11_PIN and KEYSTREAM_PKCS11_PIN_FILE"
+                )
+            return self
         try:
             check_master_key_source(
                 self.master_key.get_secret_value() if self.master_key else None,

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.core.schemes import DEFAULT_SCHEME
+from app.seal import Seal
 
 from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import DEFAULT_SEGMENT_SIZE
@@ -298,6 +299,36 @@ class KeyStore(abc.ABC):
             KeyNotFoundError: no such key.
             KeyVersionNotFoundError: the key has no such version.
             KeyUnwrapError: the stored material does not authenticate under the master key.
+        """
+
+    @property
+    @abc.abstractmethod
+    def seal(self) -> Seal:
+        """The seal this keystore wraps and unwraps with (the one it was opened with)."""
+
+    @abc.abstractmethod
+    def audit_key_material(self) -> bytes | None:
+        """The audit keys' 64 bytes stored wrapped under the seal, or ``None`` when the seal derives them.
+
+        Raises:
+            MasterKeyError: the stored material does not unwrap under the seal.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
+    @abc.abstractmethod
+    def reseal(self, target: Seal, audit_material: bytes) -> int:
+        """Move every stored secret from :attr:`seal` to ``target`` in one write transaction; return how many
+        key versions were rewrapped. This store uses ``target`` afterwards.
+
+        Every key version is unwrapped and rewrapped (:func:`app.keystore.reseal.rewrap_versions`), the check
+        value is replaced by ``target``'s and ``audit_material`` (the 64 bytes of the audit keys in use) is
+        stored wrapped under ``target`` (:func:`app.keystore.reseal.resealed_meta`). Other processes that
+        still use the old seal cannot unwrap what they have not cached: stop them first.
+
+        Raises:
+            KeyUnwrapError: a version does not unwrap under the current seal; nothing was written.
+            SealError: a seal's device fails; nothing was written.
+            ServiceUnavailableError: the database cannot serve now; nothing was written.
         """
 
     @abc.abstractmethod

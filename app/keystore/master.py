@@ -13,6 +13,8 @@ bytes into an exception, a log line or a ``repr``.
 
 from __future__ import annotations
 
+import secrets
+
 from app.core.master_key_format import (
     MASTER_KEY_SIZE,
     MasterKeyError,
@@ -20,7 +22,7 @@ from app.core.master_key_format import (
     parse_master_key,
 )
 from app.errors import ServiceUnavailableError
-from app.seal import FileSeal, Seal, SealUnwrapError
+from app.seal import FileSeal, Seal, SealUnwrapError, blob_origin
 from app.seal.file import (
     MASTER_KEY_FILE,
     check_master_key,
@@ -30,6 +32,8 @@ from app.seal.file import (
 )
 
 __all__ = [
+    "AUDIT_KEYS_ROW",
+    "CHECK_ROW",
     "MASTER_KEY_FILE",
     "MASTER_KEY_SIZE",
     "KeyUnwrapError",
@@ -42,12 +46,20 @@ __all__ = [
     "load_or_create_master_key",
     "make_master_key_check",
     "master_key_matches",
+    "open_audit_key_material",
     "parse_master_key",
     "read_master_key_file",
+    "settle_seal",
     "unwrap_key_material",
     "wrap_key_material",
 ]
 
+#: The ``meta`` rows the seal's blobs live in: the check value, and (for seals that cannot derive keys) the
+#: audit keys' material, 64 random bytes (hash key, chain key) made when the keystore is first opened.
+CHECK_ROW = "master_key_check"
+AUDIT_KEYS_ROW = "audit_keys"
+AUDIT_KEYS_ASSOCIATED_DATA = b"keystream:audit-keys"
+AUDIT_KEYS_SIZE = 64
 CHECK_ASSOCIATED_DATA = b"keystream:master-key-check"
 _CHECK_PLAINTEXT = b"keystream master key check v1"
 
@@ -112,3 +124,57 @@ def master_key_matches(seal: Seal | bytes, check: bytes) -> bool:
         return as_seal(seal).unwrap(bytes(check), CHECK_ASSOCIATED_DATA) == _CHECK_PLAINTEXT
     except SealUnwrapError:
         return False
+
+
+def settle_seal(seal: Seal, meta: dict[str, bytes], description: str, hint: str) -> dict[str, bytes]:
+    """Check ``seal`` against a keystore's ``meta`` rows; return the rows to add in the same transaction.
+
+    A keystore without a check value gets one; a keystore whose seal cannot derive the audit keys
+    (:attr:`~app.seal.Seal.derives_keys`) gets random audit key material wrapped under it.
+
+    Args:
+        seal: the seal the keystore is opened with.
+        meta: the keystore's :data:`CHECK_ROW` and :data:`AUDIT_KEYS_ROW` values, where present.
+        description: the keystore, for messages (a path, a database name; never a URL).
+        hint: what to do when the master key differs, for the message.
+
+    Raises:
+        MasterKeyError: the check value was made by another seal kind (the message names both and the
+            command that moves a keystore between seals), or by another master key of the same kind.
+    """
+    added: dict[str, bytes] = {}
+    check = meta.get(CHECK_ROW)
+    if check is None:
+        added[CHECK_ROW] = make_master_key_check(seal)
+    elif not master_key_matches(seal, check):
+        origin = blob_origin(bytes(check))
+        if origin is not None and origin.kind != seal.kind:
+            raise MasterKeyError(
+                f"{seal.describe()} does not match keystore {description}: it is sealed by the {origin.kind} "
+                f"seal. Set KEYSTREAM_SEAL={origin.kind}, or move it with: keystream-server operator "
+                f"migrate-seal --to {seal.kind}"
+            )
+        raise MasterKeyError(
+            f"the master key does not match keystore {description}: it was created with another master key. "
+            + hint
+        )
+    if meta.get(AUDIT_KEYS_ROW) is None and not seal.derives_keys:
+        added[AUDIT_KEYS_ROW] = seal.wrap(secrets.token_bytes(AUDIT_KEYS_SIZE), AUDIT_KEYS_ASSOCIATED_DATA)
+    return added
+
+
+def open_audit_key_material(seal: Seal, stored: bytes | None) -> bytes | None:
+    """The audit keys' 64 bytes stored under ``seal`` (:func:`settle_seal`), or ``None`` when none is stored.
+
+    Raises:
+        MasterKeyError: the stored material does not unwrap under ``seal``.
+    """
+    if stored is None:
+        return None
+    try:
+        material = seal.unwrap(bytes(stored), AUDIT_KEYS_ASSOCIATED_DATA)
+    except SealUnwrapError:
+        material = None
+    if material is None or len(material) != AUDIT_KEYS_SIZE:
+        raise MasterKeyError(f"the keystore's audit key material does not unwrap under {seal.describe()}")
+    return material

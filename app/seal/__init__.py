@@ -4,6 +4,8 @@
 
 * ``file`` (:mod:`app.seal.file`): the master key in memory, from ``KEYSTREAM_MASTER_KEY``, ``_FILE`` or
   ``data/master.key``. For development: it protects nothing from whoever can read the data directory.
+* ``pkcs11`` (:mod:`app.seal.pkcs11`): a non-extractable AES-256 key inside an HSM; every wrap and unwrap is
+  a call into the token. For production.
 
 The interface is :class:`Seal` (:mod:`app.seal.base`); the blob layout, naming the seal kind and master key
 generation, is :mod:`app.seal.blob`. This package imports only ``app.core``, so the keystore and the
@@ -33,11 +35,21 @@ __all__ = [
 ]
 
 
-def open_seal(settings: Settings, *, create: bool = True) -> Seal:
-    """Open (unseal) the seal ``settings`` select. ``create``: the file seal may generate ``data/master.key``.
+def open_seal(settings: Settings, *, create: bool = True, kind: str | None = None) -> Seal:
+    """Open (unseal) the seal ``settings`` select, or the one of ``kind`` (``operator migrate-seal --to``).
+
+    ``create``: the file seal may generate ``data/master.key``. The pkcs11 seal never creates its key here
+    (``operator init`` does).
 
     Raises:
         MasterKeyError: the seal cannot be opened (:class:`SealError` and the file seal's key errors); the
             message names the setting, never a secret.
     """
+    chosen = kind or settings.seal
+    if chosen == "pkcs11":
+        from .pkcs11 import open_pkcs11_seal  # python-pkcs11 is needed only here
+
+        return open_pkcs11_seal(settings)
+    if chosen != "file":
+        raise SealError(f"unknown seal {chosen!r}; known: {', '.join(SEAL_KINDS)}")
     return open_file_seal(settings, create=create)

@@ -50,6 +50,9 @@ class Seal(abc.ABC):
 
     #: The ``KEYSTREAM_SEAL`` name of this kind of seal.
     kind: ClassVar[str]
+    #: True when :meth:`derive_key` works (the master key is in memory); other seals' keystores store the
+    #: secrets a file seal would derive, wrapped.
+    derives_keys: ClassVar[bool] = False
 
     @property
     @abc.abstractmethod

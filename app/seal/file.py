@@ -264,6 +264,7 @@ class FileSeal(Seal):
     """
 
     kind: ClassVar[str] = "file"
+    derives_keys: ClassVar[bool] = True
 
     def __init__(self, master_key: bytes | memoryview | SecretBuffer, source: str = "the master key") -> None:
         self._key: memoryview | None = check_master_key(master_key)
@@ -378,8 +379,12 @@ def load_master_key_for(settings: Settings, *, create: bool = True) -> tuple[mem
     env_value = settings.master_key.get_secret_value() if settings.master_key else None
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     check_master_key_source(env_value, settings.master_key_file, shared_database=database_url is not None)
+    # A failure names the setting that chose the place (a start-up refusal is one line naming the setting).
     if settings.master_key_file is not None:
-        return read_master_key_file(settings.master_key_file), str(settings.master_key_file)
+        try:
+            return read_master_key_file(settings.master_key_file), str(settings.master_key_file)
+        except MasterKeyError as exc:
+            raise MasterKeyError(f"KEYSTREAM_MASTER_KEY_FILE: {exc}") from exc
     if env_value is not None and env_value.strip():
         return parse_master_key(env_value, "KEYSTREAM_MASTER_KEY"), "KEYSTREAM_MASTER_KEY"
     key_path = Path(settings.data_dir) / MASTER_KEY_FILE
@@ -388,7 +393,10 @@ def load_master_key_for(settings: Settings, *, create: bool = True) -> tuple[mem
             f"no master key: set KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE, or point "
             f"KEYSTREAM_DATA_DIR at the directory holding {MASTER_KEY_FILE}"
         )
-    return load_or_create_master_key(settings.data_dir, None), str(key_path)
+    try:
+        return load_or_create_master_key(settings.data_dir, None), str(key_path)
+    except MasterKeyError as exc:
+        raise MasterKeyError(f"KEYSTREAM_DATA_DIR: {exc}") from exc
 
 
 def open_file_seal(settings: Settings, *, create: bool = True) -> FileSeal:

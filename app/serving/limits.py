@@ -12,7 +12,9 @@ service down under a 1024-fd limit. Here, per worker:
   not from the end of its handshake.
 * **handshake_timeout**: a TLS handshake must be complete this long after the TCP accept.
 * **idle_timeout**: a connection without a request in progress (before the first request, or keep-alive
-  between requests) is closed after this long.
+  between requests) is closed after this long. A request answered before its body arrived (a 401 or 413
+  sent without reading the upload) leaves the connection idle from the answer on: the rest of its body is
+  discarded and does not count as activity, so a body that trickles on cannot hold the connection open.
 * **header_timeout**: a request head must be complete this long after its first byte (408 otherwise).
 * **body_timeout**: a request body that sends nothing for this long while the server waits for it is
   dropped (time the server itself pauses reading, or waits to send ``100 Continue``, does not count).

@@ -223,7 +223,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             cycle.access_logger = cast(logging.Logger, RouteAccessLog(cycle.access_logger, cycle.scope))
 
     def on_body(self, body: bytes) -> None:
-        self.since = self.loop.time()
+        # Body bytes of a request already answered (a 401 or 413 before the body was read) are discarded and
+        # no longer count as activity: the connection is idle from the answer on, and closed at idle_timeout
+        # unless the body ends and another request begins (each trickled byte used to restart the clock).
+        if self.cycle is None or not self.cycle.response_complete:
+            self.since = self.loop.time()
         super().on_body(body)
 
     def on_message_complete(self) -> None:

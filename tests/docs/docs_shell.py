@@ -4,9 +4,10 @@ A block is cut into *statements* (a command with its ``\\``, ``|``, ``&&`` and q
 follows a statement up to the next one (comment lines in an ``sh`` block, output lines in a ``console``
 block) is its *shown output*. A statement may end non-zero only with a status the page states for it:
 ``exit N`` (or ``exit code N``) in its own comment or its shown output, or, in a ``console`` block, the
-output of the ``$ echo $?`` that follows it. Blocks run with ``pipefail``, stricter than a reader's shell,
-so a pipeline may also end with 141: ``tail ... | head -c N`` stops ``tail`` with SIGPIPE when ``head`` has
-read enough, which a reader's shell does not report.
+output of the ``$ echo $?`` that follows it (and then it must end with exactly that one). Blocks run with
+``pipefail``, stricter than a reader's shell, so a pipeline may also end with 141: ``tail ... | head -c N``
+stops ``tail`` with SIGPIPE when ``head`` has read enough, which a reader's shell does not report. A
+statement ending in ``&& echo "TEXT"`` must print TEXT (bash reports no failure inside an ``&&`` list).
 
 A statement that starts the service (``keystream-server serve``, ``make run``, or ``python -c ...
 serve()``) runs in the foreground for a reader, in a terminal of its own. The script hands it to
@@ -160,14 +161,14 @@ def script_lines(language: str, text: str, ports: dict[int, int]) -> list[str]:
 
     ``console`` output lines become blank lines; ``$ echo $?`` with its shown status becomes
     ``ks_status_was $? STATUS`` (which fails unless the status was that one); a statement that starts the
-    service becomes one
-    ``ks_serve DOCUMENTED_PORT REAL_PORT COMMAND`` line (``make run`` as the ``keystream-server serve`` it
-    runs), then blank lines.
+    service becomes one ``ks_serve DOCUMENTED_PORT REAL_PORT COMMAND`` line (``make run`` as the
+    ``keystream-server serve`` it runs, the real port as ``KEYSTREAM_PORT`` when it names none), then blank
+    lines.
     """
     lines = [""] * len(text.splitlines())
     for statement in statements(language, text):
         port = serve_port(statement)
-        if language == "console" and statement.text.strip() == "echo $?" and statement.shown[:1] != []:
+        if language == "console" and statement.text.strip() == "echo $?" and statement.shown:
             shown = statement.shown[0].strip()
             lines[statement.first - 1] = f"ks_status_was $? {shown}" if shown.isdigit() else "echo $?"
             continue

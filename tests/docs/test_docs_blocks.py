@@ -10,11 +10,14 @@ repository's top-level entries linked in, ``.venv`` this interpreter's venv, on 
 and nothing more:
 
 * ``127.0.0.1:8000`` (the service's documented address) and every port a documented ``serve --port N``
-  uses become free ports of this machine, in every block of the page;
+  uses become free ports of this machine, in every block of the page (``127.0.0.1:N``, ``localhost:N`` and
+  the start command's ``--port N``);
 * ``/tmp/...``, ``/var/log/keystream`` and ``/var/lib/keystream`` become directories of the page's own (the
   machine is shared);
 * ``export KEYSTREAM_TOKEN=ks_...`` sets the token the reader would paste;
-* a command that starts the service runs in the background until it listens (a second terminal);
+* a command that starts the service runs in the background until it listens (a second terminal), with the
+  settings the pages assume of the reader's service unless the command sets them: the root token the shell
+  has in ``KEYSTREAM_TOKEN``, key import allowed, one worker (``docs_prologue.sh``, ``ks_serve``);
 * a page whose blocks use ``postgresql://ROLE:PASSWORD@127.0.0.1:PORT/DATABASE`` gets the session's throwaway
   PostgreSQL cluster (``tests/pg_cluster.py``) on that PORT, with ROLE and DATABASE created as the page's
   "create a role and a database" step does as the database host's superuser (``sudo -u postgres``, which the
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,12 +52,16 @@ DOCS = REPO / "docs"
 PROLOGUE = Path(__file__).with_name("docs_prologue.sh")
 SHELL_LANGUAGES = ("sh", "bash", "console")
 #: Blocks marked as not run here (Docker, Kubernetes, long benchmarks, ...): keep this list short.
-NOT_RUN_BLOCKS = 13
+NOT_RUN_BLOCKS = 12
 BLOCK_TIMEOUT = 240
+#: Programs the runnable blocks use besides the project's commands and coreutils.
+PAGE_TOOLS = ("bash", "curl", "jq", "openssl", "haproxy", "softhsm2-util", "tar", "awk", "sed")
 VENV = Path(sys.prefix)
 #: Top-level entries of the repository a reader's checkout has and the page's directory links to.
 #: A PostgreSQL URL of a page, with the role, password, port and database it needs.
 POSTGRES_URL = re.compile(r"postgresql://(\w+):([\w-]+)@127\.0\.0\.1:(\d+)/(\w+)")
+#: Directories a block writes into (the scale-out stack's generated haproxy.cfg): copied, not linked.
+CHECKOUT_COPY = {"deploy"}
 CHECKOUT_SKIP = {".git", ".venv", "data", "build", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 
@@ -61,9 +69,7 @@ def shell_blocks(page: Path) -> list[Block]:
     return [block for block in page_blocks(page) if block.language in SHELL_LANGUAGES]
 
 
-#: Pages whose blocks are still being made runnable (this list only shrinks).
-PENDING: set[str] = set()
-PAGES = [page for page in sorted(DOCS.glob("*.md")) if shell_blocks(page) and page.name not in PENDING]
+PAGES = [page for page in sorted(DOCS.glob("*.md")) if shell_blocks(page)]
 
 
 def page_ports(blocks: list[Block]) -> dict[int, int]:
@@ -81,7 +87,8 @@ def localize(line: str, ports: dict[int, int], root: Path) -> str:
     """The substitutions of the module docstring, on one script line."""
     for documented, real in ports.items():
         line = re.sub(rf"\b(127\.0\.0\.1|localhost):{documented}\b", rf"\g<1>:{real}", line)
-        line = re.sub(rf"--port([ =]){documented}\b", rf"--port\g<1>{real}", line)
+        if "ks_serve " in line:  # a service's own port; other --port flags (HAProxy's bind) stay as printed
+            line = re.sub(rf"--port([ =]){documented}\b", rf"--port\g<1>{real}", line)
     line = re.sub(r"(?<![\w./])/tmp/", f"{root}/tmp/", line)
     line = re.sub(r"(?<![\w./])/var/(log|lib)/keystream\b", rf"{root}/var/\g<1>/keystream", line)
     return re.sub(r"^export KEYSTREAM_TOKEN=ks_\.\.\.", f"export KEYSTREAM_TOKEN={ROOT_TOKEN}", line)
@@ -109,10 +116,13 @@ def provide_postgres(request: pytest.FixtureRequest, urls: set[tuple[str, str, i
 
 
 def checkout(work: Path) -> None:
-    """Make ``work`` look like the repository's root (links), with ``.venv`` this interpreter's venv."""
+    """Make ``work`` look like the repository's root (links; copies of the directories blocks write into),
+    with ``.venv`` this interpreter's venv."""
     work.mkdir(parents=True)
     for entry in REPO.iterdir():
-        if entry.name not in CHECKOUT_SKIP:
+        if entry.name in CHECKOUT_COPY:
+            shutil.copytree(entry, work / entry.name, symlinks=True)
+        elif entry.name not in CHECKOUT_SKIP:
             (work / entry.name).symlink_to(entry)
     (work / ".venv").symlink_to(VENV, target_is_directory=True)
 
@@ -207,6 +217,12 @@ def stop_servers(run: Path) -> None:
                 os.killpg(pid, signal.SIGKILL)
 
 
+def test_the_tools_the_pages_use_are_installed() -> None:
+    """The pages' commands beyond the project's own (``make tools`` installs them); fail, never skip."""
+    missing = [tool for tool in PAGE_TOOLS if shutil.which(tool) is None]
+    assert not missing, f"missing {missing}: run scripts/install-tools.sh (make tools) as root"
+
+
 def test_every_not_run_block_says_why_and_what_runs_it() -> None:
     marked = [block for page in PAGES for block in shell_blocks(page) if block.not_run]
     listing = "\n".join(f"{b.where}: {b.not_run}" for b in marked)
@@ -219,6 +235,7 @@ def test_every_not_run_block_says_why_and_what_runs_it() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_page_blocks_run_as_printed(page: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    test_the_tools_the_pages_use_are_installed()
     blocks = shell_blocks(page)
     ports = page_ports(blocks)
     urls = postgres_urls(blocks)
@@ -305,7 +322,10 @@ def test_localize_maps_documented_ports_and_scratch_paths(tmp_path: Path) -> Non
     ports = {8000: 41000, 8443: 42000}
     line = "curl https://localhost:8443/x http://127.0.0.1:8000/y /tmp/k/ca --port 8443 :80001"
     assert localize(line, ports, tmp_path) == (
-        f"curl https://localhost:42000/x http://127.0.0.1:41000/y {tmp_path}/tmp/k/ca --port 42000 :80001"
+        f"curl https://localhost:42000/x http://127.0.0.1:41000/y {tmp_path}/tmp/k/ca --port 8443 :80001"
+    )
+    assert localize("ks_serve 8443 42000 'keystream-server serve --port 8443'", ports, tmp_path).endswith(
+        "--port 42000'"
     )
     assert localize("export KEYSTREAM_TOKEN=ks_...   # printed", ports, tmp_path).startswith(
         f"export KEYSTREAM_TOKEN={ROOT_TOKEN} "

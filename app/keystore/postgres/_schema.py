@@ -30,19 +30,17 @@ from app.seal import Seal
 
 from ..base import utc_now
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
-from ..master import MasterKeyError, make_master_key_check, master_key_matches
+from ..master import AUDIT_KEYS_ROW, CHECK_ROW, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
 from ._changes import CHANGE_KINDS
 
 if TYPE_CHECKING:
     from ._database import Connection
 
-__all__ = ["MASTER_CHECK", "MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate", "read_meta", "schema_version"]
 
 #: ``pg_advisory_xact_lock`` key held while migrating ("keystrea" as a big-endian 64-bit number).
 MIGRATION_LOCK = int.from_bytes(b"keystrea", "big") >> 1
-#: Name of the master-key check value in ``meta``.
-MASTER_CHECK = "master_key_check"
 
 _KEY_TYPES_SQL = ", ".join(f"'{key_type}'" for key_type in KEY_TYPES)
 #: The change kinds before schema version 4 (which added ``token_renewed``).
@@ -197,14 +195,16 @@ def migrate(conn: Connection, seal: Seal, description: str, migrations: Sequence
 
 
 def _check_master_key(conn: Connection, seal: Seal, description: str) -> None:
-    row: Any = conn.execute("SELECT value FROM meta WHERE name = %s", (MASTER_CHECK,)).fetchone()
-    if row is None:
-        conn.execute(
-            "INSERT INTO meta (name, value) VALUES (%s, %s)",
-            (MASTER_CHECK, make_master_key_check(seal)),
-        )
-    elif not master_key_matches(seal, bytes(row[0])):
-        raise MasterKeyError(
-            f"the master key does not match keystore {description}: it was created with another master key. "
-            "Give every replica the same KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE"
-        )
+    rows: Any = conn.execute(
+        "SELECT name, value FROM meta WHERE name = ANY(%s)", ([CHECK_ROW, AUDIT_KEYS_ROW],)
+    ).fetchall()
+    meta = {str(name): bytes(value) for name, value in rows}
+    hint = "Give every replica the same KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE"
+    for name, value in settle_seal(seal, meta, description, hint).items():
+        conn.execute("INSERT INTO meta (name, value) VALUES (%s, %s)", (name, value))
+
+
+def read_meta(conn: Connection, name: str) -> bytes | None:
+    """The ``meta`` row ``name`` (a blob), or ``None``."""
+    row: Any = conn.execute("SELECT value FROM meta WHERE name = %s", (name,)).fetchone()
+    return None if row is None else bytes(row[0])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.core.database_url import check_database_url
 from app.core.schemes import DEFAULT_SCHEME
@@ -46,8 +46,15 @@ from ..checks import (
     check_version_material,
     key_type_for_material,
 )
-from ..master import as_seal, unwrap_key_material, wrap_key_material
+from ..master import (
+    AUDIT_KEYS_ROW,
+    as_seal,
+    open_audit_key_material,
+    unwrap_key_material,
+    wrap_key_material,
+)
 from ..migrations import Migration
+from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
     check_auto_rotate_min_period,
@@ -329,6 +336,41 @@ class PostgresKeyStore(KeyStore):
                 f"key {name!r} has no version {version} (versions {oldest} to {latest})"
             )
         return unwrap_key_material(self._seal, name, version, wrapped)
+
+    @property
+    def seal(self) -> Seal:
+        """See :attr:`KeyStore.seal`."""
+        return self._seal
+
+    def audit_key_material(self) -> bytes | None:
+        """See :meth:`KeyStore.audit_key_material`."""
+        stored = self._database.read(lambda conn: _schema.read_meta(conn, AUDIT_KEYS_ROW))
+        return open_audit_key_material(self._seal, stored)
+
+    def reseal(self, target: Seal, audit_material: bytes) -> int:
+        """See :meth:`KeyStore.reseal`."""
+
+        def work(conn: Connection) -> int:
+            stored: Any = conn.execute(
+                "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2 FOR UPDATE"
+            ).fetchall()
+            rewrapped = rewrap_versions(self._seal, target, [(n, v, bytes(w)) for n, v, w in stored])
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "UPDATE key_versions SET wrapped = %s WHERE key_name = %s AND version = %s",
+                    [(blob, name, version) for name, version, blob in rewrapped],
+                )
+            for name, value in resealed_meta(target, audit_material).items():
+                conn.execute(
+                    "INSERT INTO meta (name, value) VALUES (%s, %s) "
+                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    (name, value),
+                )
+            return len(rewrapped)
+
+        count = self._database.write(work)
+        self._seal = target
+        return count
 
     # -- copying between keystores -------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from app.seal import Seal
 
 from ..base import utc_now
 from ..changes import CHANGE_KINDS
-from ..master import MasterKeyError, make_master_key_check, master_key_matches
+from ..master import AUDIT_KEYS_ROW, CHECK_ROW, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
 
 __all__ = [
@@ -38,8 +38,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("app.keystore.sqlite")
-
-_MASTER_CHECK = "master_key_check"
 
 
 #: The change kinds before schema version 4 (which added ``token_renewed``).
@@ -200,14 +198,18 @@ def migrate(conn: sqlite3.Connection, path: Path, seal: Seal, migrations: Sequen
         conn.execute(f"PRAGMA user_version = {int(migration.version)}")
         if current:
             logger.info("keystore %s migrated to schema version %d", path, migration.version)
-    row = conn.execute("SELECT value FROM meta WHERE name = ?", (_MASTER_CHECK,)).fetchone()
-    if row is None:
-        conn.execute(
-            "INSERT INTO meta (name, value) VALUES (?, ?)",
-            (_MASTER_CHECK, make_master_key_check(seal)),
+    meta = {
+        str(name): bytes(value)
+        for name, value in conn.execute(
+            "SELECT name, value FROM meta WHERE name IN (?, ?)", (CHECK_ROW, AUDIT_KEYS_ROW)
         )
-    elif not master_key_matches(seal, row[0]):
-        raise MasterKeyError(
-            f"the master key does not match keystore {path}: it was created with another master "
-            "key. Restore the original master.key or KEYSTREAM_MASTER_KEY"
-        )
+    }
+    hint = "Restore the original master.key or KEYSTREAM_MASTER_KEY"
+    for name, value in settle_seal(seal, meta, str(path), hint).items():
+        conn.execute("INSERT INTO meta (name, value) VALUES (?, ?)", (name, value))
+
+
+def read_meta(conn: sqlite3.Connection, name: str) -> bytes | None:
+    """The ``meta`` row ``name`` (a blob), or ``None``."""
+    row = conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+    return None if row is None else bytes(row[0])

@@ -33,8 +33,9 @@ from ..checks import (
     key_type_for_material,
 )
 from ..errors import KeystoreUnavailableError
-from ..master import as_seal
+from ..master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
 from ..migrations import Migration
+from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
     check_auto_rotate_min_period,
@@ -44,7 +45,7 @@ from ..rotation import (
 from ..tombstones import check_tombstone_seconds
 from . import changes, keys, tokens
 from .connections import SqliteConnections, logger, prepare_database_file
-from .schema import MIGRATIONS, migrate
+from .schema import MIGRATIONS, migrate, read_meta
 from .watch import DataVersionWatcher
 
 __all__ = ["SqliteKeyStore"]
@@ -66,7 +67,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
 
     Raises:
         BadRequestError: ``tombstone_seconds`` is negative or ``auto_rotate_min_period`` outside 1..3600.
-        MasterKeyError: ``seal`` is 32 bytes long, or is not the seal this database was created with.
+        MasterKeyError: ``seal`` is bytes not 32 long, or is not the seal this database was created with.
         KeystoreSchemaError: the database comes from a newer release.
         KeystoreUnavailableError: the file cannot be opened or stays locked longer than ``busy_timeout``.
     """
@@ -295,6 +296,37 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             raise BadRequestError(f"key version must be an integer, got {type(version).__name__}")
         with self._read() as conn:
             return keys.key_material(conn, self._seal, name, version)
+
+    @property
+    def seal(self) -> Seal:
+        """See :attr:`KeyStore.seal`."""
+        return self._seal
+
+    def audit_key_material(self) -> bytes | None:
+        """See :meth:`KeyStore.audit_key_material`."""
+        with self._read() as conn:
+            stored = read_meta(conn, AUDIT_KEYS_ROW)
+        return open_audit_key_material(self._seal, stored)
+
+    def reseal(self, target: Seal, audit_material: bytes) -> int:
+        """See :meth:`KeyStore.reseal`."""
+        with self._write() as conn:
+            stored = conn.execute(
+                "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2"
+            ).fetchall()
+            rewrapped = rewrap_versions(self._seal, target, stored)
+            conn.executemany(
+                "UPDATE key_versions SET wrapped = ? WHERE key_name = ? AND version = ?",
+                [(blob, name, version) for name, version, blob in rewrapped],
+            )
+            for name, value in resealed_meta(target, audit_material).items():
+                conn.execute(
+                    "INSERT INTO meta (name, value) VALUES (?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    (name, value),
+                )
+        self._seal = target
+        return len(rewrapped)
 
     # -- copying between keystores -------------------------------------------------------------------------
 

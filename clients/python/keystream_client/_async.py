@@ -12,7 +12,14 @@ from typing import Any
 import httpx
 
 from keystream_client import _transport as transport
-from keystream_client._base import DEFAULT_CHUNK_SIZE, BaseClient, ClientCert, Verify, mapped_errors
+from keystream_client._base import (
+    DEFAULT_CHUNK_SIZE,
+    BaseClient,
+    ClientCert,
+    Verify,
+    async_mapped_errors,
+    mapped_errors,
+)
 from keystream_client._calls import (
     Call,
     batch_call,
@@ -48,7 +55,13 @@ from keystream_client._models import (
 )
 from keystream_client._options import CryptoOptions
 from keystream_client._sources import Source, chunk_reader
-from keystream_client._streams import Destination, StreamBase, check_lengths, open_partial
+from keystream_client._streams import (
+    Destination,
+    StreamBase,
+    broken_stream_error,
+    check_lengths,
+    open_partial,
+)
 
 
 class AsyncCipherStream(StreamBase):
@@ -60,8 +73,9 @@ class AsyncCipherStream(StreamBase):
         head: transport.ResponseHead,
         options: CryptoOptions,
         sent: Callable[[], int],
+        operation: str = "",
     ) -> None:
-        super().__init__(head, options, sent)
+        super().__init__(head, options, sent, operation)
         self._call = call
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -71,9 +85,12 @@ class AsyncCipherStream(StreamBase):
             KeystreamStreamError: the stream was cut short or, for raw, lengths differ.
         """
         with mapped_errors():
-            while chunk := await self._call.read_chunk():
-                self.bytes_received += len(chunk)
-                yield chunk
+            try:
+                while chunk := await self._call.read_chunk():
+                    self.bytes_received += len(chunk)
+                    yield chunk
+            except transport.StreamBrokenError as exc:
+                raise broken_stream_error(exc, self._operation, self._options, self.bytes_received) from exc
         check_lengths(self._options, self.bytes_sent, self.bytes_received)
 
     async def read(self) -> bytes:
@@ -126,7 +143,7 @@ class AsyncKeystreamClient(BaseClient):
         await self._http.aclose()
 
     async def _send(self, call: Call) -> Any:
-        with mapped_errors(tls=self._ssl is not None):
+        async with async_mapped_errors(self._endpoint, self._timeout):
             response = await self._http.request(call.method, call.path, json=call.json)
         return self._result(response, call)
 
@@ -242,7 +259,7 @@ class AsyncKeystreamClient(BaseClient):
 
     async def health(self) -> bool:
         """As :meth:`KeystreamClient.health`."""
-        with mapped_errors(tls=self._ssl is not None):
+        async with async_mapped_errors(self._endpoint, self._timeout):
             return (await self._http.get("/healthz")).is_success
 
     async def encrypt_batch(
@@ -372,6 +389,6 @@ class AsyncKeystreamClient(BaseClient):
                     head = await call.start()
                     if head.status >= 400:
                         raise api_error(head.status, await call.read_all(MAX_ERROR_BODY))
-                yield AsyncCipherStream(call, head, crypto, sent)
+                yield AsyncCipherStream(call, head, crypto, sent, operation)
             finally:
                 await call.aclose()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -195,10 +195,18 @@ def client_ssl_context(verify: Verify = None, cert: ClientCert = None) -> ssl.SS
 
 
 @contextlib.contextmanager
-def mapped_errors(tls: bool = False) -> Iterator[None]:
+def mapped_errors(
+    endpoint: transport.Endpoint | None = None, *, probe_timeout: float | None = None
+) -> Iterator[None]:
     """Transport failures as the client's exceptions: a response cut short is a stream error, a failure to
-    reach the service a connection error. With ``tls``, a connection closed before any answer is a connection
-    error too (that is how a server requiring a client certificate refuses one under TLS 1.3)."""
+    reach the service a connection error.
+
+    ``endpoint`` is given around httpx calls. For https, a connection closed before any answer is a
+    connection error (that is how a server requiring a client certificate refuses one under TLS 1.3). For
+    http, the same (or a reset) is asked about with :func:`~keystream_client._transport.speaks_tls`, when
+    ``probe_timeout`` is given: a server that speaks TLS closes on a plain HTTP request without answering,
+    which without the probe read as a response cut short (the integrity exit code of the CLI).
+    """
     try:
         yield
     except transport.ConnectFailedError as exc:
@@ -207,9 +215,51 @@ def mapped_errors(tls: bool = False) -> Iterator[None]:
         raise KeystreamStreamError(str(exc)) from exc
     except transport.RequestBodyError as exc:
         raise KeystreamClientError(str(exc)) from exc
-    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        if tls and "without sending a response" in str(exc):
-            raise KeystreamConnectionError(f"{transport.TLS_CLOSED_HINT} ({exc})") from exc
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        if endpoint is not None and unanswered(exc):
+            if endpoint.ssl_context is not None:
+                raise KeystreamConnectionError(f"{transport.TLS_CLOSED_HINT} ({exc})") from exc
+            if probe_timeout is not None and transport.speaks_tls(
+                endpoint.host, endpoint.port, probe_timeout
+            ):
+                raise KeystreamConnectionError(
+                    transport.plain_http_to_tls_message(endpoint.host, endpoint.port)
+                ) from exc
+        if isinstance(exc, httpx.WriteError):
+            raise KeystreamConnectionError(f"{type(exc).__name__}: {exc}") from exc
         raise KeystreamStreamError(f"the response was cut short: {exc}") from exc
     except httpx.TransportError as exc:
         raise KeystreamConnectionError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def unanswered(exc: httpx.TransportError) -> bool:
+    """Whether httpx lost the connection before any byte of the answer: closed ("Server disconnected
+    without sending a response"), reset, or broken while the request was still being written."""
+    if isinstance(exc, httpx.WriteError) or "without sending a response" in str(exc):
+        return True
+    reason: BaseException | None = exc
+    while reason is not None:
+        if isinstance(reason, ConnectionResetError):
+            return True
+        reason = reason.__cause__ or reason.__context__
+    return False
+
+
+@contextlib.asynccontextmanager
+async def async_mapped_errors(endpoint: transport.Endpoint, probe_timeout: float) -> AsyncIterator[None]:
+    """:func:`mapped_errors` around an httpx call of the async client, probing without blocking the loop."""
+    try:
+        with mapped_errors(endpoint):
+            yield
+    except (KeystreamStreamError, KeystreamConnectionError) as exc:
+        cause = exc.__cause__
+        if (
+            endpoint.ssl_context is None
+            and isinstance(cause, httpx.TransportError)
+            and unanswered(cause)
+            and await transport.speaks_tls_async(endpoint.host, endpoint.port, probe_timeout)
+        ):
+            raise KeystreamConnectionError(
+                transport.plain_http_to_tls_message(endpoint.host, endpoint.port)
+            ) from cause
+        raise

@@ -30,6 +30,25 @@ def check_lengths(options: CryptoOptions, sent: int, received: int) -> None:
         )
 
 
+def broken_stream_error(
+    exc: transport.StreamBrokenError, operation: str, options: CryptoOptions, received: int
+) -> KeystreamStreamError:
+    """The error for a response body that ended without its terminator after ``received`` bytes.
+
+    A sealed decrypt or rewrap releases only what verified, and the service stops such a stream (it closes
+    the connection) when a later segment fails authentication: the message says so rather than repeat the
+    socket's words ("Connection reset by peer"), which read like a network fault.
+    """
+    if exc.how == transport.CLOSED and options.format == "sealed" and operation in ("decrypt", "rewrap"):
+        output = "verified plaintext" if operation == "decrypt" else "output (rewrapped verified plaintext)"
+        return KeystreamStreamError(
+            f"the service stopped the stream after {received} bytes of {output}: the usual cause is a later "
+            "segment of the ciphertext that failed authentication (tampered with, reordered or truncated); "
+            "the service log names the segment"
+        )
+    return KeystreamStreamError(f"the response stream was cut short after {received} bytes: {exc}")
+
+
 #: ``os.open`` flags of the ``.partial`` file: a new file only (``O_EXCL`` also refuses an existing symlink).
 PARTIAL_FLAGS = (
     os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -61,8 +80,15 @@ def open_partial(destination: Path) -> tuple[Path, IO[bytes]]:
 class StreamBase:
     """What a streaming response tells before and after its body: headers, key version, IV, byte counts."""
 
-    def __init__(self, head: transport.ResponseHead, options: CryptoOptions, sent: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        head: transport.ResponseHead,
+        options: CryptoOptions,
+        sent: Callable[[], int],
+        operation: str = "",
+    ) -> None:
         self._options = options
+        self._operation = operation
         self._sent = sent
         self.status = head.status
         self.headers = head.headers

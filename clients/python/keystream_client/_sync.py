@@ -98,7 +98,7 @@ class KeystreamClient(SyncStreamingClient):
         self._http.close()
 
     def _send(self, call: Call) -> Any:
-        with mapped_errors(tls=self._ssl is not None):
+        with mapped_errors(self._endpoint, probe_timeout=self._timeout):
             response = self._http.request(call.method, call.path, json=call.json)
         return self._result(response, call)
 
@@ -326,7 +326,7 @@ class KeystreamClient(SyncStreamingClient):
         Raises:
             KeystreamConnectionError: the service is unreachable.
         """
-        with mapped_errors(tls=self._ssl is not None):
+        with mapped_errors(self._endpoint, probe_timeout=self._timeout):
             return self._http.get("/healthz").is_success
 
     # -- batch -----------------------------------------------------------------------------------------------

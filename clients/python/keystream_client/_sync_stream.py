@@ -20,7 +20,13 @@ from keystream_client._loop import LoopRunner
 from keystream_client._models import CipherResult, TransferResult
 from keystream_client._options import CryptoOptions
 from keystream_client._sources import ProgressCallback, Source, chunk_reader
-from keystream_client._streams import Destination, StreamBase, check_lengths, open_partial
+from keystream_client._streams import (
+    Destination,
+    StreamBase,
+    broken_stream_error,
+    check_lengths,
+    open_partial,
+)
 
 
 class CipherStream(StreamBase):
@@ -36,8 +42,9 @@ class CipherStream(StreamBase):
         head: transport.ResponseHead,
         options: CryptoOptions,
         sent: Callable[[], int],
+        operation: str = "",
     ) -> None:
-        super().__init__(head, options, sent)
+        super().__init__(head, options, sent, operation)
         self._runner = runner
         self._call = call
 
@@ -48,9 +55,12 @@ class CipherStream(StreamBase):
             KeystreamStreamError: the stream was cut short or, for raw, lengths differ.
         """
         with mapped_errors():
-            while chunk := self._runner.run(self._call.read_chunk):
-                self.bytes_received += len(chunk)
-                yield chunk
+            try:
+                while chunk := self._runner.run(self._call.read_chunk):
+                    self.bytes_received += len(chunk)
+                    yield chunk
+            except transport.StreamBrokenError as exc:
+                raise broken_stream_error(exc, self._operation, self._options, self.bytes_received) from exc
         check_lengths(self._options, self.bytes_sent, self.bytes_received)
 
     def read(self) -> bytes:
@@ -255,7 +265,7 @@ class SyncStreamingClient(BaseClient):
                     head = runner.run(call.start)
                     if head.status >= 400:
                         raise api_error(head.status, runner.run(lambda: call.read_all(MAX_ERROR_BODY)))
-                yield CipherStream(runner, call, head, options, sent)
+                yield CipherStream(runner, call, head, options, sent, operation)
             finally:
                 runner.run(call.aclose)
                 runner.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -43,7 +44,77 @@ class ConnectFailedError(Exception):
 
 
 class StreamBrokenError(Exception):
-    """The response body ended without its terminator, or the connection failed mid-transfer."""
+    """The response body ended without its terminator, or the connection failed mid-transfer.
+
+    Attributes:
+        how: :data:`CLOSED` (the peer closed or reset the connection: how the service stops a stream),
+            :data:`TIMED_OUT`, or :data:`MALFORMED` (bytes that are not HTTP/1.1).
+    """
+
+    def __init__(self, message: str, how: str) -> None:
+        super().__init__(message)
+        self.how = how
+
+
+#: :attr:`StreamBrokenError.how`: the connection was closed (EOF) or reset by the peer.
+CLOSED = "closed"
+#: :attr:`StreamBrokenError.how`: no byte arrived within the read timeout.
+TIMED_OUT = "timed_out"
+#: :attr:`StreamBrokenError.how`: the bytes received are not a valid HTTP/1.1 response.
+MALFORMED = "malformed"
+#: Seconds at most that :func:`speaks_tls` waits for a TLS handshake.
+TLS_PROBE_SECONDS = 5.0
+
+
+def url_authority(host: str, port: int) -> str:
+    """``host:port`` as a URL writes it (an IPv6 address in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def plain_http_to_tls_message(host: str, port: int) -> str:
+    """What to say when an ``http://`` URL reaches a server that speaks TLS (it closes without answering)."""
+    authority = url_authority(host, port)
+    return (
+        f"the server at {authority} speaks TLS (HTTPS) but the URL says http://: use https://{authority} "
+        "(base_url=, KEYSTREAM_URL, or the CLI's --url)"
+    )
+
+
+def _probe_context() -> ssl.SSLContext:
+    # Verification off on purpose: the probe only asks whether the port speaks TLS; no request is sent.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (no request is sent on it).
+
+    Asked only after a plain-HTTP request was closed without any answer, which is what a TLS server does
+    with one. A plain HTTP server answers the ClientHello with a 400 (not TLS): False.
+    """
+    try:
+        with (
+            socket.create_connection((host, port), timeout=min(timeout, TLS_PROBE_SECONDS)) as raw,
+            _probe_context().wrap_socket(raw, server_hostname=host),
+        ):
+            return True
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return False
+
+
+async def speaks_tls_async(host: str, port: int, timeout: float) -> bool:
+    """:func:`speaks_tls` without blocking the event loop."""
+    try:
+        async with asyncio.timeout(min(timeout, TLS_PROBE_SECONDS)):
+            _, writer = await asyncio.open_connection(host, port, ssl=_probe_context(), server_hostname=host)
+    except (OSError, TimeoutError, ValueError):
+        return False
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    return True
 
 
 class RequestBodyError(Exception):
@@ -108,6 +179,7 @@ class DuplexCall:
         self._status = 0
         self._done = False
         self._received = 0  # bytes received from the server
+        self._eof = False  # the server closed its side of the connection
 
     async def start(self) -> ResponseHead:
         """Connect, start sending the body and wait for the response head.
@@ -143,8 +215,8 @@ class DuplexCall:
             try:
                 event = await self._next_event(self._connect_timeout + self._read_timeout)
             except StreamBrokenError as exc:
-                if self._endpoint.ssl_context is not None and self._received == 0:
-                    raise ConnectFailedError(f"{TLS_CLOSED_HINT} ({exc})") from exc
+                if self._received == 0 and exc.how == CLOSED:
+                    await self._closed_unanswered(exc)
                 raise
             if isinstance(event, h11.InformationalResponse):
                 continue
@@ -158,7 +230,22 @@ class DuplexCall:
                     },
                 )
             self._check_sender()
-            raise StreamBrokenError(f"unexpected HTTP event before the response: {type(event).__name__}")
+            raise StreamBrokenError(
+                f"unexpected HTTP event before the response: {type(event).__name__}", MALFORMED
+            )
+
+    async def _closed_unanswered(self, exc: StreamBrokenError) -> None:
+        """Explain a connection closed before any byte of an answer, when the reason can be known.
+
+        Raises:
+            ConnectFailedError: https: a server requiring a client certificate (TLS 1.3) closes like this;
+                http: the port speaks TLS (a TLS server closes on a plain HTTP request without answering).
+        """
+        host, port = self._endpoint.host, self._endpoint.port
+        if self._endpoint.ssl_context is not None:
+            raise ConnectFailedError(f"{TLS_CLOSED_HINT} ({exc})") from exc
+        if await speaks_tls_async(host, port, self._connect_timeout):
+            raise ConnectFailedError(plain_http_to_tls_message(host, port)) from exc
 
     async def read_chunk(self) -> bytes:
         """The next piece of the response body; ``b""`` once the body ended with its terminator.
@@ -181,7 +268,9 @@ class DuplexCall:
                     await self._finish_sender()
                 return b""
             self._check_sender()
-            raise StreamBrokenError(f"unexpected HTTP event in the response body: {type(event).__name__}")
+            raise StreamBrokenError(
+                f"unexpected HTTP event in the response body: {type(event).__name__}", MALFORMED
+            )
 
     async def read_all(self, limit: int) -> bytes:
         """The rest of the body, keeping at most ``limit`` bytes (the rest is read and dropped).
@@ -276,7 +365,12 @@ class DuplexCall:
                 event = self._conn.next_event()
             except h11.RemoteProtocolError as exc:
                 self._check_sender()
-                raise StreamBrokenError(f"the response stream was cut short: {exc}") from exc
+                if self._eof:
+                    # h11's words ("can't handle event type ConnectionClosed when role=SERVER...") say
+                    # nothing to a user: the server closed the connection, before or inside the answer.
+                    where = "inside the response body" if self._status else "before answering"
+                    raise StreamBrokenError(f"the server closed the connection {where}", CLOSED) from exc
+                raise StreamBrokenError(f"the response is not valid HTTP/1.1: {exc}", MALFORMED) from exc
             if event is not h11.NEED_DATA:
                 return event
             self._check_sender()
@@ -289,9 +383,15 @@ class DuplexCall:
             async with asyncio.timeout(timeout):
                 data = await self._reader.read(READ_SIZE)
         except TimeoutError:
-            raise StreamBrokenError(f"no data from the server for {timeout:g} s") from None
+            raise StreamBrokenError(f"no data from the server for {timeout:g} s", TIMED_OUT) from None
+        except ConnectionResetError as exc:
+            self._check_sender()
+            where = "inside the response body" if self._status else "before answering"
+            raise StreamBrokenError(f"the server reset the connection {where}", CLOSED) from exc
         except (ConnectionError, OSError, ssl.SSLError) as exc:
             self._check_sender()
-            raise StreamBrokenError(f"the connection failed mid-transfer: {exc}") from exc
+            raise StreamBrokenError(f"the connection failed mid-transfer: {exc}", CLOSED) from exc
         self._received += len(data)
+        if not data:
+            self._eof = True
         return data

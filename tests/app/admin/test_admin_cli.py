@@ -163,3 +163,25 @@ def test_serve_help_states_the_settings_defaults(capsys: pytest.CaptureFixture[s
     assert fields["workers"].default_factory is not None
     assert "KEYSTREAM_WORKERS, default: the CPUs this process may run on, at most 64" in text
     assert fields["workers"].metadata and "at most 64" in str(fields["workers"].description)
+
+
+@pytest.mark.parametrize("case", ["missing", "a directory", "open to others"])
+def test_an_unusable_master_key_file_is_one_line_naming_the_setting(tmp_path: Path, case: str) -> None:
+    """The line said "cannot open master key file ..." without the variable that named the file."""
+    key_file = tmp_path / "master.key"
+    if case == "a directory":
+        key_file.mkdir()
+    elif case == "open to others":
+        key_file.write_text(base64.b64encode(bytes(32)).decode())
+        key_file.chmod(0o644)
+    result = _serve(
+        "--data-dir", str(tmp_path / "data"), "--port", "0", env={"KEYSTREAM_MASTER_KEY_FILE": str(key_file)}
+    )
+    assert result.returncode == EXIT_USAGE, result.stderr
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and b"Traceback" not in result.stderr, result.stderr.decode()
+    prefix = "keystream-server: error: cannot start: KEYSTREAM_MASTER_KEY_FILE: "
+    assert lines[0].startswith(
+        (f"{prefix}master key file {key_file}", f"{prefix}cannot open master key file")
+    ), lines[0]
+    assert str(key_file) in lines[0]

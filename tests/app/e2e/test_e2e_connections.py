@@ -134,3 +134,58 @@ def test_slow_but_steady_upload_is_not_dropped(limited: Server) -> None:
             time.sleep(TIMEOUT / 2)
         received, _ = _closed_after(sock, 10)
     assert received.startswith(b"HTTP/1.1 200 "), received[:200]
+
+
+def test_answered_before_its_body_a_trickling_connection_is_closed(limited: Server) -> None:
+    """An unauthenticated upload gets its 401 at once; its body then trickled on, each byte restarting the
+    idle clock, so the connection stayed open as long as the client liked (1,919 held for 50 s+)."""
+    with socket.create_connection((limited.host, limited.port)) as sock:
+        sock.sendall(
+            b"POST /v1/keys/k/encrypt HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+            b"Content-Length: 1000000\r\n\r\n" + bytes(100)
+        )
+        sock.settimeout(5)
+        answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 401 "), answer[:200]
+        answered = time.perf_counter()
+        sock.settimeout(0.2)
+        closed_after = None
+        while time.perf_counter() - answered < TIMEOUT + 4:
+            try:
+                sock.sendall(b"x")  # one body byte every 0.2 s, well inside the idle timeout
+                if sock.recv(65536) == b"":
+                    closed_after = time.perf_counter() - answered
+                    break
+            except TimeoutError:
+                continue
+            except OSError:  # reset: closed too
+                closed_after = time.perf_counter() - answered
+                break
+    assert closed_after is not None, "still open while the body trickles"  # before: open until the end
+    assert closed_after < TIMEOUT + 1.5, closed_after
+
+
+def test_answered_before_its_body_the_connection_still_serves_once_the_body_ends(limited: Server) -> None:
+    """Closing only the trickling ones: a client that finishes its body keeps its keep-alive connection."""
+    with socket.create_connection((limited.host, limited.port)) as sock:
+        sock.sendall(
+            b"POST /v1/keys/k/encrypt HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+            b"Content-Length: 1000\r\n\r\n" + bytes(100)
+        )
+        sock.settimeout(5)
+        assert _response(sock).startswith(b"HTTP/1.1 401 ")
+        sock.sendall(bytes(900) + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _response(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def _response(sock: socket.socket) -> bytes:
+    """One whole response with a Content-Length body (head and body may arrive in separate reads)."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += sock.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = int(next(line for line in lines if line.lower().startswith(b"content-length:"))[15:])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body

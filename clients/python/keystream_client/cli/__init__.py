@@ -9,9 +9,11 @@ Exit codes (stable; scripts may rely on them):
  1    the service answered with an error not listed below (400 bad request, 413, 5xx, ...)
  2    usage error: bad or missing flags or arguments (after the command's usage line); key material of
       the wrong size or encoding for ``keys import``
- 3    connection error: the service is unreachable, timed out, or TLS failed
+ 3    connection error: the service is unreachable, timed out, or TLS failed (also: an http:// URL
+      for a server that speaks TLS; the message says to use https://)
  4    integrity error: decryption failed (wrong key/associated data, tampered or truncated
-      ciphertext) or a stream was cut short; any partial output file has been removed
+      ciphertext) or a stream was cut short (a sealed decrypt or rewrap the service stopped after
+      N verified bytes: a later segment failed authentication); any partial output file has been removed
  5    authentication/authorization: no token given, 401 (bad token) or 403 (scope or key not allowed)
  6    not found: 404 (key, key version or token)
  7    conflict: 409 (key exists, deletion not allowed)

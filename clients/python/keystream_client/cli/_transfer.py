@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from keystream_client import KeystreamAPIError, KeystreamStreamError
+from keystream_client import KeystreamAPIError, KeystreamConnectionError, KeystreamStreamError
 from keystream_client._models import b64
 from keystream_client._sources import file_remaining
 from keystream_client.cli._codes import EXIT_IO, EXIT_OK, CommandError, UsageError
@@ -72,8 +72,11 @@ def cmd_crypto(args: argparse.Namespace) -> int:
             result = transfer(args.key, source, destination, on_progress=bar.update, **options)
         except BaseException as exc:
             bar.close(success=False)
-            # An error answer comes before any output; a stream error's message already says this.
-            if args.output == "-" and not isinstance(exc, KeystreamAPIError | KeystreamStreamError):
+            # An error answer, and a connection error (the connection failed or was refused before the
+            # answer), come before any output; a stream error's message already says this.
+            if args.output == "-" and not isinstance(
+                exc, KeystreamAPIError | KeystreamStreamError | KeystreamConnectionError
+            ):
                 exc.add_note("the output written to stdout is incomplete: discard it")
             raise
         bar.close()

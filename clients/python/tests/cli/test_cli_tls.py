@@ -124,3 +124,32 @@ def test_mtls_client_certificate(mtls_server: RunningServer, pki: TlsFiles) -> N
     assert "requires a client certificate" in one_error_line(refused)
     no_cert = run(mtls_server, *ca, "--client-key", str(pki.client_key), "keys", "list")
     assert no_cert.returncode == EXIT_USAGE and b"--client-key needs --client-cert" in no_cert.stderr
+
+
+def test_http_url_against_an_https_server_says_to_use_https(
+    tls_server: RunningServer, tmp_path: Path
+) -> None:
+    """A TLS server closes a plain HTTP request without answering: that read as a response cut short (exit 4,
+    the integrity code), and for streams h11's internal words leaked into the message."""
+    plain = tls_server.url.replace("https://", "http://")
+    authority = tls_server.url.removeprefix("https://")
+    (tmp_path / "in").write_bytes(os.urandom(300_000))
+    (tmp_path / "items").write_bytes(b'{"plaintext": "aGk="}\n')
+    commands: list[tuple[list[str], bytes]] = [
+        (["keys", "list"], b""),
+        (["datakey", "--key", "x"], b""),
+        (["encrypt", "--key", "x", "--value", "hi"], b""),
+        (["encrypt", "--key", "x", str(tmp_path / "in"), str(tmp_path / "out")], b""),
+        (["decrypt", "--key", "x", "-", "-"], os.urandom(300_000)),
+        (["batch", "encrypt", "--key", "x", "--input", str(tmp_path / "items")], b""),
+    ]
+    for args, stdin in commands:
+        result = run(tls_server, *args, stdin=stdin, KEYSTREAM_URL=plain)
+        assert result.returncode == EXIT_CONNECTION, (args, result.stderr)
+        line = one_error_line(result)
+        assert f"the server at {authority} speaks TLS (HTTPS)" in line, (args, line)
+        assert f"use https://{authority}" in line, (args, line)
+        assert "cut short" not in line and "ConnectionClosed" not in line and "role=" not in line, line
+        if args[0] != "batch":  # batch notes any stdout failure as incomplete output
+            assert "discard" not in line, line  # nothing was written
+        assert not (tmp_path / "out").exists()

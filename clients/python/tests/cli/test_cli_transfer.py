@@ -138,6 +138,14 @@ def test_tampered_ciphertext_exits_4_and_leaves_no_file(cli: RunCli, key: str, t
     assert to_stdout.returncode == EXIT_INTEGRITY
     assert b"discard" in to_stdout.stderr
     assert len(to_stdout.stdout) < plain.stat().st_size
+    # The words say what happened (not "Connection reset by peer", which reads like a network fault), and N
+    # is what reached stdout.
+    for result in (to_file, to_stdout):
+        line = result.stderr.decode().strip()
+        assert "the service stopped the stream after " in line, line
+        assert "a later segment of the ciphertext that failed authentication" in line, line
+        assert "the service log names the segment" in line and "reset" not in line.lower(), line
+    assert f"after {len(to_stdout.stdout)} bytes of verified plaintext" in to_stdout.stderr.decode()
 
 
 @pytest.mark.slow

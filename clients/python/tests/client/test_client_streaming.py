@@ -171,12 +171,50 @@ def test_tampered_late_segment_aborts_the_stream(
 ) -> None:
     plaintext, sealed_path = _late_tamper(client, small_key, tmp_path)
     received = bytearray()
-    with pytest.raises(KeystreamStreamError), client.decrypt_stream(small_key, sealed_path) as stream:
+    with (
+        pytest.raises(KeystreamStreamError) as caught,
+        client.decrypt_stream(small_key, sealed_path) as stream,
+    ):
         for chunk in stream:
             received += chunk
     # Everything released before the failure was verified plaintext, but the whole is never returned.
     assert 0 < len(received) < len(plaintext)
     assert plaintext.startswith(bytes(received))
+    _assert_says_a_later_segment_failed(caught.value, len(received), "verified plaintext")
+
+
+def _assert_says_a_later_segment_failed(error: Exception, received: int, output: str) -> None:
+    """The words for a stream the service stopped: not the socket's ("Connection reset by peer", "incomplete
+    chunked read"), which read like a network fault."""
+    message = str(error)
+    assert message.startswith(f"the service stopped the stream after {received} bytes of {output}"), message
+    assert "a later segment of the ciphertext that failed authentication" in message
+    assert "the service log names the segment" in message
+    assert "reset" not in message.lower() and "chunked" not in message, message
+
+
+@pytest.mark.parametrize("where", [0.5, 0.9])
+def test_tampered_middle_segment_says_the_service_stopped_the_stream(
+    client: KeystreamClient, small_key: str, where: float
+) -> None:
+    """Tampered while much of the request is still unread: the service's abort then reaches the client as a
+    reset (the words were "Connection reset by peer")."""
+    plaintext = os.urandom(24 << 20)
+    sealed = bytearray(client.encrypt(small_key, plaintext).data)
+    sealed[int(len(sealed) * where)] ^= 0x01
+    received = bytearray()
+    with (
+        pytest.raises(KeystreamStreamError) as caught,
+        client.decrypt_stream(small_key, bytes(sealed)) as stream,
+    ):
+        for chunk in stream:
+            received += chunk
+    assert plaintext.startswith(bytes(received))
+    _assert_says_a_later_segment_failed(caught.value, len(received), "verified plaintext")
+    with pytest.raises(KeystreamStreamError) as rewrapped:
+        client.rewrap(small_key, bytes(sealed))
+    assert "the service stopped the stream after" in str(rewrapped.value)
+    assert "bytes of output (rewrapped verified plaintext)" in str(rewrapped.value)
 
 
 def test_tampered_file_leaves_no_output(client: KeystreamClient, small_key: str, tmp_path: Path) -> None:
@@ -256,9 +294,11 @@ async def test_async_tampered_file_leaves_no_output(
 ) -> None:
     _, sealed_path = _late_tamper(client, small_key, tmp_path)
     async with AsyncKeystreamClient(server.url, server.token) as ks:
-        with pytest.raises(KeystreamStreamError):
+        with pytest.raises(KeystreamStreamError) as caught:
             await ks.decrypt_file(small_key, sealed_path, tmp_path / "out.bin")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sealed.bin"]
+    assert "the service stopped the stream after" in str(caught.value)
+    assert "a later segment of the ciphertext that failed authentication" in str(caught.value)
 
 
 def test_large_stream_is_not_buffered(client: KeystreamClient, small_key: str) -> None:

@@ -6,6 +6,8 @@ full-duplex transport for streams)."""
 from __future__ import annotations
 
 import os
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from keystream_client import (
     KeystreamAPIError,
     KeystreamClient,
     KeystreamConnectionError,
+    KeystreamStreamError,
 )
 from keystream_server import RunningServer
 from tls_ca import TlsFiles, make_ca_files
@@ -139,3 +142,70 @@ def test_mtls_client_certificate_by_argument_and_environment(
         with pytest.raises(KeystreamAPIError) as refused:
             ks.list_keys()
         assert refused.value.status == 401
+
+
+def _plain(server: RunningServer) -> tuple[str, str]:
+    authority = server.url.removeprefix("https://")
+    return f"http://{authority}", authority
+
+
+def test_http_url_against_an_https_server_is_a_connection_error_saying_use_https(
+    tls_server: RunningServer,
+) -> None:
+    """A TLS server closes a plain HTTP request without answering; that was a KeystreamStreamError ("the
+    response was cut short"; for streams h11's "can't handle event type ConnectionClosed ...")."""
+    url, authority = _plain(tls_server)
+    expected = (
+        f"the server at {authority} speaks TLS \\(HTTPS\\) but the URL says http://: use https://{authority}"
+    )
+    with KeystreamClient(url, tls_server.token) as ks:
+        with pytest.raises(KeystreamConnectionError, match=expected):
+            ks.list_keys()
+        with pytest.raises(KeystreamConnectionError, match=expected):
+            ks.health()
+        with pytest.raises(KeystreamConnectionError, match=expected):
+            ks.encrypt("tls-key", b"data")  # the h11 transport
+        with pytest.raises(KeystreamConnectionError, match=expected):
+            ks.decrypt("tls-key", os.urandom(1 << 20))
+
+
+async def test_async_http_url_against_an_https_server_says_use_https(tls_server: RunningServer) -> None:
+    url, authority = _plain(tls_server)
+    async with AsyncKeystreamClient(url, tls_server.token) as ks:
+        with pytest.raises(KeystreamConnectionError, match=f"speaks TLS .* use https://{authority}"):
+            await ks.list_keys()
+        with pytest.raises(KeystreamConnectionError, match=f"speaks TLS .* use https://{authority}"):
+            await ks.encrypt("tls-key", b"data")
+
+
+def test_a_plain_server_that_closes_unanswered_is_not_called_tls() -> None:
+    """The probe asks the port for a TLS handshake: a server that is not TLS keeps the old answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def close_every_connection() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connection.recv(65536)
+            connection.close()
+
+    thread = threading.Thread(target=close_every_connection, daemon=True)
+    thread.start()
+    try:
+        with KeystreamClient(f"http://127.0.0.1:{port}", "ks_0123456789abcdef_x") as ks:
+            with pytest.raises(KeystreamStreamError) as caught:
+                ks.list_keys()
+            assert "TLS" not in str(caught.value)
+            with pytest.raises(KeystreamStreamError) as caught:
+                ks.encrypt("k", b"data")
+            assert "TLS" not in str(caught.value) and "closed the connection before answering" in str(
+                caught.value
+            )
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)

@@ -1,0 +1,65 @@
+"""Moving a keystore from one seal to another: every stored secret rewrapped, all or nothing.
+
+:meth:`~app.keystore.base.KeyStore.reseal` runs these inside **one** write transaction of the store:
+
+* :func:`rewrap_versions` unwraps every stored key version under the current seal and wraps it under the
+  target. Every version is unwrapped before anything is written, so one version that does not unwrap refuses
+  the whole move (``KeyUnwrapError`` naming it) and the transaction writes nothing.
+* :func:`resealed_meta` makes the target's check value and the audit keys' material wrapped under the target.
+  The material is what the current seal gave (stored, or derived by a file seal), so audit logs written before
+  the move keep verifying after it.
+
+A process killed in the middle leaves the transaction uncommitted: the keystore stays wholly under the old
+seal, and running the move again finishes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from app.seal import Seal
+
+from .master import (
+    AUDIT_KEYS_ASSOCIATED_DATA,
+    AUDIT_KEYS_ROW,
+    AUDIT_KEYS_SIZE,
+    CHECK_ROW,
+    make_master_key_check,
+    unwrap_key_material,
+    wrap_key_material,
+)
+
+__all__ = ["resealed_meta", "rewrap_versions"]
+
+
+def rewrap_versions(
+    source: Seal, target: Seal, rows: Iterable[tuple[str, int, bytes]]
+) -> list[tuple[str, int, bytes]]:
+    """``(name, version, wrapped)`` rows rewrapped from ``source`` to ``target``, in the same order.
+
+    Raises:
+        KeyUnwrapError: a version does not unwrap under ``source`` (the message names the key and version).
+        SealError: a seal's device fails.
+    """
+    materials = [
+        (name, version, unwrap_key_material(source, name, version, blob)) for name, version, blob in rows
+    ]
+    return [
+        (name, version, wrap_key_material(target, name, version, material))
+        for name, version, material in materials
+    ]
+
+
+def resealed_meta(target: Seal, audit_material: bytes) -> dict[str, bytes]:
+    """The ``meta`` rows a keystore holds under ``target``: its check value and the audit keys' material.
+
+    Raises:
+        ValueError: ``audit_material`` is not 64 bytes.
+        SealError: the seal's device fails.
+    """
+    if len(audit_material) != AUDIT_KEYS_SIZE:
+        raise ValueError(f"audit key material must be {AUDIT_KEYS_SIZE} bytes, got {len(audit_material)}")
+    return {
+        CHECK_ROW: make_master_key_check(target),
+        AUDIT_KEYS_ROW: target.wrap(audit_material, AUDIT_KEYS_ASSOCIATED_DATA),
+    }
