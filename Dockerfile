@@ -52,6 +52,9 @@ WORKDIR /src
 COPY . /src
 # Every dependency from a hash-pinned lock (requirements/, `make lock`): the build tools from build.txt, the
 # runtime from image.txt (image-load.txt with EXTRAS=load); the keystream wheel itself without dependencies.
+# The venv's own pip and setuptools (ensurepip's, not locked: Debian's setuptools 66.1.1 has known
+# advisories) are removed at the end: nothing at run time needs them, and the image then holds only locked
+# distributions (make docker-test compares its SBOM with image.txt).
 RUN set -eux; \
     export PIP_FIND_LINKS=; \
     if [ -n "$WHEELHOUSE" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="/src/$WHEELHOUSE"; fi; \
@@ -64,7 +67,7 @@ RUN set -eux; \
     /opt/keystream/venv/bin/pip install --no-deps "$wheel"; \
     /opt/keystream/venv/bin/pip check; \
     cd / && /opt/keystream/venv/bin/python -c 'import aescore._aesni'; \
-    /opt/keystream/venv/bin/pip uninstall -y pip
+    /opt/keystream/venv/bin/pip uninstall -y setuptools pip
 
 # --- runtime --------------------------------------------------------------------------------------------
 FROM base AS runtime

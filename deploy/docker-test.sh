@@ -68,6 +68,17 @@ image_id="$(docker image inspect -f '{{.Id}}' "$image")"
 docker run --rm -i --network none --entrypoint /opt/keystream/venv/bin/python "$image" - \
     --name "${image%%:*}" --version "$image_id" <deploy/sbom.py >"$sbom.tmp"
 mv "$sbom.tmp" "$sbom"
+# The image holds exactly the locked distributions (and keystream itself), at the locked versions.
+"$python" - "$sbom" requirements/image.txt <<'EOF'
+import json, re, sys
+components = json.load(open(sys.argv[1]))["components"]
+image = {c["purl"].split("/", 1)[1].rsplit("@", 1)[0]: c["version"] for c in components if c["purl"].startswith("pkg:pypi/")}
+locked = dict(re.findall(r"^([a-z0-9._-]+)==(\S+) \\$", open(sys.argv[2]).read(), re.M))
+image.pop("keystream", None)
+wrong = sorted(f"{n} {image.get(n)} (locked {locked.get(n)})" for n in set(image) | set(locked) if image.get(n) != locked.get(n))
+if wrong:
+    sys.exit("docker-test: the image's Python packages differ from requirements/image.txt: " + ", ".join(wrong))
+EOF
 log "SBOM $sbom: $("$python" -c 'import json, sys; c = json.load(open(sys.argv[1]))["components"]; print(sum(x["purl"].startswith("pkg:pypi/") for x in c), "Python and", sum(x["purl"].startswith("pkg:deb/") for x in c), "Debian packages")' "$sbom")"
 
 # --- 5. run and check ---------------------------------------------------------------------------------------

@@ -158,15 +158,20 @@ def _same_series_fix(pinned: Version, fixed_in: Sequence[str]) -> bool:
     return False
 
 
-def check_with_project_json(name: str, pinned: str, result: Result) -> None:
-    """Judge one package from its project JSON (see the module docstring for what this can see)."""
+def check_with_project_json(name: str, pinned: str) -> Result:
+    """Judge one package from its project JSON (see the module docstring for what this can see); the
+    answer is a Result of its own, merged by the caller (this runs in a thread pool)."""
+    result = Result(packages=1)
     data = project_json(name)
     info = data.get("info")
     latest = str(info.get("version", "")) if isinstance(info, dict) else ""
     vulnerabilities = data.get("vulnerabilities")
     if not latest or not isinstance(vulnerabilities, list):
         raise AuditError(f"PyPI's JSON for {name} has no latest version or no vulnerabilities field")
-    exact = Version(latest) == Version(pinned)
+    try:
+        exact = Version(latest) == Version(pinned)
+    except InvalidVersion as exc:
+        raise AuditError(f"{name}: cannot compare the versions {pinned!r} and {latest!r}: {exc}") from exc
     if exact:
         result.exact_by_project_json += 1
     else:
@@ -188,6 +193,7 @@ def check_with_project_json(name: str, pinned: str, result: Result) -> None:
                 note="" if exact else f"reported for the latest release {latest}",
             )
         )
+    return result
 
 
 def audit(locks: Sequence[Path]) -> Result:
@@ -221,8 +227,11 @@ def audit(locks: Sequence[Path]) -> Result:
     if unknown:
         raise AuditError(f"pip-audit skipped packages that no lock pins: {', '.join(unknown)}")
     with ThreadPoolExecutor(max_workers=8) as pool:
-        # list(): re-raise the first AuditError of any package.
-        list(pool.map(lambda name: check_with_project_json(name, pins[name], result), sorted(skipped)))
+        # Iterating re-raises the first AuditError of any package.
+        for partial in pool.map(lambda name: check_with_project_json(name, pins[name]), sorted(skipped)):
+            result.advisories += partial.advisories
+            result.unverified += partial.unverified
+            result.exact_by_project_json += partial.exact_by_project_json
     return result
 
 

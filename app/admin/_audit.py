@@ -6,6 +6,8 @@ files given in log order, oldest first (``audit.log.2 audit.log.1 audit.log``). 
 the seal ``serve`` uses (``KEYSTREAM_SEAL``; for the file seal ``KEYSTREAM_MASTER_KEY``, ``_FILE`` or
 ``master.key`` in ``KEYSTREAM_DATA_DIR``, never generated here): stored wrapped in the keystore when the
 keystore holds it (a pkcs11 seal, or a keystore that moved between seals), else derived from the master key.
+With ``KEYSTREAM_SEAL=shamir`` the stored key is under the shares' master key: give K shares on stdin, one
+a line.
 
 It prints the first line that was changed, removed or reordered, or each chain's *head*
 (``<chain>:<records>:<hmac>``). A file that no rotated file precedes must begin its chains at their first
@@ -17,6 +19,7 @@ the printed head and pass it back with ``--expect-head``.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,7 +40,8 @@ def add_parser(commands: Any) -> None:
         "PATHs are files given oldest first (PATH.2 PATH.1 PATH). Prints the first bad line, or each "
         "chain's head <chain>:<records>:<hmac>. Lines removed from the END of a log cannot be detected "
         "from the log alone: remember the head and pass it to --expect-head next time. The master key "
-        "comes from the same settings as serve's.",
+        "comes from the same settings as serve's; with KEYSTREAM_SEAL=shamir, give K shares on stdin, one a "
+        "line.",
         epilog="exit codes: 0 intact, 1 a line changed, removed or reordered, or a remembered head "
         "missing (truncation), 2 usage: a file unreadable, no master key",
     )
@@ -90,6 +94,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if settings.database_url is not None or (settings.data_dir / DATABASE_FILE).exists():
             keystore = open_keystore_for(settings, seal)
             try:
+                if seal.sealed:
+                    _unseal_from_stdin(seal)
                 stored = keystore.audit_key_material()
             finally:
                 keystore.close()
@@ -121,6 +127,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
         "--expect-head next time."
     )
     return EXIT_OK
+
+
+def _unseal_from_stdin(seal: Any) -> None:
+    """Unseal a shamir seal with the shares on stdin, one a line (the keystore's audit keys are under it).
+
+    Raises:
+        UsageError: a share is refused, or stdin ends before the threshold.
+    """
+    from app.seal.shamir import ShamirSeal
+    from app.seal.shares import InvalidShareError
+
+    if not isinstance(seal, ShamirSeal):
+        raise UsageError(f"{seal.describe()} is sealed")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            seal.submit_share(line.strip())
+        except InvalidShareError as exc:
+            raise UsageError(f"KEYSTREAM_SEAL=shamir: {exc}") from None
+        if not seal.sealed:
+            return
+    status = seal.status()
+    raise UsageError(
+        f"KEYSTREAM_SEAL=shamir: give {status.threshold} shares on stdin, one a line ({status.progress} read)"
+    )
 
 
 def _files(paths: list[str]) -> list[str]:

@@ -7,6 +7,12 @@ keystore with that seal, which records the seal's check value (and, for a seal t
 audit keys' material wrapped under it) on first use. A keystore already sealed by another seal or master key
 is refused and nothing is written. Running it again is harmless.
 
+For ``shamir``, ``init --shares N --threshold K [--json]`` generates the master key, splits it into N
+shares of which any K unseal (:mod:`app.seal.shares`), stores only the check value and the share set's
+public parameters in the keystore, installs the root token (``KEYSTREAM_ROOT_TOKEN``, or a generated one)
+and prints the shares and the root token once. A keystore that has a check value already is refused: a
+second init would make shares that open nothing.
+
 ``migrate-seal --to SEAL`` moves the keystore from the seal ``KEYSTREAM_SEAL`` names (the one in use) to
 ``SEAL``, configured by the same settings (``pkcs11``: the ``KEYSTREAM_PKCS11_*`` ones, its key created in the
 token when absent; ``file``: ``KEYSTREAM_MASTER_KEY``, ``_FILE`` or ``data/master.key``, created when none is
@@ -27,11 +33,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from app.admin._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error
+from app.admin._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error, positive
 from app.seal.base import SEAL_KINDS
+
+#: The seals ``migrate-seal`` moves to; a shamir seal is made by ``init`` (its shares are printed there).
+MIGRATE_TARGETS = tuple(kind for kind in SEAL_KINDS if kind != "shamir")
 
 if TYPE_CHECKING:
     from app.core.config import Settings
@@ -55,6 +65,17 @@ def add_parser(commands: Any) -> None:
         "open the keystore with it, recording its check value. Refuses a keystore sealed by another seal.",
         epilog="exit codes: 0 done, 1 keystore unavailable, 2 bad settings or a refused seal or keystore",
     )
+    init.add_argument(
+        "--shares", type=positive, metavar="N", help="seal=shamir: how many shares to make (at most 255)"
+    )
+    init.add_argument(
+        "--threshold", type=positive, metavar="K", help="seal=shamir: how many shares unseal (K <= N)"
+    )
+    init.add_argument(
+        "--json",
+        action="store_true",
+        help='seal=shamir: print {"shares": [...], "threshold": K, "root_token": "ks_..."} only',
+    )
     init.set_defaults(handler=cmd_init)
     migrate = actions.add_parser(
         "migrate-seal",
@@ -66,7 +87,7 @@ def add_parser(commands: Any) -> None:
         epilog="exit codes: 0 done, 1 a secret does not unwrap or the keystore is unavailable (nothing "
         "written), 2 bad settings or a refused seal or keystore",
     )
-    migrate.add_argument("--to", required=True, choices=SEAL_KINDS, help="the seal to move to")
+    migrate.add_argument("--to", required=True, choices=MIGRATE_TARGETS, help="the seal to move to")
     migrate.set_defaults(handler=cmd_migrate_seal)
 
 
@@ -98,32 +119,52 @@ def write_operator_record(settings: Settings, keystore: KeyStore, seal: Seal, re
         log.close()
 
 
-def cmd_init(args: argparse.Namespace) -> int:
-    """Run ``operator init`` (see the module docstring for what it does and its exit codes)."""
+def _settings(doing: str) -> Settings | None:
+    """The ``KEYSTREAM_*`` settings, or ``None`` after one error line saying what is invalid."""
     from pydantic import ValidationError
 
     from app.core.config import describe_settings_error, get_settings
-    from app.errors import KeystreamError
-    from app.keystore import KeystoreSchemaError, MasterKeyError, open_keystore_for
-    from app.seal.file import open_file_seal
 
     _quiet_store_logs()
     try:
         get_settings.cache_clear()
-        settings = get_settings()
+        return get_settings()
     except ValidationError as exc:
-        error(f"cannot init: invalid settings: {describe_settings_error(exc)}")
-        return EXIT_USAGE
-    created = False
-    try:
-        seal: Seal
-        if settings.seal == "pkcs11":
-            from app.seal.pkcs11 import open_pkcs11_seal
+        error(f"cannot {doing}: invalid settings: {describe_settings_error(exc)}")
+        return None
 
-            pkcs11_seal = open_pkcs11_seal(settings, create_key=True)
-            created, seal = pkcs11_seal.created_key, pkcs11_seal
-        else:
-            seal = open_file_seal(settings, create=True)
+
+def _open_creating(settings: Settings, kind: str) -> tuple[Seal, bool]:
+    """The seal of ``kind``, creating its master key when absent; and whether it was created in a token.
+
+    Raises:
+        MasterKeyError: the seal cannot be opened (see :func:`app.seal.open_seal`).
+    """
+    from app.seal import open_seal
+
+    if kind == "pkcs11":
+        from app.seal.pkcs11 import open_pkcs11_seal
+
+        seal = open_pkcs11_seal(settings, create_key=True)
+        return seal, seal.created_key
+    return open_seal(settings, create=True, kind=kind), False
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Run ``operator init`` (see the module docstring for what it does and its exit codes)."""
+    from app.errors import KeystreamError
+    from app.keystore import KeystoreSchemaError, MasterKeyError, open_keystore_for
+
+    settings = _settings("init")
+    if settings is None:
+        return EXIT_USAGE
+    if settings.seal == "shamir":
+        return _init_shamir(args, settings)
+    if args.shares is not None or args.threshold is not None or args.json:
+        error("cannot init: --shares, --threshold and --json are for KEYSTREAM_SEAL=shamir")
+        return EXIT_USAGE
+    try:
+        seal, created = _open_creating(settings, settings.seal)
         try:
             keystore = open_keystore_for(settings, seal)
             try:
@@ -153,22 +194,74 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _init_shamir(args: argparse.Namespace, settings: Settings) -> int:
+    """``operator init`` for the shamir seal: a new master key, its shares and the root token, shown once."""
+    from app.errors import KeystreamError
+    from app.keystore import KeystoreSchemaError, MasterKeyError, open_keystore_for
+    from app.seal.shamir import ShamirSeal, new_master_key
+    from app.seal.shares import split_master_key
+    from app.services.security import install_root_token
+
+    if args.shares is None or args.threshold is None:
+        error("cannot init: KEYSTREAM_SEAL=shamir needs --shares N and --threshold K")
+        return EXIT_USAGE
+    master_key = new_master_key()
+    try:
+        parameters, shares = split_master_key(master_key, args.threshold, args.shares)
+    except ValueError as exc:
+        error(f"cannot init: {exc}")
+        return EXIT_USAGE
+    seal = ShamirSeal(master_key, parameters, initialising=True)
+    del master_key
+    try:
+        keystore = open_keystore_for(settings, seal)
+        try:
+            root = settings.root_token.get_secret_value() if settings.root_token else None
+            generated = install_root_token(keystore, root)
+            root_token = generated if generated is not None else root
+            write_operator_record(
+                settings,
+                keystore,
+                seal,
+                {
+                    "operation": "init",
+                    "seal": seal.kind,
+                    "generation": seal.generation,
+                    "threshold": parameters.threshold,
+                    "shares": parameters.shares,
+                },
+            )
+        finally:
+            keystore.close()
+    except (MasterKeyError, KeystoreSchemaError, ValueError) as exc:
+        error(f"cannot init: {exc}")
+        return EXIT_USAGE
+    except KeystreamError as exc:
+        error(f"cannot init: {exc}")
+        return EXIT_FAILED
+    finally:
+        seal.close()
+    if args.json:
+        print(json.dumps({"shares": shares, "threshold": parameters.threshold, "root_token": root_token}))
+        return EXIT_OK
+    print(f"initialised: the keystore is sealed by {seal.describe()}; shown once, store each share apart:")
+    for number, share in enumerate(shares, start=1):
+        print(f"  share {number}: {share}")
+    if root_token is not None:
+        print(f"  root token: {root_token}")
+    print(f"a server with KEYSTREAM_SEAL=shamir starts sealed: give it {parameters.threshold} shares")
+    return EXIT_OK
+
+
 def cmd_migrate_seal(args: argparse.Namespace) -> int:
     """Run ``operator migrate-seal --to SEAL`` (the module docstring says what it does and its exit codes)."""
-    from pydantic import ValidationError
-
     from app.audit import audit_keys_for
-    from app.core.config import describe_settings_error, get_settings
     from app.errors import KeystreamError
     from app.keystore import KeystoreSchemaError, KeyUnwrapError, MasterKeyError, open_keystore_for
     from app.seal import open_seal
 
-    _quiet_store_logs()
-    try:
-        get_settings.cache_clear()
-        settings = get_settings()
-    except ValidationError as exc:
-        error(f"cannot migrate the seal: invalid settings: {describe_settings_error(exc)}")
+    settings = _settings("migrate the seal")
+    if settings is None:
         return EXIT_USAGE
     if args.to == settings.seal:
         error(f"cannot migrate the seal: KEYSTREAM_SEAL is already {args.to}; set it to the seal in use now")
@@ -176,13 +269,7 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
     try:
         current = open_seal(settings, create=False)
         try:
-            target: Seal
-            if args.to == "pkcs11":
-                from app.seal.pkcs11 import open_pkcs11_seal
-
-                target = open_pkcs11_seal(settings, create_key=True)
-            else:
-                target = open_seal(settings, kind=args.to)
+            target, _ = _open_creating(settings, args.to)
             try:
                 keystore = open_keystore_for(settings, current)
                 try:

@@ -61,10 +61,11 @@ class Settings(BaseSettings):
         description="postgresql://user:password@host:port/db: keep keys in PostgreSQL, shared by replicas "
         "(master_key or master_key_file required). Unset: the SQLite keystore in data_dir.",
     )
-    seal: Literal["file", "pkcs11"] = Field(
+    seal: Literal["file", "pkcs11", "shamir"] = Field(
         default="file",
         description="What holds the master key: file (master_key, master_key_file or data_dir/master.key; "
-        "development only) or pkcs11 (a non-extractable key in an HSM: the pkcs11_* settings).",
+        "development only), pkcs11 (a non-extractable key in an HSM: the pkcs11_* settings) or shamir "
+        "(rebuilt from K of N operator shares: the server starts sealed).",
     )
     pkcs11_lib: Path | None = Field(default=None, description="The token's PKCS#11 module (seal=pkcs11).")
     pkcs11_token_label: str | None = Field(default=None, description="The token's label (seal=pkcs11).")
@@ -409,6 +410,8 @@ class Settings(BaseSettings):
                 raise ValueError(
                     "seal=pkcs11 needs exactly one of KEYSTREAM_PKCS11_PIN and KEYSTREAM_PKCS11_PIN_FILE"
                 )
+            return self
+        if self.seal == "shamir":  # no master key setting: the key comes from the operators' shares
             return self
         try:
             check_master_key_source(

@@ -36,6 +36,8 @@ __all__ = [
     "CHECK_ROW",
     "MASTER_KEY_FILE",
     "MASTER_KEY_SIZE",
+    "SEAL_PARAMETERS_ROW",
+    "SEAL_ROWS",
     "KeyUnwrapError",
     "MasterKeyError",
     "as_seal",
@@ -58,6 +60,10 @@ __all__ = [
 #: audit keys' material, 64 random bytes (hash key, chain key) made when the keystore is first opened.
 CHECK_ROW = "master_key_check"
 AUDIT_KEYS_ROW = "audit_keys"
+#: The seal's public parameters (the shamir seal's share set: id, threshold, count), never a secret.
+SEAL_PARAMETERS_ROW = "seal_parameters"
+#: Every ``meta`` row :func:`settle_seal` reads.
+SEAL_ROWS = (CHECK_ROW, AUDIT_KEYS_ROW, SEAL_PARAMETERS_ROW)
 AUDIT_KEYS_ASSOCIATED_DATA = b"keystream:audit-keys"
 AUDIT_KEYS_SIZE = 64
 CHECK_ASSOCIATED_DATA = b"keystream:master-key-check"
@@ -129,31 +135,52 @@ def master_key_matches(seal: Seal | bytes, check: bytes) -> bool:
 def settle_seal(seal: Seal, meta: dict[str, bytes], description: str, hint: str) -> dict[str, bytes]:
     """Check ``seal`` against a keystore's ``meta`` rows; return the rows to add in the same transaction.
 
-    A keystore without a check value gets one; a keystore whose seal cannot derive the audit keys
-    (:attr:`~app.seal.Seal.derives_keys`) gets random audit key material wrapped under it.
+    A keystore without a check value gets one (and the seal's public parameters, if it has any); a keystore
+    whose seal cannot derive the audit keys (:attr:`~app.seal.Seal.derives_keys`) gets random audit key
+    material wrapped under it. A **sealed** seal (shamir, before its shares are given) cannot test the check
+    value yet: the keystore must have been initialised by a seal of its kind, and the seal is told its stored
+    parameters and how to test a rebuilt key (:meth:`~app.seal.Seal.await_unseal`).
 
     Args:
         seal: the seal the keystore is opened with.
-        meta: the keystore's :data:`CHECK_ROW` and :data:`AUDIT_KEYS_ROW` values, where present.
+        meta: the keystore's :data:`SEAL_ROWS` values, where present.
         description: the keystore, for messages (a path, a database name; never a URL).
         hint: what to do when the master key differs, for the message.
 
     Raises:
         MasterKeyError: the check value was made by another seal kind (the message names both and the
-            command that moves a keystore between seals), or by another master key of the same kind.
+            command that moves a keystore between seals), or by another master key of the same kind; a
+            sealed seal finds no check value (the keystore was never initialised for it); an initialising
+            seal (``operator init``) finds one.
     """
     added: dict[str, bytes] = {}
     check = meta.get(CHECK_ROW)
+    origin = None if check is None else blob_origin(bytes(check))
+    if origin is not None and origin.kind != seal.kind:
+        raise MasterKeyError(
+            f"{seal.describe()} does not match keystore {description}: it is sealed by the {origin.kind} "
+            f"seal. Set KEYSTREAM_SEAL={origin.kind}, or move it with: keystream-server operator "
+            f"migrate-seal --to {seal.kind}"
+        )
+    if check is not None and seal.initialising:
+        raise MasterKeyError(f"keystore {description} is already initialised; nothing was changed")
+    if seal.sealed:
+        if check is None:
+            raise MasterKeyError(
+                f"keystore {description} has no master key check value for {seal.describe()}: initialise it "
+                "with keystream-server operator init"
+            )
+        stored_check = bytes(check)
+        seal.await_unseal(
+            meta.get(SEAL_PARAMETERS_ROW), lambda candidate: master_key_matches(candidate, stored_check)
+        )
+        return added
     if check is None:
         added[CHECK_ROW] = make_master_key_check(seal)
+        parameters = seal.public_parameters()
+        if parameters is not None:
+            added[SEAL_PARAMETERS_ROW] = parameters
     elif not master_key_matches(seal, check):
-        origin = blob_origin(bytes(check))
-        if origin is not None and origin.kind != seal.kind:
-            raise MasterKeyError(
-                f"{seal.describe()} does not match keystore {description}: it is sealed by the {origin.kind} "
-                f"seal. Set KEYSTREAM_SEAL={origin.kind}, or move it with: keystream-server operator "
-                f"migrate-seal --to {seal.kind}"
-            )
         raise MasterKeyError(
             f"the master key does not match keystore {description}: it was created with another master key. "
             + hint

@@ -6,6 +6,8 @@
   ``data/master.key``. For development: it protects nothing from whoever can read the data directory.
 * ``pkcs11`` (:mod:`app.seal.pkcs11`): a non-extractable AES-256 key inside an HSM; every wrap and unwrap is
   a call into the token. For production.
+* ``shamir`` (:mod:`app.seal.shamir`): the master key rebuilt in memory from K of N operator shares; the
+  server starts sealed and is unsealed over ``POST /v1/sys/unseal``.
 
 The interface is :class:`Seal` (:mod:`app.seal.base`); the blob layout, naming the seal kind and master key
 generation, is :mod:`app.seal.blob`. This package imports only ``app.core``, so the keystore and the
@@ -39,7 +41,7 @@ def open_seal(settings: Settings, *, create: bool = True, kind: str | None = Non
     """Open (unseal) the seal ``settings`` select, or the one of ``kind`` (``operator migrate-seal --to``).
 
     ``create``: the file seal may generate ``data/master.key``. The pkcs11 seal never creates its key here
-    (``operator init`` does).
+    (``operator init`` does). The shamir seal opens sealed.
 
     Raises:
         MasterKeyError: the seal cannot be opened (:class:`SealError` and the file seal's key errors); the
@@ -50,6 +52,10 @@ def open_seal(settings: Settings, *, create: bool = True, kind: str | None = Non
         from .pkcs11 import open_pkcs11_seal  # python-pkcs11 is needed only here
 
         return open_pkcs11_seal(settings)
+    if chosen == "shamir":
+        from .shamir import ShamirSeal
+
+        return ShamirSeal()  # sealed: the keystore names its share set (await_unseal)
     if chosen != "file":
         raise SealError(f"unknown seal {chosen!r}; known: {', '.join(SEAL_KINDS)}")
     return open_file_seal(settings, create=create)

@@ -4,11 +4,11 @@ A seal wraps and unwraps every secret Keystream stores under its master key: key
 check value, and the audit keys' material. Nothing else touches master key bytes; with a hardware seal
 (:mod:`app.seal.pkcs11`) no master key bytes exist in this process at all.
 
-A seal has a :attr:`Seal.kind` (``file``, ``pkcs11``; ``shamir`` later) and a master key **generation**; every
+A seal has a :attr:`Seal.kind` (``file``, ``pkcs11``, ``shamir``) and a master key **generation**; every
 blob it writes says both (:mod:`app.seal.blob`), so a keystore can tell which seal made a blob and a
 later online rotation of the master key can keep older generations readable. A seal is *unsealed* (able to
-wrap) once opened; :meth:`Seal.close` seals it again. Seals whose key is assembled from operator shares will
-start sealed.
+wrap) once opened; :meth:`Seal.close` seals it again. A seal whose key is assembled from operator shares
+(:mod:`app.seal.shamir`) starts sealed: the keystore tells it what to expect (:meth:`Seal.await_unseal`).
 
 Errors, drawn from the base:
 
@@ -22,6 +22,7 @@ Errors, drawn from the base:
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import ClassVar
 
 from app.core.master_key_format import MasterKeyError
@@ -30,7 +31,7 @@ from app.core.secret_memory import secret_copy
 __all__ = ["SEAL_KINDS", "Seal", "SealError", "SealUnwrapError"]
 
 #: The seal kinds ``KEYSTREAM_SEAL`` accepts.
-SEAL_KINDS = ("file", "pkcs11")
+SEAL_KINDS = ("file", "pkcs11", "shamir")
 
 
 class SealError(MasterKeyError):
@@ -63,6 +64,24 @@ class Seal(abc.ABC):
     def sealed(self) -> bool:
         """True while the seal cannot wrap or unwrap (closed, or waiting for its unseal material)."""
         return False
+
+    @property
+    def initialising(self) -> bool:
+        """True for a seal made by ``operator init`` that must find the keystore uninitialised."""
+        return False
+
+    def public_parameters(self) -> bytes | None:
+        """Public bytes the keystore stores beside its check value when first opened (none by default)."""
+        return None
+
+    def await_unseal(self, stored: bytes | None, matches: Callable[[Seal], bool]) -> None:
+        """Called by a keystore opened with a sealed seal: its stored public parameters, and a test that a
+        seal over a candidate master key opens the keystore's check value.
+
+        Raises:
+            SealError: this seal cannot be unsealed later (the default).
+        """
+        raise SealError(f"{self.describe()} is sealed")
 
     @abc.abstractmethod
     def describe(self) -> str:

@@ -29,18 +29,15 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from Crypto.Cipher import AES
-
-import aescore
-from aescore.errors import BackendUnavailableError, InvalidTag
 from app.core.master_key_format import (
     MASTER_KEY_SIZE,
     MasterKeyError,
     check_master_key_source,
     parse_master_key,
 )
-from app.core.secret_memory import SecretBuffer, random_secret, secret_buffer, secret_copy, wipe_secret
+from app.core.secret_memory import SecretBuffer, random_secret, secret_copy, wipe_secret
 
+from .aead import open_blob, open_blob_secret, seal_blob
 from .base import Seal, SealError, SealUnwrapError
 from .blob import FORMAT_FILE_V1, NONCE_SIZE, TAG_SIZE
 
@@ -58,6 +55,7 @@ __all__ = [
     "load_or_create_master_key",
     "open_file_seal",
     "read_master_key_file",
+    "read_private_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -121,24 +119,39 @@ def ensure_data_dir(data_dir: Path) -> Path:
     return path
 
 
-def _read_master_key_file(path: Path) -> memoryview:
+def read_private_file(path: Path, label: str, error: type[MasterKeyError] = MasterKeyError) -> bytes:
+    """The first 4096 bytes of a file that holds a secret (a master key, a PIN), checked first.
+
+    Args:
+        path: the file; a symbolic link is refused (``O_NOFOLLOW``).
+        label: the file in messages, e.g. ``"master key file data/master.key"``.
+        error: the exception class to raise.
+
+    Raises:
+        MasterKeyError: (``error``) the file cannot be opened, is not a regular file, or is accessible to
+            other users (group or world bits set). Messages never show the content.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise MasterKeyError(f"cannot open master key file {path}: {exc.strerror}") from exc
+        raise error(f"cannot open {label}: {exc.strerror}") from exc
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise MasterKeyError(f"master key file {path} is not a regular file")
+            raise error(f"{label} is not a regular file")
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
-            raise MasterKeyError(
-                f"master key file {path} is accessible to other users (mode {mode:#o}); refusing to use it. "
+            raise error(
+                f"{label} is accessible to other users (mode {mode:#o}); refusing to use it. "
                 f"Run: chmod 600 {path}"
             )
-        data = os.read(fd, 4096)
+        return os.read(fd, 4096)
     finally:
         os.close(fd)
+
+
+def _read_master_key_file(path: Path) -> memoryview:
+    data = read_private_file(path, f"master key file {path}")
     if not data.isascii():  # checked, not caught: a UnicodeDecodeError would carry the file's bytes
         raise MasterKeyError(f"master key file {path} is not base64 text of {MASTER_KEY_SIZE} bytes")
     return parse_master_key(data.decode("ascii"), str(path))
@@ -230,14 +243,6 @@ def load_or_create_master_key(data_dir: Path, env_value: str | None) -> memoryvi
     return _read_master_key_file(key_path)
 
 
-def _gcm(key: memoryview) -> aescore.AesGcm | None:
-    """AES-256-GCM under ``key`` on the aesni backend (its schedule is zeroed when dropped), or ``None``."""
-    try:
-        return aescore.AesGcm("aesni", key)
-    except BackendUnavailableError:
-        return None
-
-
 def _hkdf_sha256(key: memoryview, salt: bytes, info: bytes, length: int) -> bytes:
     """HKDF-SHA256 (RFC 5869) with OpenSSL's HMAC, which cleanses its contexts; an empty salt is 32 zeros."""
     prk = hmac.digest(salt or bytes(hashlib.sha256().digest_size), key, "sha256")
@@ -296,39 +301,13 @@ class FileSeal(Seal):
         ``plaintext`` may be any buffer (a :class:`SecretBuffer`'s view): it is read in place.
         """
         nonce = os.urandom(NONCE_SIZE)
-        master = self._master()
-        gcm = _gcm(master)
-        if gcm is not None:
-            return _FORMAT + nonce + gcm.encrypt(nonce, plaintext, associated_data)
-        cipher = AES.new(master, AES.MODE_GCM, nonce=nonce)
-        cipher.update(associated_data)
-        ciphertext, tag = cipher.encrypt_and_digest(plaintext)
-        return _FORMAT + nonce + ciphertext + tag
+        return _FORMAT + nonce + seal_blob(self._master(), nonce, plaintext, associated_data)
 
-    def _open(self, blob: bytes, associated_data: bytes, out: memoryview | None) -> bytes | None:
-        """Verify and decrypt a ``0x01`` blob into ``out`` (when given, and then return ``None``)."""
+    @staticmethod
+    def _parts(blob: bytes) -> tuple[bytes, bytes]:
         if len(blob) < 1 + NONCE_SIZE + TAG_SIZE or blob[:1] != _FORMAT:
             raise SealUnwrapError("not a file seal blob")
-        nonce, sealed = blob[1 : 1 + NONCE_SIZE], blob[1 + NONCE_SIZE :]
-        master = self._master()
-        gcm = _gcm(master)
-        try:
-            if gcm is not None:
-                if out is None:
-                    return gcm.decrypt(nonce, sealed, associated_data)
-                gcm.decrypt_into(nonce, sealed, associated_data, out)
-                return None
-            cipher = AES.new(master, AES.MODE_GCM, nonce=nonce)
-            cipher.update(associated_data)
-            if out is None:
-                plaintext: bytes = cipher.decrypt_and_verify(sealed[:-TAG_SIZE], sealed[-TAG_SIZE:])
-                return plaintext
-            cipher.decrypt_and_verify(sealed[:-TAG_SIZE], sealed[-TAG_SIZE:], output=out)
-        except (InvalidTag, ValueError):
-            if out is not None:
-                out[:] = bytes(len(out))
-            raise SealUnwrapError("the blob does not authenticate") from None
-        return None
+        return blob[1 : 1 + NONCE_SIZE], blob[1 + NONCE_SIZE :]
 
     def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
         """Open a ``0x01`` blob.
@@ -337,9 +316,8 @@ class FileSeal(Seal):
             SealUnwrapError: another layout (another seal's blob), another master key or associated data,
                 or corruption.
         """
-        plaintext = self._open(bytes(blob), associated_data, None)
-        assert plaintext is not None
-        return plaintext
+        nonce, sealed = self._parts(bytes(blob))
+        return open_blob(self._master(), nonce, sealed, associated_data)
 
     def unwrap_secret(self, blob: bytes, associated_data: bytes) -> memoryview:
         """Open a ``0x01`` blob straight into locked memory: no ``bytes`` object holds the plaintext.
@@ -348,12 +326,8 @@ class FileSeal(Seal):
             SealUnwrapError: as :meth:`unwrap`.
             ValueError: the plaintext is longer than a secret buffer holds (64 bytes).
         """
-        blob = bytes(blob)
-        if len(blob) < 1 + NONCE_SIZE + TAG_SIZE or blob[:1] != _FORMAT:
-            raise SealUnwrapError("not a file seal blob")
-        secret = secret_buffer(len(blob) - 1 - NONCE_SIZE - TAG_SIZE)
-        self._open(blob, associated_data, secret.view())
-        return secret.readonly()
+        nonce, sealed = self._parts(bytes(blob))
+        return open_blob_secret(self._master(), nonce, sealed, associated_data)
 
     def derive_key(self, salt: bytes, info: bytes, length: int) -> bytes:
         """HKDF-SHA256 (RFC 5869) of the master key with ``salt`` and ``info``."""

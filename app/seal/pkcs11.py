@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .base import Seal, SealError, SealUnwrapError
 from .blob import NONCE_SIZE, TAG_SIZE, V2_HEADER_SIZE, blob_origin, v2_header
+from .file import read_private_file
 
 if TYPE_CHECKING:
     import pkcs11
@@ -253,32 +254,17 @@ class Pkcs11Seal(Seal):
 
 
 def read_pin_file(path: str) -> str:
-    """The PIN in ``path`` (``KEYSTREAM_PKCS11_PIN_FILE``), surrounding whitespace removed.
+    """The PIN in ``path`` (``KEYSTREAM_PKCS11_PIN_FILE``), surrounding whitespace removed, checked as the
+    master key file is (:func:`app.seal.file.read_private_file`).
 
     Raises:
         SealError: the file cannot be opened, is not a regular file, is open to other users (group or world
             bits), or is empty. The message never shows the PIN.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SealError(f"KEYSTREAM_PKCS11_PIN_FILE: cannot open {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SealError(f"KEYSTREAM_PKCS11_PIN_FILE: {path} is not a regular file")
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077:
-            raise SealError(
-                f"KEYSTREAM_PKCS11_PIN_FILE: {path} is accessible to other users (mode {mode:#o}); "
-                f"run: chmod 600 {path}"
-            )
-        data = os.read(fd, 4096)
-    finally:
-        os.close(fd)
+    data = read_private_file(Path(path), f"the PIN file {path} (KEYSTREAM_PKCS11_PIN_FILE)", SealError)
     pin = data.decode("utf-8", errors="replace").strip()
     if not pin:
-        raise SealError(f"KEYSTREAM_PKCS11_PIN_FILE: {path} is empty")
+        raise SealError(f"the PIN file {path} (KEYSTREAM_PKCS11_PIN_FILE) is empty")
     return pin
 
 

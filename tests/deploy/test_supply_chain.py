@@ -306,6 +306,9 @@ def test_sbom_lists_the_environment_and_the_debian_packages(tmp_path: Path) -> N
     }
 
 
-def test_docker_test_writes_the_sbom() -> None:
+def test_docker_test_writes_the_sbom_and_holds_the_image_to_the_lock() -> None:
     script = (REPO / "deploy" / "docker-test.sh").read_text()
     assert "deploy/sbom.py" in script and "build/sbom/" in script
+    assert "differ from requirements/image.txt" in script
+    # ensurepip's setuptools (Debian's 66.1.1, not in any lock) must not stay in the image.
+    assert "pip uninstall -y setuptools pip" in (REPO / "Dockerfile").read_text()

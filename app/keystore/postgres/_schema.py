@@ -30,7 +30,7 @@ from app.seal import Seal
 
 from ..base import utc_now
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
-from ..master import AUDIT_KEYS_ROW, CHECK_ROW, settle_seal
+from ..master import SEAL_ROWS, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
 from ._changes import CHANGE_KINDS
 
@@ -196,7 +196,7 @@ def migrate(conn: Connection, seal: Seal, description: str, migrations: Sequence
 
 def _check_master_key(conn: Connection, seal: Seal, description: str) -> None:
     rows: Any = conn.execute(
-        "SELECT name, value FROM meta WHERE name = ANY(%s)", ([CHECK_ROW, AUDIT_KEYS_ROW],)
+        "SELECT name, value FROM meta WHERE name = ANY(%s)", (list(SEAL_ROWS),)
     ).fetchall()
     meta = {str(name): bytes(value) for name, value in rows}
     hint = "Give every replica the same KEYSTREAM_MASTER_KEY or KEYSTREAM_MASTER_KEY_FILE"

@@ -351,8 +351,10 @@ class PostgresKeyStore(KeyStore):
         """See :meth:`KeyStore.reseal`."""
 
         def work(conn: Connection) -> int:
+            # EXCLUSIVE: other replicas still read, but none adds a version under the old seal meanwhile.
+            conn.execute("LOCK TABLE keys, key_versions, meta IN EXCLUSIVE MODE")
             stored: Any = conn.execute(
-                "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2 FOR UPDATE"
+                "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2"
             ).fetchall()
             rewrapped = rewrap_versions(self._seal, target, [(n, v, bytes(w)) for n, v, w in stored])
             with conn.cursor() as cursor:

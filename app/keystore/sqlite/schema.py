@@ -24,7 +24,7 @@ from app.seal import Seal
 
 from ..base import utc_now
 from ..changes import CHANGE_KINDS
-from ..master import AUDIT_KEYS_ROW, CHECK_ROW, settle_seal
+from ..master import SEAL_ROWS, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
 
 __all__ = [
@@ -200,9 +200,7 @@ def migrate(conn: sqlite3.Connection, path: Path, seal: Seal, migrations: Sequen
             logger.info("keystore %s migrated to schema version %d", path, migration.version)
     meta = {
         str(name): bytes(value)
-        for name, value in conn.execute(
-            "SELECT name, value FROM meta WHERE name IN (?, ?)", (CHECK_ROW, AUDIT_KEYS_ROW)
-        )
+        for name, value in conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?)", SEAL_ROWS)
     }
     hint = "Restore the original master.key or KEYSTREAM_MASTER_KEY"
     for name, value in settle_seal(seal, meta, str(path), hint).items():

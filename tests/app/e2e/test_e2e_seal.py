@@ -8,9 +8,6 @@ keystore into PostgreSQL under the same seal, and a PostgreSQL server decrypts e
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +15,10 @@ import httpx
 import pytest
 
 from bench.service_process import MASTER_KEY, ROOT_TOKEN, Server, start_server, stop_server
+from tests.admin_process import run_admin
 from tests.softhsm import make_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[3]
-
-
-def admin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
-    environment.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "app.admin", *args],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def call(server: Server, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -65,7 +48,7 @@ def test_hsm_sealed_servers_on_sqlite_then_postgres(tmp_path: Path, pg_url: str)
     token = make_token(tmp_path / "hsm")
     seal_env = {**token.environment(), "KEYSTREAM_WORKERS": "2"}
     data = tmp_path / "data"
-    init = admin("operator", "init", env={**seal_env, "KEYSTREAM_DATA_DIR": str(data)})
+    init = run_admin("operator", "init", env={**seal_env, "KEYSTREAM_DATA_DIR": str(data)})
     assert init.returncode == 0, init.stderr
     made: dict[bytes, bytes] = {}
 
@@ -89,7 +72,7 @@ def test_hsm_sealed_servers_on_sqlite_then_postgres(tmp_path: Path, pg_url: str)
     finally:
         stop_server(server)
 
-    copied = admin("keystore", "copy", str(data), pg_url, env=seal_env)
+    copied = run_admin("keystore", "copy", str(data), pg_url, env=seal_env)
     assert copied.returncode == 0, copied.stderr
     assert "copied 1 keys (3 versions)" in copied.stdout
 
@@ -140,8 +123,8 @@ def test_ciphertexts_survive_moves_between_seals(
             stop_server(server)
         if run < 2:
             target = "pkcs11" if run == 0 else "file"
-            moved = admin("operator", "migrate-seal", "--to", target, env=env)
+            moved = run_admin("operator", "migrate-seal", "--to", target, env=env)
             assert moved.returncode == 0, moved.stderr
             assert f"rewrapped {run + 2} key versions" in moved.stdout
-    verified = admin("audit", "verify", str(log), env=file_env)
+    verified = run_admin("audit", "verify", str(log), env=file_env)
     assert verified.returncode == 0, verified.stderr + verified.stdout

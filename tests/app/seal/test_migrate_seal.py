@@ -12,8 +12,6 @@ import base64
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,29 +23,10 @@ from app.keystore import KeyStore, MasterKeyError, SqliteKeyStore
 from app.keystore.postgres import PostgresKeyStore
 from app.seal import FileSeal, Seal
 from app.seal.pkcs11 import Pkcs11Seal
+from tests.admin_process import run_admin, start_admin
 from tests.softhsm import SoftHsmToken
 
-REPO = Path(__file__).resolve().parents[3]
 MASTER = bytes(range(7, 39))
-
-
-def admin_process(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
-    environment.update(env)
-    return subprocess.Popen(
-        [sys.executable, "-m", "app.admin", *args],
-        cwd=REPO,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def admin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    process = admin_process(*args, env=env)
-    stdout, stderr = process.communicate(timeout=300)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def hsm_seal(token: SoftHsmToken) -> Pkcs11Seal:
@@ -103,7 +82,7 @@ def test_file_to_pkcs11_and_back_loses_nothing(
     old.close()
 
     env = {**settings_env(token, data, "file", backing), "KEYSTREAM_AUDIT_LOG": str(log)}
-    moved = admin("operator", "migrate-seal", "--to", "pkcs11", env=env)
+    moved = run_admin("operator", "migrate-seal", "--to", "pkcs11", env=env)
     assert moved.returncode == 0, moved.stderr
     assert "rewrapped 4 key versions" in moved.stdout
 
@@ -115,15 +94,15 @@ def test_file_to_pkcs11_and_back_loses_nothing(
     with pytest.raises(MasterKeyError, match="is sealed by the pkcs11 seal"):
         open_store(FileSeal(MASTER), data, backing)
     pkcs11_env = {**env, "KEYSTREAM_SEAL": "pkcs11"}
-    verified = admin("audit", "verify", str(log), env=pkcs11_env)
+    verified = run_admin("audit", "verify", str(log), env=pkcs11_env)
     assert verified.returncode == 0, verified.stderr + verified.stdout
 
-    back = admin("operator", "migrate-seal", "--to", "file", env=pkcs11_env)
+    back = run_admin("operator", "migrate-seal", "--to", "file", env=pkcs11_env)
     assert back.returncode == 0, back.stderr
     store = open_store(FileSeal(MASTER), data, backing)
     assert materials(store) == before
     store.close()
-    verified = admin("audit", "verify", str(log), env=env)
+    verified = run_admin("audit", "verify", str(log), env=env)
     assert verified.returncode == 0, verified.stderr + verified.stdout
     assert len(log.read_text().splitlines()) == 3
 
@@ -152,7 +131,9 @@ def test_a_version_that_does_not_unwrap_refuses_the_move(token: SoftHsmToken, tm
             (FileSeal(bytes(32)).wrap(b"x", b""),),
         )
     before_rows, before_meta = rows(database), meta(database)
-    moved = admin("operator", "migrate-seal", "--to", "pkcs11", env=settings_env(token, data, "file", None))
+    moved = run_admin(
+        "operator", "migrate-seal", "--to", "pkcs11", env=settings_env(token, data, "file", None)
+    )
     assert moved.returncode == 1, moved.stderr
     assert "version 1 of key 'zeta'" in moved.stderr and "nothing was written" in moved.stderr
     assert "Traceback" not in moved.stderr
@@ -183,7 +164,7 @@ def test_a_move_killed_mid_transaction_loses_nothing(token: SoftHsmToken, tmp_pa
     database = data / "keystore.db"
     before_rows = rows(database)
     env = settings_env(token, data, "file", None)
-    process = admin_process("operator", "migrate-seal", "--to", "pkcs11", env=env)
+    process = start_admin("operator", "migrate-seal", "--to", "pkcs11", env=env)
     assert process.stdout is not None
     announced = process.stdout.readline()  # printed once both seals and the keystore are open
     assert "rewrapping 2000 key versions" in announced, announced
@@ -201,7 +182,7 @@ def test_a_move_killed_mid_transaction_loses_nothing(token: SoftHsmToken, tmp_pa
     seal = hsm_seal(token)
     with pytest.raises(MasterKeyError, match="is sealed by the file seal"):
         open_store(seal, data, None)
-    finished = admin("operator", "migrate-seal", "--to", "pkcs11", env=env)
+    finished = run_admin("operator", "migrate-seal", "--to", "pkcs11", env=env)
     assert finished.returncode == 0, finished.stderr
     store = open_store(seal, data, None)
     assert materials(store) == before

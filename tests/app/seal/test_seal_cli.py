@@ -10,29 +10,18 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from app.admin import EXIT_OK, EXIT_USAGE
+from tests.admin_process import run_admin
 from tests.softhsm import SoftHsmToken
 
-REPO = Path(__file__).resolve().parents[3]
 PIN_MARKER = "1234"
 
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``python -m app.admin ARGS`` with no ``KEYSTREAM_*`` settings but ``env``."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
-    environment.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "app.admin", *args],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_admin(*args, env=env)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], pin: str) -> str:
