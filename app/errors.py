@@ -142,6 +142,23 @@ class BackendRestartingError(BackendUnavailableError):
         self.retry_after_seconds = retry_after_seconds
 
 
+class SealedError(ServiceUnavailableError):
+    """The server is sealed: its master key is not in memory until operators give it enough shares
+    (``POST /v1/sys/unseal``). :attr:`retry_after_seconds` is a polite pause, not a promise."""
+
+    code = "sealed"
+
+    def __init__(self, message: str, retry_after_seconds: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class InvalidShareError(BadRequestError):
+    """An unseal share is refused (malformed, mistyped, foreign, duplicate, wrong): progress is unchanged."""
+
+    code = "invalid_share"
+
+
 class StartupRefusedError(Exception):
     """The settings or the machine make serving unsafe or impossible; the start stops before serving.
 

@@ -25,7 +25,7 @@ from app.api.http_metrics import HttpMetricsMiddleware
 from app.api.limits import BodyLimitMiddleware
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
-from app.api.routes import audit, batch, crypto, datakey, keys, ops, tokens
+from app.api.routes import audit, batch, crypto, datakey, keys, ops, sys, tokens
 from app.api.state import close_state, open_state, wipe_secrets
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
@@ -56,6 +56,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await to_thread.run_sync(open_state, settings)
         app.state.keystream = state
+        if state.seal.seals_online and isinstance(app, KeystreamApp):
+            app.sealable = state.seal  # the sealed gate (app/api/hotpath.py)
         if settings.testing_wipe_on_sigusr2:
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, wipe_secrets, state)
         logger.info(
@@ -90,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(keys.router)
     app.include_router(tokens.router)
     app.include_router(audit.router)
+    app.include_router(sys.router)
     install_docs(app)
     if settings.bench_echo:
         app.include_router(ops.echo_router)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LIBRARY = Path("/usr/lib/softhsm/libsofthsm2.so")
-USER_PIN = "1234"
+#: Distinctive, so that a test can show it appears in no output or log.
+USER_PIN = "pin-7c41e9"
 SO_PIN = "5678"
 
 

@@ -114,6 +114,16 @@ def _error_code(body: bytes) -> str | None:
     return code if isinstance(code, str) else None
 
 
+def write_operator_record(log: AuditLog | None, record: dict[str, Any]) -> None:
+    """Write an ``operator`` line (unseal, seal: what no ``/v1`` request record describes) to ``log``.
+
+    Raises:
+        AuditUnavailableError: the line cannot be written.
+    """
+    if log is not None:
+        log.write({"time": _now(), "type": "operator", **record})
+
+
 class AuditMiddleware:
     """Writes the ``request`` and ``response`` lines of every ``/v1`` request (see the module docstring)."""
 

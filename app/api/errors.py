@@ -6,6 +6,7 @@ gives each class its status::
 
     KeystreamError                          400 (base; never raised itself)
     ├── BadRequestError                     400 bad_request
+    │   └── InvalidShareError               400 invalid_share        (an unseal share refused)
     ├── DecryptionFailedError               400 decryption_failed
     │   └── SealedDecryptionError           400   (app.formats.sealed: names the failed segment)
     ├── UnauthorizedError                   401 unauthorized         + WWW-Authenticate: Bearer
@@ -28,6 +29,7 @@ gives each class its status::
         ├── OverloadedError                 503 overloaded + Retry-After (app.services.budget)
         ├── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
         ├── AuditUnavailableError           503 audit_unavailable + Retry-After (app.audit.log)
+        ├── SealedError                     503 sealed + Retry-After (the server awaits its unseal shares)
         └── KeystoreUnavailableError        503 keystore_unavailable + Retry-After (app.keystore.errors)
 
 A subclass without an entry of its own takes its nearest ancestor's status. Besides the hierarchy, FastAPI's
@@ -62,6 +64,7 @@ from app.errors import (
     KeystreamError,
     NotFoundError,
     PayloadTooLargeError,
+    SealedError,
     ServiceUnavailableError,
     UnauthorizedError,
     UnsupportedMediaTypeError,
@@ -127,7 +130,7 @@ def error_response(
 def keystream_error_response(exc: KeystreamError) -> Response:
     """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``; an
     unavailable keystore or audit log, a full batch budget, a backend pool being rebuilt or a recently
-    deleted key name add ``Retry-After``)."""
+    deleted key name, a sealed server add ``Retry-After``)."""
     status = http_status(exc)
     headers: dict[str, str] = {}
     if status == 401:
@@ -138,7 +141,8 @@ def keystream_error_response(exc: KeystreamError) -> Response:
         | OverloadedError
         | KeyRecentlyDeletedError
         | BackendRestartingError
-        | AuditUnavailableError,
+        | AuditUnavailableError
+        | SealedError,
     ):
         headers["Retry-After"] = str(exc.retry_after_seconds)
     return error_response(status, exc.code, exc.message, headers or None)

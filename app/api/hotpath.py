@@ -23,6 +23,10 @@ check (415), the verified principal, and the JSON errors of the exception handle
 A batch request with a query string (``backend``, ``key_version``) goes through FastAPI, whose parameter
 validation then answers as before.
 
+While the server is **sealed** (a shamir seal awaiting its shares), :class:`KeystreamApp` answers every
+request but those of :data:`~app.api.routes.sys.OPEN_WHILE_SEALED` with 503 ``sealed`` and ``Retry-After``
+before either shortcut or FastAPI's stack sees it, so no route that needs the master key runs.
+
 Everything else goes through FastAPI unchanged: other paths, other methods on these paths (405 with
 ``Allow``: the routes stay in FastAPI's router), an app with a ``root_path``, and every request while an
 OpenTelemetry provider is configured (FastAPI's telemetry then wraps each request). The OpenAPI entries of
@@ -50,9 +54,11 @@ from app.api.errors import keystream_error_response, unexpected_error_response, 
 from app.api.http_metrics import observe_request
 from app.api.limits import REPEATED_AUTHORIZATION, VERIFIED_PRINCIPAL, BodyLimitMiddleware
 from app.api.routes import batch, crypto
+from app.api.routes.sys import OPEN_WHILE_SEALED
 from app.api.state import ServiceState
 from app.core.metrics import INFLIGHT_REQUESTS
-from app.errors import KeystreamError
+from app.errors import KeystreamError, SealedError
+from app.seal import Seal
 from app.services.security import Principal
 
 #: The two paths the shortcut serves (Starlette's ``{name}``: one path segment, at least one character).
@@ -72,6 +78,8 @@ _BATCH_ROUTES: dict[str, APIRoute] = {
     )
     for operation, endpoint in _BATCH_ENDPOINTS.items()
 }
+#: What every route but :data:`~app.api.routes.sys.OPEN_WHILE_SEALED` answers while the server is sealed.
+SEALED = SealedError("sealed: this server awaits its unseal shares (POST /v1/sys/unseal)")
 #: Seconds between two checks whether an OpenTelemetry provider is configured.
 TELEMETRY_RECHECK_SECONDS = 1.0
 
@@ -79,7 +87,21 @@ TELEMETRY_RECHECK_SECONDS = 1.0
 class KeystreamApp(FastAPI):
     """FastAPI, with ``POST`` on the streaming encrypt/decrypt paths served by :func:`serve_crypto`."""
 
+    #: The seal when it can be sealed while serving (shamir), set by the lifespan; ``None`` otherwise, so the
+    #: sealed gate costs one attribute test per request.
+    sealable: Seal | None = None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sealable = self.sealable
+        if (
+            sealable is not None
+            and sealable.sealed
+            and scope["type"] == "http"
+            and scope["path"] not in OPEN_WHILE_SEALED
+        ):
+            # Ahead of the shortcuts below and of FastAPI's stack: nothing that needs the key runs.
+            await keystream_error_response(SEALED)(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["method"] == "POST" and not self.root_path:
             found = CRYPTO_PATH.fullmatch(scope["path"])
             if found is not None and not scope.get("root_path") and not self._telemetry_on():

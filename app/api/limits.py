@@ -10,7 +10,9 @@ streaming ``/v1/keys/{name}/encrypt``, ``/decrypt`` and ``/rewrap`` (which authe
 never buffer):
 
 1. verifies the bearer token (401 in the service's JSON error shape, body unread, when it is missing or
-   invalid); the route still checks scopes and key patterns;
+   invalid); the route still checks scopes and key patterns. ``/v1/sys/seal-status`` and ``/unseal`` take
+   no token (:data:`NO_TOKEN_PATHS`: a sealed server can verify tokens, but an operator holding a share
+   needs none, as with Vault); their bodies are bounded all the same;
 2. answers 413 when ``Content-Length`` exceeds the route's limit, before reading anything;
 3. reads the body (Content-Length or chunked) into one buffer counting bytes, 413 as soon as the limit is
    passed, and hands the complete body to the route.
@@ -46,6 +48,8 @@ BATCH_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt|rewrap)/batch")
 REPEATED_AUTHORIZATION = BadRequestError("more than one Authorization header: send exactly one bearer token")
 #: A batch body without Content-Length first reserves this much of the batch budget, then doubles it.
 CHUNKED_RESERVE = 1 << 20
+#: The ``/v1`` paths served without a token (see :mod:`app.api.routes.sys`).
+NO_TOKEN_PATHS = frozenset({"/v1/sys/seal-status", "/v1/sys/unseal"})
 
 
 def body_limit(path: str, json_limit: int, batch_limit: int) -> int | None:
@@ -94,8 +98,9 @@ class BodyLimitMiddleware:
             return
         state: ServiceState = scope["app"].state.keystream
         try:
-            principal = await state.tokens.authenticate(_header(scope, b"authorization"))
-            scope.setdefault("state", {})[VERIFIED_PRINCIPAL] = principal
+            if scope["path"] not in NO_TOKEN_PATHS:
+                principal = await state.tokens.authenticate(_header(scope, b"authorization"))
+                scope.setdefault("state", {})[VERIFIED_PRINCIPAL] = principal
             declared = _header(scope, b"content-length")
             if declared is not None and not is_ascii_integer(declared):
                 await error_response(400, "bad_request", "Content-Length must be a number")(

@@ -1,4 +1,11 @@
-"""What a running app holds (:class:`ServiceState`), and how the lifespan opens and closes it."""
+"""What a running app holds (:class:`ServiceState`), how the lifespan opens and closes it, and what changes
+when a sealed server is unsealed (:func:`start_unsealed`) or sealed again (:func:`stop_sealed`).
+
+A server whose seal starts sealed (``shamir``) opens the keystore, the caches and the token verifier, but
+not what needs the master key: the audit keys and the audit log (whose keys are wrapped under it) and the
+automatic rotations. Every route but the few :data:`app.api.routes.sys.OPEN_WHILE_SEALED` answers 503
+``sealed`` meanwhile (:class:`app.api.hotpath.KeystreamApp`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ from dataclasses import dataclass
 
 from app.audit import AuditKeys, AuditLog, audit_keys_for, worker_path
 from app.core.config import Settings
+from app.core.metrics import SEALED
 from app.core.secret_memory import disable_core_dumps
 from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
@@ -32,9 +40,10 @@ class ServiceState:
     batch_budget: ByteBudget
     follower: ChangeFollower
     auto_rotator: AutoRotator
-    #: The audit hash and chain keys (from the seal; ``/v1/audit/hash`` works without a log).
-    audit_keys: AuditKeys
-    #: The audit log writer; ``None`` when ``audit_log`` is unset.
+    #: The audit hash and chain keys (from the seal; ``/v1/audit/hash`` works without a log); ``None`` while
+    #: the seal is sealed.
+    audit_keys: AuditKeys | None
+    #: The audit log writer; ``None`` when ``audit_log`` is unset, or while the seal is sealed.
     audit: AuditLog | None = None
 
 
@@ -57,8 +66,8 @@ def open_state(settings: Settings) -> ServiceState:
         seal.close()
         raise
     try:
-        audit_keys = audit_keys_for(seal, keystore.audit_key_material())
-        audit = open_audit_log(settings, audit_keys)
+        audit_keys = None if seal.sealed else audit_keys_for(seal, keystore.audit_key_material())
+        audit = None if audit_keys is None else open_audit_log(settings, audit_keys)
     except BaseException:
         keystore.close()
         seal.close()
@@ -84,7 +93,9 @@ def open_state(settings: Settings) -> ServiceState:
         auto_rotator = AutoRotator(keystore, keycache, interval=settings.auto_rotate_check_interval)
         backends = open_backends(settings)
         follower.start()
-        auto_rotator.start()
+        if not seal.sealed:
+            auto_rotator.start()
+        SEALED.set(1 if seal.sealed else 0)
     except BaseException:
         keystore.close()
         seal.close()
@@ -127,6 +138,37 @@ def wipe_secrets(state: ServiceState) -> None:
     """
     state.keycache.wipe()
     state.seal.close()
+
+
+def start_unsealed(state: ServiceState) -> None:
+    """What a server unsealed a moment ago starts: the audit keys and log, the automatic rotations (blocking:
+    call from a thread).
+
+    Raises:
+        MasterKeyError: the keystore's audit key material does not unwrap under the seal.
+        AuditUnavailableError: the audit log cannot be opened.
+    """
+    keys = audit_keys_for(state.seal, state.keystore.audit_key_material())
+    state.audit = open_audit_log(state.settings, keys)
+    state.audit_keys = keys
+    state.auto_rotator.start()
+    SEALED.set(0)
+
+
+def stop_sealed(state: ServiceState) -> AuditLog | None:
+    """Seal the server: wipe the master key, drop the expanded keys and the audit keys, stop the automatic
+    rotations (blocking: call from a thread).
+
+    Returns:
+        The audit log writer this worker used, for the caller to close once the request that sealed has its
+        record (requests already past the gate may still write to it).
+    """
+    state.seal.close()
+    SEALED.set(1)
+    state.auto_rotator.stop()
+    state.keycache.wipe()
+    log, state.audit, state.audit_keys = state.audit, None, None
+    return log
 
 
 def close_state(state: ServiceState) -> None:

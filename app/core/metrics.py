@@ -97,3 +97,9 @@ KEYSTORE_BREAKER_OPENINGS = Counter(
     "keystream_keystore_breaker_openings",
     "Times a process's keystore circuit breaker opened (the database became unreachable from it).",
 )
+SEALED = Gauge(
+    "keystream_sealed",
+    "1 while this worker is sealed (the shamir seal awaiting its unseal shares: every route but /healthz, "
+    "/readyz, /metrics, /v1/sys/seal-status and /unseal answers 503 sealed), else 0. One series per worker.",
+    multiprocess_mode="liveall",
+)

@@ -54,6 +54,9 @@ class Seal(abc.ABC):
     #: True when :meth:`derive_key` works (the master key is in memory); other seals' keystores store the
     #: secrets a file seal would derive, wrapped.
     derives_keys: ClassVar[bool] = False
+    #: True when the seal can be sealed and unsealed while a server runs (shamir): the server then checks
+    #: :attr:`sealed` on every request.
+    seals_online: ClassVar[bool] = False
 
     @property
     @abc.abstractmethod

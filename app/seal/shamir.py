@@ -60,6 +60,7 @@ class ShamirSeal(Seal):
     """
 
     kind: ClassVar[str] = "shamir"
+    seals_online: ClassVar[bool] = True
 
     def __init__(
         self,

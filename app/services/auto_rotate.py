@@ -64,7 +64,8 @@ class AutoRotator:
         return rotated
 
     def start(self) -> None:
-        """Check in a daemon thread every ``interval`` seconds until :meth:`stop`."""
+        """Check in a daemon thread every ``interval`` seconds until :meth:`stop` (may start again after)."""
+        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="auto-rotator", daemon=True)
         self._thread.start()
 

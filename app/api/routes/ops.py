@@ -17,7 +17,7 @@ from app.api.streaming import DuplexStreamingResponse
 from app.audit import AuditUnavailableError
 from app.core.secret_memory import core_dumps_disabled, memory_locked
 from app.core.telemetry import render_metrics
-from app.errors import ServiceUnavailableError
+from app.errors import SealedError, ServiceUnavailableError
 
 router = APIRouter(tags=["ops"])
 echo_router = APIRouter(tags=["bench"])
@@ -31,7 +31,8 @@ async def healthz() -> dict[str, str]:
 
 #: What the OpenAPI page says about /readyz (the docstring below is for readers of the code).
 READYZ_DESCRIPTION = (
-    "Readiness: 200 when the keystore answers (`keystore: up`), the default backend can run and the audit "
+    "Readiness: 503 `sealed` while the server awaits its unseal shares; 200 when the keystore answers "
+    "(`keystore: up`), the default backend can run and the audit "
     "log (when set) can be written, else 503 (`audit_unavailable` for the audit log). "
     "`change_log.behind` is how many keystore changes this process has not applied yet, `last_read_ms` the "
     "age of its last successful read of the change log. `memory.core_dumps` is `off` when the process "
@@ -50,9 +51,12 @@ async def readyz(state: StateDep) -> dict[str, Any]:
     secret is reported.
 
     Raises:
+        SealedError: the server is sealed (503 ``sealed``).
         ServiceUnavailableError: the keystore is down or no backend can run (503).
         AuditUnavailableError: the audit log cannot be written (503 ``audit_unavailable``).
     """
+    if state.seal.sealed:
+        raise SealedError("sealed: this server awaits its unseal shares (POST /v1/sys/unseal)")
     try:
         behind, age = await to_thread.run_sync(state.follower.lag)
     except Exception as exc:

@@ -110,6 +110,7 @@ def test_every_domain_error_has_a_status_and_the_docstring_tree_names_it() -> No
     expected = {
         errors.KeystreamError: 400,
         errors.BadRequestError: 400,
+        errors.InvalidShareError: 400,
         errors.DecryptionFailedError: 400,
         SealedDecryptionError: 400,
         errors.UnauthorizedError: 401,
@@ -129,6 +130,7 @@ def test_every_domain_error_has_a_status_and_the_docstring_tree_names_it() -> No
         errors.ServiceUnavailableError: 503,
         errors.BackendUnavailableError: 503,
         errors.BackendRestartingError: 503,
+        errors.SealedError: 503,
         KeyUnwrapError: 503,
         KeystoreUnavailableError: 503,
     }

@@ -72,6 +72,8 @@ def test_hsm_sealed_servers_on_sqlite_then_postgres(tmp_path: Path, pg_url: str)
     finally:
         stop_server(server)
 
+    for log in tmp_path.glob("*.log"):
+        assert token.pin not in log.read_text(errors="replace")  # never in a server's log
     copied = run_admin("keystore", "copy", str(data), pg_url, env=seal_env)
     assert copied.returncode == 0, copied.stderr
     assert "copied 1 keys (3 versions)" in copied.stdout

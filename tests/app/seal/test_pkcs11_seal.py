@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pkcs11
@@ -82,6 +83,21 @@ def test_refusals_name_the_setting(token: SoftHsmToken, tmp_path: Path) -> None:
     with pytest.raises(SealError, match=r"KEYSTREAM_PKCS11_KEY_LABEL: .* no key labelled 'keystream-master'"):
         open_seal(token)
     assert isinstance(caught.value, MasterKeyError)  # serve prints it as one line, exit 2
+
+
+def test_threads_share_the_session_safely(token: SoftHsmToken) -> None:
+    """PKCS#11 forbids two threads in one session at once: the seal serialises them, and every blob opens."""
+    seal = open_seal(token, create_key=True)
+
+    def work(index: int) -> bool:
+        material = os.urandom(32)
+        associated_data = f"keystream:key:k{index}:1".encode()
+        return all(
+            seal.unwrap(seal.wrap(material, associated_data), associated_data) == material for _ in range(25)
+        )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert all(pool.map(work, range(16)))
 
 
 def test_an_extractable_key_is_refused(token: SoftHsmToken) -> None:

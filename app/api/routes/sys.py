@@ -1,0 +1,143 @@
+"""``/v1/sys``: the seal's state, unsealing with operator shares, and sealing again.
+
+* ``GET /v1/sys/seal-status`` (no token): ``{"sealed", "threshold", "shares", "progress"}`` (and the seal's
+  ``type``); a seal that is not unsealed with shares (``file``, ``pkcs11``) reports ``sealed: false`` and
+  zeros.
+* ``POST /v1/sys/unseal`` (no token, as Vault's: whoever holds a share is an operator) with
+  ``{"key": "<share>"}`` adds one share, or with ``{"reset": true}`` forgets those given. At the threshold
+  the rebuilt key is checked against the keystore's check value and the server unseals. A refused share is a
+  400 ``invalid_share`` naming the problem (malformed, mistyped, foreign, duplicate, wrong), with the
+  progress unchanged; the share itself is never echoed, logged or audited.
+* ``POST /v1/sys/seal`` (admin token) wipes the master key: the server answers 503 ``sealed`` again.
+
+The unseal and the seal each write an ``operator`` line to the audit log (the unseal's once the log can be
+opened: its keys are under the master key).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anyio import to_thread
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
+from starlette.responses import JSONResponse
+
+from app.api.audit import write_operator_record
+from app.api.deps import AdminDep, StateDep
+from app.api.limits import NO_TOKEN_PATHS
+from app.api.openapi import errors
+from app.api.state import ServiceState, start_unsealed, stop_sealed
+from app.errors import BadRequestError, InvalidShareError, ValidationError
+from app.seal.shamir import ShamirSeal
+from app.seal.shares import InvalidShareError as ShareRefused
+
+router = APIRouter(prefix="/v1/sys", tags=["sys"])
+
+SEAL_STATUS_PATH = "/v1/sys/seal-status"
+UNSEAL_PATH = "/v1/sys/unseal"
+assert {SEAL_STATUS_PATH, UNSEAL_PATH} == NO_TOKEN_PATHS  # the body-limit middleware lets them in tokenless
+#: The paths a sealed server still serves: liveness, readiness (503 while sealed), metrics, and unsealing.
+OPEN_WHILE_SEALED = frozenset({"/healthz", "/readyz", "/metrics", SEAL_STATUS_PATH, UNSEAL_PATH})
+#: A share is 83 characters; room for spaces and line breaks, never a megabyte.
+MAX_SHARE_LENGTH = 512
+
+
+class UnsealBody(BaseModel):
+    """One share (``key``), or ``reset: true`` to forget the shares given so far."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    key: str | None = Field(default=None, max_length=MAX_SHARE_LENGTH, description="One unseal share.")
+    reset: bool = Field(default=False, description="Forget the shares given so far.")
+
+
+def seal_status(state: ServiceState) -> dict[str, Any]:
+    """The seal-status body of this worker."""
+    seal = state.seal
+    if not isinstance(seal, ShamirSeal):
+        return {"sealed": seal.sealed, "type": seal.kind, "threshold": 0, "shares": 0, "progress": 0}
+    status = seal.status()
+    return {
+        "sealed": status.sealed,
+        "type": seal.kind,
+        "threshold": status.threshold,
+        "shares": status.shares,
+        "progress": status.progress,
+    }
+
+
+def _remote(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+def _shamir(state: ServiceState) -> ShamirSeal:
+    if not isinstance(state.seal, ShamirSeal):
+        raise BadRequestError(
+            f"this server's {state.seal.kind} seal is not unsealed or sealed with shares (KEYSTREAM_SEAL)"
+        )
+    return state.seal
+
+
+@router.get("/seal-status")
+async def get_seal_status(state: StateDep) -> dict[str, Any]:
+    """Whether this server is sealed, how many shares unseal it, how many exist and how many were given."""
+    return seal_status(state)
+
+
+UNSEAL_DESCRIPTION = (
+    "No token. Give one unseal share as `key` (or `reset: true` to forget those given). At the threshold the "
+    "server unseals. A refused share (malformed, mistyped, from another init, already given, or one that "
+    "with the others does not rebuild the master key) is a 400 `invalid_share` and leaves the progress "
+    "as it was."
+)
+SEAL_DESCRIPTION = (
+    "Admin token. Seal this server again: its master key is wiped and every route but the seal routes, "
+    "/healthz, /readyz and /metrics answers 503 `sealed` until the threshold of shares is given again."
+)
+
+
+@router.post("/unseal", responses=errors(400, 422), description=UNSEAL_DESCRIPTION)
+async def unseal(body: UnsealBody, request: Request, state: StateDep) -> dict[str, Any]:
+    """Give one unseal share (or reset); at the threshold the server unseals.
+
+    Raises:
+        InvalidShareError: the share is refused (400 ``invalid_share``), progress unchanged.
+        BadRequestError: this server's seal takes no shares.
+        ValidationError: neither ``key`` nor ``reset`` (422).
+    """
+    seal = _shamir(state)
+    if body.reset:
+        seal.reset()
+        return seal_status(state)
+    if body.key is None:
+        raise ValidationError('give one share as "key", or "reset": true')
+    if not seal.sealed:
+        return seal_status(state)
+    try:
+        rebuilt = await to_thread.run_sync(seal.submit_share, body.key)
+    except ShareRefused as exc:
+        if exc.reason == "unsealed":  # another request completed the threshold meanwhile
+            return seal_status(state)
+        raise InvalidShareError(str(exc)) from None
+    if rebuilt is not None:
+        del rebuilt
+        await to_thread.run_sync(start_unsealed, state)
+        write_operator_record(state.audit, {"operation": "unseal", "remote_address": _remote(request)})
+    return seal_status(state)
+
+
+@router.post("/seal", responses=errors(400, 401, 403), description=SEAL_DESCRIPTION)
+async def seal(request: Request, principal: AdminDep, state: StateDep) -> JSONResponse:
+    """Seal this server again: the master key is wiped; unsealing needs the threshold of shares again.
+
+    Raises:
+        BadRequestError: this server's seal takes no shares (it could not be unsealed again).
+    """
+    _shamir(state)
+    record = {"operation": "seal", "remote_address": _remote(request), "token_id": principal.token_id}
+    write_operator_record(state.audit, record)
+    log = await to_thread.run_sync(stop_sealed, state)
+    closing = BackgroundTask(log.close) if log is not None else None
+    return JSONResponse(seal_status(state), background=closing)

@@ -1,0 +1,184 @@
+"""A server with the shamir seal, as a real process: it starts sealed, refuses everything but the seal routes
+(the fast encrypt/decrypt and batch paths included) with 503 ``sealed``, unseals at the threshold, seals
+again on an admin's request, and after each unseal and after a restart decrypts what it encrypted before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
+from tests.admin_process import run_admin
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def call(
+    server: Server, method: str, path: str, token: str | None = ROOT_TOKEN, **kwargs: Any
+) -> httpx.Response:
+    """One request on a fresh connection (so every worker of a multi-worker server serves some)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+        return client.request(method, path, **kwargs)
+
+
+def init(data: Path, threshold: int, shares: int, **env: str) -> list[str]:
+    result = run_admin(
+        "operator",
+        "init",
+        "--shares",
+        str(shares),
+        "--threshold",
+        str(threshold),
+        "--json",
+        env={
+            "KEYSTREAM_SEAL": "shamir",
+            "KEYSTREAM_DATA_DIR": str(data),
+            "KEYSTREAM_ROOT_TOKEN": ROOT_TOKEN,
+            **env,
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert printed["root_token"] == ROOT_TOKEN
+    shares_made: list[str] = printed["shares"]
+    return shares_made
+
+
+def assert_sealed_everywhere(server: Server) -> None:
+    """Every route but the seal routes, /healthz and /metrics answers 503 sealed with Retry-After."""
+    assert call(server, "GET", "/healthz").status_code == 200
+    for method, path, kwargs in (
+        ("GET", "/readyz", {}),
+        ("POST", "/v1/keys", {"json": {"name": "other"}}),
+        ("GET", "/v1/keys", {}),
+        ("POST", "/v1/keys/orders/encrypt", {"content": b"x" * 100}),
+        ("POST", "/v1/keys/orders/decrypt", {"content": b"x" * 100}),
+        ("POST", "/v1/keys/orders/encrypt/batch", {"json": {"items": [{"plaintext": "eA=="}]}}),
+        ("POST", "/v1/keys/orders/rewrap/batch", {"json": {"items": []}}),
+        ("POST", "/v1/keys/orders/datakey", {"json": {}}),
+        ("GET", "/v1/tokens", {}),
+        ("POST", "/v1/sys/seal", {}),
+        ("GET", "/docs", {}),
+        ("GET", "/openapi.json", {}),
+        ("GET", "/no/such/path", {}),
+    ):
+        response = call(server, method, path, **kwargs)
+        assert response.status_code == 503, (path, response.status_code, response.text)
+        assert response.json()["error"]["code"] == "sealed", (path, response.text)
+        assert response.headers["Retry-After"].isdigit()
+    metrics = call(server, "GET", "/metrics", token=None)
+    assert metrics.status_code == 200
+    sealed = [
+        line
+        for line in metrics.text.splitlines()
+        if line.startswith(("keystream_sealed ", "keystream_sealed{"))
+    ]
+    assert sealed and all(line.endswith(" 1.0") for line in sealed), sealed
+
+
+def unseal(server: Server, shares: list[str]) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    for share in shares:
+        response = call(server, "POST", "/v1/sys/unseal", token=None, json={"key": share})
+        assert response.status_code == 200, response.text
+        status = response.json()
+    return status
+
+
+def test_a_shamir_server_starts_sealed_unseals_seals_and_loses_nothing(tmp_path: Path) -> None:
+    data, log = tmp_path / "data", tmp_path / "audit.log"
+    shares = init(data, 3, 5, KEYSTREAM_AUDIT_LOG=str(log))
+    foreign = init(tmp_path / "other", 3, 5)
+    env = {"KEYSTREAM_SEAL": "shamir", "KEYSTREAM_AUDIT_LOG": str(log)}
+    server = start_server(data, tmp_path / "server-1.log", **env)
+    made: dict[bytes, bytes] = {}
+    try:
+        status = call(server, "GET", "/v1/sys/seal-status", token=None).json()
+        assert status == {"sealed": True, "type": "shamir", "threshold": 3, "shares": 5, "progress": 0}
+        assert_sealed_everywhere(server)
+
+        assert unseal(server, [shares[0]])["progress"] == 1
+        typo = shares[1][:20] + ("a" if shares[1][20] != "a" else "b") + shares[1][21:]
+        for body, code, status_code, wanted in (
+            ({"key": foreign[1]}, "invalid_share", 400, "foreign"),
+            ({"key": shares[0]}, "invalid_share", 400, "duplicate"),
+            ({"key": typo}, "invalid_share", 400, "mistyped"),
+            ({"key": "hello"}, "invalid_share", 400, "not a share"),
+            ({"key": 42}, "validation_error", 422, ""),
+            ({"key": "k" * 5000}, "validation_error", 422, ""),
+            ({}, "validation_error", 422, ""),
+            ({"share": shares[1]}, "validation_error", 422, ""),
+        ):
+            response = call(server, "POST", "/v1/sys/unseal", token=None, json=body)
+            assert response.status_code == status_code, response.text
+            error = response.json()["error"]
+            assert error["code"] == code and wanted in error["message"]
+            for share in (*shares, *foreign):
+                assert share[5:] not in response.text
+        garbage = call(server, "POST", "/v1/sys/unseal", token=None, content=b"\xff{not json")
+        assert garbage.status_code == 422
+        assert call(server, "GET", "/v1/sys/seal-status", token=None).json()["progress"] == 1
+        reset = call(server, "POST", "/v1/sys/unseal", token=None, json={"reset": True})
+        assert reset.json()["progress"] == 0
+
+        status = unseal(server, shares[2:5])
+        assert status == {"sealed": False, "type": "shamir", "threshold": 3, "shares": 5, "progress": 0}
+        assert call(server, "GET", "/readyz").status_code == 200
+        assert call(server, "POST", "/v1/keys", json={"name": "orders"}).status_code == 201
+        for index in range(4):
+            plaintext = f"before seal {index} ".encode() * (index * 2000 + 1)
+            response = call(server, "POST", "/v1/keys/orders/encrypt", content=plaintext)
+            assert response.status_code == 200, response.text
+            made[response.content] = plaintext
+
+        assert call(server, "POST", "/v1/sys/seal", token=None).status_code == 401
+        sealed = call(server, "POST", "/v1/sys/seal")
+        assert sealed.status_code == 200, sealed.text
+        assert sealed.json()["sealed"] is True
+        assert_sealed_everywhere(server)
+        unseal(server, [shares[1], shares[3], shares[0]])
+        decrypt_all(server, made)
+    finally:
+        stop_server(server)
+
+    server = start_server(data, tmp_path / "server-2.log", **env)
+    try:
+        assert_sealed_everywhere(server)
+        unseal(server, shares[:3])
+        decrypt_all(server, made)
+    finally:
+        stop_server(server)
+
+    text = log.read_text()
+    operations = [
+        json.loads(line)["operation"] for line in text.splitlines() if json.loads(line)["type"] == "operator"
+    ]
+    assert operations == ["init", "unseal", "seal", "unseal", "unseal"]
+    for share in (*shares, *foreign):
+        assert share[5:] not in text
+    for server_log in ("server-1.log", "server-2.log"):
+        logged = (tmp_path / server_log).read_text()
+        assert "Traceback" not in logged
+        for share in shares:
+            assert share[5:] not in logged
+    verified = run_admin(
+        "audit",
+        "verify",
+        str(log),
+        env={"KEYSTREAM_SEAL": "shamir", "KEYSTREAM_DATA_DIR": str(data)},
+        stdin="\n".join(shares[2:]),
+    )
+    assert verified.returncode == 0, verified.stderr
+
+
+def decrypt_all(server: Server, made: dict[bytes, bytes]) -> None:
+    for ciphertext, plaintext in made.items():
+        response = call(server, "POST", "/v1/keys/orders/decrypt", content=ciphertext)
+        assert response.status_code == 200, response.text
+        assert response.content == plaintext
