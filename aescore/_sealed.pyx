@@ -16,6 +16,7 @@ Configuration, read at import:
 
 import os
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdlib cimport free, malloc
 from libc.stdint cimport uint8_t, uint32_t
@@ -146,11 +147,22 @@ cdef tuple _bytes_tuple(str name, object values, Py_ssize_t count):
     return result
 
 
+cdef int _key_view(object value, Py_buffer *view) except -1:
+    """Borrow key material's bytes in place (``bytes`` or any contiguous buffer, e.g. locked memory)."""
+    if isinstance(value, str):
+        raise AesCoreTypeError("key material must be bytes-like, got str")
+    try:
+        PyObject_GetBuffer(value, view, PyBUF_SIMPLE)
+    except TypeError:
+        raise AesCoreTypeError(f"key material must be bytes-like, got {type(value).__name__}") from None
+    return 0
+
+
 def seal_many(ikm, derived_size, segment_size, plaintexts, associated_data, randomness, isa):
     """Seal every plaintext as one sealed message under ``ikm``.
 
     Args:
-        ikm: the key version's material (bytes).
+        ikm: the key version's material (bytes-like, read in place: never copied into a ``bytes``).
         derived_size: AES key bytes per message: 16, 24 or 32.
         segment_size: the key's ciphertext segment size.
         plaintexts: bytes per item.
@@ -168,15 +180,26 @@ def seal_many(ikm, derived_size, segment_size, plaintexts, associated_data, rand
         BackendUnavailableError: no AES-NI, or a forced SHA-256 path this CPU lacks.
     """
     cdef ks_sealed_params params
+    cdef Py_buffer ikm_view
+    _params(&params, derived_size, segment_size, isa)
+    if type(randomness) is not bytes:
+        raise AesCoreTypeError("randomness must be bytes")
+    _key_view(ikm, &ikm_view)
+    try:
+        return _seal_many(&params, &ikm_view, derived_size, plaintexts, associated_data, randomness)
+    finally:
+        PyBuffer_Release(&ikm_view)
+
+
+cdef list _seal_many(ks_sealed_params *params_pointer, Py_buffer *ikm_view, object derived_size,
+                     object plaintexts, object associated_data, object randomness):
+    cdef ks_sealed_params params = params_pointer[0]
     cdef ks_sealed_ikm key
     cdef ks_sealed_item *items = NULL
     cdef Py_ssize_t count, i, per_item
     cdef size_t total = 0, length
     cdef ks_sealed_status status
     cdef const uint8_t *random_pointer
-    _params(&params, derived_size, segment_size, isa)
-    if type(ikm) is not bytes or type(randomness) is not bytes:
-        raise AesCoreTypeError("ikm and randomness must be bytes")
     inputs = tuple(plaintexts)
     count = len(inputs)
     inputs = _bytes_tuple("plaintexts", inputs, count)
@@ -184,8 +207,8 @@ def seal_many(ikm, derived_size, segment_size, plaintexts, associated_data, rand
     per_item = derived_size + NONCE_PREFIX_SIZE
     if PyBytes_GET_SIZE(randomness) != count * per_item:
         raise AesCoreValueError(f"randomness must be {count * per_item} bytes ({per_item} per item)")
-    key.material = <const uint8_t *>PyBytes_AS_STRING(ikm)
-    key.length = <size_t>PyBytes_GET_SIZE(ikm)
+    key.material = <const uint8_t *>ikm_view.buf
+    key.length = <size_t>ikm_view.len
     random_pointer = <const uint8_t *>PyBytes_AS_STRING(randomness)
     outputs = [None] * count
     items = <ks_sealed_item *>malloc(max(count, 1) * sizeof(ks_sealed_item))
@@ -226,7 +249,7 @@ def open_many(candidates, derived_size, segment_size, ciphertexts, associated_da
     """Open every ciphertext, trying each candidate key material on an item's first segment.
 
     Args:
-        candidates: key materials (bytes), in the order to try (newest version first).
+        candidates: key materials (bytes-like, read in place), in the order to try (newest version first).
         derived_size, segment_size, isa: as :func:`seal_many`.
         ciphertexts: bytes per item.
         associated_data: bytes per item.
@@ -246,10 +269,11 @@ def open_many(candidates, derived_size, segment_size, ciphertexts, associated_da
     cdef size_t total = 0, length
     cdef uint32_t segment
     cdef ks_sealed_status status
+    cdef Py_buffer *views = NULL
+    cdef Py_ssize_t acquired = 0
     _params(&params, derived_size, segment_size, isa)
     materials = tuple(candidates)
     key_count = len(materials)
-    materials = _bytes_tuple("candidates", materials, key_count)
     inputs = tuple(ciphertexts)
     count = len(inputs)
     inputs = _bytes_tuple("ciphertexts", inputs, count)
@@ -257,12 +281,15 @@ def open_many(candidates, derived_size, segment_size, ciphertexts, associated_da
     outputs = [None] * count
     keys = <ks_sealed_ikm *>malloc(max(key_count, 1) * sizeof(ks_sealed_ikm))
     items = <ks_sealed_item *>malloc(max(count, 1) * sizeof(ks_sealed_item))
+    views = <Py_buffer *>malloc(max(key_count, 1) * sizeof(Py_buffer))
     try:
-        if keys == NULL or items == NULL:
+        if keys == NULL or items == NULL or views == NULL:
             raise MemoryError()
         for i in range(key_count):
-            keys[i].material = <const uint8_t *>PyBytes_AS_STRING(materials[i])
-            keys[i].length = <size_t>PyBytes_GET_SIZE(materials[i])
+            _key_view(materials[i], &views[i])
+            acquired += 1
+            keys[i].material = <const uint8_t *>views[i].buf
+            keys[i].length = <size_t>views[i].len
         memset(items, 0, max(count, 1) * sizeof(ks_sealed_item))
         for i in range(count):
             ciphertext = inputs[i]
@@ -291,6 +318,9 @@ def open_many(candidates, derived_size, segment_size, ciphertexts, associated_da
             for i in range(count)
         ]
     finally:
+        for i in range(acquired):
+            PyBuffer_Release(&views[i])
+        free(views)
         free(keys)
         free(items)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.core import metrics
+from app.core.secret_memory import KeyMaterial, wipe_secret
 from app.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
 from app.keystore import KeyInfo, KeyStore
 
@@ -53,7 +54,10 @@ def _oldest_version(info: KeyInfo) -> int:
 class ResolvedKey:
     """One key version, ready to use: its metadata, material (IKM of the sealed format) and expanded key.
 
-    ``material`` is left out of ``repr``/``str``; the expanded key's own ``repr`` shows no bytes either.
+    ``material`` is a read-only view of locked memory left out of core dumps (from
+    :meth:`~app.keystore.KeyStore.key_material`), zeroed once the cache and every request using it let go;
+    it is left out of ``repr``/``str``. The expanded key's own ``repr`` shows no bytes either, and aescore
+    zeroes its schedule when it is freed.
     """
 
     name: str
@@ -61,7 +65,7 @@ class ResolvedKey:
     key_type: str
     scheme: str
     segment_size: int
-    material: bytes = field(repr=False)
+    material: KeyMaterial = field(repr=False)
     expanded: aescore.ExpandedKey
 
 
@@ -251,7 +255,7 @@ class KeyCache:
             self._require_cached(name, versions, backend)
         return [self._resolve(info, number, backend) for number in versions]
 
-    def refreshed_candidates(self, name: str, backend: aescore.Backend) -> list[tuple[int, bytes]]:
+    def refreshed_candidates(self, name: str, backend: aescore.Backend) -> list[tuple[int, KeyMaterial]]:
         """``(version, material)`` of every version that may decrypt, after re-reading the metadata now.
 
         The ``more_candidates`` of a :class:`~app.formats.sealed.SealedDecryptor` whose candidates came from
@@ -357,6 +361,19 @@ class KeyCache:
         """
         with self._lock:
             self._trusted_until = deadline
+
+    def wipe(self) -> None:
+        """Forget every key as :meth:`clear` does, and zero every cached version's material now.
+
+        For sealing and shutdown: a request still using a wiped version reads zeros, so stop serving first.
+        Evicted and invalidated versions need no wipe: their memory is zeroed as soon as the last request
+        using them lets go.
+        """
+        with self._lock:
+            entries = list(self._entries.values())
+        self.clear()
+        for entry in entries:
+            wipe_secret(entry.material)
 
     def clear(self) -> None:
         """Forget every key. Counters are kept."""

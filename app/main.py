@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,7 +26,7 @@ from app.api.limits import BodyLimitMiddleware
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
 from app.api.routes import audit, batch, crypto, datakey, keys, ops, sys, tokens
-from app.api.state import close_state, open_state
+from app.api.state import close_state, open_state, wipe_secrets
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
 
@@ -57,6 +59,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if state.seal.seals_online and isinstance(app, KeystreamApp):
             app.sealable = state.seal  # the sealed gate (app/api/hotpath.py)
         sys.start_handover_listener(state)  # a multi-worker server's workers unseal and seal together
+        if settings.testing_wipe_on_sigusr2:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, wipe_secrets, state)
         logger.info(
             "keystream ready: data_dir=%s default_backend=%s usable=%s",
             settings.data_dir,

@@ -24,6 +24,7 @@ import uvicorn
 
 from app.audit import check_writable, worker_paths
 from app.core.config import Settings, get_settings
+from app.core.secret_memory import disable_core_dumps
 from app.keystore import open_keystore_for
 from app.seal import open_seal
 from app.services.security import install_root_token
@@ -144,6 +145,8 @@ def serve(settings: Settings | None = None) -> None:
         app.keystore.master.MasterKeyError: bad master key (nothing is served).
     """
     settings = settings if settings is not None else get_settings()
+    if not settings.allow_core_dumps:  # the supervisor too: its bootstrap may create the master key
+        disable_core_dumps()
     tls = ServerTls.from_settings(settings)
     if tls is not None:
         tls.context()  # a bad file stops the start here with one line, not in every worker

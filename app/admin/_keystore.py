@@ -104,7 +104,7 @@ def _seal(locations: tuple[str, str]) -> Seal:
     return FileSeal(*_master_key(locations))
 
 
-def _master_key(locations: tuple[str, str]) -> tuple[bytes, str]:
+def _master_key(locations: tuple[str, str]) -> tuple[memoryview, str]:
     """The master key from the environment, else from a SQLite data directory's ``master.key``, and where.
 
     Raises:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from app.audit import AuditKeys, AuditLog, audit_keys_for, worker_path
 from app.core.config import Settings
 from app.core.metrics import SEALED
+from app.core.secret_memory import disable_core_dumps
 from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
 from app.seal import Seal, open_seal
@@ -63,6 +64,8 @@ def open_state(settings: Settings) -> ServiceState:
         ServiceUnavailableError: the keystore cannot be opened.
         ValueError: ``root_token`` is not of the form ``ks_<id>_<secret>``.
     """
+    if not settings.allow_core_dumps:  # before the master key is read: no image of this process holds it
+        disable_core_dumps()
     seal = open_seal(settings)
     try:
         keystore = open_keystore_for(settings, seal)
@@ -134,6 +137,17 @@ def open_audit_log(settings: Settings, keys: AuditKeys) -> AuditLog | None:
     )
 
 
+def wipe_secrets(state: ServiceState) -> None:
+    """Zero every unwrapped key version this process caches and close the seal (zeroing the file seal's
+    master key): what sealing does to memory. The process cannot serve keys afterwards.
+
+    Expanded key schedules go with the cache entries (aescore zeroes them when freed); requests still in
+    flight may keep a few alive until they finish.
+    """
+    state.keycache.wipe()
+    state.seal.close()
+
+
 def start_unsealed(state: ServiceState) -> bool:
     """What a server unsealed a moment ago starts: the audit keys and log, the automatic rotations (blocking:
     call from a thread). Idempotent: a second call (the handover racing a request) does nothing.
@@ -168,20 +182,19 @@ def stop_sealed(state: ServiceState) -> AuditLog | None:
         state.seal.close()
         SEALED.set(1)
         state.auto_rotator.stop()
-        state.keycache.clear()
+        state.keycache.wipe()
         log, state.audit, state.audit_keys = state.audit, None, None
         return log
 
 
 def close_state(state: ServiceState) -> None:
     """Stop the automatic rotations, the change-log follower and the python-backend processes; close the
-    keystore."""
+    keystore; zero the cached key versions and the master key (:func:`wipe_secrets`)."""
     state.auto_rotator.stop()
     state.follower.stop()
     if state.backends.offload is not None:
         state.backends.offload.shutdown()
-    state.keycache.clear()
     state.keystore.close()
-    state.seal.close()
+    wipe_secrets(state)
     if state.audit is not None:
         state.audit.close()

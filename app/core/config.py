@@ -148,6 +148,12 @@ class Settings(BaseSettings):
     )
 
     allow_key_import: bool = False
+    allow_core_dumps: bool = Field(
+        default=False,
+        description="Leave core dumps on: by default every process turns them off for itself "
+        "(prctl(PR_SET_DUMPABLE, 0) and RLIMIT_CORE 0), which also refuses gcore and ptrace to non-root "
+        "users.",
+    )
     key_cache_size: int = Field(default=1024, ge=1)
     #: Coherence comes from the change log (see docs/operations.md); these TTLs are only a last-resort bound.
     key_metadata_ttl: float = Field(default=60.0, ge=0)
@@ -177,6 +183,13 @@ class Settings(BaseSettings):
         le=3600,
         description="TESTING ONLY: the shortest auto_rotate_period a key may get (default 1 hour, as Vault). "
         "Tests lower it to watch a key rotate within seconds; never lower it in production.",
+    )
+
+    testing_wipe_on_sigusr2: bool = Field(
+        default=False,
+        description="TESTING ONLY: SIGUSR2 makes a worker zero its cached key versions and close its seal "
+        "(what sealing does to memory; the worker then fails every keyed request). For the core-image test; "
+        "never set it in production.",
     )
 
     batch_max_items: int = Field(default=1000, ge=1)

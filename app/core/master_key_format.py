@@ -6,9 +6,10 @@ environment or ``master.key`` (:mod:`app.keystore.master`). Messages never echo 
 
 from __future__ import annotations
 
-import base64
-import binascii
+import re
 from pathlib import Path
+
+from app.core.secret_memory import secret_buffer
 
 __all__ = [
     "GENERATE_HINT",
@@ -32,8 +33,19 @@ class MasterKeyError(RuntimeError):
     """
 
 
-def parse_master_key(value: str, source: str) -> bytes:
-    """Decode a base64 (standard or URL-safe alphabet) master key.
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+#: Sextet of each base64 character; ``-`` and ``_`` are the URL-safe alphabet's ``+`` and ``/``.
+_SEXTETS = {character: index for index, character in enumerate(_ALPHABET + "+/")} | {"-": 62, "_": 63}
+_BASE64 = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
+
+
+def parse_master_key(value: str, source: str) -> memoryview:
+    """Decode a base64 (standard or URL-safe alphabet) master key into locked memory.
+
+    The bytes are written straight into a :class:`~app.core.secret_memory.SecretBuffer`, a few bits at a
+    time: no ``bytes`` object ever holds the key (``base64.b64decode`` would leave one in freed memory).
+    Returns a read-only view of it (equal to the key's ``bytes``); the memory is zeroed when the last view
+    is dropped.
 
     Args:
         value: the text, surrounding whitespace allowed.
@@ -43,24 +55,30 @@ def parse_master_key(value: str, source: str) -> bytes:
         MasterKeyError: not base64, or not 32 bytes once decoded. The message never echoes the value.
     """
     text = value.strip()
-    decoded: bytes | None = None
-    for altchars in (None, b"-_"):
-        try:
-            decoded = base64.b64decode(text, altchars=altchars, validate=True)
-            break
-        except (binascii.Error, ValueError):
-            continue
-    if decoded is None:
+    if _BASE64.fullmatch(text) is None or len(text) % 4 or "=" in text.rstrip("="):
         raise MasterKeyError(
             f"the master key in {source} is not valid base64; it must be the base64 encoding of "
             f"{MASTER_KEY_SIZE} random bytes, e.g. from: {GENERATE_HINT}"
         )
-    if len(decoded) != MASTER_KEY_SIZE:
+    padding = len(text) - len(text.rstrip("="))
+    length = len(text) // 4 * 3 - padding
+    if length != MASTER_KEY_SIZE:
         raise MasterKeyError(
-            f"the master key in {source} decodes to {len(decoded)} bytes; it must be {MASTER_KEY_SIZE} "
+            f"the master key in {source} decodes to {length} bytes; it must be {MASTER_KEY_SIZE} "
             f"random bytes, base64-encoded, e.g. from: {GENERATE_HINT}"
         )
-    return decoded
+    key = secret_buffer(MASTER_KEY_SIZE)
+    view = key.view()
+    position = 0
+    for start in range(0, len(text), 4):
+        group = 0
+        for character in text[start : start + 4]:
+            group = group << 6 | _SEXTETS.get(character, 0)
+        for shift in (16, 8, 0):
+            if position < MASTER_KEY_SIZE:
+                view[position] = group >> shift & 0xFF
+                position += 1
+    return key.readonly()
 
 
 def check_master_key_source(env_value: str | None, key_file: Path | None, *, shared_database: bool) -> None:

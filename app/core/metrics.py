@@ -61,6 +61,13 @@ KEY_CACHE_REQUESTS = Counter(
     "Lookups in the expanded-key cache.",
     ["result"],
 )
+SECRET_MEMORY_UNLOCKED = Gauge(
+    "keystream_secret_memory_unlocked_bytes",
+    "Bytes of memory for secrets (the master key, unwrapped key versions) that could not be locked (mlock "
+    "refused: RLIMIT_MEMLOCK or CAP_IPC_LOCK); 0 when all of it is locked. Unlocked secrets may be swapped "
+    "to disk.",
+    multiprocess_mode="livesum",
+)
 KEY_CACHE_EVICTIONS = Counter(
     "keystream_key_cache_evictions",
     "Entries evicted from the expanded-key cache because it was full.",

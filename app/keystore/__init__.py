@@ -132,7 +132,7 @@ def open_keystore(
     )
 
 
-def load_master_key_for(settings: Settings, *, create: bool = True) -> bytes:
+def load_master_key_for(settings: Settings, *, create: bool = True) -> memoryview:
     """The file seal's master key from where ``settings`` say (:func:`app.seal.file.load_master_key_for`).
 
     Raises:

@@ -156,7 +156,8 @@ class KeyStore(abc.ABC):
         scheme: str = DEFAULT_SCHEME,
         auto_rotate_period: int | str = 0,
     ) -> KeyInfo:
-        """Create key ``name`` with a random version 1 (``secrets.token_bytes``) and the sealed ``scheme``.
+        """Create key ``name`` with a random version 1 (``getrandom``, into locked memory) and the sealed
+        ``scheme``.
 
         ``auto_rotate_period`` (seconds or a duration string, 0: off) is checked by
         :func:`~app.keystore.rotation.check_auto_rotate_period` against :attr:`auto_rotate_min_period`.
@@ -287,10 +288,12 @@ class KeyStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def key_material(self, name: str, version: int) -> bytes:
+    def key_material(self, name: str, version: int) -> memoryview:
         """Return the unwrapped material of one version of a key.
 
-        The only way material leaves the store. Callers keep it out of logs and errors.
+        The only way material leaves the store. Callers keep it out of logs and errors. It is a read-only
+        view of locked memory left out of core dumps, zeroed when the last view of it is dropped
+        (:mod:`app.core.secret_memory`); it compares equal to the ``bytes`` it holds.
 
         Raises:
             KeyNotFoundError: no such key.

@@ -67,7 +67,7 @@ class CopySummary:
         )
 
 
-def _materials(key: KeyExport, seal: Seal) -> list[bytes]:
+def _materials(key: KeyExport, seal: Seal) -> list[memoryview]:
     """Every version of ``key`` unwrapped (raises ``KeyUnwrapError`` naming the key and version only)."""
     return [
         unwrap_key_material(seal, key.info.name, version.version, blob)

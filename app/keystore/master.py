@@ -92,13 +92,17 @@ def key_associated_data(name: str, version: int) -> bytes:
     return f"keystream:key:{name}:{version}".encode()
 
 
-def wrap_key_material(seal: Seal | bytes, name: str, version: int, material: bytes) -> bytes:
-    """Wrap ``material`` under ``seal``, bound to ``(name, version)``."""
+def wrap_key_material(seal: Seal | bytes, name: str, version: int, material: bytes | memoryview) -> bytes:
+    """Wrap ``material`` (any buffer, read in place) under ``seal``, bound to ``(name, version)``."""
     return as_seal(seal).wrap(material, key_associated_data(name, version))
 
 
-def unwrap_key_material(seal: Seal | bytes, name: str, version: int, wrapped: bytes) -> bytes:
+def unwrap_key_material(seal: Seal | bytes, name: str, version: int, wrapped: bytes) -> memoryview:
     """Unwrap what :func:`wrap_key_material` produced for the same ``(name, version)``.
+
+    The material comes back as a read-only view of locked memory left out of core dumps
+    (:mod:`app.core.secret_memory`), zeroed once the last view of it is dropped; it compares equal to the
+    ``bytes`` it holds.
 
     Raises:
         KeyUnwrapError: the blob does not authenticate: another seal or master key, another name/version, or
@@ -106,7 +110,7 @@ def unwrap_key_material(seal: Seal | bytes, name: str, version: int, wrapped: by
         SealError: the seal is sealed or its device fails.
     """
     try:
-        return as_seal(seal).unwrap(bytes(wrapped), key_associated_data(name, version))
+        return as_seal(seal).unwrap_secret(bytes(wrapped), key_associated_data(name, version))
     except SealUnwrapError:
         pass  # raised outside the handler: no chained exception that could carry the blob
     raise KeyUnwrapError(

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from app.core.master_key_format import MasterKeyError
+from app.core.secret_memory import secret_copy
 
 __all__ = ["SEAL_KINDS", "Seal", "SealError", "SealUnwrapError"]
 
@@ -90,7 +91,7 @@ class Seal(abc.ABC):
         """A short phrase for messages (``"the file seal (data/master.key)"``); never a secret."""
 
     @abc.abstractmethod
-    def wrap(self, plaintext: bytes, associated_data: bytes) -> bytes:
+    def wrap(self, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
         """Encrypt and authenticate ``plaintext`` bound to ``associated_data``; the blob names this seal.
 
         Raises:
@@ -106,6 +107,19 @@ class Seal(abc.ABC):
                 is corrupt.
             SealError: the seal is sealed or its device fails.
         """
+
+    def unwrap_secret(self, blob: bytes, associated_data: bytes) -> memoryview:
+        """:meth:`unwrap` into locked memory (:mod:`app.core.secret_memory`), for secrets of up to 64 bytes.
+
+        Returns a read-only view that keeps the secret alive; the memory is zeroed when the last view goes.
+        This default copies the ``bytes`` :meth:`unwrap` returns (a seal whose device hands back ``bytes``
+        cannot avoid that copy); the file seal decrypts straight into locked memory.
+
+        Raises:
+            SealUnwrapError, SealError: as :meth:`unwrap`.
+            ValueError: the plaintext is longer than a secret buffer holds.
+        """
+        return secret_copy(self.unwrap(blob, associated_data)).readonly()
 
     def derive_key(self, salt: bytes, info: bytes, length: int) -> bytes:
         """HKDF-SHA256 of the master key, for secrets derived from it rather than stored.

@@ -5,25 +5,29 @@ or ``<data_dir>/master.key`` (base64 text, mode 0600, generated on first start; 
 mode 0700), usually next to the database it protects: whoever can read the data directory can unwrap every
 key. Production deployments use a seal whose key never leaves a device (:mod:`app.seal.pkcs11`).
 
-Blobs are AES-256-GCM (pycryptodome) in the ``0x01`` layout of :mod:`app.seal.blob`, byte for byte what
-Keystream wrote before seals existed. No function here puts key bytes into an exception, a log line or a
-``repr``.
+Blobs are AES-256-GCM in the ``0x01`` layout of :mod:`app.seal.blob`, byte for byte what Keystream wrote
+before seals existed. No function here puts key bytes into an exception, a log line or a ``repr``.
+
+The master key never sits in a ``bytes`` object: it is decoded into locked memory left out of core dumps
+(:mod:`app.core.secret_memory`) and zeroed by :meth:`FileSeal.close` (and at exit). Each wrap and unwrap
+builds its AES-GCM key schedule with aescore's ``aesni`` backend, which zeroes it as soon as the call is
+done (pycryptodome frees its schedules without zeroing them, leaving the master key in freed heap memory:
+it is used only on a CPU without AES-NI). :meth:`FileSeal.unwrap_secret` decrypts straight into locked
+memory, and :meth:`FileSeal.derive_key` runs HKDF with the standard library's OpenSSL HMAC, whose contexts
+are cleansed when freed.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
+import hmac
 import logging
 import os
-import secrets
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
-
-from Crypto.Cipher import AES
-from Crypto.Hash import SHA256
-from Crypto.Protocol.KDF import HKDF
 
 from app.core.master_key_format import (
     MASTER_KEY_SIZE,
@@ -31,7 +35,9 @@ from app.core.master_key_format import (
     check_master_key_source,
     parse_master_key,
 )
+from app.core.secret_memory import SecretBuffer, random_secret, secret_copy, wipe_secret
 
+from .aead import open_blob, open_blob_secret, seal_blob
 from .base import Seal, SealError, SealUnwrapError
 from .blob import FORMAT_FILE_V1, NONCE_SIZE, TAG_SIZE
 
@@ -60,18 +66,22 @@ MASTER_KEY_MODE = 0o600
 _FORMAT = bytes([FORMAT_FILE_V1])
 
 
-def check_master_key(master_key: object) -> bytes:
-    """Return ``master_key`` as bytes if it is 32 bytes long.
+def check_master_key(master_key: object) -> memoryview:
+    """A copy of ``master_key`` in locked memory if it is 32 bytes long, as a read-only view (the caller's
+    own copy stays the caller's: dropping the last view of a :class:`SecretBuffer` zeroes it).
 
     Raises:
         MasterKeyError: not bytes-like, or another length.
     """
-    if not isinstance(master_key, bytes | bytearray | memoryview):
+    if isinstance(master_key, SecretBuffer):
+        view = master_key.readonly()
+    elif isinstance(master_key, bytes | bytearray | memoryview):
+        view = memoryview(master_key).cast("B")
+    else:
         raise MasterKeyError(f"the master key must be bytes, got {type(master_key).__name__}")
-    key = bytes(master_key)
-    if len(key) != MASTER_KEY_SIZE:
-        raise MasterKeyError(f"the master key must be {MASTER_KEY_SIZE} bytes long, got {len(key)} bytes")
-    return key
+    if len(view) != MASTER_KEY_SIZE:
+        raise MasterKeyError(f"the master key must be {MASTER_KEY_SIZE} bytes long, got {len(view)} bytes")
+    return secret_copy(view).readonly()
 
 
 def ensure_data_dir(data_dir: Path) -> Path:
@@ -140,14 +150,14 @@ def read_private_file(path: Path, label: str, error: type[MasterKeyError] = Mast
         os.close(fd)
 
 
-def _read_master_key_file(path: Path) -> bytes:
+def _read_master_key_file(path: Path) -> memoryview:
     data = read_private_file(path, f"master key file {path}")
     if not data.isascii():  # checked, not caught: a UnicodeDecodeError would carry the file's bytes
         raise MasterKeyError(f"master key file {path} is not base64 text of {MASTER_KEY_SIZE} bytes")
     return parse_master_key(data.decode("ascii"), str(path))
 
 
-def read_master_key_file(path: Path) -> bytes:
+def read_master_key_file(path: Path) -> memoryview:
     """Read a master key file given explicitly (``KEYSTREAM_MASTER_KEY_FILE``, e.g. a mounted secret).
 
     Raises:
@@ -180,15 +190,15 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def _create_master_key_file(path: Path) -> bytes | None:
+def _create_master_key_file(path: Path) -> memoryview | None:
     """Write a new random master key to ``path`` atomically; ``None`` when another process was first.
 
     The key is written to a unique temporary file and hard-linked into place, so ``path`` never exists
     half-written even while several workers start at once.
     """
-    key = secrets.token_bytes(MASTER_KEY_SIZE)
-    content = base64.b64encode(key) + b"\n"
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
+    key = random_secret(MASTER_KEY_SIZE)
+    content = base64.b64encode(key.view()) + b"\n"
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(8).hex()}.tmp")
     _write_new_file(temporary, content)
     try:
         os.link(temporary, path)
@@ -204,10 +214,10 @@ def _create_master_key_file(path: Path) -> bytes | None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
     _fsync_dir(path.parent)
-    return key
+    return key.readonly()
 
 
-def load_or_create_master_key(data_dir: Path, env_value: str | None) -> bytes:
+def load_or_create_master_key(data_dir: Path, env_value: str | None) -> memoryview:
     """Return the master key, creating the data directory (0700) and, on first start, ``master.key`` (0600).
 
     Args:
@@ -233,11 +243,25 @@ def load_or_create_master_key(data_dir: Path, env_value: str | None) -> bytes:
     return _read_master_key_file(key_path)
 
 
+def _hkdf_sha256(key: memoryview, salt: bytes, info: bytes, length: int) -> bytes:
+    """HKDF-SHA256 (RFC 5869) with OpenSSL's HMAC, which cleanses its contexts; an empty salt is 32 zeros."""
+    prk = hmac.digest(salt or bytes(hashlib.sha256().digest_size), key, "sha256")
+    output = b""
+    block = b""
+    counter = 1
+    while len(output) < length:
+        block = hmac.digest(prk, block + info + bytes([counter]), "sha256")
+        output += block
+        counter += 1
+    return output[:length]
+
+
 class FileSeal(Seal):
-    """The master key in memory; wraps with AES-256-GCM in the ``0x01`` layout (generation 1).
+    """The master key in locked memory; wraps with AES-256-GCM in the ``0x01`` layout (generation 1).
 
     Args:
-        master_key: the 32 bytes (kept privately; never in a ``repr``).
+        master_key: the 32 bytes (never in a ``repr``), copied into locked memory (a :class:`SecretBuffer`
+            or any bytes-like value).
         source: where the key came from, for messages (``"KEYSTREAM_MASTER_KEY"``, a file path).
 
     Raises:
@@ -247,8 +271,8 @@ class FileSeal(Seal):
     kind: ClassVar[str] = "file"
     derives_keys: ClassVar[bool] = True
 
-    def __init__(self, master_key: bytes, source: str = "the master key") -> None:
-        self._key: bytes | None = check_master_key(master_key)
+    def __init__(self, master_key: bytes | memoryview | SecretBuffer, source: str = "the master key") -> None:
+        self._key: memoryview | None = check_master_key(master_key)
         self._source = source
 
     @property
@@ -265,18 +289,25 @@ class FileSeal(Seal):
         """``the file seal (<source>)``."""
         return f"the file seal ({self._source})"
 
-    def _master(self) -> bytes:
-        if self._key is None:
+    def _master(self) -> memoryview:
+        key = self._key
+        if key is None:
             raise SealError(f"{self.describe()} is closed")
-        return self._key
+        return key
 
-    def wrap(self, plaintext: bytes, associated_data: bytes) -> bytes:
-        """AES-256-GCM under the master key with a random 12-byte nonce: ``0x01 | nonce | ct | tag``."""
+    def wrap(self, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
+        """AES-256-GCM under the master key with a random 12-byte nonce: ``0x01 | nonce | ct | tag``.
+
+        ``plaintext`` may be any buffer (a :class:`SecretBuffer`'s view): it is read in place.
+        """
         nonce = os.urandom(NONCE_SIZE)
-        cipher = AES.new(self._master(), AES.MODE_GCM, nonce=nonce)
-        cipher.update(associated_data)
-        ciphertext, tag = cipher.encrypt_and_digest(plaintext)
-        return _FORMAT + nonce + ciphertext + tag
+        return _FORMAT + nonce + seal_blob(self._master(), nonce, plaintext, associated_data)
+
+    @staticmethod
+    def _parts(blob: bytes) -> tuple[bytes, bytes]:
+        if len(blob) < 1 + NONCE_SIZE + TAG_SIZE or blob[:1] != _FORMAT:
+            raise SealUnwrapError("not a file seal blob")
+        return blob[1 : 1 + NONCE_SIZE], blob[1 + NONCE_SIZE :]
 
     def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
         """Open a ``0x01`` blob.
@@ -285,29 +316,31 @@ class FileSeal(Seal):
             SealUnwrapError: another layout (another seal's blob), another master key or associated data,
                 or corruption.
         """
-        blob = bytes(blob)
-        if len(blob) < 1 + NONCE_SIZE + TAG_SIZE or blob[:1] != _FORMAT:
-            raise SealUnwrapError("not a file seal blob")
-        cipher = AES.new(self._master(), AES.MODE_GCM, nonce=blob[1 : 1 + NONCE_SIZE])
-        cipher.update(associated_data)
-        try:
-            plaintext: bytes = cipher.decrypt_and_verify(blob[1 + NONCE_SIZE : -TAG_SIZE], blob[-TAG_SIZE:])
-        except ValueError:
-            raise SealUnwrapError("the blob does not authenticate") from None
-        return plaintext
+        nonce, sealed = self._parts(bytes(blob))
+        return open_blob(self._master(), nonce, sealed, associated_data)
+
+    def unwrap_secret(self, blob: bytes, associated_data: bytes) -> memoryview:
+        """Open a ``0x01`` blob straight into locked memory: no ``bytes`` object holds the plaintext.
+
+        Raises:
+            SealUnwrapError: as :meth:`unwrap`.
+            ValueError: the plaintext is longer than a secret buffer holds (64 bytes).
+        """
+        nonce, sealed = self._parts(bytes(blob))
+        return open_blob_secret(self._master(), nonce, sealed, associated_data)
 
     def derive_key(self, salt: bytes, info: bytes, length: int) -> bytes:
         """HKDF-SHA256 (RFC 5869) of the master key with ``salt`` and ``info``."""
-        derived = HKDF(self._master(), length, salt, SHA256, 1, context=info)
-        assert isinstance(derived, bytes)
-        return derived
+        return _hkdf_sha256(self._master(), salt, info, length)
 
     def close(self) -> None:
-        """Forget the master key (drop this object's reference to it)."""
-        self._key = None
+        """Zero the master key's memory and forget it; the seal is sealed afterwards (idempotent)."""
+        key, self._key = self._key, None
+        if key is not None:
+            wipe_secret(key)
 
 
-def load_master_key_for(settings: Settings, *, create: bool = True) -> tuple[bytes, str]:
+def load_master_key_for(settings: Settings, *, create: bool = True) -> tuple[memoryview, str]:
     """The master key from where ``settings`` say, and that place's name for messages.
 
     The places: ``master_key_file``, ``master_key``, or (SQLite only) ``data_dir/master.key``, generated on

@@ -18,13 +18,17 @@ environment; the supervisor keeps no share.
 The channel is a :func:`multiprocessing.Pipe` the supervisor creates per worker: its worker end reaches the
 spawned process as an inherited file descriptor, never through argv, the environment or a file, and no
 other process holds it. Messages are one kind byte, then the 32 key bytes (``U``) or the share's text
-(``P``); ``R`` (reset) and ``S`` (sealed) carry nothing.
+(``P``); ``R`` (reset) and ``S`` (sealed) carry nothing. Messages pass through buffers zeroed after use; a
+received key is kept in locked memory (:mod:`app.core.secret_memory`).
 """
 
 from __future__ import annotations
 
 import threading
+from multiprocessing import BufferTooShort
 from multiprocessing.connection import Connection
+
+from app.core.secret_memory import secret_copy
 
 __all__ = [
     "MAX_MESSAGE_SIZE",
@@ -36,6 +40,8 @@ __all__ = [
     "install",
     "installed",
     "parse_message",
+    "read_message",
+    "send_message",
 ]
 
 UNSEALED = b"U"
@@ -48,20 +54,56 @@ _KEY_SIZE = 32
 _installed: list[Handover] = []
 
 
-def parse_message(message: bytes) -> tuple[bytes, bytes | None]:
-    """The kind (:data:`UNSEALED`, :data:`SEALED`, :data:`SHARE`, :data:`RESET`) and payload of a message.
+def parse_message(message: bytes | memoryview) -> tuple[bytes, bytes | memoryview | None]:
+    """The kind (:data:`UNSEALED`, :data:`SEALED`, :data:`SHARE`, :data:`RESET`) and payload of a message:
+    for ``U`` the key copied into locked memory (:func:`~app.core.secret_memory.secret_copy`), for ``P`` the
+    share.
 
     Raises:
         ValueError: not a message of this channel (its content is not quoted).
     """
-    kind = message[:1]
-    if kind == UNSEALED and len(message) == 1 + _KEY_SIZE:
-        return kind, message[1:]
-    if kind == SHARE and 1 < len(message) <= MAX_MESSAGE_SIZE and message.isascii():
-        return kind, message[1:]
-    if kind in (SEALED, RESET) and len(message) == 1:
+    view = memoryview(message).cast("B")
+    kind = bytes(view[:1])
+    if kind == UNSEALED and len(view) == 1 + _KEY_SIZE:
+        return kind, secret_copy(view[1:]).readonly()
+    if kind == SHARE and 1 < len(view) <= MAX_MESSAGE_SIZE and bytes(view[1:]).isascii():
+        return kind, bytes(view[1:])
+    if kind in (SEALED, RESET) and len(view) == 1:
         return kind, None
-    raise ValueError(f"not a handover message ({len(message)} bytes)")
+    raise ValueError(f"not a handover message ({len(view)} bytes)")
+
+
+def read_message(connection: Connection) -> tuple[bytes, bytes | memoryview | None]:
+    """Receive one message into a buffer that is zeroed afterwards (the key is kept only in locked memory).
+
+    Raises:
+        EOFError: the other end closed the channel.
+        ValueError: a message not of this channel.
+    """
+    buffer = bytearray(MAX_MESSAGE_SIZE)
+    try:
+        try:
+            size = connection.recv_bytes_into(buffer)
+        except BufferTooShort:
+            raise ValueError("a handover message that is too long") from None
+        except OSError as exc:
+            raise EOFError("the handover channel closed") from exc
+        return parse_message(memoryview(buffer)[:size])
+    finally:
+        buffer[:] = bytes(len(buffer))
+
+
+def send_message(connection: Connection, kind: bytes, payload: bytes | memoryview = b"") -> None:
+    """Send one message from a buffer that is zeroed afterwards.
+
+    Raises:
+        OSError: the other end is gone.
+    """
+    message = bytearray(kind) + payload
+    try:
+        connection.send_bytes(message)
+    finally:
+        message[:] = bytes(len(message))
 
 
 class Handover:
@@ -71,41 +113,37 @@ class Handover:
         self._connection = connection
         self._sending = threading.Lock()
 
-    def announce_unsealed(self, key: bytes) -> None:
-        """Tell the supervisor this worker rebuilt ``key`` (it hands it to the other workers)."""
-        self._send(UNSEALED + bytes(key))
-
     def announce_share(self, share: str) -> None:
         """Pass on a share this worker accepted below the threshold (the others count it too)."""
-        self._send(SHARE + share.strip().encode("ascii", "replace")[: MAX_MESSAGE_SIZE - 1])
+        self._send(SHARE, share.strip().encode("ascii", "replace")[: MAX_MESSAGE_SIZE - 1])
 
     def announce_reset(self) -> None:
         """Pass on a reset of the unseal progress."""
         self._send(RESET)
 
+    def announce_unsealed(self, key: bytes | memoryview) -> None:
+        """Tell the supervisor this worker rebuilt ``key`` (it hands it to the other workers)."""
+        self._send(UNSEALED, key)
+
     def announce_sealed(self) -> None:
         """Tell the supervisor this worker sealed (it seals the other workers and forgets the key)."""
         self._send(SEALED)
 
-    def _send(self, message: bytes) -> None:
+    def _send(self, kind: bytes, payload: bytes | memoryview = b"") -> None:
         with self._sending:
             try:
-                self._connection.send_bytes(message)
+                send_message(self._connection, kind, payload)
             except OSError:
                 pass  # the supervisor is gone: the worker is about to be stopped anyway
 
-    def receive(self) -> tuple[bytes, bytes | None]:
+    def receive(self) -> tuple[bytes, bytes | memoryview | None]:
         """Block until the supervisor passes on a message of another worker (see :func:`parse_message`).
 
         Raises:
             EOFError: the supervisor closed the channel (it is stopping).
             ValueError: a message not of this channel.
         """
-        try:
-            message = self._connection.recv_bytes(MAX_MESSAGE_SIZE)
-        except OSError as exc:
-            raise EOFError("the handover channel closed") from exc
-        return parse_message(message)
+        return read_message(self._connection)
 
 
 def install(connection: Connection) -> None:

@@ -197,15 +197,19 @@ class Pkcs11Seal(Seal):
             except binding.PKCS11Error as exc:
                 raise SealError(f"{self.describe()} failed: {type(exc).__name__}") from None
 
-    def wrap(self, plaintext: bytes, associated_data: bytes) -> bytes:
-        """AES-256-GCM in the token: ``header | iv | ciphertext | tag``; the header is associated data."""
+    def wrap(self, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
+        """AES-256-GCM in the token: ``header | iv | ciphertext | tag``; the header is associated data.
+
+        python-pkcs11 takes ``bytes`` only: key material from locked memory is copied into one for the call.
+        """
+        data = bytes(plaintext)
         header = v2_header(self.kind, self.generation)
         iv = os.urandom(NONCE_SIZE)
 
         def encrypt(binding: Any) -> bytes:
             params = binding.GCMParams(iv, header + associated_data, _TAG_BITS)
             sealed: bytes = self._key.encrypt(
-                plaintext, mechanism=binding.Mechanism.AES_GCM, mechanism_param=params
+                data, mechanism=binding.Mechanism.AES_GCM, mechanism_param=params
             )
             return sealed
 

@@ -8,10 +8,11 @@ reconstructed key is checked against the check value before it is used, so wrong
 wrong key. :meth:`ShamirSeal.seal` wipes the key again.
 
 Blobs use the ``0x02`` layout of :mod:`app.seal.blob` (seal kind ``shamir``, generation 1): AES-256-GCM
-(pycryptodome) with the six header bytes in the associated data.
+(:mod:`app.seal.aead`) with the six header bytes in the associated data.
 
-The key lives in a ``bytearray`` that :meth:`ShamirSeal.seal` overwrites with zeros. No method puts key or
-share bytes into an exception, a log line or a ``repr``.
+The key lives in locked memory left out of core dumps (:mod:`app.core.secret_memory`), rebuilt straight into
+it, and :meth:`ShamirSeal.seal` zeroes it. No method puts key or share bytes into an exception, a log line or
+a ``repr``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from Crypto.Cipher import AES
+from app.core.secret_memory import secret_copy, wipe_secret
 
+from .aead import open_blob, open_blob_secret, seal_blob
 from .base import Seal, SealError, SealUnwrapError
-from .blob import NONCE_SIZE, TAG_SIZE, V2_HEADER_SIZE, blob_origin, v2_header
+from .blob import NONCE_SIZE, V2_HEADER_SIZE, blob_origin, v2_header
 from .shares import InvalidShareError, Share, ShareParameters, combine_shares, decode_share
 
 __all__ = ["MASTER_KEY_SIZE", "ShamirSeal", "UnsealProgress", "new_master_key"]
@@ -62,13 +64,13 @@ class ShamirSeal(Seal):
 
     def __init__(
         self,
-        master_key: bytes | None = None,
+        master_key: bytes | memoryview | None = None,
         parameters: ShareParameters | None = None,
         *,
         initialising: bool = False,
     ) -> None:
         self._lock = threading.Lock()
-        self._key: bytearray | None = None
+        self._key: memoryview | None = None
         self._parameters = parameters
         self._matches: Callable[[Seal], bool] | None = None
         self._given: list[Share] = []
@@ -76,7 +78,7 @@ class ShamirSeal(Seal):
         if master_key is not None:
             if len(master_key) != MASTER_KEY_SIZE:
                 raise SealError(f"the master key must be {MASTER_KEY_SIZE} bytes long, got {len(master_key)}")
-            self._key = bytearray(master_key)
+            self._key = secret_copy(master_key).readonly()
 
     @property
     def generation(self) -> int:
@@ -146,7 +148,7 @@ class ShamirSeal(Seal):
             raise SealError("the shamir seal does not know its share set yet: open the keystore first")
         return self._parameters
 
-    def submit_share(self, text: str) -> bytes | None:
+    def submit_share(self, text: str) -> memoryview | None:
         """Add one share; at the threshold, rebuild the key, check it and unseal.
 
         A refused share leaves the progress as it was. Giving a share to an unsealed seal is refused too.
@@ -184,11 +186,11 @@ class ShamirSeal(Seal):
                     "the shares given do not rebuild this keystore's master key (a wrong share); progress "
                     "is kept without this one: try another share, or reset",
                 )
-            self._key = bytearray(key)
+            self._key = key
             self._given = []
             return key
 
-    def _key_matches(self, key: bytes) -> bool:
+    def _key_matches(self, key: bytes | memoryview) -> bool:
         if self._matches is None:
             return False
         candidate = ShamirSeal(key, self._parameters)
@@ -197,17 +199,17 @@ class ShamirSeal(Seal):
         finally:
             candidate.seal()
 
-    def unseal_with_key(self, key: bytes) -> None:
+    def unseal_with_key(self, key: bytes | memoryview) -> None:
         """Unseal with a key another worker rebuilt (handed over by the supervisor); checked first.
 
         Raises:
             SealError: the key is not this keystore's master key, or the parameters are unknown.
         """
         self._known_parameters()
-        if len(key) != MASTER_KEY_SIZE or not self._key_matches(bytes(key)):
+        if len(key) != MASTER_KEY_SIZE or not self._key_matches(key):
             raise SealError("the key handed over does not open this keystore's check value")
         with self._lock:
-            self._key = bytearray(key)
+            self._key = secret_copy(key).readonly()
             self._given = []
 
     def reset(self) -> None:
@@ -219,24 +221,42 @@ class ShamirSeal(Seal):
         """Wipe the master key (overwritten with zeros) and the shares given; sealed afterwards."""
         with self._lock:
             if self._key is not None:
-                self._key[:] = bytes(len(self._key))
+                wipe_secret(self._key)
             self._key = None
             self._given = []
 
-    def _master(self) -> bytes:
+    def _master(self) -> memoryview:
         key = self._key
         if key is None:
             raise SealError(f"{self.describe()} is sealed: unseal it with POST /v1/sys/unseal")
-        return bytes(key)
+        return key
 
-    def wrap(self, plaintext: bytes, associated_data: bytes) -> bytes:
+    def wrap(self, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
         """AES-256-GCM under the rebuilt master key: ``header | nonce | ciphertext | tag``."""
         header = v2_header(self.kind, self.generation)
         nonce = os.urandom(NONCE_SIZE)
-        cipher = AES.new(self._master(), AES.MODE_GCM, nonce=nonce)
-        cipher.update(header + associated_data)
-        ciphertext, tag = cipher.encrypt_and_digest(plaintext)
-        return header + nonce + ciphertext + tag
+        return header + nonce + seal_blob(self._master(), nonce, plaintext, header + associated_data)
+
+    def _parts(self, blob: bytes) -> tuple[bytes, bytes, bytes]:
+        """``(header, nonce, ciphertext || tag)`` of a blob of this seal's kind and generation."""
+        origin = blob_origin(blob)
+        if origin is None or origin.kind != self.kind or origin.generation != self.generation:
+            raise SealUnwrapError("not a blob of this seal")
+        return (
+            blob[:V2_HEADER_SIZE],
+            blob[V2_HEADER_SIZE : V2_HEADER_SIZE + NONCE_SIZE],
+            blob[V2_HEADER_SIZE + NONCE_SIZE :],
+        )
+
+    def unwrap_secret(self, blob: bytes, associated_data: bytes) -> memoryview:
+        """:meth:`unwrap` straight into locked memory (no ``bytes`` object holds the plaintext).
+
+        Raises:
+            SealUnwrapError, SealError: as :meth:`unwrap`.
+            ValueError: the plaintext is longer than a secret buffer holds (64 bytes).
+        """
+        header, nonce, sealed = self._parts(bytes(blob))
+        return open_blob_secret(self._master(), nonce, sealed, header + associated_data)
 
     def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
         """Open a blob of this seal's kind and generation.
@@ -245,21 +265,8 @@ class ShamirSeal(Seal):
             SealUnwrapError: another seal's or generation's blob, other associated data, or corruption.
             SealError: the seal is sealed.
         """
-        blob = bytes(blob)
-        origin = blob_origin(blob)
-        if origin is None or origin.kind != self.kind or origin.generation != self.generation:
-            raise SealUnwrapError("not a blob of this seal")
-        header = blob[:V2_HEADER_SIZE]
-        nonce = blob[V2_HEADER_SIZE : V2_HEADER_SIZE + NONCE_SIZE]
-        cipher = AES.new(self._master(), AES.MODE_GCM, nonce=nonce)
-        cipher.update(header + associated_data)
-        try:
-            opened: bytes = cipher.decrypt_and_verify(
-                blob[V2_HEADER_SIZE + NONCE_SIZE : -TAG_SIZE], blob[-TAG_SIZE:]
-            )
-        except ValueError:
-            raise SealUnwrapError("the blob does not authenticate") from None
-        return opened
+        header, nonce, sealed = self._parts(bytes(blob))
+        return open_blob(self._master(), nonce, sealed, header + associated_data)
 
     def close(self) -> None:
         """Seal (wipe the key); idempotent."""

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 from Crypto.Protocol.SecretSharing import Shamir
 
+from app.core.secret_memory import secret_buffer
+
 __all__ = [
     "MAX_SHARES",
     "SET_ID_SIZE",
@@ -171,6 +173,9 @@ def decode_share(text: str) -> Share:
         raise InvalidShareError("malformed", "not a share: it is not base32 text") from None
     if len(raw) != _SIZE:
         raise InvalidShareError("malformed", "not a share: it has the wrong length (a character missing?)")
+    if base64.b32encode(raw).decode("ascii").rstrip("=") != encoded:
+        # The last character carries unused bits: a typo there may decode to the same bytes; refuse it too.
+        raise InvalidShareError("checksum", "invalid share: its last character is not what it should be")
     body, check = raw[:_BODY_SIZE], raw[_BODY_SIZE:]
     if not secrets.compare_digest(hashlib.sha256(body).digest()[:_CHECK_SIZE], check):
         raise InvalidShareError("checksum", "invalid share: its check does not match (mistyped?)")
@@ -187,8 +192,11 @@ def decode_share(text: str) -> Share:
     return Share(parameters, index, halves)
 
 
-def combine_shares(shares: list[Share]) -> bytes:
-    """The 32-byte key that ``shares`` (distinct indexes, one set) rebuild.
+def combine_shares(shares: list[Share]) -> memoryview:
+    """The 32-byte key that ``shares`` (distinct indexes, one set) rebuild, in locked memory.
+
+    Each half is written straight into a :class:`~app.core.secret_memory.SecretBuffer` (a read-only view of
+    it is returned, zeroed when the last view goes): no ``bytes`` object ever holds the whole key.
 
     Fewer shares than the threshold rebuild *some* key, not the master key: the caller checks the result
     against the keystore's check value.
@@ -200,6 +208,8 @@ def combine_shares(shares: list[Share]) -> bytes:
         raise InvalidShareError("duplicate", "duplicate share: the same share was given twice")
     if len({share.parameters for share in shares}) > 1:
         raise InvalidShareError("foreign", "foreign share: the shares come from different inits")
-    first = Shamir.combine([(share.index, share.halves[0]) for share in shares])
-    second = Shamir.combine([(share.index, share.halves[1]) for share in shares])
-    return bytes(first) + bytes(second)
+    key = secret_buffer(32)
+    view = key.view()
+    view[:16] = Shamir.combine([(share.index, share.halves[0]) for share in shares])
+    view[16:] = Shamir.combine([(share.index, share.halves[1]) for share in shares])
+    return key.readonly()

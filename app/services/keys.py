@@ -23,6 +23,7 @@ from typing import TypeVar
 from anyio import to_thread
 
 import aescore
+from app.core.secret_memory import KeyMaterial
 from app.errors import ServiceUnavailableError
 from app.formats.sealed import SealedDecryptor, SealedEncryptor, SealedRewrapper
 from app.keycache import CacheMissError, KeyCache, ResolvedKey
@@ -110,7 +111,7 @@ class DecryptionKeys:
     """
 
     candidates: list[ResolvedKey]
-    more: Callable[[], list[tuple[int, bytes]]] | None
+    more: Callable[[], list[tuple[int, KeyMaterial]]] | None
 
     @property
     def first(self) -> ResolvedKey:
@@ -164,7 +165,7 @@ def _on_event_loop() -> bool:
 
 def _fresh_candidates(
     keycache: KeyCache, name: str, backend: aescore.Backend
-) -> Callable[[], list[tuple[int, bytes]]]:
+) -> Callable[[], list[tuple[int, KeyMaterial]]]:
     """A decryptor's ``more_candidates``: the key's versions after a fresh read of its metadata, read at most
     once per instance.
 
@@ -176,7 +177,7 @@ def _fresh_candidates(
     """
 
     @functools.cache
-    def more() -> list[tuple[int, bytes]]:
+    def more() -> list[tuple[int, KeyMaterial]]:
         if _on_event_loop():
             raise CacheMissError(name)
         return keycache.refreshed_candidates(name, backend)

@@ -39,9 +39,10 @@ from typing import Any
 import uvicorn
 
 from app.core.config import get_settings
+from app.core.secret_memory import wipe_secret
 from app.core.telemetry import release_process_metrics
 from app.errors import StartupRefusedError
-from app.seal.handover import MAX_MESSAGE_SIZE, SEALED, UNSEALED, install, parse_message
+from app.seal.handover import SEALED, UNSEALED, install, read_message, send_message
 from app.serving.protocol import BoundedHttpToolsProtocol
 from app.serving.tls import ServerTls
 
@@ -190,8 +191,8 @@ class Supervisor:
         self._grace = grace_seconds
         self._context = multiprocessing.get_context("spawn")
         self._stopping = False
-        #: The master key a worker rebuilt from shares, while the server is unsealed (never logged).
-        self._key: bytearray | None = None
+        #: The master key a worker rebuilt from shares (in locked memory), while the server is unsealed.
+        self._key: memoryview | None = None
 
     def _start(self, index: int) -> _Slot:
         channel, worker_end = self._context.Pipe(duplex=True)
@@ -204,14 +205,14 @@ class Supervisor:
         worker_end.close()  # the worker holds its own copy now
         slot = _Slot(process, index, channel)
         if self._key is not None:
-            self._send(slot, UNSEALED + bytes(self._key))  # a replacement comes back unsealed
+            self._send(slot, UNSEALED, self._key)  # a replacement comes back unsealed
         return slot
 
-    def _send(self, slot: _Slot, message: bytes) -> None:
+    def _send(self, slot: _Slot, kind: bytes, payload: bytes | memoryview | None = None) -> None:
         if slot.channel is None:
             return
         try:
-            slot.channel.send_bytes(message)
+            send_message(slot.channel, kind, b"" if payload is None else payload)
         except OSError:
             self._close_channel(slot)
 
@@ -223,7 +224,7 @@ class Supervisor:
 
     def _forget_key(self) -> None:
         if self._key is not None:
-            self._key[:] = bytes(len(self._key))
+            wipe_secret(self._key)
         self._key = None
 
     def _relay(self, slots: list[_Slot]) -> None:
@@ -235,24 +236,21 @@ class Supervisor:
             try:
                 if not channel.poll():
                     continue
-                message = channel.recv_bytes(MAX_MESSAGE_SIZE)
-            except (EOFError, OSError):
+                kind, payload = read_message(channel)
+            except EOFError:
                 self._close_channel(slot)
                 continue
-            try:
-                kind, key = parse_message(message)
             except ValueError as exc:
                 logger.warning("worker %s: %s", slot.process.pid, exc)
                 continue
-            if kind == UNSEALED and key is not None:
+            if kind == UNSEALED and isinstance(payload, memoryview):
                 self._forget_key()
-                self._key = bytearray(key)
-                del key
+                self._key = payload
             elif kind == SEALED:
                 self._forget_key()
             for other in slots:
                 if other is not slot:
-                    self._send(other, message)
+                    self._send(other, kind, payload)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True

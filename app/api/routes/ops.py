@@ -15,6 +15,7 @@ from app.api.deps import PrincipalDep, StateDep
 from app.api.openapi import errors
 from app.api.streaming import DuplexStreamingResponse
 from app.audit import AuditUnavailableError
+from app.core.secret_memory import core_dumps_disabled, memory_locked
 from app.core.telemetry import render_metrics
 from app.errors import SealedError, ServiceUnavailableError
 
@@ -34,7 +35,9 @@ READYZ_DESCRIPTION = (
     "(`keystore: up`), the default backend can run and the audit "
     "log (when set) can be written, else 503 (`audit_unavailable` for the audit log). "
     "`change_log.behind` is how many keystore changes this process has not applied yet, `last_read_ms` the "
-    "age of its last successful read of the change log. No URL, path or secret is reported."
+    "age of its last successful read of the change log. `memory.core_dumps` is `off` when the process "
+    "cannot be dumped (the default), `memory.key_material` `unlocked` when memory for key material could not "
+    "be locked (RLIMIT_MEMLOCK too small) and may be swapped out. No URL, path or secret is reported."
 )
 
 
@@ -43,7 +46,9 @@ async def readyz(state: StateDep) -> dict[str, Any]:
     """Readiness: the keystore answers (``keystore: up``), how far this process's caches are behind the change
     log (``change_log.behind``, in changes; ``last_read_ms``, since the last successful read), the default
     backend can run, and the audit log (when set) can be written: while it cannot, every ``/v1`` request
-    gets 503, so a load balancer should send them elsewhere. No URL, path or secret is reported.
+    gets 503, so a load balancer should send them elsewhere. ``memory`` says whether this process can be
+    dumped and whether its key material is locked in RAM (neither affects readiness). No URL, path or
+    secret is reported.
 
     Raises:
         SealedError: the server is sealed (503 ``sealed``).
@@ -69,6 +74,10 @@ async def readyz(state: StateDep) -> dict[str, Any]:
             "applied": state.follower.applied,
             "behind": behind,
             "last_read_ms": None if age is None else round(age * 1000, 1),
+        },
+        "memory": {
+            "core_dumps": "off" if core_dumps_disabled() else "on",
+            "key_material": "locked" if memory_locked() else "unlocked",
         },
     }
 

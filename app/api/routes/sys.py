@@ -179,7 +179,7 @@ def start_handover_listener(state: ServiceState) -> None:
                 continue
             try:
                 if kind == SHARE and key is not None:
-                    rebuilt = _count_share(seal, key.decode("ascii"))
+                    rebuilt = _count_share(seal, bytes(key).decode("ascii"))
                     if rebuilt is not None:  # shares reached two workers at once: this one completed
                         handover.announce_unsealed(rebuilt)
                         del rebuilt
@@ -204,7 +204,7 @@ def start_handover_listener(state: ServiceState) -> None:
     threading.Thread(target=follow, name="seal-handover", daemon=True).start()
 
 
-def _count_share(seal: ShamirSeal, share: str) -> bytes | None:
+def _count_share(seal: ShamirSeal, share: str) -> memoryview | None:
     """Count a share another worker accepted; one this worker has already (or refuses) changes nothing."""
     if not seal.sealed:
         return None

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import aescore
 from app.core.schemes import CTR_HMAC, DEFAULT_SCHEME, GCM
+from app.core.secret_memory import KeyMaterial
 from app.errors import PayloadTooLargeError
 
 from . import encryptor, messages
@@ -30,7 +31,7 @@ from .format import (
     GCM_TAG_SIZE,
     NONCE_PREFIX_SIZE,
     SealedDecryptionError,
-    as_bytes,
+    as_key_material,
     check_ikm,
     derive_gcm_key,
     derived_key_size_of,
@@ -62,7 +63,7 @@ def native_isa(backend: aescore.Backend, scheme: str = DEFAULT_SCHEME) -> str | 
 
 
 def seal_many(
-    ikm: bytes,
+    ikm: KeyMaterial,
     key_type: str,
     segment_size: int,
     plaintexts: Sequence[bytes],
@@ -81,7 +82,7 @@ def seal_many(
     """
     derived_size = derived_key_size_of(key_type)
     validate_segment_size(key_type, segment_size, scheme)
-    material = as_bytes("ikm", ikm)
+    material = as_key_material("ikm", ikm)
     check_ikm(material, derived_size)
     if scheme == GCM:
         return _seal_gcm_many(material, key_type, segment_size, plaintexts, associated_data, backend)
@@ -108,7 +109,7 @@ _ONLY_SEGMENT = b"\x00\x00\x00\x00\x01"
 
 
 def _seal_gcm_many(
-    ikm: bytes,
+    ikm: KeyMaterial,
     key_type: str,
     segment_size: int,
     plaintexts: Sequence[bytes],
@@ -143,7 +144,7 @@ def _seal_gcm_many(
 
 
 def _seal_one(
-    ikm: bytes,
+    ikm: KeyMaterial,
     key_type: str,
     segment_size: int,
     data: bytes,
@@ -159,14 +160,14 @@ def _seal_one(
 
 
 def open_many(
-    candidates: Sequence[tuple[int, bytes]],
+    candidates: Sequence[tuple[int, KeyMaterial]],
     key_type: str,
     segment_size: int,
     ciphertexts: Sequence[bytes],
     associated_data: Sequence[bytes],
     backend: aescore.Backend,
     *,
-    more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None = None,
+    more_candidates: Callable[[], Iterable[tuple[int, KeyMaterial]]] | None = None,
     scheme: str = DEFAULT_SCHEME,
 ) -> list[Opened]:
     """Open each ciphertext; ``candidates`` and ``more_candidates`` as :class:`~.SealedDecryptor`.
@@ -192,7 +193,7 @@ def open_many(
             _open_one(candidates, key_type, segment_size, data, ad, backend, more_candidates, scheme)
             for data, ad in zip(ciphertexts, associated_data, strict=True)
         ]
-    pairs = [(version, as_bytes("ikm", ikm)) for version, ikm in candidates]
+    pairs = [(version, as_key_material("ikm", ikm)) for version, ikm in candidates]
     for _, material in pairs:
         check_ikm(material, derived_size)
     opened = _native_open(pairs, key_type, segment_size, ciphertexts, associated_data, isa)
@@ -200,7 +201,7 @@ def open_many(
     tried = list(pairs)
     if missing and more_candidates is not None:
         fresh = [
-            (version, as_bytes("ikm", ikm))
+            (version, as_key_material("ikm", ikm))
             for version, ikm in more_candidates()
             if (version, ikm) not in pairs
         ]
@@ -228,13 +229,13 @@ def open_many(
 
 
 def _open_one(
-    candidates: Sequence[tuple[int, bytes]],
+    candidates: Sequence[tuple[int, KeyMaterial]],
     key_type: str,
     segment_size: int,
     data: bytes,
     ad: bytes,
     backend: aescore.Backend,
-    more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None,
+    more_candidates: Callable[[], Iterable[tuple[int, KeyMaterial]]] | None,
     scheme: str,
 ) -> Opened:
     opener = SealedDecryptor(
@@ -256,7 +257,7 @@ _NO_KEY = _NoKey()
 
 
 def _native_open(
-    pairs: Sequence[tuple[int, bytes]],
+    pairs: Sequence[tuple[int, KeyMaterial]],
     key_type: str,
     segment_size: int,
     ciphertexts: Sequence[bytes],

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import aescore
 from app.core.schemes import DEFAULT_SCHEME
+from app.core.secret_memory import KeyMaterial
 
 from . import messages
 from .format import (
@@ -14,6 +15,7 @@ from .format import (
     AlreadyFinalizedError,
     SealedDecryptionError,
     as_bytes,
+    as_key_material,
     as_view,
     check_ikm,
     derived_key_size_of,
@@ -76,13 +78,13 @@ class SealedDecryptor:
 
     def __init__(
         self,
-        candidates: Sequence[tuple[int, bytes]],
+        candidates: Sequence[tuple[int, KeyMaterial]],
         key_type: str,
         segment_size: int,
         associated_data: bytes,
         backend: aescore.Backend,
         *,
-        more_candidates: Callable[[], Iterable[tuple[int, bytes]]] | None = None,
+        more_candidates: Callable[[], Iterable[tuple[int, KeyMaterial]]] | None = None,
         scheme: str = DEFAULT_SCHEME,
     ) -> None:
         self._derived_size = derived_key_size_of(key_type)
@@ -107,12 +109,12 @@ class SealedDecryptor:
         self._index = 0
         self._done = False
 
-    def _checked(self, candidates: Iterable[tuple[int, bytes]]) -> tuple[tuple[int, bytes], ...]:
-        checked: list[tuple[int, bytes]] = []
+    def _checked(self, candidates: Iterable[tuple[int, KeyMaterial]]) -> tuple[tuple[int, KeyMaterial], ...]:
+        checked: list[tuple[int, KeyMaterial]] = []
         for version, ikm in candidates:
             if isinstance(version, bool) or not isinstance(version, int):
                 raise TypeError(f"key version must be an int, got {type(version).__name__}")
-            material = as_bytes("ikm", ikm)
+            material = as_key_material("ikm", ikm)
             check_ikm(material, self._derived_size)
             checked.append((version, material))
         return tuple(checked)
@@ -218,7 +220,7 @@ class SealedDecryptor:
         raise self._fail(messages.no_key(index, (version for version, _ in self._candidates)), index)
 
     def _try_candidates(
-        self, candidates: Sequence[tuple[int, bytes]], nonce: bytes, segment: memoryview
+        self, candidates: Sequence[tuple[int, KeyMaterial]], nonce: bytes, segment: memoryview
     ) -> list[bytes] | None:
         """The plaintext of ``segment`` under the first candidate whose keys verify it, or None."""
         assert self._salt is not None

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import aescore
 from app.core.schemes import DEFAULT_SCHEME
+from app.core.secret_memory import KeyMaterial
 from app.errors import PayloadTooLargeError
 
 from .format import (
@@ -15,6 +16,7 @@ from .format import (
     PIECE_SIZE,
     AlreadyFinalizedError,
     as_bytes,
+    as_key_material,
     as_view,
     check_ikm,
     derived_key_size_of,
@@ -65,7 +67,7 @@ class SealedEncryptor:
 
     def __init__(
         self,
-        ikm: bytes,
+        ikm: KeyMaterial,
         key_type: str,
         segment_size: int,
         associated_data: bytes,
@@ -75,7 +77,7 @@ class SealedEncryptor:
     ) -> None:
         derived_size = derived_key_size_of(key_type)
         validate_segment_size(key_type, segment_size, scheme)
-        material = as_bytes("ikm", ikm)
+        material = as_key_material("ikm", ikm)
         check_ikm(material, derived_size)
         info = as_bytes("associated_data", associated_data)
         salt = _random_bytes(derived_size)

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 
 from app.core.schemes import CTR_HMAC, GCM, SCHEMES
+from app.core.secret_memory import KeyMaterial
 from app.errors import DecryptionFailedError, PayloadTooLargeError
 
 #: Bytes of AES key derived per message, by key type.
@@ -145,7 +146,7 @@ def segment_nonce(nonce_prefix: bytes, index: int, last: bool, scheme: str = CTR
     return bytes(nonce_prefix) + index.to_bytes(4, "big") + (b"\x01" if last else b"\x00") + suffix
 
 
-def hkdf_sha256(ikm: bytes, salt: bytes, info: bytes, length: int) -> bytes:
+def hkdf_sha256(ikm: KeyMaterial, salt: bytes, info: bytes, length: int) -> bytes:
     """HKDF-SHA256 (RFC 5869): ``length`` bytes (at most 255 * 32) from ``ikm``, ``salt`` and ``info``."""
     prk = hmac.digest(salt, ikm, SHA256)
     output = bytearray()
@@ -159,7 +160,7 @@ def hkdf_sha256(ikm: bytes, salt: bytes, info: bytes, length: int) -> bytes:
 
 
 def derive_keys(
-    ikm: bytes, salt: bytes, associated_data: bytes, derived_key_size: int
+    ikm: KeyMaterial, salt: bytes, associated_data: bytes, derived_key_size: int
 ) -> tuple[bytes, bytes]:
     """``ctr-hmac``'s per-message keys as Tink derives them: one HKDF-SHA256 output of
     ``derived_key_size + 32`` bytes, split in two.
@@ -177,7 +178,7 @@ def derive_keys(
     return output[:derived_key_size], output[derived_key_size:]
 
 
-def derive_gcm_key(ikm: bytes, salt: bytes, associated_data: bytes, derived_key_size: int) -> bytes:
+def derive_gcm_key(ikm: KeyMaterial, salt: bytes, associated_data: bytes, derived_key_size: int) -> bytes:
     """``gcm``'s per-message AES-GCM key as Tink derives it: HKDF-SHA256 of ``derived_key_size`` bytes with
     the header's salt and the associated data as ``info``."""
     return hkdf_sha256(ikm, salt, associated_data, derived_key_size)
@@ -194,6 +195,22 @@ def as_bytes(name: str, value: object) -> bytes:
     return bytes(value)
 
 
+def as_key_material(name: str, value: object) -> bytes | memoryview:
+    """Key material without a copy: ``bytes`` as given, any other buffer as a flat read-only view of it.
+
+    The key cache hands out views of locked memory (:mod:`app.core.secret_memory`); a ``bytes`` copy per
+    message would leave the material in freed heap memory, where core dumps find it.
+
+    Raises:
+        TypeError: ``value`` is not bytes-like (the message names ``name``).
+    """
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str) or not isinstance(value, bytearray | memoryview):
+        raise TypeError(f"{name} must be bytes-like, got {type(value).__name__}")
+    return memoryview(value).cast("B").toreadonly()
+
+
 def as_view(data: object) -> memoryview:
     """A flat unsigned-byte view of ``data`` (no copy).
 
@@ -208,7 +225,7 @@ def as_view(data: object) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def check_ikm(ikm: bytes, derived_key_size: int) -> None:
+def check_ikm(ikm: KeyMaterial, derived_key_size: int) -> None:
     """Tink's rule for input key material: at least 16 bytes and at least the derived key size.
 
     Raises:

@@ -12,6 +12,7 @@ from typing import cast
 
 import aescore
 from app.core.schemes import GCM
+from app.core.secret_memory import KeyMaterial
 
 from .format import (
     GCM_TAG_SIZE,
@@ -56,7 +57,7 @@ class SegmentBuffer:
 
 def segment_keys(
     scheme: str,
-    ikm: bytes,
+    ikm: KeyMaterial,
     salt: bytes,
     associated_data: bytes,
     derived_key_size: int,

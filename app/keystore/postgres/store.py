@@ -10,13 +10,13 @@ that also appends to the change log (:mod:`._changes`). Connection loss becomes
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from app.core.database_url import check_database_url
 from app.core.schemes import DEFAULT_SCHEME
+from app.core.secret_memory import random_secret
 from app.errors import (
     ConflictError,
     DeletionNotAllowedError,
@@ -139,7 +139,7 @@ class PostgresKeyStore(KeyStore):
 
     # -- keys ---------------------------------------------------------------------------------------------
 
-    def _insert(self, info: KeyInfo, material: bytes) -> KeyInfo:
+    def _insert(self, info: KeyInfo, material: bytes | memoryview) -> KeyInfo:
         wrapped = wrap_key_material(self._seal, info.name, 1, material)
 
         def work(conn: Connection) -> None:
@@ -169,7 +169,7 @@ class PostgresKeyStore(KeyStore):
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
         period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        material = secrets.token_bytes(KEY_TYPES[key_type])
+        material = random_secret(KEY_TYPES[key_type]).readonly()
         info = _keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, False, period)
         return self._insert(info, material)
 
@@ -213,7 +213,7 @@ class PostgresKeyStore(KeyStore):
         """The one rotation path, manual or automatic (the caller holds the row lock): a random next version
         and a ``key_rotated`` change."""
         version = key.latest_version + 1
-        material = secrets.token_bytes(KEY_TYPES[key.key_type])
+        material = random_secret(KEY_TYPES[key.key_type]).readonly()
         wrapped = wrap_key_material(self._seal, key.name, version, material)
         _keys.insert_version(conn, key.name, version, wrapped, utc_now())
         info = _keys.read_key(conn, key.name)
@@ -323,7 +323,7 @@ class PostgresKeyStore(KeyStore):
 
         self._database.write(work)
 
-    def key_material(self, name: str, version: int) -> bytes:
+    def key_material(self, name: str, version: int) -> memoryview:
         """See :meth:`KeyStore.key_material`."""
         check_key_name(name)
         check_integer("key version", version)

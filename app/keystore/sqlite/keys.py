@@ -59,7 +59,7 @@ def insert_key(
     name: str,
     key_type: str,
     scheme: str,
-    material: bytes,
+    material: bytes | memoryview,
     segment_size: int,
     deletion_allowed: bool,
     imported: bool,
@@ -157,7 +157,12 @@ def list_keys(conn: sqlite3.Connection) -> list[KeyInfo]:
 
 
 def add_version(
-    conn: sqlite3.Connection, seal: Seal, info: KeyInfo, material: bytes, *, imported: bool = False
+    conn: sqlite3.Connection,
+    seal: Seal,
+    info: KeyInfo,
+    material: bytes | memoryview,
+    *,
+    imported: bool = False,
 ) -> KeyInfo:
     """Store ``material`` as the next version of key ``info`` and make it the latest.
 
@@ -237,7 +242,7 @@ def delete_key(conn: sqlite3.Connection, name: str) -> None:
     conn.execute("DELETE FROM keys WHERE name = ?", (name,))
 
 
-def key_material(conn: sqlite3.Connection, seal: Seal, name: str, version: int) -> bytes:
+def key_material(conn: sqlite3.Connection, seal: Seal, name: str, version: int) -> memoryview:
     """The unwrapped material of key ``name`` at ``version``.
 
     Raises:

@@ -6,13 +6,13 @@ It validates arguments, opens one transaction per call (:mod:`.connections`) and
 
 from __future__ import annotations
 
-import secrets
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
 from app.core.schemes import DEFAULT_SCHEME
+from app.core.secret_memory import random_secret
 from app.errors import BadRequestError
 from app.seal import Seal
 
@@ -119,7 +119,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         name: str,
         key_type: str,
         scheme: str,
-        material: bytes,
+        material: bytes | memoryview,
         segment_size: int,
         deletion_allowed: bool,
         imported: bool,
@@ -159,7 +159,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
         period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        material = secrets.token_bytes(KEY_TYPES[key_type])
+        material = random_secret(KEY_TYPES[key_type]).readonly()
         return self._insert_key(
             name, key_type, scheme, material, segment_size, deletion_allowed, False, period
         )
@@ -202,7 +202,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
 
     def _rotate(self, conn: sqlite3.Connection, info: KeyInfo) -> KeyInfo:
         """The one rotation path, manual or automatic: a random next version and a ``key_rotated`` change."""
-        material = secrets.token_bytes(KEY_TYPES[info.key_type])
+        material = random_secret(KEY_TYPES[info.key_type]).readonly()
         rotated = keys.add_version(conn, self._seal, info, material)
         changes.append_change(conn, "key_rotated", key_name=info.name)
         return rotated
@@ -289,7 +289,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             changes.add_tombstone(conn, name, self.tombstone_seconds)
             changes.append_change(conn, "key_deleted", key_name=name)
 
-    def key_material(self, name: str, version: int) -> bytes:
+    def key_material(self, name: str, version: int) -> memoryview:
         """See :meth:`KeyStore.key_material`."""
         check_key_name(name)
         if isinstance(version, bool) or not isinstance(version, int):

@@ -43,6 +43,7 @@ async def test_required_families_are_present(api: Api) -> None:
         'keystream_key_cache_requests_total{result="miss"}',
         "keystream_key_cache_evictions_total",
         "keystream_key_cache_entries",
+        "keystream_secret_memory_unlocked_bytes",
         "keystream_inflight_requests",
         "keystream_key_auto_rotations_total",
     ):

@@ -1,0 +1,177 @@
+"""Which key material a core image of a running server holds, byte for byte: before and after a wipe.
+
+Starts a server (``KEYSTREAM_WORKERS`` workers, a random master key), creates ``keys`` keys through the API,
+encrypts and decrypts 1 KiB and 200 KiB (streamed) with each, then takes a core image of every process of the
+server with gdb's ``gcore`` (as root: root's ptrace works on the non-dumpable workers, so core dumps stay
+off, as in production) and counts how many of the keys' materials, and whether the master key, appear in
+the images. With ``wipe``, it then sends ``SIGUSR2`` to every worker (``KEYSTREAM_TESTING_WIPE_ON_SIGUSR2``:
+the worker zeroes its cached key versions and closes its seal, which is what sealing does to memory) and
+counts again. The materials are read from the keystore by this process, which opens it with the master key.
+
+``python -m bench.core_image [--keys N] [--workers N] [--no-wipe]`` prints the counts as JSON; run from
+another checkout (``PYTHONPATH=<checkout>``) it measures that code (without ``--no-wipe`` only where the
+testing trigger exists). Needs root and ``gcore`` (Debian's ``gdb``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import mmap
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from bench.service_process import Server, start_server, stop_server
+
+PLAINTEXT_SMALL = 1024
+PLAINTEXT_STREAMED = 200 * 1024
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What the core images of one moment hold: of ``versions`` known materials, how many appear."""
+
+    versions_found: int
+    versions: int
+    master_key_found: bool
+    processes: int
+    image_bytes: int
+
+
+def _server_processes(server: Server) -> list[int]:
+    """The server's process and every process under it (the supervisor and its workers)."""
+    root = psutil.Process(server.process.pid)
+    processes = [root, *root.children(recursive=True)]
+    return [process.pid for process in processes if process.status() != psutil.STATUS_ZOMBIE]
+
+
+def _workers(server: Server) -> list[int]:
+    """The processes serving requests: the children, or the server process itself with one worker."""
+    children = psutil.Process(server.process.pid).children()
+    alive = [child.pid for child in children if child.status() != psutil.STATUS_ZOMBIE]
+    return alive or [server.process.pid]
+
+
+def take_images(pids: list[int], directory: Path) -> list[Path]:
+    """``gcore`` every process in ``pids`` into ``directory``.
+
+    Raises:
+        RuntimeError: ``gcore`` is missing or failed (it needs root, or ptrace rights over the process).
+    """
+    gcore = shutil.which("gcore")
+    if gcore is None:
+        raise RuntimeError("gcore not found: install Debian's gdb (scripts/install-tools.sh does)")
+    images = []
+    for pid in pids:
+        prefix = directory / "core"
+        done = subprocess.run(
+            [gcore, "-o", str(prefix), str(pid)], capture_output=True, text=True, timeout=300
+        )
+        image = Path(f"{prefix}.{pid}")
+        if done.returncode != 0 or not image.exists():
+            raise RuntimeError(f"gcore {pid} failed ({done.returncode}): {done.stderr[-1000:]}")
+        images.append(image)
+    return images
+
+
+def count_in_images(images: list[Path], materials: list[bytes], master_key: bytes) -> Counts:
+    """How many of ``materials`` (and whether ``master_key``) appear byte for byte in any of ``images``."""
+    found: set[int] = set()
+    master = False
+    total = 0
+    for image in images:
+        total += image.stat().st_size
+        with image.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for index, material in enumerate(materials):
+                if index not in found and data.find(material) != -1:
+                    found.add(index)
+            master = master or data.find(master_key) != -1
+    return Counts(len(found), len(materials), master, len(images), total)
+
+
+def _use_keys(server: Server, names: list[str]) -> None:
+    """Create each key, then encrypt and decrypt a small and a streamed message with it."""
+    with server.client() as client:
+        for index, name in enumerate(names):
+            key_type = ("aes256", "aes128")[index % 2]
+            created = client.post("/v1/keys", json={"name": name, "type": key_type, "segment_size": 65536})
+            assert created.status_code == 201, created.text
+            for size in (PLAINTEXT_SMALL, PLAINTEXT_STREAMED):
+                plaintext = os.urandom(size)
+                sealed = client.post(f"/v1/keys/{name}/encrypt", content=plaintext)
+                assert sealed.status_code == 200, sealed.text
+                opened = client.post(f"/v1/keys/{name}/decrypt", content=sealed.content)
+                assert opened.status_code == 200 and opened.content == plaintext, opened.text
+
+
+def _known_materials(data_dir: Path, master_key: bytes, names: list[str]) -> list[bytes]:
+    """Every key's version 1 material, read from the keystore with the master key (in this process)."""
+    from app.core.config import Settings
+    from app.keystore import open_keystore_for
+
+    settings = Settings(data_dir=data_dir, master_key=base64.b64encode(master_key).decode())
+    store = open_keystore_for(settings, master_key)
+    try:
+        return [bytes(store.key_material(name, 1)) for name in names]
+    finally:
+        store.close()
+
+
+def measure(workdir: Path, *, keys: int = 100, workers: int = 2, wipe: bool = True) -> dict[str, Counts]:
+    """Counts ``before`` (keys in use) and, with ``wipe``, ``after`` every worker wiped its secrets.
+
+    Raises:
+        RuntimeError: the server did not start, or ``gcore`` failed.
+    """
+    master_key = os.urandom(32)
+    env = {
+        "KEYSTREAM_WORKERS": str(workers),
+        "KEYSTREAM_MASTER_KEY": base64.b64encode(master_key).decode(),
+        "KEYSTREAM_KEY_CACHE_SIZE": str(max(1024, keys)),
+    }
+    if wipe:
+        env["KEYSTREAM_TESTING_WIPE_ON_SIGUSR2"] = "true"
+    server = start_server(workdir / "data", workdir / "server.log", **env)
+    results: dict[str, Counts] = {}
+    try:
+        names = [f"core-image-{index:03d}" for index in range(keys)]
+        _use_keys(server, names)
+        materials = _known_materials(workdir / "data", master_key, names)
+        for moment in ("before", "after") if wipe else ("before",):
+            if moment == "after":
+                for pid in _workers(server):
+                    os.kill(pid, signal.SIGUSR2)
+                time.sleep(1.0)  # the handler runs on each worker's event loop at once
+            images_dir = Path(tempfile.mkdtemp(prefix=f"images-{moment}-", dir=workdir))
+            try:
+                images = take_images(_server_processes(server), images_dir)
+                results[moment] = count_in_images(images, materials, master_key)
+            finally:
+                shutil.rmtree(images_dir, ignore_errors=True)
+    finally:
+        stop_server(server)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--no-wipe", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="core-image-") as workdir:
+        results = measure(Path(workdir), keys=args.keys, workers=args.workers, wipe=not args.no_wipe)
+    print(json.dumps({moment: counts.__dict__ for moment, counts in results.items()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
