@@ -147,6 +147,16 @@ def test_a_shamir_server_starts_sealed_unseals_seals_and_loses_nothing(tmp_path:
         assert_sealed_everywhere(server)
         unseal(server, [shares[1], shares[3], shares[0]])
         decrypt_all(server, made)
+
+        # Unseal attempts are rate-limited per address: a burst, then 429 with Retry-After.
+        answers = [
+            call(server, "POST", "/v1/sys/unseal", token=None, json={"key": foreign[0]}) for _ in range(40)
+        ]
+        limited = [answer for answer in answers if answer.status_code == 429]
+        assert limited and all(answer.status_code in (200, 429) for answer in answers)
+        assert limited[0].json()["error"]["code"] == "too_many_requests"
+        assert int(limited[0].headers["Retry-After"]) >= 1
+        assert call(server, "GET", "/v1/sys/seal-status", token=None).json()["sealed"] is False
     finally:
         stop_server(server)
 
