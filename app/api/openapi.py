@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from app.api.limits import NO_TOKEN_PATHS
 from app.api.params import openapi_paths
 from app.keystore import KEY_NAME_PATTERN
 from app.keystore.checks import TOKEN_ID_PATTERN
@@ -129,7 +130,7 @@ def build_openapi(app: FastAPI, backends: Sequence[str], batch_paths: Sequence[s
     _batch_errors(paths, batch_paths)
     for path, item in paths.items():
         for operation in item.values():
-            if path.startswith("/v1/"):
+            if path.startswith("/v1/") and path not in NO_TOKEN_PATHS:
                 operation["security"] = [{"bearer": []}]
             _complete_parameters(operation, backends)
             _complete_responses(path, operation)
