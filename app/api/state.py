@@ -9,7 +9,8 @@ automatic rotations. Every route but the few :data:`app.api.routes.sys.OPEN_WHIL
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from app.audit import AuditKeys, AuditLog, audit_keys_for, worker_path
 from app.core.config import Settings
@@ -18,6 +19,7 @@ from app.core.secret_memory import disable_core_dumps
 from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
 from app.seal import Seal, open_seal
+from app.seal.handover import Handover, installed
 from app.services.auto_rotate import AutoRotator
 from app.services.backends import Backends, open_backends
 from app.services.budget import ByteBudget
@@ -45,6 +47,11 @@ class ServiceState:
     audit_keys: AuditKeys | None
     #: The audit log writer; ``None`` when ``audit_log`` is unset, or while the seal is sealed.
     audit: AuditLog | None = None
+    #: This worker's channel to its supervisor, for a seal that seals online in a multi-worker server: the
+    #: other workers unseal and seal with this one (:mod:`app.seal.handover`).
+    handover: Handover | None = None
+    #: Serialises unsealing and sealing (a request and the handover listener may race).
+    transitions: threading.Lock = field(default_factory=threading.Lock)
 
 
 def open_state(settings: Settings) -> ServiceState:
@@ -114,6 +121,7 @@ def open_state(settings: Settings) -> ServiceState:
         auto_rotator=auto_rotator,
         audit_keys=audit_keys,
         audit=audit,
+        handover=installed() if seal.seals_online else None,
     )
 
 
@@ -140,19 +148,26 @@ def wipe_secrets(state: ServiceState) -> None:
     state.seal.close()
 
 
-def start_unsealed(state: ServiceState) -> None:
+def start_unsealed(state: ServiceState) -> bool:
     """What a server unsealed a moment ago starts: the audit keys and log, the automatic rotations (blocking:
-    call from a thread).
+    call from a thread). Idempotent: a second call (the handover racing a request) does nothing.
+
+    Returns:
+        True when this call started them.
 
     Raises:
         MasterKeyError: the keystore's audit key material does not unwrap under the seal.
         AuditUnavailableError: the audit log cannot be opened.
     """
-    keys = audit_keys_for(state.seal, state.keystore.audit_key_material())
-    state.audit = open_audit_log(state.settings, keys)
-    state.audit_keys = keys
-    state.auto_rotator.start()
-    SEALED.set(0)
+    with state.transitions:
+        if state.audit_keys is not None or state.seal.sealed:
+            return False
+        keys = audit_keys_for(state.seal, state.keystore.audit_key_material())
+        state.audit = open_audit_log(state.settings, keys)
+        state.audit_keys = keys
+        state.auto_rotator.start()
+        SEALED.set(0)
+        return True
 
 
 def stop_sealed(state: ServiceState) -> AuditLog | None:
@@ -163,12 +178,13 @@ def stop_sealed(state: ServiceState) -> AuditLog | None:
         The audit log writer this worker used, for the caller to close once the request that sealed has its
         record (requests already past the gate may still write to it).
     """
-    state.seal.close()
-    SEALED.set(1)
-    state.auto_rotator.stop()
-    state.keycache.wipe()
-    log, state.audit, state.audit_keys = state.audit, None, None
-    return log
+    with state.transitions:
+        state.seal.close()
+        SEALED.set(1)
+        state.auto_rotator.stop()
+        state.keycache.wipe()
+        log, state.audit, state.audit_keys = state.audit, None, None
+        return log
 
 
 def close_state(state: ServiceState) -> None:

@@ -173,6 +173,9 @@ def decode_share(text: str) -> Share:
         raise InvalidShareError("malformed", "not a share: it is not base32 text") from None
     if len(raw) != _SIZE:
         raise InvalidShareError("malformed", "not a share: it has the wrong length (a character missing?)")
+    if base64.b32encode(raw).decode("ascii").rstrip("=") != encoded:
+        # The last character carries unused bits: a typo there may decode to the same bytes; refuse it too.
+        raise InvalidShareError("checksum", "invalid share: its last character is not what it should be")
     body, check = raw[:_BODY_SIZE], raw[_BODY_SIZE:]
     if not secrets.compare_digest(hashlib.sha256(body).digest()[:_CHECK_SIZE], check):
         raise InvalidShareError("checksum", "invalid share: its check does not match (mistyped?)")

@@ -9,6 +9,14 @@ The supervisor first checks that nobody holds the port (a plain bind: another ``
 same user would otherwise silently share the traffic), then keeps a bound, non-listening ``SO_REUSEPORT``
 socket so the port stays reserved (and port 0 resolves once). It starts a new worker when one dies, and on
 SIGINT/SIGTERM asks every worker to shut down gracefully (SIGTERM; SIGKILL after the grace period).
+
+Each worker also gets a private channel to the supervisor (a :func:`multiprocessing.Pipe`, inherited as a
+file descriptor by the spawned process: :mod:`app.seal.handover`). With a seal that is unsealed by shares
+(shamir) the worker that completes the threshold sends the rebuilt master key over it; the supervisor keeps
+it in memory, hands it to every other worker and to each worker it starts later, so the whole server is
+unsealed by one set of shares and a replacement comes back unsealed. Shares accepted below the threshold and
+resets are passed on the same way, so every worker counts the same progress (the supervisor keeps none). A
+worker that seals tells it too: the supervisor overwrites its copy and seals the others.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any
@@ -31,8 +39,10 @@ from typing import Any
 import uvicorn
 
 from app.core.config import get_settings
+from app.core.secret_memory import wipe_secret
 from app.core.telemetry import release_process_metrics
 from app.errors import StartupRefusedError
+from app.seal.handover import SEALED, UNSEALED, install, read_message, send_message
 from app.serving.protocol import BoundedHttpToolsProtocol
 from app.serving.tls import ServerTls
 
@@ -123,13 +133,23 @@ def _die_with_parent(parent: int) -> None:
         raise SystemExit(0)  # the supervisor died before prctl took effect
 
 
-def _worker_main(host: str, port: int, parent: int, config: dict[str, Any], index: int = 0) -> None:
+def _worker_main(
+    host: str,
+    port: int,
+    parent: int,
+    config: dict[str, Any],
+    index: int = 0,
+    handover: Connection | None = None,
+) -> None:
     """One worker: its own listening socket and a uvicorn server building the app from the environment.
 
     ``index`` (0 .. workers-1, kept by a replacement) reaches the app as ``KEYSTREAM_WORKER_INDEX``: it names
-    the worker's own audit log file, so two processes never append to one file.
+    the worker's own audit log file, so two processes never append to one file. ``handover`` is the worker's
+    end of its channel to the supervisor (:mod:`app.seal.handover`).
     """
     _die_with_parent(parent)
+    if handover is not None:
+        install(handover)
     os.environ["KEYSTREAM_WORKER_INDEX"] = str(index)
     # uvicorn re-raises the signal that stopped it after a graceful shutdown; an ignored SIGINT then ends the
     # process quietly instead of with a KeyboardInterrupt traceback (uvicorn handles it while serving).
@@ -146,6 +166,8 @@ def _worker_main(host: str, port: int, parent: int, config: dict[str, Any], inde
 class _Slot:
     process: BaseProcess
     index: int
+    #: The supervisor's end of the worker's handover channel; ``None`` once the worker closed it.
+    channel: Connection | None = None
     started: float = field(default_factory=time.monotonic)
 
 
@@ -169,15 +191,66 @@ class Supervisor:
         self._grace = grace_seconds
         self._context = multiprocessing.get_context("spawn")
         self._stopping = False
+        #: The master key a worker rebuilt from shares (in locked memory), while the server is unsealed.
+        self._key: memoryview | None = None
 
     def _start(self, index: int) -> _Slot:
+        channel, worker_end = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=_worker_main,
-            args=(self._host, self._port, os.getpid(), self._config, index),
+            args=(self._host, self._port, os.getpid(), self._config, index, worker_end),
             name="keystream-worker",
         )
         process.start()
-        return _Slot(process, index)
+        worker_end.close()  # the worker holds its own copy now
+        slot = _Slot(process, index, channel)
+        if self._key is not None:
+            self._send(slot, UNSEALED, self._key)  # a replacement comes back unsealed
+        return slot
+
+    def _send(self, slot: _Slot, kind: bytes, payload: bytes | memoryview | None = None) -> None:
+        if slot.channel is None:
+            return
+        try:
+            send_message(slot.channel, kind, b"" if payload is None else payload)
+        except OSError:
+            self._close_channel(slot)
+
+    @staticmethod
+    def _close_channel(slot: _Slot) -> None:
+        if slot.channel is not None:
+            slot.channel.close()
+            slot.channel = None
+
+    def _forget_key(self) -> None:
+        if self._key is not None:
+            wipe_secret(self._key)
+        self._key = None
+
+    def _relay(self, slots: list[_Slot]) -> None:
+        """Hand what a worker said about the seal to every other worker (see the module docstring)."""
+        for slot in slots:
+            channel = slot.channel
+            if channel is None:
+                continue
+            try:
+                if not channel.poll():
+                    continue
+                kind, payload = read_message(channel)
+            except EOFError:
+                self._close_channel(slot)
+                continue
+            except ValueError as exc:
+                logger.warning("worker %s: %s", slot.process.pid, exc)
+                continue
+            if kind == UNSEALED and isinstance(payload, memoryview):
+                self._forget_key()
+                self._key = payload
+            elif kind == SEALED:
+                self._forget_key()
+            for other in slots:
+                if other is not slot:
+                    self._send(other, kind, payload)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
@@ -205,13 +278,18 @@ class Supervisor:
                 "started %d workers on %s://%s:%d (SO_REUSEPORT)", self._count, scheme, self._host, self._port
             )
             while not self._stopping:
-                wait([slot.process.sentinel for slot in slots], timeout=0.5)
+                channels: list[Any] = [slot.channel for slot in slots if slot.channel is not None]
+                wait([slot.process.sentinel for slot in slots] + channels, timeout=0.5)
+                self._relay(slots)
                 for index, slot in enumerate(slots):
                     if self._stopping or slot.process.is_alive():
                         continue
                     slots[index] = self._replace(slot)
         finally:
             self._stop(slots)
+            self._forget_key()
+            for slot in slots:
+                self._close_channel(slot)
             reserved.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -221,6 +299,7 @@ class Supervisor:
         logger.warning("worker %s exited with code %s: starting a new one", pid, code)
         if pid is not None:
             release_process_metrics(pid)  # its live gauges (in-flight, cache entries) leave the aggregate
+        self._close_channel(slot)
         if time.monotonic() - slot.started < _MIN_LIFETIME_SECONDS:
             time.sleep(_RESTART_PAUSE_SECONDS)
         return self._start(slot.index)

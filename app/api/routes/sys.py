@@ -16,6 +16,8 @@ opened: its keys are under the master key).
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 from anyio import to_thread
@@ -29,10 +31,15 @@ from app.api.deps import AdminDep, StateDep
 from app.api.limits import NO_TOKEN_PATHS
 from app.api.openapi import errors
 from app.api.state import ServiceState, start_unsealed, stop_sealed
+from app.audit import AuditUnavailableError
+from app.core.master_key_format import MasterKeyError
 from app.errors import BadRequestError, InvalidShareError, ValidationError
+from app.seal import SealError
+from app.seal.handover import RESET, SEALED, SHARE, UNSEALED
 from app.seal.shamir import ShamirSeal
 from app.seal.shares import InvalidShareError as ShareRefused
 
+logger = logging.getLogger("keystream")
 router = APIRouter(prefix="/v1/sys", tags=["sys"])
 
 SEAL_STATUS_PATH = "/v1/sys/seal-status"
@@ -110,6 +117,8 @@ async def unseal(body: UnsealBody, request: Request, state: StateDep) -> dict[st
     seal = _shamir(state)
     if body.reset:
         seal.reset()
+        if state.handover is not None:
+            state.handover.announce_reset()
         return seal_status(state)
     if body.key is None:
         raise ValidationError('give one share as "key", or "reset": true')
@@ -121,10 +130,15 @@ async def unseal(body: UnsealBody, request: Request, state: StateDep) -> dict[st
         if exc.reason == "unsealed":  # another request completed the threshold meanwhile
             return seal_status(state)
         raise InvalidShareError(str(exc)) from None
-    if rebuilt is not None:
-        del rebuilt
-        await to_thread.run_sync(start_unsealed, state)
-        write_operator_record(state.audit, {"operation": "unseal", "remote_address": _remote(request)})
+    if rebuilt is None:
+        if state.handover is not None:
+            state.handover.announce_share(body.key)  # the other workers count it too
+        return seal_status(state)
+    if state.handover is not None:
+        state.handover.announce_unsealed(rebuilt)  # the supervisor hands it to the other workers
+    del rebuilt
+    await to_thread.run_sync(start_unsealed, state)
+    write_operator_record(state.audit, {"operation": "unseal", "remote_address": _remote(request)})
     return seal_status(state)
 
 
@@ -139,5 +153,62 @@ async def seal(request: Request, principal: AdminDep, state: StateDep) -> JSONRe
     record = {"operation": "seal", "remote_address": _remote(request), "token_id": principal.token_id}
     write_operator_record(state.audit, record)
     log = await to_thread.run_sync(stop_sealed, state)
+    if state.handover is not None:
+        state.handover.announce_sealed()  # the supervisor seals the other workers and forgets the key
     closing = BackgroundTask(log.close) if log is not None else None
     return JSONResponse(seal_status(state), background=closing)
+
+
+def start_handover_listener(state: ServiceState) -> None:
+    """Follow this worker's channel to its supervisor in a daemon thread: unseal with the key another worker
+    rebuilt (checked against the keystore first), or seal when another worker sealed. Each writes an
+    ``operator`` line to this worker's audit file. Nothing when the worker has no channel."""
+    handover = state.handover
+    seal = state.seal
+    if handover is None or not isinstance(seal, ShamirSeal):
+        return
+
+    def follow() -> None:
+        while True:
+            try:
+                kind, key = handover.receive()
+            except EOFError:
+                return
+            except ValueError as exc:
+                logger.warning("handover channel: %s", exc)
+                continue
+            try:
+                if kind == SHARE and key is not None:
+                    rebuilt = _count_share(seal, bytes(key).decode("ascii"))
+                    if rebuilt is not None:  # shares reached two workers at once: this one completed
+                        handover.announce_unsealed(rebuilt)
+                        del rebuilt
+                        if start_unsealed(state):
+                            write_operator_record(state.audit, {"operation": "unseal", "handed_over": True})
+                elif kind == RESET:
+                    seal.reset()
+                elif kind == UNSEALED and key is not None:
+                    if seal.sealed:
+                        seal.unseal_with_key(key)
+                    del key
+                    if start_unsealed(state):
+                        write_operator_record(state.audit, {"operation": "unseal", "handed_over": True})
+                elif kind == SEALED and not seal.sealed:
+                    write_operator_record(state.audit, {"operation": "seal", "handed_over": True})
+                    log = stop_sealed(state)
+                    if log is not None:
+                        log.close()
+            except (SealError, MasterKeyError, AuditUnavailableError) as exc:
+                logger.error("cannot follow the other workers' seal state: %s", exc)
+
+    threading.Thread(target=follow, name="seal-handover", daemon=True).start()
+
+
+def _count_share(seal: ShamirSeal, share: str) -> memoryview | None:
+    """Count a share another worker accepted; one this worker has already (or refuses) changes nothing."""
+    if not seal.sealed:
+        return None
+    try:
+        return seal.submit_share(share)
+    except ShareRefused:
+        return None

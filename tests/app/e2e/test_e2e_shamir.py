@@ -6,6 +6,9 @@ again on an admin's request, and after each unseal and after a restart decrypts 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +185,81 @@ def decrypt_all(server: Server, made: dict[bytes, bytes]) -> None:
         response = call(server, "POST", "/v1/keys/orders/decrypt", content=ciphertext)
         assert response.status_code == 200, response.text
         assert response.content == plaintext
+
+
+def sealed_by_worker(server: Server) -> dict[str, float]:
+    """``keystream_sealed`` per worker pid, from the multiprocess metrics."""
+    text = call(server, "GET", "/metrics", token=None).text
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("keystream_sealed{"):
+            pid = line.split('pid="', 1)[1].split('"', 1)[0]
+            found[pid] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def wait_for_workers(
+    server: Server, count: int, sealed: float, exclude: str | None = None
+) -> dict[str, float]:
+    """Wait (<= 30 s) until ``count`` workers (not ``exclude``) all report ``keystream_sealed == sealed``."""
+    deadline = time.monotonic() + 30
+    while True:
+        workers = {pid: value for pid, value in sealed_by_worker(server).items() if pid != exclude}
+        if len(workers) == count and all(value == sealed for value in workers.values()):
+            return workers
+        assert time.monotonic() < deadline, workers
+        time.sleep(0.2)
+
+
+def test_every_worker_unseals_together_and_a_restarted_worker_comes_back_unsealed(tmp_path: Path) -> None:
+    data, log = tmp_path / "data", tmp_path / "audit.log"
+    shares = init(data, 3, 5, KEYSTREAM_AUDIT_LOG=str(log))
+    env = {"KEYSTREAM_SEAL": "shamir", "KEYSTREAM_AUDIT_LOG": str(log), "KEYSTREAM_WORKERS": "3"}
+    server = start_server(data, tmp_path / "server.log", **env)
+    made: dict[bytes, bytes] = {}
+    try:
+        wait_for_workers(server, 3, 1.0)
+        # Each share on a fresh connection: the kernel spreads them over the workers, which count together.
+        for given, share in enumerate(shares[:2], start=1):
+            assert unseal(server, [share])["progress"] == given
+            time.sleep(0.3)  # the supervisor passes the share on
+            for _ in range(6):
+                assert call(server, "GET", "/v1/sys/seal-status", token=None).json()["progress"] == given
+        duplicate = call(server, "POST", "/v1/sys/unseal", token=None, json={"key": shares[0]})
+        assert duplicate.status_code == 400 and "duplicate" in duplicate.json()["error"]["message"]
+        unseal(server, [shares[4]])
+        workers = wait_for_workers(server, 3, 0.0)
+        assert call(server, "POST", "/v1/keys", json={"name": "orders"}).status_code == 201
+        for index in range(12):  # fresh connections: every worker encrypts some
+            plaintext = f"workers {index} ".encode() * (index * 500 + 1)
+            response = call(server, "POST", "/v1/keys/orders/encrypt", content=plaintext)
+            assert response.status_code == 200, response.text
+            made[response.content] = plaintext
+
+        victim = sorted(workers)[0]
+        os.kill(int(victim), signal.SIGKILL)
+        workers = wait_for_workers(server, 3, 0.0, exclude=victim)
+        assert victim not in workers
+        decrypt_all(server, made)
+
+        assert call(server, "POST", "/v1/sys/seal").status_code == 200
+        wait_for_workers(server, 3, 1.0)
+        for _ in range(9):
+            response = call(server, "POST", "/v1/keys/orders/decrypt", content=next(iter(made)))
+            assert response.status_code == 503 and response.json()["error"]["code"] == "sealed"
+        unseal(server, shares[1:4])
+        wait_for_workers(server, 3, 0.0)
+        decrypt_all(server, made)
+    finally:
+        stop_server(server)
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+    records = [
+        json.loads(line)
+        for path in sorted(tmp_path.glob("audit.log*"))
+        for line in path.read_text().splitlines()
+    ]
+    operations = sorted(record["operation"] for record in records if record["type"] == "operator")
+    # init; 3 workers unsealed twice and the replacement once; 3 workers sealed.
+    assert operations.count("unseal") == 7 and operations.count("seal") == 3, operations
+    for share in shares:
+        assert all(share[5:] not in path.read_text() for path in tmp_path.glob("*.log*"))
