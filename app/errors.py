@@ -159,6 +159,17 @@ class InvalidShareError(BadRequestError):
     code = "invalid_share"
 
 
+class TooManyRequestsError(KeystreamError):
+    """A client sent more attempts than its rate allows (unseal attempts per address); retry after
+    :attr:`retry_after_seconds`."""
+
+    code = "too_many_requests"
+
+    def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
 class StartupRefusedError(Exception):
     """The settings or the machine make serving unsafe or impossible; the start stops before serving.
 

@@ -23,6 +23,7 @@ gives each class its status::
     ├── PayloadTooLargeError                413 payload_too_large
     ├── UnsupportedMediaTypeError           415 unsupported_media_type
     ├── ValidationError                     422 validation_error
+    ├── TooManyRequestsError                429 too_many_requests + Retry-After (unseal attempts)
     └── ServiceUnavailableError             503 unavailable
         ├── BackendUnavailableError         503 backend_unavailable
         │   └── BackendRestartingError      503 backend_restarting + Retry-After (pool being rebuilt)
@@ -66,6 +67,7 @@ from app.errors import (
     PayloadTooLargeError,
     SealedError,
     ServiceUnavailableError,
+    TooManyRequestsError,
     UnauthorizedError,
     UnsupportedMediaTypeError,
     ValidationError,
@@ -85,6 +87,7 @@ STATUS_BY_ERROR: dict[type[KeystreamError], int] = {
     PayloadTooLargeError: 413,
     UnsupportedMediaTypeError: 415,
     ValidationError: 422,
+    TooManyRequestsError: 429,
     ServiceUnavailableError: 503,
 }
 
@@ -98,6 +101,7 @@ _HTTP_CODES: dict[int, str] = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "validation_error",
+    429: "too_many_requests",
     500: "internal_error",
     503: "unavailable",
 }
@@ -142,7 +146,8 @@ def keystream_error_response(exc: KeystreamError) -> Response:
         | KeyRecentlyDeletedError
         | BackendRestartingError
         | AuditUnavailableError
-        | SealedError,
+        | SealedError
+        | TooManyRequestsError,
     ):
         headers["Retry-After"] = str(exc.retry_after_seconds)
     return error_response(status, exc.code, exc.message, headers or None)

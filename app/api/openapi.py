@@ -50,6 +50,7 @@ _DESCRIPTIONS = {
     413: "body or associated data over the limit",
     415: "wrong Content-Type",
     422: "a field or parameter is invalid (the message names it)",
+    429: "too many attempts from this address: retry after Retry-After seconds",
     503: "keystore or backend unavailable",
 }
 #: What a 400 means outside ``/v1``: those routes read no body, parameter or token.

@@ -7,7 +7,8 @@
   ``{"key": "<share>"}`` adds one share, or with ``{"reset": true}`` forgets those given. At the threshold
   the rebuilt key is checked against the keystore's check value and the server unseals. A refused share is a
   400 ``invalid_share`` naming the problem (malformed, mistyped, foreign, duplicate, wrong), with the
-  progress unchanged; the share itself is never echoed, logged or audited.
+  progress unchanged; the share itself is never echoed, logged or audited. Attempts are rate-limited per
+  client address and worker (:class:`AttemptLimiter`: 429 ``too_many_requests`` with ``Retry-After``).
 * ``POST /v1/sys/seal`` (admin token) wipes the master key: the server answers 503 ``sealed`` again.
 
 The unseal and the seal each write an ``operator`` line to the audit log (the unseal's once the log can be
@@ -17,7 +18,10 @@ opened: its keys are under the master key).
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
+from collections import OrderedDict
 from typing import Any
 
 from anyio import to_thread
@@ -33,7 +37,7 @@ from app.api.openapi import errors
 from app.api.state import ServiceState, start_unsealed, stop_sealed
 from app.audit import AuditUnavailableError
 from app.core.master_key_format import MasterKeyError
-from app.errors import BadRequestError, InvalidShareError, ValidationError
+from app.errors import BadRequestError, InvalidShareError, TooManyRequestsError, ValidationError
 from app.seal import SealError
 from app.seal.handover import RESET, SEALED, SHARE, UNSEALED
 from app.seal.shamir import ShamirSeal
@@ -49,6 +53,49 @@ assert {SEAL_STATUS_PATH, UNSEAL_PATH} == NO_TOKEN_PATHS  # the body-limit middl
 OPEN_WHILE_SEALED = frozenset({"/healthz", "/readyz", "/metrics", SEAL_STATUS_PATH, UNSEAL_PATH})
 #: A share is 83 characters; room for spaces and line breaks, never a megabyte.
 MAX_SHARE_LENGTH = 512
+#: Unseal attempts per client address and worker: a burst of this many, then one per refill interval.
+UNSEAL_BURST = 20
+UNSEAL_REFILL_SECONDS = 3.0
+#: Addresses remembered at most (the oldest is forgotten first), so the limiter's memory stays bounded.
+UNSEAL_TRACKED_ADDRESSES = 4096
+
+
+class AttemptLimiter:
+    """A token bucket per client address: ``burst`` attempts at once, then one per ``refill_seconds``.
+
+    Operators giving shares never meet it; a client guessing shares (each has a 40-bit check and an 8-byte
+    set id, so guessing is hopeless anyway) is slowed to a crawl and cannot fill the worker's memory.
+    """
+
+    def __init__(self, burst: int, refill_seconds: float, tracked: int) -> None:
+        self._burst = burst
+        self._refill = refill_seconds
+        self._tracked = tracked
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def attempt(self, address: str) -> None:
+        """Count one attempt from ``address``.
+
+        Raises:
+            TooManyRequestsError: its bucket is empty (429 with the seconds until the next attempt).
+        """
+        now = time.monotonic()
+        with self._lock:
+            tokens, since = self._buckets.pop(address, (float(self._burst), now))
+            tokens = min(float(self._burst), tokens + (now - since) / self._refill)
+            if tokens < 1.0:
+                self._buckets[address] = (tokens, now)
+                wait = math.ceil((1.0 - tokens) * self._refill)
+                raise TooManyRequestsError(
+                    f"too many unseal attempts from this address: retry in {wait} s", retry_after_seconds=wait
+                )
+            self._buckets[address] = (tokens - 1.0, now)
+            while len(self._buckets) > self._tracked:
+                self._buckets.popitem(last=False)
+
+
+_LIMITER = AttemptLimiter(UNSEAL_BURST, UNSEAL_REFILL_SECONDS, UNSEAL_TRACKED_ADDRESSES)
 
 
 class UnsealBody(BaseModel):
@@ -97,7 +144,7 @@ UNSEAL_DESCRIPTION = (
     "No token. Give one unseal share as `key` (or `reset: true` to forget those given). At the threshold the "
     "server unseals. A refused share (malformed, mistyped, from another init, already given, or one that "
     "with the others does not rebuild the master key) is a 400 `invalid_share` and leaves the progress "
-    "as it was."
+    "as it was. Attempts are rate-limited per client address (429 with `Retry-After`)."
 )
 SEAL_DESCRIPTION = (
     "Admin token. Seal this server again: its master key is wiped and every route but the seal routes, "
@@ -105,7 +152,7 @@ SEAL_DESCRIPTION = (
 )
 
 
-@router.post("/unseal", responses=errors(400, 422), description=UNSEAL_DESCRIPTION)
+@router.post("/unseal", responses=errors(400, 422, 429), description=UNSEAL_DESCRIPTION)
 async def unseal(body: UnsealBody, request: Request, state: StateDep) -> dict[str, Any]:
     """Give one unseal share (or reset); at the threshold the server unseals.
 
@@ -113,8 +160,10 @@ async def unseal(body: UnsealBody, request: Request, state: StateDep) -> dict[st
         InvalidShareError: the share is refused (400 ``invalid_share``), progress unchanged.
         BadRequestError: this server's seal takes no shares.
         ValidationError: neither ``key`` nor ``reset`` (422).
+        TooManyRequestsError: this address made too many attempts (429).
     """
     seal = _shamir(state)
+    _LIMITER.attempt(_remote(request) or "unknown")
     if body.reset:
         seal.reset()
         if state.handover is not None:

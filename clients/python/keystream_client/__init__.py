@@ -46,6 +46,7 @@ from keystream_client._models import (
     KeyVersion,
     NewToken,
     RenewedToken,
+    SealStatus,
     Token,
     TransferResult,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "NewToken",
     "ProgressCallback",
     "RenewedToken",
+    "SealStatus",
     "Source",
     "Token",
     "TransferResult",

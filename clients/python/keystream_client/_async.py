@@ -42,6 +42,7 @@ from keystream_client._models import (
     Key,
     NewToken,
     RenewedToken,
+    SealStatus,
     Token,
     TransferResult,
     parse_batch,
@@ -50,6 +51,7 @@ from keystream_client._models import (
     parse_keys,
     parse_new_token,
     parse_renewed_token,
+    parse_seal_status,
     parse_token,
     parse_tokens,
 )
@@ -252,6 +254,23 @@ class AsyncKeystreamClient(BaseClient):
     ) -> DataKey:
         """As :meth:`KeystreamClient.datakey`."""
         return parse_datakey(await self._send(datakey_call(name, key_type, plaintext, associated_data)))
+
+    # -- seal ------------------------------------------------------------------------------------------------
+    async def seal_status(self) -> SealStatus:
+        """As :meth:`KeystreamClient.seal_status`."""
+        return parse_seal_status(await self._send(Call("GET", "/v1/sys/seal-status")))
+
+    async def unseal(self, share: str) -> SealStatus:
+        """As :meth:`KeystreamClient.unseal`."""
+        return parse_seal_status(await self._send(Call("POST", "/v1/sys/unseal", {"key": share})))
+
+    async def unseal_reset(self) -> SealStatus:
+        """As :meth:`KeystreamClient.unseal_reset`."""
+        return parse_seal_status(await self._send(Call("POST", "/v1/sys/unseal", {"reset": True})))
+
+    async def seal(self) -> SealStatus:
+        """As :meth:`KeystreamClient.seal`."""
+        return parse_seal_status(await self._send(Call("POST", "/v1/sys/seal")))
 
     async def backends(self) -> Any:
         """As :meth:`KeystreamClient.backends`."""

@@ -255,6 +255,30 @@ def parse_renewed_token(data: Any) -> RenewedToken:
     return RenewedToken(**_token_fields(data), capped=bool(data.get("capped", False)))
 
 
+@dataclass(frozen=True)
+class SealStatus:
+    """``GET /v1/sys/seal-status``: whether the server (this replica) is sealed, how many shares unseal it
+    (``threshold``), how many exist (``shares``) and how many it has been given (``progress``). A server
+    whose seal takes no shares reports ``sealed`` false and zeros."""
+
+    sealed: bool
+    threshold: int
+    shares: int
+    progress: int
+    type: str = ""
+
+
+def parse_seal_status(data: Any) -> SealStatus:
+    """The seal status of ``/v1/sys/seal-status``, ``/unseal`` and ``/seal``."""
+    return SealStatus(
+        sealed=bool(data["sealed"]),
+        threshold=int(data["threshold"]),
+        shares=int(data["shares"]),
+        progress=int(data["progress"]),
+        type=str(data.get("type", "")),
+    )
+
+
 def parse_tokens(data: Any) -> list[Token]:
     """Tokens from ``GET /v1/tokens`` (``{"tokens": [...]}``)."""
     return [Token(**_token_fields(item)) for item in data["tokens"]]

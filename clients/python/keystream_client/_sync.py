@@ -29,6 +29,7 @@ from keystream_client._models import (
     Key,
     NewToken,
     RenewedToken,
+    SealStatus,
     Token,
     parse_batch,
     parse_datakey,
@@ -36,6 +37,7 @@ from keystream_client._models import (
     parse_keys,
     parse_new_token,
     parse_renewed_token,
+    parse_seal_status,
     parse_token,
     parse_tokens,
 )
@@ -311,6 +313,42 @@ class KeystreamClient(SyncStreamingClient):
         return parse_datakey(self._send(datakey_call(name, key_type, plaintext, associated_data)))
 
     # -- service ---------------------------------------------------------------------------------------------
+    # -- seal ------------------------------------------------------------------------------------------------
+    def seal_status(self) -> SealStatus:
+        """Whether this server is sealed and how far unsealing has come (no token needed).
+
+        Raises:
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_seal_status(self._send(Call("GET", "/v1/sys/seal-status")))
+
+    def unseal(self, share: str) -> SealStatus:
+        """Give this server one unseal share (no token needed); at the threshold it unseals.
+
+        Raises:
+            KeystreamAPIError: 400 ``invalid_share`` (malformed, mistyped, foreign, duplicate or wrong: the
+                progress is unchanged), 429 ``too_many_requests``.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_seal_status(self._send(Call("POST", "/v1/sys/unseal", {"key": share})))
+
+    def unseal_reset(self) -> SealStatus:
+        """Forget the shares given to this server so far.
+
+        Raises:
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_seal_status(self._send(Call("POST", "/v1/sys/unseal", {"reset": True})))
+
+    def seal(self) -> SealStatus:
+        """Seal this server (admin token): its master key is wiped until the threshold of shares is given.
+
+        Raises:
+            KeystreamAPIError: 401/403 without an admin token.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_seal_status(self._send(Call("POST", "/v1/sys/seal")))
+
     def backends(self) -> Any:
         """``GET /v1/backends`` as decoded JSON.
 

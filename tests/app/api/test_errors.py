@@ -127,6 +127,7 @@ def test_every_domain_error_has_a_status_and_the_docstring_tree_names_it() -> No
         errors.PayloadTooLargeError: 413,
         errors.UnsupportedMediaTypeError: 415,
         errors.ValidationError: 422,
+        errors.TooManyRequestsError: 429,
         errors.ServiceUnavailableError: 503,
         errors.BackendUnavailableError: 503,
         errors.BackendRestartingError: 503,

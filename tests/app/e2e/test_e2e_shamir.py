@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import httpx
 import pytest
 
 from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
+from keystream_client import KeystreamClient, SealStatus
 from tests.admin_process import run_admin
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -147,6 +150,16 @@ def test_a_shamir_server_starts_sealed_unseals_seals_and_loses_nothing(tmp_path:
         assert_sealed_everywhere(server)
         unseal(server, [shares[1], shares[3], shares[0]])
         decrypt_all(server, made)
+
+        # Unseal attempts are rate-limited per address: a burst, then 429 with Retry-After.
+        answers = [
+            call(server, "POST", "/v1/sys/unseal", token=None, json={"key": foreign[0]}) for _ in range(40)
+        ]
+        limited = [answer for answer in answers if answer.status_code == 429]
+        assert limited and all(answer.status_code in (200, 429) for answer in answers)
+        assert limited[0].json()["error"]["code"] == "too_many_requests"
+        assert int(limited[0].headers["Retry-After"]) >= 1
+        assert call(server, "GET", "/v1/sys/seal-status", token=None).json()["sealed"] is False
     finally:
         stop_server(server)
 
@@ -263,3 +276,59 @@ def test_every_worker_unseals_together_and_a_restarted_worker_comes_back_unseale
     assert operations.count("unseal") == 7 and operations.count("seal") == 3, operations
     for share in shares:
         assert all(share[5:] not in path.read_text() for path in tmp_path.glob("*.log*"))
+
+
+def keystream_cli(
+    server: Server, *args: str, stdin: str = "", token: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The client's ``keystream`` command against ``server`` (no token unless given)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+    if token is not None:
+        environment["KEYSTREAM_TOKEN"] = token
+    return subprocess.run(
+        [sys.executable, "-m", "keystream_client.cli", *args, "--url", server.url],
+        input=stdin,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_client_cli_unseals_and_seals_a_two_worker_server(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shares = init(data, 2, 3)
+    server = start_server(data, tmp_path / "server.log", KEYSTREAM_SEAL="shamir", KEYSTREAM_WORKERS="2")
+    try:
+        with KeystreamClient(server.url, None) as client:
+            assert client.seal_status() == SealStatus(
+                sealed=True, threshold=2, shares=3, progress=0, type="shamir"
+            )
+        typo = shares[0][:30] + ("a" if shares[0][30] != "a" else "b") + shares[0][31:]
+        result = keystream_cli(server, "operator", "unseal", stdin=f"{typo}\n{shares[0]}\n\n{shares[2]}\n")
+        assert result.returncode == 0, result.stderr
+        assert "share refused" in result.stderr and "mistyped" in result.stderr
+        assert result.stdout.splitlines()[-1] == "unsealed"
+        assert shares[0][5:] not in result.stdout + result.stderr
+        wait_for_workers(server, 2, 0.0)
+        assert call(server, "POST", "/v1/keys", json={"name": "orders"}).status_code == 201
+        made = {}
+        for index in range(6):
+            response = call(server, "POST", "/v1/keys/orders/encrypt", content=b"cli %d" % index)
+            made[response.content] = b"cli %d" % index
+
+        assert keystream_cli(server, "operator", "seal").returncode != 0  # no token
+        sealed = keystream_cli(server, "operator", "seal", token=ROOT_TOKEN)
+        assert sealed.returncode == 0 and "sealed" in sealed.stdout, sealed.stderr
+        wait_for_workers(server, 2, 1.0)
+        short = keystream_cli(server, "operator", "unseal", stdin=shares[1] + "\n")
+        assert short.returncode == 1 and "still sealed: 1 of 2 shares given" in short.stderr
+        status = keystream_cli(server, "operator", "seal-status", "--json")
+        assert json.loads(status.stdout)["progress"] == 1
+        done = keystream_cli(server, "operator", "unseal", "--reset", stdin=f"{shares[2]}\n{shares[0]}\n")
+        assert done.returncode == 0, done.stderr
+        wait_for_workers(server, 2, 0.0)
+        decrypt_all(server, made)
+    finally:
+        stop_server(server)

@@ -29,8 +29,8 @@ The URL and token come from ``--url``/``--token`` or ``KEYSTREAM_URL``/``KEYSTRE
 
 Modules: ``_parser`` (flags and help), ``_commands`` (keys, tokens, backends), ``_transfer`` (encrypt,
 decrypt, ``--value``), ``_batch`` (``batch encrypt|decrypt`` of JSON lines), ``_datakey`` (``datakey``),
-``_output`` (tables, JSON, errors), ``_progress`` (the progress bar), ``_codes`` (exit codes), ``_main``
-(errors to exit codes).
+``_operator`` (``operator unseal|seal-status|seal``), ``_output`` (tables, JSON, errors), ``_progress`` (the
+progress bar), ``_codes`` (exit codes), ``_main`` (errors to exit codes).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from keystream_client.cli._commands import (
     cmd_tokens_self,
 )
 from keystream_client.cli._datakey import cmd_datakey
+from keystream_client.cli._operator import cmd_operator_seal, cmd_operator_seal_status, cmd_operator_unseal
 from keystream_client.cli._transfer import cmd_crypto
 
 _PERIOD_HELP = (
@@ -138,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_crypto_command(commands, conn, operation)
     _add_batch_command(commands, conn)
     _add_datakey_command(commands, conn, as_json)
+
+    _add_operator_commands(commands, conn, as_json)
 
     backends = commands.add_parser("backends", parents=[conn, as_json], help="list the service's backends")
     backends.description = "List the service's AES backends (for --backend): availability, ISA path, preset."
@@ -418,6 +421,29 @@ def _add_datakey_command(
     ad.add_argument("--associated-data", help="associated data (UTF-8 text); decrypt needs the same")
     ad.add_argument("--associated-data-file", type=Path, help="associated data from a file")
     command.set_defaults(handler=cmd_datakey)
+
+
+def _add_operator_commands(
+    commands: Any, conn: argparse.ArgumentParser, as_json: argparse.ArgumentParser
+) -> None:
+    operator = commands.add_parser("operator", help="a replica's seal: unseal it with shares, or seal it")
+    operator.description = (
+        "The seal of the server at --url (one replica: unseal each replica in turn). A server with the "
+        "shamir seal starts sealed and answers 503 sealed until the threshold of shares is given."
+    )
+    sub = operator.add_subparsers(dest="operator_command", metavar="ACTION", required=True)
+    unseal = sub.add_parser("unseal", parents=[conn], help="give unseal shares (prompted without echo)")
+    unseal.description = (
+        "Give the server unseal shares: prompted without echo on a terminal (an empty answer stops), else "
+        "read one a line from stdin. A refused share is reported and the next one asked for. No token "
+        "needed. Exit code 0 once unsealed, 1 when the shares ran out first."
+    )
+    unseal.add_argument("--reset", action="store_true", help="forget the shares given so far first")
+    unseal.set_defaults(handler=cmd_operator_unseal)
+    status = sub.add_parser("seal-status", parents=[conn, as_json], help="sealed or not, and the progress")
+    status.set_defaults(handler=cmd_operator_seal_status)
+    seal = sub.add_parser("seal", parents=[conn], help="seal the server (admin token): its key is wiped")
+    seal.set_defaults(handler=cmd_operator_seal)
 
 
 def _version() -> str:
