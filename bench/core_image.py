@@ -8,9 +8,13 @@ the images. With ``wipe``, it then sends ``SIGUSR2`` to every worker (``KEYSTREA
 the worker zeroes its cached key versions and closes its seal, which is what sealing does to memory) and
 counts again. The materials are read from the keystore by this process, which opens it with the master key.
 
-``python -m bench.core_image [--keys N] [--workers N] [--no-wipe]`` prints the counts as JSON; run from
-another checkout (``PYTHONPATH=<checkout>``) it measures that code (without ``--no-wipe`` only where the
-testing trigger exists). Needs root and ``gcore`` (Debian's ``gdb``).
+With ``seal="shamir"`` the server (one worker: a shamir server unseals one process) starts sealed from
+an ``operator init --shares 3 --threshold 2``, is unsealed with two shares through ``POST /v1/sys/unseal``,
+and "after" is the real ``POST /v1/sys/seal``; the master key searched for is rebuilt from the shares here.
+
+``python -m bench.core_image [--keys N] [--workers N] [--seal file|shamir] [--no-wipe]`` prints the counts
+as JSON; run from another checkout (``PYTHONPATH=<checkout>``) it measures that code (without ``--no-wipe``
+only where the testing trigger exists). Needs root and ``gcore`` (Debian's ``gdb``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -30,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.service_process import Server, start_server, stop_server
+from bench.service_process import REPO, ROOT_TOKEN, Server, start_server, stop_server
 
 PLAINTEXT_SMALL = 1024
 PLAINTEXT_STREAMED = 200 * 1024
@@ -113,41 +118,83 @@ def _use_keys(server: Server, names: list[str]) -> None:
                 assert opened.status_code == 200 and opened.content == plaintext, opened.text
 
 
-def _known_materials(data_dir: Path, master_key: bytes, names: list[str]) -> list[bytes]:
+def _known_materials(data_dir: Path, master_key: bytes, names: list[str], seal: str) -> list[bytes]:
     """Every key's version 1 material, read from the keystore with the master key (in this process)."""
     from app.core.config import Settings
     from app.keystore import open_keystore_for
+    from app.seal.shamir import ShamirSeal
 
     settings = Settings(data_dir=data_dir, master_key=base64.b64encode(master_key).decode())
-    store = open_keystore_for(settings, master_key)
+    store = open_keystore_for(settings, ShamirSeal(master_key) if seal == "shamir" else master_key)
     try:
         return [bytes(store.key_material(name, 1)) for name in names]
     finally:
         store.close()
 
 
-def measure(workdir: Path, *, keys: int = 100, workers: int = 2, wipe: bool = True) -> dict[str, Counts]:
+def _shamir_init(data_dir: Path) -> tuple[list[str], bytes]:
+    """``operator init --shares 3 --threshold 2``: the shares, and the master key they rebuild."""
+    from app.seal.shares import combine_shares, decode_share
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+    environment.update(
+        {"KEYSTREAM_SEAL": "shamir", "KEYSTREAM_DATA_DIR": str(data_dir), "KEYSTREAM_ROOT_TOKEN": ROOT_TOKEN}
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "app.admin",
+        "operator",
+        "init",
+        "--shares",
+        "3",
+        "--threshold",
+        "2",
+        "--json",
+    ]
+    done = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"operator init failed: {done.stderr[-1000:]}")
+    shares: list[str] = json.loads(done.stdout)["shares"]
+    return shares, bytes(combine_shares([decode_share(text) for text in shares[:2]]))
+
+
+def measure(
+    workdir: Path, *, keys: int = 100, workers: int = 2, wipe: bool = True, seal: str = "file"
+) -> dict[str, Counts]:
     """Counts ``before`` (keys in use) and, with ``wipe``, ``after`` every worker wiped its secrets.
 
     Raises:
-        RuntimeError: the server did not start, or ``gcore`` failed.
+        RuntimeError: the server did not start or unseal, or ``gcore`` failed.
     """
-    master_key = os.urandom(32)
-    env = {
-        "KEYSTREAM_WORKERS": str(workers),
-        "KEYSTREAM_MASTER_KEY": base64.b64encode(master_key).decode(),
-        "KEYSTREAM_KEY_CACHE_SIZE": str(max(1024, keys)),
-    }
-    if wipe:
-        env["KEYSTREAM_TESTING_WIPE_ON_SIGUSR2"] = "true"
+    env = {"KEYSTREAM_WORKERS": str(workers), "KEYSTREAM_KEY_CACHE_SIZE": str(max(1024, keys))}
+    shares: list[str] = []
+    if seal == "shamir":
+        shares, master_key = _shamir_init(workdir / "data")
+        env |= {"KEYSTREAM_SEAL": "shamir", "KEYSTREAM_WORKERS": "1"}
+    else:
+        master_key = os.urandom(32)
+        env["KEYSTREAM_MASTER_KEY"] = base64.b64encode(master_key).decode()
+        if wipe:
+            env["KEYSTREAM_TESTING_WIPE_ON_SIGUSR2"] = "true"
     server = start_server(workdir / "data", workdir / "server.log", **env)
     results: dict[str, Counts] = {}
     try:
+        with server.client() as client:
+            for share in shares[:2]:
+                unsealed = client.post("/v1/sys/unseal", json={"key": share})
+                if unsealed.status_code != 200:
+                    raise RuntimeError(f"unseal failed: {unsealed.text}")
         names = [f"core-image-{index:03d}" for index in range(keys)]
         _use_keys(server, names)
-        materials = _known_materials(workdir / "data", master_key, names)
+        materials = _known_materials(workdir / "data", master_key, names, seal)
         for moment in ("before", "after") if wipe else ("before",):
-            if moment == "after":
+            if moment == "after" and seal == "shamir":
+                with server.client() as client:
+                    sealed = client.post("/v1/sys/seal")
+                    if sealed.status_code != 200:
+                        raise RuntimeError(f"seal failed: {sealed.text}")
+            elif moment == "after":
                 for pid in _workers(server):
                     os.kill(pid, signal.SIGUSR2)
                 time.sleep(1.0)  # the handler runs on each worker's event loop at once
@@ -166,10 +213,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seal", choices=("file", "shamir"), default="file")
     parser.add_argument("--no-wipe", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="core-image-") as workdir:
-        results = measure(Path(workdir), keys=args.keys, workers=args.workers, wipe=not args.no_wipe)
+        results = measure(
+            Path(workdir), keys=args.keys, workers=args.workers, wipe=not args.no_wipe, seal=args.seal
+        )
     print(json.dumps({moment: counts.__dict__ for moment, counts in results.items()}, indent=2))
 
 

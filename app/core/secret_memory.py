@@ -181,7 +181,10 @@ class _SlotMixin:
     def __del__(self) -> None:
         chunk = getattr(self, "_chunk", None)
         if chunk is not None:
-            _ARENA.give_back(chunk, self._slot)
+            try:
+                _ARENA.give_back(chunk, self._slot)
+            except (AttributeError, TypeError):  # interpreter shutdown: the exit handler zeroed every chunk
+                pass
 
     #: By identity, so that read-only views of a secret can be hashed (by content) as views of ``bytes`` are.
     __hash__ = object.__hash__

@@ -556,3 +556,33 @@ def test_cached_only_lookups_raise_instead_of_reading_the_keystore(
     clock.advance(1.1)
     with pytest.raises(CacheMissError):  # expired metadata
         cache.resolve("orders", None, backend, cached_only=True)  # type: ignore[arg-type]
+
+
+def _slot_of(material: Any) -> memoryview:
+    """The chunk memory under a cached version's material: it does not keep the secret alive."""
+    secret = material.obj
+    start = secret._slot * 64
+    return memoryview(secret._chunk.memory)[start : start + len(material)]
+
+
+def test_versions_live_in_secret_memory_zeroed_on_eviction_and_by_wipe(real_store: SqliteKeyStore) -> None:
+    real_store.create_key("orders")
+    for _ in range(2):
+        real_store.rotate_key("orders")
+    python_backend = aescore.get_backend("python")
+    cache = KeyCache(real_store, max_entries=2)
+    first = cache.resolve("orders", 1, python_backend)
+    known = bytes(first.material)
+    assert isinstance(first.material, memoryview) and first.material.readonly
+    raw = _slot_of(first.material)
+    del first
+    cache.resolve("orders", 2, python_backend)
+    assert bytes(raw) == known  # still cached
+    cache.resolve("orders", 3, python_backend)  # evicts version 1: nobody uses it, so it is zeroed at once
+    assert bytes(raw) == bytes(len(raw))
+
+    in_use = cache.resolve("orders", 3, python_backend)
+    known = bytes(in_use.material)
+    cache.wipe()  # sealing: zeroed now, though a request still holds it
+    assert len(cache) == 0
+    assert bytes(in_use.material) == bytes(len(known)) != known
