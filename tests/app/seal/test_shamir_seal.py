@@ -13,6 +13,7 @@ import pytest
 
 from app.keystore import KeyStore, open_keystore
 from app.keystore.master import MasterKeyError
+from app.keystore.postgres import PostgresKeyStore
 from app.seal import FileSeal, SealError, blob_origin
 from app.seal.shamir import ShamirSeal, new_master_key
 from app.seal.shares import (
@@ -220,3 +221,29 @@ def test_blobs_name_the_shamir_seal_and_sealing_wipes_the_key() -> None:
         seal.unwrap(blob, b"ad")
     with pytest.raises(SealError):
         ShamirSeal(b"short")
+
+
+def test_a_postgres_keystore_is_initialised_opened_sealed_and_unsealed(pg_url: str) -> None:
+    """The share parameters row and the check value live in PostgreSQL's meta table as in SQLite's."""
+    key = new_master_key()
+    parameters, texts = split_master_key(key, 2, 3)
+    seal = ShamirSeal(key, parameters, initialising=True)
+    store = PostgresKeyStore(pg_url, seal, pool_size=2)
+    try:
+        store.create_key("orders", "aes256")
+        material = store.key_material("orders", 1)
+    finally:
+        store.close()
+        seal.close()
+    with pytest.raises(MasterKeyError, match="already initialised"):
+        PostgresKeyStore(pg_url, ShamirSeal(new_master_key(), parameters, initialising=True), pool_size=2)
+    sealed = ShamirSeal()
+    store = PostgresKeyStore(pg_url, sealed, pool_size=2)
+    try:
+        assert sealed.status().threshold == 2 and sealed.status().shares == 3
+        sealed.submit_share(texts[2])
+        sealed.submit_share(texts[0])
+        assert store.key_material("orders", 1) == material
+    finally:
+        store.close()
+        sealed.close()
