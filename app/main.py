@@ -58,7 +58,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.keystream = state
         if state.seal.seals_online and isinstance(app, KeystreamApp):
             app.sealable = state.seal  # the sealed gate (app/api/hotpath.py)
-        sys.start_handover_listener(state)  # a multi-worker server's workers unseal and seal together
+        # A multi-worker server's workers unseal and seal together; a key already handed over is applied
+        # before this worker serves (off the loop: unsealing reads the keystore and opens the audit log).
+        await to_thread.run_sync(sys.start_handover_listener, state)
         if settings.testing_wipe_on_sigusr2:
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, wipe_secrets, state)
         logger.info(

@@ -136,6 +136,13 @@ class Handover:
             except OSError:
                 pass  # the supervisor is gone: the worker is about to be stopped anyway
 
+    def waiting(self) -> bool:
+        """Whether a message is already waiting in the channel (or it closed): :meth:`receive` won't block."""
+        try:
+            return self._connection.poll(0)
+        except OSError:
+            return True  # closed: receive() raises EOFError at once
+
     def receive(self) -> tuple[bytes, bytes | memoryview | None]:
         """Block until the supervisor passes on a message of another worker (see :func:`parse_message`).
 

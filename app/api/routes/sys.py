@@ -209,46 +209,64 @@ async def seal(request: Request, principal: AdminDep, state: StateDep) -> JSONRe
 
 
 def start_handover_listener(state: ServiceState) -> None:
-    """Follow this worker's channel to its supervisor in a daemon thread: unseal with the key another worker
-    rebuilt (checked against the keystore first), or seal when another worker sealed. Each writes an
-    ``operator`` line to this worker's audit file. Nothing when the worker has no channel."""
+    """Follow this worker's channel to its supervisor: unseal with the key another worker rebuilt (checked
+    against the keystore first), or seal when another worker sealed. Each writes an ``operator`` line to this
+    worker's audit file. Nothing when the worker has no channel.
+
+    Messages already waiting are applied here, before the worker serves its first request: a worker the
+    supervisor starts while the server is unsealed finds the key in its channel and so never answers
+    ``sealed`` (a replacement after a crash comes back unsealed, not sealed for a moment). Later messages are
+    followed in a daemon thread.
+    """
     handover = state.handover
     seal = state.seal
     if handover is None or not isinstance(seal, ShamirSeal):
         return
 
-    def follow() -> None:
-        while True:
-            try:
-                kind, key = handover.receive()
-            except EOFError:
-                return
-            except ValueError as exc:
-                logger.warning("handover channel: %s", exc)
-                continue
-            try:
-                if kind == SHARE and key is not None:
-                    rebuilt = _count_share(seal, bytes(key).decode("ascii"))
-                    if rebuilt is not None:  # shares reached two workers at once: this one completed
-                        handover.announce_unsealed(rebuilt)
-                        del rebuilt
-                        if start_unsealed(state):
-                            write_operator_record(state.audit, {"operation": "unseal", "handed_over": True})
-                elif kind == RESET:
-                    seal.reset()
-                elif kind == UNSEALED and key is not None:
-                    if seal.sealed:
-                        seal.unseal_with_key(key)
-                    del key
+    def apply(kind: bytes, key: bytes | memoryview | None) -> None:
+        try:
+            if kind == SHARE and key is not None:
+                rebuilt = _count_share(seal, bytes(key).decode("ascii"))
+                if rebuilt is not None:  # shares reached two workers at once: this one completed
+                    handover.announce_unsealed(rebuilt)
+                    del rebuilt
                     if start_unsealed(state):
                         write_operator_record(state.audit, {"operation": "unseal", "handed_over": True})
-                elif kind == SEALED and not seal.sealed:
-                    write_operator_record(state.audit, {"operation": "seal", "handed_over": True})
-                    log = stop_sealed(state)
-                    if log is not None:
-                        log.close()
-            except (SealError, MasterKeyError, AuditUnavailableError) as exc:
-                logger.error("cannot follow the other workers' seal state: %s", exc)
+            elif kind == RESET:
+                seal.reset()
+            elif kind == UNSEALED and key is not None:
+                if seal.sealed:
+                    seal.unseal_with_key(key)
+                del key
+                if start_unsealed(state):
+                    write_operator_record(state.audit, {"operation": "unseal", "handed_over": True})
+            elif kind == SEALED and not seal.sealed:
+                write_operator_record(state.audit, {"operation": "seal", "handed_over": True})
+                log = stop_sealed(state)
+                if log is not None:
+                    log.close()
+        except (SealError, MasterKeyError, AuditUnavailableError) as exc:
+            logger.error("cannot follow the other workers' seal state: %s", exc)
+
+    def receive() -> tuple[bytes, bytes | memoryview | None] | None:
+        """The next message; ``None`` once the channel closed (one not of this channel is skipped)."""
+        while True:
+            try:
+                return handover.receive()
+            except EOFError:
+                return None
+            except ValueError as exc:
+                logger.warning("handover channel: %s", exc)
+
+    while handover.waiting():
+        message = receive()
+        if message is None:
+            return
+        apply(*message)
+
+    def follow() -> None:
+        while (message := receive()) is not None:
+            apply(*message)
 
     threading.Thread(target=follow, name="seal-handover", daemon=True).start()
 
