@@ -56,7 +56,10 @@ def _spread_of_a_burst(server: Server, workers: list[psutil.Process], size: int 
 def test_bursts_spread_over_workers_and_a_dead_worker_is_replaced(tmp_path: Path) -> None:
     server = start_server(tmp_path / "data", tmp_path / "log", KEYSTREAM_WORKERS="2")
     try:
-        workers = _workers(server)
+        # The first worker's /healthz answer ended start_server's wait; the second may still be starting.
+        deadline = time.monotonic() + 20
+        while len(workers := _workers(server)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert len(workers) == 2
         # One shared socket: all 16 on one worker in 9 of 20 runs. One socket per worker: the kernel hashes
         # each connection (all 16 on one of two workers: 2 ** -15 per run).
