@@ -335,7 +335,7 @@ scaleout_check() {
             --replica "http://127.0.0.1:$KEYSTREAM_REPLICA_PORT_2" \
             --replica "http://127.0.0.1:$KEYSTREAM_REPLICA_PORT_3" \
             --prometheus "http://127.0.0.1:$PROMETHEUS_PORT" \
-            --unseal-command "$repo/deploy/compose.sh unseal" \
+            --unseal-command "deploy/compose.sh unseal" \
             -- "${compose[@]}"
         return
     fi
