@@ -202,6 +202,11 @@ class Keyring:
         self._ready()
         return self._current
 
+    def needs(self, current: int) -> bool:
+        """True when the keystore's newest generation is ``current`` and this keyring must be installed
+        again before wrapping (it wraps under another, or was told the keystore changed). Reads nothing."""
+        return self._stale or self._current != current
+
     def invalidate(self) -> None:
         """The keystore's keyring changed (a rotation began or finished): reload it at the next use."""
         self._stale = True
@@ -264,12 +269,15 @@ class Keyring:
         return key
 
     def wrap(self, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
-        """Wrap under the current generation.
+        """Wrap under the generation installed last (never reloading: a keystore's key write installs the
+        newest generation from its own transaction first, :func:`app.keystore.generations.writing_keyring`).
 
         Raises:
             SealError: the seal is sealed, or its device fails.
         """
-        self._ready()
+        if self._root.sealed:
+            self.close()
+            raise SealError(f"{self._root.describe()} is sealed")
         current = self._current
         if current == 1:
             return self._root.wrap(plaintext, associated_data)
