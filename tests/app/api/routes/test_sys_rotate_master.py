@@ -1,6 +1,6 @@
-"""``POST /v1/sys/rotate-master`` and ``GET /v1/sys/rotate-master`` in process: admin only, 202 with the new
-generation, the rotation running on in the background, 409 while one holds its lease, and every ciphertext made
-before decrypting after."""
+"""``POST /v1/sys/rotate-master`` and ``GET /v1/sys/rotate-master`` in process: admin only, 202 with the
+new generation, the rotation running on in the background, 409 while one holds its lease, and every ciphertext
+made before decrypting after."""
 
 from __future__ import annotations
 
