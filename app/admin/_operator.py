@@ -1,4 +1,5 @@
-"""``keystream-server operator init`` and ``operator migrate-seal --to SEAL``: the keystore's seal.
+"""``keystream-server operator init``, ``operator migrate-seal --to SEAL`` and ``operator rotate-master``:
+the keystore's seal and its master key.
 
 ``init`` opens the seal ``KEYSTREAM_SEAL`` selects, creating what it needs: for ``pkcs11`` the master key in
 the token (AES-256, generated inside it, non-extractable and sensitive) when no key has
@@ -21,12 +22,20 @@ transaction (:meth:`~app.keystore.base.KeyStore.reseal`): if any version does no
 (exit 1), and a process killed in the middle leaves the keystore under the old seal. Stop the servers first;
 start them again with ``KEYSTREAM_SEAL=SEAL``. The audit keys move unchanged, so the log keeps verifying.
 
+``rotate-master [--batch-size N]`` rotates the master key online, under the same seal
+(:mod:`app.keystore.generations`): it makes a new master key generation, under which every server wraps new
+key versions at once, then rewraps every stored secret in batches of N versions (each batch its own short
+transaction) while the servers keep serving, and retires the older generations once no blob uses them.
+Ciphertexts are not touched. A rotation killed in the middle loses nothing (every blob stays readable under
+its own generation) and is resumed by the next ``rotate-master`` (once its lease, 10 s, ran out). With the
+shamir seal the master key exists only in unsealed servers: rotate there (``POST /v1/sys/rotate-master``).
+
 With ``KEYSTREAM_AUDIT_LOG`` set, each operation is recorded in the log's own file (the setting's path, beside
 the workers' ``.w<i>`` files), chained and verified like every other line.
 
-Exit codes: 0 done; 1 a secret does not unwrap (nothing written) or the keystore cannot serve (database
-down); 2 bad settings, or a seal or keystore that refuses (one line naming the setting, never a PIN or key
-bytes).
+Exit codes: 0 done; 1 a secret does not unwrap (nothing written), another rotation is running, or the
+keystore cannot serve (database down); 2 bad settings, or a seal or keystore that refuses (one line naming
+the setting, never a PIN or key bytes).
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ if TYPE_CHECKING:
     from app.keystore import KeyStore
     from app.seal import Seal
 
-__all__ = ["add_parser", "cmd_init", "cmd_migrate_seal", "write_operator_record"]
+__all__ = ["add_parser", "cmd_init", "cmd_migrate_seal", "cmd_rotate_master", "write_operator_record"]
 
 
 def add_parser(commands: Any) -> None:
@@ -89,6 +98,24 @@ def add_parser(commands: Any) -> None:
     )
     migrate.add_argument("--to", required=True, choices=MIGRATE_TARGETS, help="the seal to move to")
     migrate.set_defaults(handler=cmd_migrate_seal)
+    rotate = actions.add_parser(
+        "rotate-master",
+        help="rotate the master key online: a new generation under the same seal, every secret rewrapped",
+        description="Make a new master key generation under the seal KEYSTREAM_SEAL names (new key versions "
+        "are wrapped under it at once, by every server), then rewrap every stored secret in batches while "
+        "the servers keep serving, and retire the older generations. Ciphertexts are not touched. A rotation "
+        "that did not finish is resumed. The shamir seal rotates in a server: POST /v1/sys/rotate-master.",
+        epilog="exit codes: 0 done, 1 another rotation is running, a secret does not unwrap or the keystore "
+        "is unavailable (every secret stays readable; run again to resume), 2 bad settings or a refused seal",
+    )
+    rotate.add_argument(
+        "--batch-size",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="key versions rewrapped per transaction (default 500)",
+    )
+    rotate.set_defaults(handler=cmd_rotate_master)
 
 
 def _quiet_store_logs() -> None:
@@ -308,5 +335,63 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
     print(
         f"rewrapped {count} key versions, the check value and the audit keys under {target.describe()}; "
         f"start the servers with KEYSTREAM_SEAL={target.kind}"
+    )
+    return EXIT_OK
+
+
+def cmd_rotate_master(args: argparse.Namespace) -> int:
+    """Run ``operator rotate-master`` (the module docstring says what it does and its exit codes)."""
+    from app.errors import KeystreamError
+    from app.keystore import KeystoreSchemaError, KeyUnwrapError, MasterKeyError, open_keystore_for
+    from app.keystore.generations import DEFAULT_BATCH_SIZE, MasterRotation
+    from app.seal import open_seal
+
+    settings = _settings("rotate the master key")
+    if settings is None:
+        return EXIT_USAGE
+    if settings.seal == "shamir":
+        error(
+            "cannot rotate the master key: with KEYSTREAM_SEAL=shamir it exists only in an unsealed server; "
+            "use POST /v1/sys/rotate-master (keystream operator rotate-master)"
+        )
+        return EXIT_USAGE
+    batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+    try:
+        seal = open_seal(settings, create=False)
+        try:
+            keystore = open_keystore_for(settings, seal)
+            try:
+                rotation = MasterRotation(keystore, batch_size=batch_size)
+                started = rotation.begin()
+                doing = "resuming the rotation" if started.resumed else "rotating"
+                print(
+                    f"{doing} to master key generation {started.generation} under {seal.describe()}",
+                    flush=True,
+                )
+                record = {"operation": "rotate_master", "seal": seal.kind, "generation": started.generation}
+                write_operator_record(
+                    settings, keystore, seal, {**record, "phase": "start", "resumed": started.resumed}
+                )
+                finished = rotation.run()
+                assert finished is not None  # run() returns None only when asked to stop
+                write_operator_record(
+                    settings, keystore, seal, {**record, "phase": "finish", "rewrapped": finished.rewrapped}
+                )
+            finally:
+                keystore.close()
+        finally:
+            seal.close()
+    except (MasterKeyError, KeystoreSchemaError, ValueError) as exc:
+        error(f"cannot rotate the master key: {exc}")
+        return EXIT_USAGE
+    except KeyUnwrapError as exc:
+        error(f"cannot rotate the master key: {exc}; every secret stays readable, run again to resume")
+        return EXIT_FAILED
+    except KeystreamError as exc:
+        error(f"cannot rotate the master key: {exc}")
+        return EXIT_FAILED
+    print(
+        f"master key generation {finished.generation}: {finished.rewrapped} key versions rewrapped, the "
+        "older generations retired"
     )
     return EXIT_OK

@@ -13,17 +13,16 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.audit import AuditLog, derive_audit_keys
-from app.keystore import KeyStore, MasterKeyError, SqliteKeyStore
-from app.keystore.postgres import PostgresKeyStore
-from app.seal import FileSeal, Seal
+from app.keystore import MasterKeyError
+from app.seal import FileSeal
 from app.seal.pkcs11 import Pkcs11Seal
 from tests.admin_process import run_admin, start_admin
+from tests.app.seal.conftest import materials, open_store
 from tests.softhsm import SoftHsmToken
 
 MASTER = bytes(range(7, 39))
@@ -43,27 +42,6 @@ def settings_env(token: SoftHsmToken, data: Path, current: str, url: str | None)
     if url is not None:
         env["KEYSTREAM_DATABASE_URL"] = url
     return env
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backing(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
-    """``None`` for SQLite in ``tmp_path/data``, else a PostgreSQL URL of a fresh schema."""
-    yield None if request.param == "sqlite" else request.getfixturevalue("pg_url")
-
-
-def open_store(seal: Seal, data: Path, url: str | None) -> KeyStore:
-    if url is not None:
-        return PostgresKeyStore(url, seal, pool_size=2)
-    data.mkdir(mode=0o700, exist_ok=True)
-    return SqliteKeyStore(data / "keystore.db", seal)
-
-
-def materials(store: KeyStore) -> dict[tuple[str, int], bytes]:
-    return {
-        (key.name, version.version): store.key_material(key.name, version.version)
-        for key in store.list_keys()
-        for version in key.versions
-    }
 
 
 def test_file_to_pkcs11_and_back_loses_nothing(
