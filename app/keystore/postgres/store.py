@@ -347,7 +347,9 @@ class PostgresKeyStore(KeyStore):
         stored = self._database.read(lambda conn: _schema.read_meta(conn, AUDIT_KEYS_ROW))
         return open_audit_key_material(self._seal, stored)
 
-    def reseal(self, target: Seal, audit_material: bytes) -> int:
+    def reseal(
+        self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
+    ) -> int:
         """See :meth:`KeyStore.reseal`."""
 
         def work(conn: Connection) -> int:
@@ -363,11 +365,16 @@ class PostgresKeyStore(KeyStore):
                     [(blob, name, version) for name, version, blob in rewrapped],
                 )
             for name, value in resealed_meta(target, audit_material).items():
+                if value is None:
+                    conn.execute("DELETE FROM meta WHERE name = %s", (name,))
+                    continue
                 conn.execute(
                     "INSERT INTO meta (name, value) VALUES (%s, %s) "
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (name, value),
                 )
+            if before_commit is not None:
+                before_commit()
             return len(rewrapped)
 
         count = self._database.write(work)

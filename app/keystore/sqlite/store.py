@@ -308,7 +308,9 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             stored = read_meta(conn, AUDIT_KEYS_ROW)
         return open_audit_key_material(self._seal, stored)
 
-    def reseal(self, target: Seal, audit_material: bytes) -> int:
+    def reseal(
+        self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
+    ) -> int:
         """See :meth:`KeyStore.reseal`."""
         with self._write() as conn:
             stored = conn.execute(
@@ -320,11 +322,16 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
                 [(blob, name, version) for name, version, blob in rewrapped],
             )
             for name, value in resealed_meta(target, audit_material).items():
+                if value is None:
+                    conn.execute("DELETE FROM meta WHERE name = ?", (name,))
+                    continue
                 conn.execute(
                     "INSERT INTO meta (name, value) VALUES (?, ?) "
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (name, value),
                 )
+            if before_commit is not None:
+                before_commit()
         self._seal = target
         return len(rewrapped)
 
