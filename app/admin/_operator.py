@@ -1,4 +1,5 @@
-"""``keystream-server operator init`` and ``operator migrate-seal --to SEAL``: the keystore's seal.
+"""``keystream-server operator init``, ``operator migrate-seal --to SEAL`` and ``operator rotate-master``:
+the keystore's seal and its master key.
 
 ``init`` opens the seal ``KEYSTREAM_SEAL`` selects, creating what it needs: for ``pkcs11`` the master key in
 the token (AES-256, generated inside it, non-extractable and sensitive) when no key has
@@ -29,12 +30,20 @@ the old seal with shares that open nothing. Moving *from* shamir needs the curre
 typed at a prompt without echo on a terminal, else one a line on stdin (:mod:`app.admin._shares`); a
 refused share or too few of them exit 1 with nothing written.
 
+``rotate-master [--batch-size N]`` rotates the master key online, under the same seal
+(:mod:`app.keystore.generations`): it makes a new master key generation, under which every server wraps new
+key versions at once, then rewraps every stored secret in batches of N versions (each batch its own short
+transaction) while the servers keep serving, and retires the older generations once no blob uses them.
+Ciphertexts are not touched. A rotation killed in the middle loses nothing (every blob stays readable under
+its own generation) and is resumed by the next ``rotate-master`` (once its lease, 10 s, ran out). With the
+shamir seal the master key exists only in unsealed servers: rotate there (``POST /v1/sys/rotate-master``).
+
 With ``KEYSTREAM_AUDIT_LOG`` set, each operation is recorded in the log's own file (the setting's path, beside
 the workers' ``.w<i>`` files), chained and verified like every other line.
 
-Exit codes: 0 done; 1 a secret does not unwrap, a share is refused or missing (nothing written), or the
-keystore cannot serve (database down); 2 bad flags or settings, or a seal or keystore that refuses (one
-line naming the setting, never a PIN or key bytes).
+Exit codes: 0 done; 1 a secret does not unwrap, a share is refused or missing (nothing written), another
+rotation is running, or the keystore cannot serve (database down); 2 bad flags or settings, or a seal or
+keystore that refuses (one line naming the setting, never a PIN or key bytes).
 """
 
 from __future__ import annotations
@@ -57,7 +66,7 @@ if TYPE_CHECKING:
     from app.seal import Seal
     from app.seal.shares import ShareParameters
 
-__all__ = ["add_parser", "cmd_init", "cmd_migrate_seal", "write_operator_record"]
+__all__ = ["add_parser", "cmd_init", "cmd_migrate_seal", "cmd_rotate_master", "write_operator_record"]
 
 
 def add_parser(commands: Any) -> None:
@@ -111,6 +120,24 @@ def add_parser(commands: Any) -> None:
         help='--to shamir: print {"shares": [...], "threshold": K} only (progress on stderr)',
     )
     migrate.set_defaults(handler=cmd_migrate_seal)
+    rotate = actions.add_parser(
+        "rotate-master",
+        help="rotate the master key online: a new generation under the same seal, every secret rewrapped",
+        description="Make a new master key generation under the seal KEYSTREAM_SEAL names (new key versions "
+        "are wrapped under it at once, by every server), then rewrap every stored secret in batches while "
+        "the servers keep serving, and retire the older generations. Ciphertexts are not touched. A rotation "
+        "that did not finish is resumed. The shamir seal rotates in a server: POST /v1/sys/rotate-master.",
+        epilog="exit codes: 0 done, 1 another rotation is running, a secret does not unwrap or the keystore "
+        "is unavailable (every secret stays readable; run again to resume), 2 bad settings or a refused seal",
+    )
+    rotate.add_argument(
+        "--batch-size",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="key versions rewrapped per transaction (default 500)",
+    )
+    rotate.set_defaults(handler=cmd_rotate_master)
 
 
 def _quiet_store_logs() -> None:
@@ -399,5 +426,63 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
         f"rewrapped {count} key versions, the check value and the audit keys under {described}; "
         f"start the servers with KEYSTREAM_SEAL={args.to}"
         + (f" and unseal each with {new_shares[0].threshold} shares" if new_shares is not None else "")
+    )
+    return EXIT_OK
+
+
+def cmd_rotate_master(args: argparse.Namespace) -> int:
+    """Run ``operator rotate-master`` (the module docstring says what it does and its exit codes)."""
+    from app.errors import KeystreamError
+    from app.keystore import KeystoreSchemaError, KeyUnwrapError, MasterKeyError, open_keystore_for
+    from app.keystore.generations import DEFAULT_BATCH_SIZE, MasterRotation
+    from app.seal import open_seal
+
+    settings = _settings("rotate the master key")
+    if settings is None:
+        return EXIT_USAGE
+    if settings.seal == "shamir":
+        error(
+            "cannot rotate the master key: with KEYSTREAM_SEAL=shamir it exists only in an unsealed server; "
+            "use POST /v1/sys/rotate-master (keystream operator rotate-master)"
+        )
+        return EXIT_USAGE
+    batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+    try:
+        seal = open_seal(settings, create=False)
+        try:
+            keystore = open_keystore_for(settings, seal)
+            try:
+                rotation = MasterRotation(keystore, batch_size=batch_size)
+                started = rotation.begin()
+                doing = "resuming the rotation" if started.resumed else "rotating"
+                print(
+                    f"{doing} to master key generation {started.generation} under {seal.describe()}",
+                    flush=True,
+                )
+                record = {"operation": "rotate_master", "seal": seal.kind, "generation": started.generation}
+                write_operator_record(
+                    settings, keystore, seal, {**record, "phase": "start", "resumed": started.resumed}
+                )
+                finished = rotation.run()
+                assert finished is not None  # run() returns None only when asked to stop
+                write_operator_record(
+                    settings, keystore, seal, {**record, "phase": "finish", "rewrapped": finished.rewrapped}
+                )
+            finally:
+                keystore.close()
+        finally:
+            seal.close()
+    except (MasterKeyError, KeystoreSchemaError, ValueError) as exc:
+        error(f"cannot rotate the master key: {exc}")
+        return EXIT_USAGE
+    except KeyUnwrapError as exc:
+        error(f"cannot rotate the master key: {exc}; every secret stays readable, run again to resume")
+        return EXIT_FAILED
+    except KeystreamError as exc:
+        error(f"cannot rotate the master key: {exc}")
+        return EXIT_FAILED
+    print(
+        f"master key generation {finished.generation}: {finished.rewrapped} key versions rewrapped, the "
+        "older generations retired"
     )
     return EXIT_OK

@@ -19,7 +19,8 @@ gives each class its status::
     ├── ConflictError                       409 conflict
     │   ├── KeyExistsError                  409 key_exists
     │   ├── KeyRecentlyDeletedError         409 key_recently_deleted + Retry-After (the tombstone's rest)
-    │   └── DeletionNotAllowedError         409 deletion_not_allowed
+    │   ├── DeletionNotAllowedError         409 deletion_not_allowed
+    │   └── MasterRotationRunningError      409 master_rotation_running (app.keystore.generations)
     ├── PayloadTooLargeError                413 payload_too_large
     ├── UnsupportedMediaTypeError           415 unsupported_media_type
     ├── ValidationError                     422 validation_error

@@ -24,6 +24,7 @@ from app.services.auto_rotate import AutoRotator
 from app.services.backends import Backends, open_backends
 from app.services.budget import ByteBudget
 from app.services.coherence import ChangeFollower
+from app.services.master_rotation import MasterRotationRunner
 from app.services.security import TokenVerifier, install_root_token
 
 
@@ -52,6 +53,8 @@ class ServiceState:
     handover: Handover | None = None
     #: Serialises unsealing and sealing (a request and the handover listener may race).
     transitions: threading.Lock = field(default_factory=threading.Lock)
+    #: The rotation of the master key this worker runs, if any (``POST /v1/sys/rotate-master``).
+    rotation: MasterRotationRunner = field(default_factory=MasterRotationRunner)
 
 
 def open_state(settings: Settings) -> ServiceState:
@@ -145,6 +148,7 @@ def wipe_secrets(state: ServiceState) -> None:
     flight may keep a few alive until they finish.
     """
     state.keycache.wipe()
+    state.keystore.keyring.close()
     state.seal.close()
 
 
@@ -178,8 +182,10 @@ def stop_sealed(state: ServiceState) -> AuditLog | None:
         The audit log writer this worker used, for the caller to close once the request that sealed has its
         record (requests already past the gate may still write to it).
     """
+    state.rotation.stop()
     with state.transitions:
         state.seal.close()
+        state.keystore.keyring.close()
         SEALED.set(1)
         state.auto_rotator.stop()
         state.keycache.wipe()
@@ -190,6 +196,7 @@ def stop_sealed(state: ServiceState) -> AuditLog | None:
 def close_state(state: ServiceState) -> None:
     """Stop the automatic rotations, the change-log follower and the python-backend processes; close the
     keystore; zero the cached key versions and the master key (:func:`wipe_secrets`)."""
+    state.rotation.stop()
     state.auto_rotator.stop()
     state.follower.stop()
     if state.backends.offload is not None:

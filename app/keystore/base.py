@@ -19,14 +19,18 @@ import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.schemes import DEFAULT_SCHEME
 from app.seal import Seal
+from app.seal.keyring import Keyring
 
 from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import DEFAULT_SEGMENT_SIZE
 from .rotation import MIN_AUTO_ROTATE_PERIOD
+
+if TYPE_CHECKING:
+    from .generations import MasterRotationStatus
 
 __all__ = ["KeyExport", "KeyInfo", "KeyStore", "KeyVersionInfo", "TokenRecord", "utc_now"]
 
@@ -306,6 +310,57 @@ class KeyStore(abc.ABC):
     def seal(self) -> Seal:
         """The seal this keystore wraps and unwraps with (the one it was opened with)."""
 
+    @property
+    @abc.abstractmethod
+    def keyring(self) -> Keyring:
+        """The master key generations this keystore wraps with (:mod:`app.seal.keyring`): the newest for new
+        blobs, each blob's own for unwrapping."""
+
+    @abc.abstractmethod
+    def begin_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
+        """Make a new master key generation and wrap new blobs under it, or resume a rotation that did not
+        finish; take the rotation's lease for ``owner`` (:func:`app.keystore.generations.begin`). A new
+        generation appends a ``master_key_rotated`` change.
+
+        Raises:
+            MasterRotationRunningError: another owner's lease has not expired.
+            SealError: the seal is sealed or cannot make a key.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
+    @abc.abstractmethod
+    def rewrap_master_batch(
+        self, owner: str, after: tuple[str, int] | None, limit: int, lease_seconds: float
+    ) -> tuple[str, int] | None:
+        """Rewrap under the newest generation the versions of older ones among the ``limit`` versions after
+        ``after`` (one transaction, :func:`app.keystore.generations.rewrap_batch`); return the last version
+        looked at, ``None`` past the end.
+
+        Raises:
+            MasterRotationRunningError: ``owner`` lost the lease.
+            KeyUnwrapError: a version does not unwrap; the batch wrote nothing.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
+    @abc.abstractmethod
+    def finish_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
+        """Rewrap the audit keys' material and retire the older generations once no blob uses them
+        (:func:`app.keystore.generations.finish`); still ``rotating`` when one was found. Retiring appends a
+        ``master_key_rotated`` change and has the seal destroy what those generations left (token keys).
+
+        Raises:
+            MasterRotationRunningError: ``owner`` lost the lease.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
+    @abc.abstractmethod
+    def master_rotation_status(self) -> MasterRotationStatus:
+        """Where the master key's rotation stands.
+
+        Raises:
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
     @abc.abstractmethod
     def audit_key_material(self) -> bytes | None:
         """The audit keys' 64 bytes stored wrapped under the seal, or ``None`` when the seal derives them.
@@ -322,9 +377,10 @@ class KeyStore(abc.ABC):
         """Move every stored secret from :attr:`seal` to ``target`` in one write transaction; return how many
         key versions were rewrapped. This store uses ``target`` afterwards.
 
-        Every key version is unwrapped and rewrapped (:func:`app.keystore.reseal.rewrap_versions`), the check
-        value is replaced by ``target``'s, ``audit_material`` (the 64 bytes of the audit keys in use) is
-        stored wrapped under ``target`` and so are ``target``'s public parameters
+        Every key version is unwrapped (under its master key generation) and rewrapped under ``target``'s
+        own key (:func:`app.keystore.reseal.rewrap_versions`); the generations of earlier rotations are
+        forgotten; the check value is replaced by ``target``'s, ``audit_material`` (the 64 bytes of the audit
+        keys in use) is stored wrapped under ``target`` and so are ``target``'s public parameters
         (:func:`app.keystore.reseal.resealed_meta`). Other processes that still use the old seal cannot unwrap
         what they have not cached: stop them first.
 

@@ -1,7 +1,9 @@
 """The change log's records, shared by both keystores: what :meth:`KeyStore.changes_since` returns.
 
-Every change to a key or token (create, import, rotate, PATCH, delete, token create/revoke/renew) appends one
-row to an ordered log in the change's own transaction, so a change and its row commit together or not at all.
+Every change to a key or token (create, import, rotate, PATCH, delete, token create/revoke/renew), and each
+start and end of a master key rotation (``master_key_rotated``: a row naming neither a key nor a token; other
+processes reload their keyring, :mod:`app.keystore.generations`), appends one row to an ordered log in the
+change's own transaction, so a change and its row commit together or not at all.
 Numbers grow in commit order (SQLite: one writer at a time; PostgreSQL: appends serialized by an advisory
 lock), so a reader that has seen number *n* has seen every change below it. A replica remembers the last
 number it applied and asks for what came after (see :mod:`app.services.coherence`).
@@ -17,7 +19,14 @@ from app.errors import BadRequestError
 
 from .checks import check_integer
 
-__all__ = ["CHANGE_KINDS", "MAX_CHANGES_PER_CALL", "Change", "ChangeBatch", "check_since_arguments"]
+__all__ = [
+    "CHANGE_KINDS",
+    "MASTER_KEY_ROTATED",
+    "MAX_CHANGES_PER_CALL",
+    "Change",
+    "ChangeBatch",
+    "check_since_arguments",
+]
 
 #: What a change did; ``key_*`` rows name a key, ``token_*`` rows a token id.
 CHANGE_KINDS: tuple[str, ...] = (
@@ -29,7 +38,10 @@ CHANGE_KINDS: tuple[str, ...] = (
     "token_created",
     "token_deleted",
     "token_renewed",
+    "master_key_rotated",
 )
+#: The kind of change that names neither a key nor a token.
+MASTER_KEY_ROTATED = "master_key_rotated"
 #: Most changes one ``changes_since`` call returns.
 MAX_CHANGES_PER_CALL = 10_000
 

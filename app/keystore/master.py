@@ -30,6 +30,7 @@ from app.seal.file import (
     load_or_create_master_key,
     read_master_key_file,
 )
+from app.seal.keyring import Keyring
 
 __all__ = [
     "AUDIT_KEYS_ROW",
@@ -92,12 +93,19 @@ def key_associated_data(name: str, version: int) -> bytes:
     return f"keystream:key:{name}:{version}".encode()
 
 
-def wrap_key_material(seal: Seal | bytes, name: str, version: int, material: bytes | memoryview) -> bytes:
-    """Wrap ``material`` (any buffer, read in place) under ``seal``, bound to ``(name, version)``."""
-    return as_seal(seal).wrap(material, key_associated_data(name, version))
+def _wrapper(seal: Seal | Keyring | bytes) -> Seal | Keyring:
+    return seal if isinstance(seal, Keyring) else as_seal(seal)
 
 
-def unwrap_key_material(seal: Seal | bytes, name: str, version: int, wrapped: bytes) -> memoryview:
+def wrap_key_material(
+    seal: Seal | Keyring | bytes, name: str, version: int, material: bytes | memoryview
+) -> bytes:
+    """Wrap ``material`` (any buffer, read in place) under ``seal`` (a keystore's keyring: its newest master
+    key generation), bound to ``(name, version)``."""
+    return _wrapper(seal).wrap(material, key_associated_data(name, version))
+
+
+def unwrap_key_material(seal: Seal | Keyring | bytes, name: str, version: int, wrapped: bytes) -> memoryview:
     """Unwrap what :func:`wrap_key_material` produced for the same ``(name, version)``.
 
     The material comes back as a read-only view of locked memory left out of core dumps
@@ -110,7 +118,7 @@ def unwrap_key_material(seal: Seal | bytes, name: str, version: int, wrapped: by
         SealError: the seal is sealed or its device fails.
     """
     try:
-        return as_seal(seal).unwrap_secret(bytes(wrapped), key_associated_data(name, version))
+        return _wrapper(seal).unwrap_secret(bytes(wrapped), key_associated_data(name, version))
     except SealUnwrapError:
         pass  # raised outside the handler: no chained exception that could carry the blob
     raise KeyUnwrapError(
@@ -190,8 +198,9 @@ def settle_seal(seal: Seal, meta: dict[str, bytes], description: str, hint: str)
     return added
 
 
-def open_audit_key_material(seal: Seal, stored: bytes | None) -> bytes | None:
-    """The audit keys' 64 bytes stored under ``seal`` (:func:`settle_seal`), or ``None`` when none is stored.
+def open_audit_key_material(seal: Seal | Keyring, stored: bytes | None) -> bytes | None:
+    """The audit keys' 64 bytes stored under ``seal`` (:func:`settle_seal`; a rotation rewraps them under the
+    keyring's newest generation), or ``None`` when none is stored.
 
     Raises:
         MasterKeyError: the stored material does not unwrap under ``seal``.

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from app.seal import Seal
+from app.seal.keyring import Keyring
 
 from .master import (
     AUDIT_KEYS_ASSOCIATED_DATA,
@@ -36,9 +37,10 @@ __all__ = ["resealed_meta", "rewrap_versions"]
 
 
 def rewrap_versions(
-    source: Seal, target: Seal, rows: Iterable[tuple[str, int, bytes]]
+    source: Seal | Keyring, target: Seal, rows: Iterable[tuple[str, int, bytes]]
 ) -> list[tuple[str, int, bytes]]:
-    """``(name, version, wrapped)`` rows rewrapped from ``source`` to ``target``, in the same order.
+    """``(name, version, wrapped)`` rows rewrapped from ``source`` (a keyring: each row under its own
+    generation) to ``target``, in the same order.
 
     Raises:
         KeyUnwrapError: a version does not unwrap under ``source`` (the message names the key and version).

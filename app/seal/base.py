@@ -5,8 +5,10 @@ check value, and the audit keys' material. Nothing else touches master key bytes
 (:mod:`app.seal.pkcs11`) no master key bytes exist in this process at all.
 
 A seal has a :attr:`Seal.kind` (``file``, ``pkcs11``, ``shamir``) and a master key **generation**; every
-blob it writes says both (:mod:`app.seal.blob`), so a keystore can tell which seal made a blob and a
-later online rotation of the master key can keep older generations readable. A seal is *unsealed* (able to
+blob it writes says both (:mod:`app.seal.blob`), so a keystore can tell which seal made a blob. The seal's
+own key is generation 1; an online rotation adds later generations under the same seal
+(:meth:`Seal.create_generation`), which the keystore's :class:`~app.seal.keyring.Keyring` uses, keeping
+older generations readable. A seal is *unsealed* (able to
 wrap) once opened; :meth:`Seal.close` seals it again. A seal whose key is assembled from operator shares
 (:mod:`app.seal.shamir`) starts sealed: the keystore tells it what to expect (:meth:`Seal.await_unseal`).
 
@@ -23,10 +25,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from app.core.master_key_format import MasterKeyError
-from app.core.secret_memory import secret_copy
+from app.core.secret_memory import random_secret, secret_copy
+
+if TYPE_CHECKING:
+    from .keyring import GenerationKey
 
 __all__ = ["SEAL_KINDS", "Seal", "SealError", "SealUnwrapError"]
 
@@ -61,7 +66,7 @@ class Seal(abc.ABC):
     @property
     @abc.abstractmethod
     def generation(self) -> int:
-        """The generation (1, 2, ...) of the master key new blobs are wrapped under."""
+        """The generation of this seal's own key: 1 (later ones: :mod:`app.seal.keyring`)."""
 
     @property
     def sealed(self) -> bool:
@@ -131,6 +136,47 @@ class Seal(abc.ABC):
             SealError: this seal cannot derive from its master key.
         """
         raise SealError(f"{self.describe()} cannot derive keys from its master key")
+
+    def create_generation(self, generation: int) -> tuple[bytes, GenerationKey]:
+        """Make master key generation ``generation`` (2 or more) for an online rotation
+        (:mod:`app.seal.keyring`): its stored form, which the keystore keeps, and the key.
+
+        This default, for seals whose master key is in memory, makes 32 random bytes in locked memory and
+        stores them wrapped under this seal's own key (generation 1), bound to the generation's number.
+
+        Raises:
+            SealError: the seal is sealed, or its device fails.
+        """
+        from .keyring import GENERATION_KEY_SIZE, MemoryGenerationKey, generation_associated_data
+
+        key = random_secret(GENERATION_KEY_SIZE)
+        stored = self.wrap(key.view(), generation_associated_data(generation))
+        return stored, MemoryGenerationKey(self.kind, generation, key.readonly())
+
+    def open_generation(self, generation: int, stored: bytes) -> GenerationKey:
+        """The key of generation ``generation`` from its stored form (:meth:`create_generation`).
+
+        Raises:
+            SealError: the stored form does not open under this seal (another master key, corruption), or
+                the seal is sealed. The message names the generation only.
+        """
+        from .keyring import MemoryGenerationKey, generation_associated_data
+
+        try:
+            key = self.unwrap_secret(stored, generation_associated_data(generation))
+        except SealUnwrapError:
+            key = None
+        if key is None:
+            raise SealError(f"master key generation {generation} does not open under {self.describe()}")
+        return MemoryGenerationKey(self.kind, generation, key)
+
+    def destroy_generation(self, generation: int) -> None:  # noqa: B027 - in memory, zeroing was enough
+        """Destroy what generation ``generation`` left outside the keystore (a token key) once no blob uses
+        it; this default has nothing (the keystore deletes its stored form).
+
+        Raises:
+            SealError: the seal's device fails.
+        """
 
     def close(self) -> None:  # noqa: B027 - a seal without resources needs nothing here
         """Release the seal's resources (a token session); idempotent. The seal is sealed afterwards."""

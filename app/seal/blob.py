@@ -5,7 +5,8 @@ Two layouts, told apart by the first byte:
 * ``0x01 | nonce (12) | ciphertext | tag (16)``: AES-256-GCM under the master key in memory. The file seal
   writes this (generation 1), byte for byte as Keystream did before seals existed, so every data directory
   and database keeps working, and an older release can still read what the file seal writes.
-* ``0x02 | seal kind (1) | generation (4, big-endian) | nonce (12) | ciphertext | tag (16)``: any other seal.
+* ``0x02 | seal kind (1) | generation (4, big-endian) | nonce (12) | ciphertext | tag (16)``: any other seal,
+  and every seal's master key generations >= 2 (an online rotation's, :mod:`app.seal.keyring`).
   The six header bytes are part of the AES-GCM associated data, so a blob cannot be relabelled as another
   seal's or generation's.
 

@@ -27,16 +27,27 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from .base import Seal, SealError, SealUnwrapError
 from .blob import NONCE_SIZE, TAG_SIZE, V2_HEADER_SIZE, blob_origin, v2_header
 from .file import read_private_file
+from .keyring import GenerationKey, generation_associated_data
 
 if TYPE_CHECKING:
     import pkcs11
 
     from app.core.config import Settings
 
-__all__ = ["KEY_SIZE_BITS", "Pkcs11Seal", "open_pkcs11_seal", "read_pin_file"]
+__all__ = ["KEY_SIZE_BITS", "Pkcs11Seal", "generation_label", "open_pkcs11_seal", "read_pin_file"]
 
 KEY_SIZE_BITS = 256
 _TAG_BITS = TAG_SIZE * 8
+#: What a generation's stored form wraps: proof that the token key with the generation's label is the one
+#: that generation was made with (a key deleted and re-created under the label would not open it).
+_GENERATION_CHECK = b"keystream master key generation check v1"
+
+
+def generation_label(key_label: str, generation: int) -> str:
+    """The token label of master key generation ``generation`` (2 or more): ``<key label>.g<generation>``."""
+    return f"{key_label}.g{generation}"
+
+
 _Result = TypeVar("_Result")
 
 
@@ -96,6 +107,7 @@ class Pkcs11Seal(Seal):
             raise SealError(
                 f"KEYSTREAM_PKCS11_TOKEN_LABEL: cannot list the tokens of {library}: {exc!r}"
             ) from None
+        self._token = token
         try:
             self._session: pkcs11.Session | None = token.open(user_pin=pin, rw=create_key)
         except binding.UserAlreadyLoggedIn:
@@ -116,16 +128,31 @@ class Pkcs11Seal(Seal):
             self.close()
             raise
 
-    def _find_or_create_key(self, binding: Any, create_key: bool) -> Any:
-        assert self._session is not None
-        keys = list(
-            self._session.get_objects(
-                {
-                    binding.Attribute.CLASS: binding.ObjectClass.SECRET_KEY,
-                    binding.Attribute.LABEL: self._key_label,
-                }
+    def _find_keys(self, session: Any, binding: Any, label: str) -> list[Any]:
+        return list(
+            session.get_objects(
+                {binding.Attribute.CLASS: binding.ObjectClass.SECRET_KEY, binding.Attribute.LABEL: label}
             )
         )
+
+    @staticmethod
+    def _generate(session: Any, binding: Any, label: str) -> Any:
+        """A new AES-256 token key, non-extractable and sensitive, labelled ``label``."""
+        return session.generate_key(
+            binding.KeyType.AES,
+            KEY_SIZE_BITS,
+            label=label,
+            store=True,
+            template={
+                binding.Attribute.EXTRACTABLE: False,
+                binding.Attribute.SENSITIVE: True,
+                binding.Attribute.TOKEN: True,
+            },
+        )
+
+    def _find_or_create_key(self, binding: Any, create_key: bool) -> Any:
+        assert self._session is not None
+        keys = self._find_keys(self._session, binding, self._key_label)
         if len(keys) > 1:
             raise SealError(
                 f"KEYSTREAM_PKCS11_KEY_LABEL: token {self._token_label!r} holds {len(keys)} keys labelled "
@@ -138,18 +165,11 @@ class Pkcs11Seal(Seal):
                     f"{self._key_label!r}; create it with: keystream-server operator init"
                 )
             self._created = True
-            return self._session.generate_key(
-                binding.KeyType.AES,
-                KEY_SIZE_BITS,
-                label=self._key_label,
-                store=True,
-                template={
-                    binding.Attribute.EXTRACTABLE: False,
-                    binding.Attribute.SENSITIVE: True,
-                    binding.Attribute.TOKEN: True,
-                },
-            )
-        key = keys[0]
+            return self._generate(self._session, binding, self._key_label)
+        return self._checked(binding, keys[0], self._key_label)
+
+    def _checked(self, binding: Any, key: Any, label: str) -> Any:
+        """``key`` if it is a non-extractable, sensitive AES-256 key, else a SealError naming ``label``."""
         problems = []
         if key[binding.Attribute.KEY_TYPE] != binding.KeyType.AES or key[binding.Attribute.VALUE_LEN] != 32:
             problems.append("not an AES-256 key")
@@ -159,7 +179,7 @@ class Pkcs11Seal(Seal):
             problems.append("not sensitive")
         if problems:
             raise SealError(
-                f"KEYSTREAM_PKCS11_KEY_LABEL: key {self._key_label!r} in token {self._token_label!r} is "
+                f"KEYSTREAM_PKCS11_KEY_LABEL: key {label!r} in token {self._token_label!r} is "
                 f"{' and '.join(problems)}; the master key must be a non-extractable, sensitive AES-256 key "
                 "generated in the token"
             )
@@ -172,7 +192,7 @@ class Pkcs11Seal(Seal):
 
     @property
     def generation(self) -> int:
-        """1: the first key with the label (an online rotation will add generations)."""
+        """1: the key labelled ``KEYSTREAM_PKCS11_KEY_LABEL`` (a rotation adds others)."""
         return 1
 
     @property
@@ -197,34 +217,26 @@ class Pkcs11Seal(Seal):
             except binding.PKCS11Error as exc:
                 raise SealError(f"{self.describe()} failed: {type(exc).__name__}") from None
 
-    def wrap(self, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
-        """AES-256-GCM in the token: ``header | iv | ciphertext | tag``; the header is associated data.
-
-        python-pkcs11 takes ``bytes`` only: key material from locked memory is copied into one for the call.
-        """
+    def _encrypt(
+        self, key: Any, generation: int, plaintext: bytes | memoryview, associated_data: bytes
+    ) -> bytes:
+        """``header | iv | ciphertext | tag`` by token key ``key`` of ``generation``."""
         data = bytes(plaintext)
-        header = v2_header(self.kind, self.generation)
+        header = v2_header(self.kind, generation)
         iv = os.urandom(NONCE_SIZE)
 
         def encrypt(binding: Any) -> bytes:
             params = binding.GCMParams(iv, header + associated_data, _TAG_BITS)
-            sealed: bytes = self._key.encrypt(
-                data, mechanism=binding.Mechanism.AES_GCM, mechanism_param=params
-            )
+            sealed: bytes = key.encrypt(data, mechanism=binding.Mechanism.AES_GCM, mechanism_param=params)
             return sealed
 
         return header + iv + self._call(encrypt)
 
-    def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
-        """Open a blob of this seal's kind and generation in the token.
-
-        Raises:
-            SealUnwrapError: another seal's or generation's blob, other associated data, or corruption.
-            SealError: the token fails (removed, session lost).
-        """
+    def _decrypt(self, key: Any, generation: int, blob: bytes, associated_data: bytes) -> bytes:
+        """Open a blob of this kind and ``generation`` with token key ``key``."""
         blob = bytes(blob)
         origin = blob_origin(blob)
-        if origin is None or origin.kind != self.kind or origin.generation != self.generation:
+        if origin is None or origin.kind != self.kind or origin.generation != generation:
             raise SealUnwrapError("not a blob of this seal")
         header = blob[:V2_HEADER_SIZE]
         iv = blob[V2_HEADER_SIZE : V2_HEADER_SIZE + NONCE_SIZE]
@@ -233,15 +245,96 @@ class Pkcs11Seal(Seal):
         def decrypt(binding: Any) -> bytes:
             params = binding.GCMParams(iv, header + associated_data, _TAG_BITS)
             try:
-                opened: bytes = self._key.decrypt(
-                    body, mechanism=binding.Mechanism.AES_GCM, mechanism_param=params
-                )
+                opened: bytes = key.decrypt(body, mechanism=binding.Mechanism.AES_GCM, mechanism_param=params)
             except (binding.EncryptedDataInvalid, binding.EncryptedDataLenRange, binding.GeneralError):
                 # SoftHSM2 answers a failed tag with CKR_GENERAL_ERROR, others with ENCRYPTED_DATA_INVALID.
                 raise SealUnwrapError("the blob does not authenticate") from None
             return opened
 
         return self._call(decrypt)
+
+    def wrap(self, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
+        """AES-256-GCM in the token: ``header | iv | ciphertext | tag``; the header is associated data.
+
+        python-pkcs11 takes ``bytes`` only: key material from locked memory is copied into one for the call.
+        """
+        return self._encrypt(self._key, self.generation, plaintext, associated_data)
+
+    def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
+        """Open a blob of this seal's kind and generation in the token.
+
+        Raises:
+            SealUnwrapError: another seal's or generation's blob, other associated data, or corruption.
+            SealError: the token fails (removed, session lost).
+        """
+        return self._decrypt(self._key, self.generation, blob, associated_data)
+
+    def _generation_key(self, generation: int, *, create: bool) -> Any:
+        """The token key of ``generation`` in this seal's session; with ``create``, generated when absent
+        (in a read-write session of its own: the server's session is read-only)."""
+        label = generation_label(self._key_label, generation)
+
+        def find(binding: Any) -> Any:
+            assert self._session is not None
+            keys = self._find_keys(self._session, binding, label)
+            if not keys and create:
+                with self._token.open(rw=True) as writer:  # the login is the process's: no PIN again
+                    self._generate(writer, binding, label)
+                keys = self._find_keys(self._session, binding, label)
+            if len(keys) != 1:
+                found = "no key" if not keys else f"{len(keys)} keys"
+                raise SealError(
+                    f"token {self._token_label!r} holds {found} labelled {label!r}: master key generation "
+                    f"{generation} needs exactly one"
+                )
+            return self._checked(binding, keys[0], label)
+
+        return self._call(find)
+
+    def create_generation(self, generation: int) -> tuple[bytes, GenerationKey]:
+        """Generate generation ``generation``'s AES-256 key in the token (non-extractable, sensitive,
+        labelled :func:`generation_label`; one left by a rotation that died is used); its stored form is a
+        check value that key made.
+
+        Raises:
+            SealError: the token refuses (read-only, full), or several keys have the label.
+        """
+        key = Pkcs11GenerationKey(self, generation, self._generation_key(generation, create=True))
+        return key.wrap(_GENERATION_CHECK, generation_associated_data(generation)), key
+
+    def open_generation(self, generation: int, stored: bytes) -> GenerationKey:
+        """The token key of ``generation``, checked against its stored check value.
+
+        Raises:
+            SealError: no (or several) keys with the generation's label, or the key does not open the check
+                value (another key under that label).
+        """
+        key = Pkcs11GenerationKey(self, generation, self._generation_key(generation, create=False))
+        try:
+            matches = key.unwrap(stored, generation_associated_data(generation)) == _GENERATION_CHECK
+        except SealUnwrapError:
+            matches = False
+        if not matches:
+            raise SealError(
+                f"the token key {generation_label(self._key_label, generation)!r} is not master key "
+                f"generation {generation} of this keystore"
+            )
+        return key
+
+    def destroy_generation(self, generation: int) -> None:
+        """Destroy generation ``generation``'s token key (no blob uses it any more); absent is fine.
+
+        Raises:
+            SealError: the token refuses.
+        """
+        label = generation_label(self._key_label, generation)
+
+        def destroy(binding: Any) -> None:
+            with self._token.open(rw=True) as writer:
+                for key in self._find_keys(writer, binding, label):
+                    key.destroy()
+
+        self._call(destroy)
 
     def close(self) -> None:
         """Log out and close the session; idempotent."""
@@ -289,3 +382,20 @@ def open_pkcs11_seal(settings: Settings, *, create_key: bool = False) -> Pkcs11S
         settings.pkcs11_key_label,
         create_key=create_key,
     )
+
+
+class Pkcs11GenerationKey(GenerationKey):
+    """Master key generation >= 2 as a token key of a :class:`Pkcs11Seal`; every call goes into the token."""
+
+    def __init__(self, seal: Pkcs11Seal, generation: int, key: Any) -> None:
+        super().__init__(seal.kind, generation)
+        self._seal = seal
+        self._key = key
+
+    def wrap(self, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
+        """See :meth:`GenerationKey.wrap`: AES-256-GCM in the token."""
+        return self._seal._encrypt(self._key, self.generation, plaintext, associated_data)
+
+    def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
+        """See :meth:`GenerationKey.unwrap`: AES-256-GCM in the token."""
+        return self._seal._decrypt(self._key, self.generation, blob, associated_data)

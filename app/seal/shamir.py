@@ -82,7 +82,7 @@ class ShamirSeal(Seal):
 
     @property
     def generation(self) -> int:
-        """Always 1 (no online rotation of the master key yet)."""
+        """Always 1: the rebuilt key (an online rotation adds generations: :mod:`app.seal.keyring`)."""
         return _GENERATION
 
     @property

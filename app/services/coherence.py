@@ -3,10 +3,12 @@
 Each process remembers :attr:`ChangeFollower.applied`, the last change-log number it has applied. A daemon
 thread (off the event loop) reads :meth:`~app.keystore.KeyStore.changes_since` that number, one indexed
 query, and for each change invalidates exactly the key (:meth:`app.keycache.KeyCache.invalidate`) or token
-(:meth:`app.services.security.TokenVerifier.forget`) it names; if the log was trimmed past the number, every
-cache is dropped. It reads every ``interval`` seconds (the backstop) and at once on a hint from the keystore
-(:meth:`~app.keystore.KeyStore.listen_for_changes`: PostgreSQL ``LISTEN``/``NOTIFY``, re-listened after a
-reconnect, or SQLite's ``data_version``). Hints can be lost; the log cannot, so nothing is missed.
+(:meth:`app.services.security.TokenVerifier.forget`) it names, and on a rotation of the master key has the
+keystore's keyring reload its generations (:meth:`app.seal.keyring.Keyring.invalidate`); if the log was
+trimmed past the number, every cache is dropped. It reads every ``interval`` seconds (the backstop) and at
+once on a hint from the keystore (:meth:`~app.keystore.KeyStore.listen_for_changes`: PostgreSQL
+``LISTEN``/``NOTIFY``, re-listened after a reconnect, or SQLite's ``data_version``). Hints can be lost; the
+log cannot, so nothing is missed.
 
 After each successful read, the caches are trusted for ``trust_seconds`` from the read's start
 (:meth:`~app.keycache.KeyCache.trust_until`): a process that cannot read the log (database unreachable from
@@ -23,7 +25,7 @@ from collections.abc import Callable
 
 from app.keycache import KeyCache
 from app.keystore import KeyStore
-from app.keystore.changes import MAX_CHANGES_PER_CALL, Change
+from app.keystore.changes import MASTER_KEY_ROTATED, MAX_CHANGES_PER_CALL, Change
 
 from .security import TokenVerifier
 
@@ -123,6 +125,7 @@ class ChangeFollower:
                     logger.warning("change log trimmed past %d: dropping every cache", self.applied)
                     self._keycache.clear()
                     self._tokens.clear()
+                    self._keystore.keyring.invalidate()
                     self.trims += 1
                 for change in changes:
                     self._apply(change)
@@ -145,6 +148,9 @@ class ChangeFollower:
         return max(newest - self.applied, 0), age
 
     def _apply(self, change: Change) -> None:
+        if change.kind == MASTER_KEY_ROTATED:
+            # A new master key generation, or older ones retired: the keyring reloads at its next use.
+            self._keystore.keyring.invalidate()
         if change.key_name is not None:
             self._keycache.invalidate(change.key_name)
         if change.token_id is not None:

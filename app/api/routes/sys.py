@@ -10,9 +10,14 @@
   progress unchanged; the share itself is never echoed, logged or audited. Attempts are rate-limited per
   client address and worker (:class:`AttemptLimiter`: 429 ``too_many_requests`` with ``Retry-After``).
 * ``POST /v1/sys/seal`` (admin token) wipes the master key: the server answers 503 ``sealed`` again.
+* ``POST /v1/sys/rotate-master`` (admin token; optional ``{"batch_size": N}``) begins a rotation of the
+  master key (a new generation under the same seal) or resumes one that did not finish, and answers 202 with
+  the generation at once; the worker rewraps every stored secret in batches in the background
+  (:mod:`app.services.master_rotation`). While a rotation holds its lease, another call answers 409
+  ``master_rotation_running``. ``GET /v1/sys/rotate-master`` (admin token) says where it stands.
 
-The unseal and the seal each write an ``operator`` line to the audit log (the unseal's once the log can be
-opened: its keys are under the master key).
+The unseal, the seal and the rotation (its start and its end) each write an ``operator`` line to the audit
+log (the unseal's once the log can be opened: its keys are under the master key).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from app.api.state import ServiceState, start_unsealed, stop_sealed
 from app.audit import AuditUnavailableError
 from app.core.master_key_format import MasterKeyError
 from app.errors import BadRequestError, InvalidShareError, TooManyRequestsError, ValidationError
+from app.keystore.generations import DEFAULT_BATCH_SIZE, MasterRotationStatus
 from app.seal import SealError
 from app.seal.handover import RESET, SEALED, SHARE, UNSEALED
 from app.seal.shamir import ShamirSeal
@@ -58,6 +64,8 @@ UNSEAL_BURST = 20
 UNSEAL_REFILL_SECONDS = 3.0
 #: Addresses remembered at most (the oldest is forgotten first), so the limiter's memory stays bounded.
 UNSEAL_TRACKED_ADDRESSES = 4096
+#: The most key versions one batch of a rotation of the master key may rewrap (one short transaction each).
+MAX_ROTATION_BATCH_SIZE = 10_000
 
 
 class AttemptLimiter:
@@ -105,6 +113,19 @@ class UnsealBody(BaseModel):
 
     key: str | None = Field(default=None, max_length=MAX_SHARE_LENGTH, description="One unseal share.")
     reset: bool = Field(default=False, description="Forget the shares given so far.")
+
+
+class RotateMasterBody(BaseModel):
+    """Optional: how many key versions each transaction of the rotation rewraps."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE,
+        ge=1,
+        le=MAX_ROTATION_BATCH_SIZE,
+        description="Key versions rewrapped per transaction.",
+    )
 
 
 def seal_status(state: ServiceState) -> dict[str, Any]:
@@ -206,6 +227,61 @@ async def seal(request: Request, principal: AdminDep, state: StateDep) -> JSONRe
         state.handover.announce_sealed()  # the supervisor seals the other workers and forgets the key
     closing = BackgroundTask(log.close) if log is not None else None
     return JSONResponse(seal_status(state), background=closing)
+
+
+ROTATE_MASTER_DESCRIPTION = (
+    "Admin token. Begin a rotation of the master key: a new generation under the same seal, under which new "
+    "key versions are wrapped at once; every stored secret is then rewrapped in batches in the background "
+    "while the service keeps serving (ciphertexts are untouched). A rotation that did not finish (its "
+    "process died) is resumed instead (`resumed: true`). 202 with the generation; 409 "
+    "`master_rotation_running` while a rotation holds its lease."
+)
+
+
+@router.post(
+    "/rotate-master",
+    status_code=202,
+    responses=errors(401, 403, 409, 422),
+    description=ROTATE_MASTER_DESCRIPTION,
+)
+async def rotate_master(
+    request: Request, principal: AdminDep, state: StateDep, body: RotateMasterBody | None = None
+) -> JSONResponse:
+    """Begin (or resume) a rotation of the master key; it runs on in the background.
+
+    Raises:
+        MasterRotationRunningError: a rotation runs already (409).
+    """
+    batch_size = DEFAULT_BATCH_SIZE if body is None else body.batch_size
+    audit = state.audit
+
+    def finished(status: MasterRotationStatus) -> None:
+        record = {"operation": "rotate_master", "phase": "finish", "generation": status.generation}
+        try:
+            write_operator_record(audit, {**record, "rewrapped": status.rewrapped})
+        except AuditUnavailableError as exc:
+            logger.error("cannot audit the end of the master key rotation: %s", exc)
+
+    status = await to_thread.run_sync(state.rotation.start, state.keystore, batch_size, finished)
+    record = {
+        "operation": "rotate_master",
+        "phase": "start",
+        "generation": status.generation,
+        "resumed": status.resumed,
+        "remote_address": _remote(request),
+        "token_id": principal.token_id,
+    }
+    write_operator_record(audit, record)
+    return JSONResponse(status.to_json(), status_code=202)
+
+
+@router.get("/rotate-master", responses=errors(401, 403))
+async def get_master_rotation(principal: AdminDep, state: StateDep) -> dict[str, Any]:
+    """Admin token. Where the master key's rotation stands: the newest generation, whether blobs of older
+    ones remain (`rotating`), how many were rewrapped, when it started and finished."""
+    del principal
+    status = await to_thread.run_sync(state.keystore.master_rotation_status)
+    return status.to_json()
 
 
 def start_handover_listener(state: ServiceState) -> None:

@@ -33,6 +33,7 @@ from app.errors import BadRequestError
 from ..base import utc_now
 from ..changes import (
     CHANGE_KINDS,
+    MASTER_KEY_ROTATED,
     MAX_CHANGES_PER_CALL,
     Change,
     ChangeBatch,
@@ -47,6 +48,7 @@ __all__ = [
     "CHANGE_CHANNEL",
     "CHANGE_KINDS",
     "CHANGE_LOCK",
+    "MASTER_KEY_ROTATED",
     "MAX_CHANGES_PER_CALL",
     "Change",
     "ChangeBatch",
@@ -97,7 +99,10 @@ def decode_change(payload: str) -> Change | None:
         change = Change(int(seq), str(kind), key_name, token_id, datetime.fromisoformat(at).astimezone(UTC))
     except (ValueError, TypeError):
         return None
-    if kind not in CHANGE_KINDS or (key_name is None) == (token_id is None):
+    if kind not in CHANGE_KINDS:
+        return None
+    names_one = (key_name is None) != (token_id is None)
+    if not names_one and not (kind == MASTER_KEY_ROTATED and key_name is None and token_id is None):
         return None
     return change
 

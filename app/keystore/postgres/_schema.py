@@ -17,7 +17,9 @@ Version 3 adds each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stor
 ``ctr-hmac``, the only format they can have. Version 4 gives tokens an optional lifetime (``ttl_seconds``,
 ``expires_at``, ``max_expires_at``; tokens stored before it have none) and lets the change log record
 ``token_renewed``. Version 5 adds each key's ``auto_rotate_period`` in seconds (0: off, what keys stored
-before it get; see :mod:`app.keystore.rotation`).
+before it get; see :mod:`app.keystore.rotation`). Version 6 adds the master key's generations and its
+rotation's state (:mod:`app.keystore.generations`; a keystore from before it is at generation 1, the seal's
+own key) and lets the change log record ``master_key_rotated``, a row naming neither a key nor a token.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ..base import utc_now
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 from ..master import SEAL_ROWS, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
-from ._changes import CHANGE_KINDS
+from ._changes import CHANGE_KINDS, MASTER_KEY_ROTATED
 
 if TYPE_CHECKING:
     from ._database import Connection
@@ -43,9 +45,11 @@ __all__ = ["MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate", "read_me
 MIGRATION_LOCK = int.from_bytes(b"keystrea", "big") >> 1
 
 _KEY_TYPES_SQL = ", ".join(f"'{key_type}'" for key_type in KEY_TYPES)
-#: The change kinds before schema version 4 (which added ``token_renewed``).
-_KINDS_BEFORE_4 = tuple(kind for kind in CHANGE_KINDS if kind != "token_renewed")
+#: The change kinds before schema version 6 (which added ``master_key_rotated``) and 4 (``token_renewed``).
+_KINDS_BEFORE_6 = tuple(kind for kind in CHANGE_KINDS if kind != MASTER_KEY_ROTATED)
+_KINDS_BEFORE_4 = tuple(kind for kind in _KINDS_BEFORE_6 if kind != "token_renewed")
 _KINDS_V1_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_4)
+_KINDS_V4_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_6)
 _KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
 _SCHEMES_SQL = ", ".join(f"'{scheme}'" for scheme in SCHEMES)
 
@@ -133,7 +137,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ADD COLUMN expires_at timestamptz,
                 ADD COLUMN max_expires_at timestamptz""",
             "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
-            f"ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check CHECK (kind IN ({_KINDS_SQL}))",
+            "ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check "
+            f"CHECK (kind IN ({_KINDS_V4_SQL}))",
         ),
     ),
     Migration(
@@ -142,6 +147,34 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             "ALTER TABLE keys ADD COLUMN auto_rotate_period integer NOT NULL DEFAULT 0 "
             "CHECK (auto_rotate_period >= 0)",
+        ),
+    ),
+    Migration(
+        6,
+        "master key generations and the rotation's state; the change log records master key rotations",
+        (
+            """CREATE TABLE master_key_generations (
+                generation integer PRIMARY KEY CHECK (generation >= 2),
+                stored     bytea NOT NULL,
+                created_at timestamptz NOT NULL
+            )""",
+            """CREATE TABLE master_key_rotation (
+                one         boolean PRIMARY KEY DEFAULT true CHECK (one),
+                generation  integer NOT NULL CHECK (generation >= 1),
+                finished    boolean NOT NULL,
+                rewrapped   bigint NOT NULL CHECK (rewrapped >= 0),
+                started_at  timestamptz,
+                finished_at timestamptz,
+                lease_owner text,
+                lease_until timestamptz
+            )""",
+            "INSERT INTO master_key_rotation (generation, finished, rewrapped) VALUES (1, true, 0)",
+            "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
+            f"ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check CHECK (kind IN ({_KINDS_SQL}))",
+            "ALTER TABLE key_changes DROP CONSTRAINT key_changes_check",
+            f"""ALTER TABLE key_changes ADD CONSTRAINT key_changes_check CHECK (
+                (key_name IS NULL) <> (token_id IS NULL)
+                OR (kind = '{MASTER_KEY_ROTATED}' AND key_name IS NULL AND token_id IS NULL))""",
         ),
     ),
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.core.database_url import check_database_url
@@ -26,7 +26,9 @@ from app.errors import (
     TokenNotFoundError,
 )
 from app.seal import Seal
+from app.seal.keyring import Keyring, KeyringState
 
+from .. import generations
 from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord, utc_now
 from ..changes import Change, ChangeBatch
 from ..checks import (
@@ -46,6 +48,7 @@ from ..checks import (
     check_version_material,
     key_type_for_material,
 )
+from ..generations import MasterRotationStatus
 from ..master import (
     AUDIT_KEYS_ROW,
     as_seal,
@@ -70,6 +73,17 @@ if TYPE_CHECKING:
     from ._database import Connection
 
 __all__ = ["PostgresKeyStore"]
+
+#: The master key rotation's SQL in PostgreSQL's words (:mod:`app.keystore.generations`): key writes share
+#: the rotation state's row (``FOR KEY SHARE``), which a new generation locks ``FOR UPDATE``.
+_ROTATION_SQL = generations.Dialect(
+    "%s",
+    lambda moment: moment,
+    lambda stored: stored.astimezone(UTC),
+    key_share_lock="FOR KEY SHARE",
+    update_lock="FOR UPDATE",
+    lease_lock="FOR NO KEY UPDATE",
+)
 
 
 class PostgresKeyStore(KeyStore):
@@ -111,6 +125,7 @@ class PostgresKeyStore(KeyStore):
         auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
     ) -> None:
         self._seal = as_seal(seal)
+        self._keyring = Keyring(self._seal)
         self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
         self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
         check_database_url(url)
@@ -119,12 +134,22 @@ class PostgresKeyStore(KeyStore):
         self._database = Database(
             url, pool_size=pool_size, wait_timeout=wait_timeout, connect_timeout=connect_timeout
         )
+        self._keyring.set_loader(self._load_keyring)
         try:
             with self._database.connect() as conn:
                 _schema.migrate(conn, self._seal, self._database.description, migrations)
+                if not self._seal.sealed and generations.has_generations(migrations):
+                    self._keyring.install(generations.read_keyring(conn, _ROTATION_SQL))
         except BaseException:
             self._database.close()
             raise
+
+    def _load_keyring(self) -> KeyringState:
+        return self._database.read(lambda conn: generations.read_keyring(conn, _ROTATION_SQL))
+
+    def _wrapping(self, conn: Connection) -> Keyring:
+        """The keyring at the newest generation, for a key write in ``conn``'s transaction."""
+        return generations.writing_keyring(conn, _ROTATION_SQL, self._keyring)
 
     def __repr__(self) -> str:
         return f"<PostgresKeyStore {self._database.description}>"
@@ -134,15 +159,15 @@ class PostgresKeyStore(KeyStore):
         return self._database.read(_schema.schema_version)
 
     def close(self) -> None:
-        """See :meth:`KeyStore.close`."""
+        """See :meth:`KeyStore.close`; also zeroes the master key generations in memory."""
         self._database.close()
+        self._keyring.close()
 
     # -- keys ---------------------------------------------------------------------------------------------
 
     def _insert(self, info: KeyInfo, material: bytes | memoryview) -> KeyInfo:
-        wrapped = wrap_key_material(self._seal, info.name, 1, material)
-
         def work(conn: Connection) -> None:
+            wrapped = wrap_key_material(self._wrapping(conn), info.name, 1, material)
             if not _keys.insert_key(conn, info, wrapped):
                 raise KeyExistsError(f"key {info.name!r} already exists")
             _keys.check_tombstone(conn, info.name)
@@ -214,7 +239,7 @@ class PostgresKeyStore(KeyStore):
         and a ``key_rotated`` change."""
         version = key.latest_version + 1
         material = random_secret(KEY_TYPES[key.key_type]).readonly()
-        wrapped = wrap_key_material(self._seal, key.name, version, material)
+        wrapped = wrap_key_material(self._wrapping(conn), key.name, version, material)
         _keys.insert_version(conn, key.name, version, wrapped, utc_now())
         info = _keys.read_key(conn, key.name)
         _changes.append_change(conn, "key_rotated", key_name=key.name)
@@ -250,7 +275,7 @@ class PostgresKeyStore(KeyStore):
             key = _keys.lock_key(conn, name)
             data = check_version_material(name, key.key_type, material)
             version = key.latest_version + 1
-            wrapped = wrap_key_material(self._seal, name, version, data)
+            wrapped = wrap_key_material(self._wrapping(conn), name, version, data)
             _keys.insert_version(conn, name, version, wrapped, utc_now(), imported=True)
             info = _keys.read_key(conn, name)
             _changes.append_change(conn, "key_rotated", key_name=name)
@@ -335,7 +360,7 @@ class PostgresKeyStore(KeyStore):
             raise KeyVersionNotFoundError(
                 f"key {name!r} has no version {version} (versions {oldest} to {latest})"
             )
-        return unwrap_key_material(self._seal, name, version, wrapped)
+        return unwrap_key_material(self._keyring, name, version, wrapped)
 
     @property
     def seal(self) -> Seal:
@@ -345,7 +370,52 @@ class PostgresKeyStore(KeyStore):
     def audit_key_material(self) -> bytes | None:
         """See :meth:`KeyStore.audit_key_material`."""
         stored = self._database.read(lambda conn: _schema.read_meta(conn, AUDIT_KEYS_ROW))
-        return open_audit_key_material(self._seal, stored)
+        return open_audit_key_material(self._keyring, stored)
+
+    @property
+    def keyring(self) -> Keyring:
+        """See :attr:`KeyStore.keyring`."""
+        return self._keyring
+
+    def begin_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
+        """See :meth:`KeyStore.begin_master_rotation`."""
+
+        def work(conn: Connection) -> MasterRotationStatus:
+            status, created = generations.begin(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
+            if created:
+                _changes.append_change(conn, generations.MASTER_KEY_ROTATED)
+            return status
+
+        status = self._database.write(work)
+        self._keyring.invalidate()
+        return status
+
+    def rewrap_master_batch(
+        self, owner: str, after: tuple[str, int] | None, limit: int, lease_seconds: float
+    ) -> tuple[str, int] | None:
+        """See :meth:`KeyStore.rewrap_master_batch`."""
+        return self._database.write(
+            lambda conn: generations.rewrap_batch(
+                conn, _ROTATION_SQL, self._keyring, owner, after, limit, lease_seconds
+            )[0]
+        )
+
+    def finish_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
+        """See :meth:`KeyStore.finish_master_rotation`."""
+
+        def work(conn: Connection) -> tuple[MasterRotationStatus, list[int]]:
+            status, retired = generations.finish(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
+            if not status.rotating:
+                _changes.append_change(conn, generations.MASTER_KEY_ROTATED)
+            return status, retired
+
+        status, retired = self._database.write(work)
+        generations.destroy_retired(self._keyring, retired)
+        return status
+
+    def master_rotation_status(self) -> MasterRotationStatus:
+        """See :meth:`KeyStore.master_rotation_status`."""
+        return self._database.read(lambda conn: generations.read_status(conn, _ROTATION_SQL))
 
     def reseal(
         self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
@@ -354,11 +424,14 @@ class PostgresKeyStore(KeyStore):
 
         def work(conn: Connection) -> int:
             # EXCLUSIVE: other replicas still read, but none adds a version under the old seal meanwhile.
-            conn.execute("LOCK TABLE keys, key_versions, meta IN EXCLUSIVE MODE")
+            conn.execute(
+                "LOCK TABLE keys, key_versions, meta, master_key_generations, master_key_rotation "
+                "IN EXCLUSIVE MODE"
+            )
             stored: Any = conn.execute(
                 "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2"
             ).fetchall()
-            rewrapped = rewrap_versions(self._seal, target, [(n, v, bytes(w)) for n, v, w in stored])
+            rewrapped = rewrap_versions(self._keyring, target, [(n, v, bytes(w)) for n, v, w in stored])
             with conn.cursor() as cursor:
                 cursor.executemany(
                     "UPDATE key_versions SET wrapped = %s WHERE key_name = %s AND version = %s",
@@ -373,12 +446,15 @@ class PostgresKeyStore(KeyStore):
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (name, value),
                 )
+            generations.reset(conn, _ROTATION_SQL)
             if before_commit is not None:
                 before_commit()
             return len(rewrapped)
 
         count = self._database.write(work)
+        self._keyring.close()
         self._seal = target
+        self._keyring = Keyring(target, self._load_keyring)
         return count
 
     # -- copying between keystores -------------------------------------------------------------------------

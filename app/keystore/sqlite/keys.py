@@ -18,7 +18,7 @@ from app.errors import (
     KeyNotFoundError,
     KeyVersionNotFoundError,
 )
-from app.seal import Seal
+from app.seal.keyring import Keyring
 
 from ..base import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from ..checks import check_min_decryption_version
@@ -55,7 +55,7 @@ def require_key(conn: sqlite3.Connection, name: str) -> KeyInfo:
 
 def insert_key(
     conn: sqlite3.Connection,
-    seal: Seal,
+    seal: Keyring,
     name: str,
     key_type: str,
     scheme: str,
@@ -158,7 +158,7 @@ def list_keys(conn: sqlite3.Connection) -> list[KeyInfo]:
 
 def add_version(
     conn: sqlite3.Connection,
-    seal: Seal,
+    seal: Keyring,
     info: KeyInfo,
     material: bytes | memoryview,
     *,
@@ -242,7 +242,7 @@ def delete_key(conn: sqlite3.Connection, name: str) -> None:
     conn.execute("DELETE FROM keys WHERE name = ?", (name,))
 
 
-def key_material(conn: sqlite3.Connection, seal: Seal, name: str, version: int) -> memoryview:
+def key_material(conn: sqlite3.Connection, seal: Keyring, name: str, version: int) -> memoryview:
     """The unwrapped material of key ``name`` at ``version``.
 
     Raises:

@@ -8,7 +8,10 @@ format they can have. Version 4 gives tokens an optional lifetime (``ttl_seconds
 ``max_expires_at``; tokens stored before it have none) and lets the change log record ``token_renewed``:
 SQLite cannot change a CHECK constraint in place, so the log is rebuilt with its numbers and its
 ``AUTOINCREMENT`` counter kept. Version 5 adds each key's ``auto_rotate_period`` in seconds (0: off, what keys
-stored before it get; see :mod:`app.keystore.rotation`).
+stored before it get; see :mod:`app.keystore.rotation`). Version 6 adds the master key's generations and
+its rotation's state (:mod:`app.keystore.generations`; a keystore from before it is at generation 1, the
+seal's own key) and lets the change log record ``master_key_rotated``, a row naming neither a key nor a
+token (the log is rebuilt as in version 4).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 from app.seal import Seal
 
 from ..base import utc_now
-from ..changes import CHANGE_KINDS
+from ..changes import CHANGE_KINDS, MASTER_KEY_ROTATED
 from ..master import SEAL_ROWS, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
 
@@ -40,9 +43,11 @@ __all__ = [
 logger = logging.getLogger("app.keystore.sqlite")
 
 
-#: The change kinds before schema version 4 (which added ``token_renewed``).
-_KINDS_BEFORE_4 = tuple(kind for kind in CHANGE_KINDS if kind != "token_renewed")
+#: The change kinds before schema version 6 (which added ``master_key_rotated``) and 4 (``token_renewed``).
+_KINDS_BEFORE_6 = tuple(kind for kind in CHANGE_KINDS if kind != MASTER_KEY_ROTATED)
+_KINDS_BEFORE_4 = tuple(kind for kind in _KINDS_BEFORE_6 if kind != "token_renewed")
 _KINDS_V2_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_4)
+_KINDS_V4_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_6)
 _KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
 _SCHEMES_SQL = ", ".join(f"'{scheme}'" for scheme in SCHEMES)
 
@@ -131,7 +136,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE tokens ADD COLUMN max_expires_at TEXT",
             f"""CREATE TABLE key_changes_v4 (
                 seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_SQL})),
+                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_V4_SQL})),
                 key_name TEXT,
                 token_id TEXT,
                 at       TEXT NOT NULL,
@@ -153,6 +158,44 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             "ALTER TABLE keys ADD COLUMN auto_rotate_period INTEGER NOT NULL DEFAULT 0 "
             "CHECK (auto_rotate_period >= 0)",
+        ),
+    ),
+    Migration(
+        6,
+        "master key generations and the rotation's state; the change log records master key rotations",
+        (
+            """CREATE TABLE master_key_generations (
+                generation INTEGER PRIMARY KEY CHECK (generation >= 2),
+                stored     BLOB NOT NULL,
+                created_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE master_key_rotation (
+                one         INTEGER PRIMARY KEY CHECK (one = 1),
+                generation  INTEGER NOT NULL CHECK (generation >= 1),
+                finished    INTEGER NOT NULL CHECK (finished IN (0, 1)),
+                rewrapped   INTEGER NOT NULL CHECK (rewrapped >= 0),
+                started_at  TEXT,
+                finished_at TEXT,
+                lease_owner TEXT,
+                lease_until TEXT
+            )""",
+            "INSERT INTO master_key_rotation (one, generation, finished, rewrapped) VALUES (1, 1, 1, 0)",
+            f"""CREATE TABLE key_changes_v6 (
+                seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_SQL})),
+                key_name TEXT,
+                token_id TEXT,
+                at       TEXT NOT NULL,
+                CHECK ((key_name IS NULL) <> (token_id IS NULL)
+                       OR (kind = '{MASTER_KEY_ROTATED}' AND key_name IS NULL AND token_id IS NULL))
+            )""",
+            "INSERT INTO key_changes_v6 (seq, kind, key_name, token_id, at) "
+            "SELECT seq, kind, key_name, token_id, at FROM key_changes",
+            "DELETE FROM sqlite_sequence WHERE name = 'key_changes_v6'",
+            "INSERT INTO sqlite_sequence (name, seq) "
+            "SELECT 'key_changes_v6', seq FROM sqlite_sequence WHERE name = 'key_changes'",
+            "DROP TABLE key_changes",
+            "ALTER TABLE key_changes_v6 RENAME TO key_changes",
         ),
     ),
 )

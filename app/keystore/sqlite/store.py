@@ -15,7 +15,9 @@ from app.core.schemes import DEFAULT_SCHEME
 from app.core.secret_memory import random_secret
 from app.errors import BadRequestError
 from app.seal import Seal
+from app.seal.keyring import Keyring, KeyringState
 
+from .. import generations
 from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord, utc_now
 from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..checks import (
@@ -33,6 +35,7 @@ from ..checks import (
     key_type_for_material,
 )
 from ..errors import KeystoreUnavailableError
+from ..generations import MasterRotationStatus
 from ..master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
 from ..migrations import Migration
 from ..reseal import resealed_meta, rewrap_versions
@@ -45,10 +48,13 @@ from ..rotation import (
 from ..tombstones import check_tombstone_seconds
 from . import changes, keys, tokens
 from .connections import SqliteConnections, logger, prepare_database_file
-from .schema import MIGRATIONS, migrate, read_meta
+from .schema import MIGRATIONS, from_text, migrate, read_meta, to_text
 from .watch import DataVersionWatcher
 
 __all__ = ["SqliteKeyStore"]
+
+#: The master key rotation's SQL in SQLite's words (:mod:`app.keystore.generations`): one writer at a time.
+_ROTATION_SQL = generations.Dialect("?", to_text, from_text)
 
 
 class SqliteKeyStore(SqliteConnections, KeyStore):
@@ -85,6 +91,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
     ) -> None:
         super().__init__(path, busy_timeout, pool_size)
         self._seal = as_seal(seal)
+        self._keyring = Keyring(self._seal)
         self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
         self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
         try:
@@ -98,14 +105,30 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     logger.warning("keystore %s: no WAL mode, journal mode is %s", self.path, mode)
+            self._keyring.set_loader(self._load_keyring)
             with self._write() as conn:
                 migrate(conn, self.path, self._seal, migrations)
+                if not self._seal.sealed and generations.has_generations(migrations):
+                    self._keyring.install(generations.read_keyring(conn, _ROTATION_SQL))
         except BaseException:
             self.close()
             raise
 
+    def _load_keyring(self) -> KeyringState:
+        with self._read() as conn:
+            return generations.read_keyring(conn, _ROTATION_SQL)
+
+    def _wrapping(self, conn: sqlite3.Connection) -> Keyring:
+        """The keyring at the newest generation, for a key write in ``conn``'s transaction."""
+        return generations.writing_keyring(conn, _ROTATION_SQL, self._keyring)
+
     def __repr__(self) -> str:
         return f"<SqliteKeyStore path={str(self.path)!r}>"
+
+    def close(self) -> None:
+        """See :meth:`KeyStore.close`; also zeroes the master key generations in memory."""
+        super().close()
+        self._keyring.close()
 
     def schema_version(self) -> int:
         """The schema version of the open database (``PRAGMA user_version``)."""
@@ -129,7 +152,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             changes.check_tombstone(conn, name)
             info = keys.insert_key(
                 conn,
-                self._seal,
+                self._wrapping(conn),
                 name,
                 key_type,
                 scheme,
@@ -203,7 +226,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
     def _rotate(self, conn: sqlite3.Connection, info: KeyInfo) -> KeyInfo:
         """The one rotation path, manual or automatic: a random next version and a ``key_rotated`` change."""
         material = random_secret(KEY_TYPES[info.key_type]).readonly()
-        rotated = keys.add_version(conn, self._seal, info, material)
+        rotated = keys.add_version(conn, self._wrapping(conn), info, material)
         changes.append_change(conn, "key_rotated", key_name=info.name)
         return rotated
 
@@ -229,7 +252,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._write() as conn:
             info = keys.require_key(conn, name)
             data = check_version_material(name, info.key_type, material)
-            imported = keys.add_version(conn, self._seal, info, data, imported=True)
+            imported = keys.add_version(conn, self._wrapping(conn), info, data, imported=True)
             changes.append_change(conn, "key_rotated", key_name=name)
             return imported
 
@@ -295,7 +318,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         if isinstance(version, bool) or not isinstance(version, int):
             raise BadRequestError(f"key version must be an integer, got {type(version).__name__}")
         with self._read() as conn:
-            return keys.key_material(conn, self._seal, name, version)
+            return keys.key_material(conn, self._keyring, name, version)
 
     @property
     def seal(self) -> Seal:
@@ -306,7 +329,45 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         """See :meth:`KeyStore.audit_key_material`."""
         with self._read() as conn:
             stored = read_meta(conn, AUDIT_KEYS_ROW)
-        return open_audit_key_material(self._seal, stored)
+        return open_audit_key_material(self._keyring, stored)
+
+    @property
+    def keyring(self) -> Keyring:
+        """See :attr:`KeyStore.keyring`."""
+        return self._keyring
+
+    def begin_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
+        """See :meth:`KeyStore.begin_master_rotation`."""
+        with self._write() as conn:
+            status, created = generations.begin(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
+            if created:
+                changes.append_change(conn, generations.MASTER_KEY_ROTATED)
+        self._keyring.invalidate()
+        return status
+
+    def rewrap_master_batch(
+        self, owner: str, after: tuple[str, int] | None, limit: int, lease_seconds: float
+    ) -> tuple[str, int] | None:
+        """See :meth:`KeyStore.rewrap_master_batch`."""
+        with self._write() as conn:
+            last, _ = generations.rewrap_batch(
+                conn, _ROTATION_SQL, self._keyring, owner, after, limit, lease_seconds
+            )
+            return last
+
+    def finish_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
+        """See :meth:`KeyStore.finish_master_rotation`."""
+        with self._write() as conn:
+            status, retired = generations.finish(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
+            if not status.rotating:
+                changes.append_change(conn, generations.MASTER_KEY_ROTATED)
+        generations.destroy_retired(self._keyring, retired)
+        return status
+
+    def master_rotation_status(self) -> MasterRotationStatus:
+        """See :meth:`KeyStore.master_rotation_status`."""
+        with self._read() as conn:
+            return generations.read_status(conn, _ROTATION_SQL)
 
     def reseal(
         self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
@@ -316,7 +377,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             stored = conn.execute(
                 "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2"
             ).fetchall()
-            rewrapped = rewrap_versions(self._seal, target, stored)
+            rewrapped = rewrap_versions(self._keyring, target, stored)
             conn.executemany(
                 "UPDATE key_versions SET wrapped = ? WHERE key_name = ? AND version = ?",
                 [(blob, name, version) for name, version, blob in rewrapped],
@@ -330,9 +391,12 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (name, value),
                 )
+            generations.reset(conn, _ROTATION_SQL)
             if before_commit is not None:
                 before_commit()
+        self._keyring.close()
         self._seal = target
+        self._keyring = Keyring(target, self._load_keyring)
         return len(rewrapped)
 
     # -- copying between keystores -------------------------------------------------------------------------

@@ -288,8 +288,14 @@ class DuplexCall:
         return b"".join(parts)
 
     async def aclose(self) -> None:
-        """Stop sending and close the connection (idempotent)."""
+        """Stop sending and close the connection (idempotent).
+
+        A call left before its exchange finished (the caller stopped reading, an interrupt) aborts the
+        connection: a graceful close would first wait for queued request bytes to reach a server that may no
+        longer read them, which can take forever.
+        """
         sender = self._sender
+        unfinished = sender is not None and not sender.done()
         if sender is not None and not sender.done():
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -297,7 +303,11 @@ class DuplexCall:
         elif sender is not None and not sender.cancelled():
             sender.exception()  # retrieved: its failure was reported (or superseded) by the reader
         if self._writer is not None:
-            self._writer.close()
+            transport = self._writer.transport
+            if unfinished or transport.get_write_buffer_size():
+                transport.abort()
+            else:
+                self._writer.close()
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()
             self._writer = None

@@ -26,14 +26,14 @@ import psycopg
 import pytest
 
 from app.audit import AuditLog, derive_audit_keys
-from app.keystore import KeyStore, MasterKeyError, SqliteKeyStore
+from app.keystore import KeyStore, MasterKeyError
 from app.keystore.master import SEAL_PARAMETERS_ROW
-from app.keystore.postgres import PostgresKeyStore
 from app.seal import FileSeal, Seal
 from app.seal.pkcs11 import Pkcs11Seal
 from app.seal.shamir import ShamirSeal, new_master_key
 from app.seal.shares import Share, decode_share, encode_share, split_master_key
 from tests.admin_process import run_admin, start_admin
+from tests.app.seal.conftest import materials, open_store
 from tests.softhsm import SoftHsmToken
 
 MASTER = bytes(range(7, 39))
@@ -53,19 +53,6 @@ def settings_env(token: SoftHsmToken, data: Path, current: str, url: str | None)
     if url is not None:
         env["KEYSTREAM_DATABASE_URL"] = url
     return env
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def backing(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
-    """``None`` for SQLite in ``tmp_path/data``, else a PostgreSQL URL of a fresh schema."""
-    yield None if request.param == "sqlite" else request.getfixturevalue("pg_url")
-
-
-def open_store(seal: Seal, data: Path, url: str | None) -> KeyStore:
-    if url is not None:
-        return PostgresKeyStore(url, seal, pool_size=2)
-    data.mkdir(mode=0o700, exist_ok=True)
-    return SqliteKeyStore(data / "keystore.db", seal)
 
 
 def seal_of(kind: str, token: SoftHsmToken) -> Seal:
@@ -131,14 +118,6 @@ def assert_refused(kind: str, token: SoftHsmToken, data: Path, url: str | None, 
             open_store(seal, data, url)
     finally:
         seal.close()
-
-
-def materials(store: KeyStore) -> dict[tuple[str, int], bytes]:
-    return {
-        (key.name, version.version): store.key_material(key.name, version.version)
-        for key in store.list_keys()
-        for version in key.versions
-    }
 
 
 def rows(data: Path, url: str | None) -> list[tuple[str, int, bytes]]:

@@ -4,6 +4,7 @@ real-server tests cover the tampering path end to end)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Iterator
@@ -131,3 +132,38 @@ def test_truncated_json_answer_is_a_stream_error(scripted: tuple[str, list[bytes
     )
     with KeystreamClient(url, "t") as ks, pytest.raises(KeystreamStreamError, match="cut short"):
         ks.list_keys()
+
+
+async def test_leaving_a_stream_early_closes_even_when_the_server_stopped_reading() -> None:
+    """Leaving a stream before its end (Ctrl-C, SIGTERM, an error in the caller) closes the connection at
+    once, even with request bytes still queued for a server that no longer reads them: a graceful close
+    would wait for those bytes to drain, which never happens (the CLI then hung on SIGTERM)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        accepted.append(conn)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        conn.sendall(HEAD_OK_CHUNKED + b"5\r\nhello\r\n")  # ... and read nothing more
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        async with AsyncKeystreamClient(f"http://127.0.0.1:{listener.getsockname()[1]}", "t") as ks:
+            async with asyncio.timeout(10):
+                async with ks.encrypt_stream("k", b"b" * (64 << 20)) as stream:
+                    async for chunk in stream:
+                        assert chunk == b"hello"
+                        # Give the sender time to fill the socket buffers and queue bytes in the transport.
+                        await asyncio.sleep(0.5)
+                        break
+    finally:
+        thread.join(timeout=5)
+        for conn in accepted:
+            conn.close()
+        listener.close()

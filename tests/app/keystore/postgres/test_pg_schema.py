@@ -22,9 +22,9 @@ def versions(raw: Raw) -> list[int]:
 
 
 def test_schema_version_is_recorded(pg_store: PostgresKeyStore, raw: Raw) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 5
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 6
     assert pg_store.schema_version() == SCHEMA_VERSION
-    assert versions(raw) == [1, 2, 3, 4, 5]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6]
     tables = {
         row[0] for row in raw.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     }
@@ -51,7 +51,7 @@ def test_replicas_starting_together_migrate_once(pg_url: str, master_key: bytes,
         thread.join(timeout=60)
     try:
         assert errors == [] and len(stores) == count
-        assert versions(raw) == [1, 2, 3, 4, 5]
+        assert versions(raw) == [1, 2, 3, 4, 5, 6]
         assert raw.execute("SELECT count(*) FROM meta").fetchone() == (1,)
         stores[0].create_key("orders")
         assert stores[-1].get_key("orders").latest_version == 1
@@ -74,18 +74,18 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     pg_url: str, master_key: bytes, raw: Raw
 ) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    step = Migration(6, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
+    step = Migration(7, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
     for _ in range(2):
         upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
         try:
-            assert upgraded.schema_version() == 6
+            assert upgraded.schema_version() == 7
             upgraded.create_key(f"k{secrets.token_hex(4)}")
         finally:
             upgraded.close()
-    assert versions(raw) == [1, 2, 3, 4, 5, 6]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7]
     assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 6, newer than this release supports \\(5\\)"
+        KeystoreSchemaError, match="schema version 7, newer than this release supports \\(6\\)"
     ) as caught:
         PostgresKeyStore(pg_url, master_key)
     assert "upgrade Keystream" in str(caught.value) and "database 'postgres' on 127.0.0.1:" in str(
@@ -189,7 +189,7 @@ def test_migration_5_gives_existing_keys_no_automatic_rotation(
         assert "auto_rotate_period" not in columns
     store = PostgresKeyStore(url, master_key, auto_rotate_min_period=1)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.schema_version() == SCHEMA_VERSION == 6
         assert store.get_key("old").auto_rotate_period == 0
         assert store.due_for_rotation() == []
         assert store.update_key("old", auto_rotate_period="2s").auto_rotate_period == 2
@@ -207,10 +207,10 @@ def test_migration_5_gives_existing_keys_no_automatic_rotation(
 
 def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key: bytes, raw: Raw) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    broken = Migration(6, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
+    broken = Migration(7, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
     with pytest.raises(psycopg.errors.SyntaxError):
         PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
-    assert versions(raw) == [1, 2, 3, 4, 5]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6]
     columns = {
         row[0]
         for row in raw.execute(

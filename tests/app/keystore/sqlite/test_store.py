@@ -412,18 +412,18 @@ def test_open_database_file_is_tightened(data_dir: Path, master_key: bytes) -> N
 
 
 def test_schema_version_is_recorded(store: SqliteKeyStore) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 5
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 6
     assert store.schema_version() == SCHEMA_VERSION
     with raw_connection(store) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         rows = conn.execute("SELECT version, description FROM schema_version").fetchall()
-    assert [row[0] for row in rows] == [1, 2, 3, 4, 5]
+    assert [row[0] for row in rows] == [1, 2, 3, 4, 5, 6]
 
 
 def test_reopen_does_not_migrate_again(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 5
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 6
 
 
 def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(data_dir: Path, master_key: bytes) -> None:
@@ -522,7 +522,7 @@ def test_migration_5_gives_existing_keys_no_automatic_rotation(data_dir: Path, m
         with raw_connection(old) as conn:
             assert "auto_rotate_period" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
     with contextlib.closing(SqliteKeyStore(path, master_key, auto_rotate_min_period=1)) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.schema_version() == SCHEMA_VERSION == 6
         assert store.get_key("old").auto_rotate_period == 0
         assert store.due_for_rotation() == []
         assert store.update_key("old", auto_rotate_period="2s").auto_rotate_period == 2
@@ -540,11 +540,11 @@ def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: byt
     store = open_keystore(data_dir, master_key)
     store.create_key("orders")
     store.close()
-    step = Migration(6, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
+    step = Migration(7, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
     path = data_dir / "keystore.db"
     for _ in range(2):
         with contextlib.closing(SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))) as upgraded:
-            assert upgraded.schema_version() == 6
+            assert upgraded.schema_version() == 7
             assert upgraded.get_key("orders").latest_version == 1
             with raw_connection(upgraded) as conn:
                 assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [
@@ -554,22 +554,23 @@ def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: byt
                     4,
                     5,
                     6,
+                    7,
                 ]
                 assert conn.execute("SELECT label FROM keys").fetchone()[0] == ""
-    # ...and the release that only knows version 5 refuses the upgraded file instead of misreading it
+    # ...and the release that only knows version 6 refuses the upgraded file instead of misreading it
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 6, newer than this release supports \\(5\\)"
+        KeystoreSchemaError, match="schema version 7, newer than this release supports \\(6\\)"
     ):
         open_keystore(data_dir, master_key)
 
 
 def test_failed_migration_leaves_the_database_unchanged(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
-    broken = Migration(6, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
+    broken = Migration(7, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
     with pytest.raises(sqlite3.OperationalError):
         SqliteKeyStore(data_dir / "keystore.db", master_key, migrations=(*MIGRATIONS, broken))
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert store.schema_version() == 5
+        assert store.schema_version() == 6
         assert "x" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
 
 

@@ -1,0 +1,126 @@
+"""``keystream-server operator rotate-master``: a new master key generation, every secret rewrapped.
+
+The command runs as a real process: it rewraps every version under the new generation and audits its start
+and end; killed with SIGKILL half-way, it leaves every version readable (each under its own generation), a
+second run refuses while the dead run's lease lasts and then resumes and finishes; the shamir seal is
+refused with the route to use instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from app.keystore import KeyStore
+from app.seal import BlobOrigin, FileSeal, blob_origin
+from tests.admin_process import run_admin, start_admin
+from tests.app.seal.conftest import materials, open_store
+
+MASTER = bytes(range(9, 41))
+
+
+def environment(data: Path, **extra: str) -> dict[str, str]:
+    return {
+        "KEYSTREAM_SEAL": "file",
+        "KEYSTREAM_DATA_DIR": str(data),
+        "KEYSTREAM_MASTER_KEY": base64.b64encode(MASTER).decode(),
+        **extra,
+    }
+
+
+def origins(store: KeyStore) -> set[BlobOrigin | None]:
+    return {blob_origin(blob) for key in store.export_keys() for blob in key.wrapped}
+
+
+def fill(data: Path, keys: int, versions: int) -> dict[tuple[str, int], bytes]:
+    store = open_store(FileSeal(MASTER), data, None)
+    try:
+        for index in range(keys):
+            store.create_key(f"key-{index:02d}")
+            for _ in range(versions - 1):
+                store.rotate_key(f"key-{index:02d}")
+        return materials(store)
+    finally:
+        store.close()
+
+
+def test_rotate_master_rewraps_every_version_and_audits_it(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    before = fill(data, keys=3, versions=3)
+    log = tmp_path / "audit.log"
+    env = environment(data, KEYSTREAM_AUDIT_LOG=str(log))
+    result = run_admin("operator", "rotate-master", "--batch-size", "2", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "rotating to master key generation 2 under the file seal" in result.stdout
+    assert "generation 2: 9 key versions rewrapped" in result.stdout
+    store = open_store(FileSeal(MASTER), data, None)
+    try:
+        assert origins(store) == {BlobOrigin("file", 2)}
+        assert materials(store) == before
+    finally:
+        store.close()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(line["operation"], line["phase"], line["generation"]) for line in lines] == [
+        ("rotate_master", "start", 2),
+        ("rotate_master", "finish", 2),
+    ]
+    assert lines[1]["rewrapped"] == 9
+    verified = run_admin("audit", "verify", str(log), env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    again = run_admin("operator", "rotate-master", env=env)
+    assert again.returncode == 0 and "generation 3: 9 key versions rewrapped" in again.stdout
+
+
+def test_a_rotation_killed_half_way_loses_nothing_and_resumes(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    before = fill(data, keys=20, versions=20)
+    env = environment(data)
+    process = start_admin("operator", "rotate-master", "--batch-size", "1", env=env)
+    assert process.stdout is not None
+    assert "rotating to master key generation 2" in process.stdout.readline()
+    watcher = open_store(FileSeal(MASTER), data, None)
+    try:
+        deadline = time.monotonic() + 60
+        while watcher.master_rotation_status().rewrapped < 20:  # some batches committed, most not
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(process.pid, signal.SIGKILL)
+        process.communicate(timeout=30)
+        assert process.returncode == -signal.SIGKILL
+        assert origins(watcher) == {BlobOrigin("file", 1), BlobOrigin("file", 2)}  # half-way
+        assert materials(watcher) == before  # every version readable under its own generation
+    finally:
+        watcher.close()
+
+    refused = run_admin("operator", "rotate-master", env=env)
+    assert refused.returncode == 1
+    assert "a rotation of the master key to generation 2 is running" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+
+    deadline = time.monotonic() + 30
+    while True:  # the dead run's lease (10 s) runs out
+        resumed = run_admin("operator", "rotate-master", env=env)
+        if resumed.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming the rotation to master key generation 2" in resumed.stdout
+    store = open_store(FileSeal(MASTER), data, None)
+    try:
+        assert origins(store) == {BlobOrigin("file", 2)}
+        assert materials(store) == before
+        assert not store.master_rotation_status().rotating
+    finally:
+        store.close()
+
+
+def test_the_shamir_seal_rotates_in_a_server(tmp_path: Path) -> None:
+    result = run_admin("operator", "rotate-master", env=environment(tmp_path, KEYSTREAM_SEAL="shamir"))
+    assert result.returncode == 2
+    assert "POST /v1/sys/rotate-master" in result.stderr and "Traceback" not in result.stderr
