@@ -38,7 +38,8 @@ FROM base AS builder
 # Wheels to install from instead of PyPI: a directory inside the build context (empty = use PyPI).
 ARG WHEELHOUSE=
 # Extra dependency sets of the package to install too (e.g. "load" for the Locust image: requirements/
-# image-load.txt); "postgres" (the PostgreSQL keystore's driver, KEYSTREAM_DATABASE_URL) is always installed.
+# image-load.txt); "postgres" (the PostgreSQL keystore's driver, KEYSTREAM_DATABASE_URL) and "pkcs11" (the
+# PKCS#11 binding for KEYSTREAM_SEAL=pkcs11; the token's own module comes from its vendor) are always installed.
 ARG EXTRAS=
 RUN set -eux; \
     packages="gcc libc6-dev"; \

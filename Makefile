@@ -14,7 +14,7 @@ EXTENSION_SOURCES := $(filter-out aescore/_%.c,$(wildcard aescore/*.pyx aescore/
 BENCH_ARGS ?=
 
 .PHONY: test run build lint typecheck unit audit lock asan bench bench-aescore report load docker-test tools clean \
-        prometheus compose-up compose-down compose-test scaleout-up scaleout-down scaleout-test \
+        prometheus compose-up compose-down compose-test scaleout-up scaleout-unseal scaleout-down scaleout-test \
         load-figures
 
 # Every dependency comes from a hash-pinned lock (requirements/, $(CLIENT)/requirements.txt; `make lock`
@@ -96,11 +96,15 @@ load: build
 
 # Build the Docker image for real (debootstrap base, host-built wheelhouse) and round-trip through it, then
 # run the scale-out stack (deploy/compose/scaleout.yml: PostgreSQL, 3 replicas, HAProxy, Prometheus) and its
-# checks. Not part of `make test`: as root it installs docker.io/debootstrap and starts (then stops) dockerd
-# when missing; ~10 min on a fresh machine, ~2 min warm (44 s image + 72 s scale-out stack measured).
+# checks, under the file seal and again under the shamir and pkcs11 seals (deploy/compose/scaleout/check_seal.py).
+# Not part of `make test`: as root it installs docker.io/debootstrap and starts (then stops) dockerd when
+# missing; ~10 min on a fresh machine, ~4 min warm (44 s image + 72 s scale-out stack measured; shamir 77 s,
+# pkcs11 47 s).
 docker-test: build
 	KEYSTREAM_HOST_PYTHON=$(PY) deploy/docker-test.sh
 	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh scaleout-test
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh scaleout-test --seal shamir
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh scaleout-test --seal pkcs11
 
 # The docker-compose stack without an image registry (deploy/compose.sh): builds the image as docker-test
 # does plus a Prometheus image from Debian's package, then `docker-compose up -d keystream prometheus`.
@@ -117,16 +121,22 @@ compose-test: $(RUN_STAMP)
 
 # The scale-out stack (deploy/compose/scaleout.yml, docs/operations.md "Scale-out stack with docker-compose"):
 # up on 127.0.0.1:8000 (HAProxy), 8001-8003 (the replicas), 9090 (Prometheus), secrets in build/scaleout.
-# Up and down need the lean venv only; scaleout-test runs deploy/compose/scaleout/check.py (httpx: test venv)
-# on free ports in a project of its own, then down -v (also part of docker-test).
+# SEAL=shamir or SEAL=pkcs11 selects a seal (deploy/compose/scaleout-SEAL.yml; default: the one the stack
+# was brought up with, else file); scaleout-unseal gives a shamir stack's replicas their shares.
+# Up, unseal and down need the lean venv only (the client CLI unseals); scaleout-test runs
+# deploy/compose/scaleout/check.py or check_seal.py (httpx: test venv) on free ports in a project of its own,
+# then down -v (also part of docker-test).
 scaleout-up: $(RUN_STAMP)
-	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh scaleout-up
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh scaleout-up $(if $(SEAL),--seal $(SEAL))
+
+scaleout-unseal: $(RUN_STAMP)
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh unseal
 
 scaleout-down:
 	deploy/compose.sh scaleout-down
 
 scaleout-test: build
-	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh scaleout-test
+	KEYSTREAM_HOST_PYTHON=$(PY) deploy/compose.sh scaleout-test $(if $(SEAL),--seal $(SEAL))
 
 # Debian's Prometheus on 127.0.0.1:9090 scraping a local Keystream (`make run`) with deploy/prometheus's rules;
 # config and data in build/prometheus. E.g. make prometheus PROMETHEUS_ARGS="--target 127.0.0.1:8001".

@@ -141,10 +141,13 @@ def haproxy_config(
     # When every replica fails /readyz, the cause is shared (the keystore is down): send requests to the
     # replicas anyway, as unchecked backups, rather than answer 503 here. They still serve keys they have
     # cached (until their caches stop being trusted) and answer the rest with their own 503
-    # keystore_unavailable + Retry-After. A dead backup refuses the connection and the retry goes elsewhere.
+    # keystore_unavailable + Retry-After (or 503 sealed). A dead backup refuses the connection and the retry
+    # goes elsewhere. Resolved through DNS, a backup shares its replica's address, which HAProxy refuses by
+    # default (the backup would stay without an address, "No IP for server"): allow-dup-ip.
     lines.append("    option allbackups")
+    duplicate = " resolve-opts allow-dup-ip" if resolver else ""
     lines += [
-        f"    server r{index}-fallback {host}:{server_port} backup"
+        f"    server r{index}-fallback {host}:{server_port} backup{duplicate}"
         for index, (host, server_port) in enumerate(servers)
     ]
     return "\n".join(lines) + "\n"

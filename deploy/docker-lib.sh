@@ -11,9 +11,9 @@
 #                            a cache) from the apt mirror in /etc/apt/sources.list* and `docker import` it
 #   docker_wheelhouse PYTHON DIR WORK
 #                            the files of the locked build tools and image dependencies (requirements/build.txt,
-#                            requirements/image.txt: the postgres extra is always in the image), downloaded
-#                            hash-checked with the host's pip (pip inside a build may not reach or trust PyPI);
-#                            downloaded again only when the locks change
+#                            requirements/image.txt: the postgres and pkcs11 extras are always in the image),
+#                            downloaded hash-checked with the host's pip (pip inside a build may not reach or
+#                            trust PyPI); downloaded again only when the locks change
 #   docker_build_image IMAGE BASE WHEELHOUSE LOG
 #                            classic builder (no BuildKit here); the image installs from the wheelhouse only
 #

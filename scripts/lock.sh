@@ -3,7 +3,8 @@
 #
 #   requirements/build.txt        pip, setuptools, wheel, Cython: what builds the extension and the wheels
 #   requirements/server.txt       the server's runtime (pyproject.toml [project] dependencies): `make run`
-#   requirements/image.txt        the runtime plus the PostgreSQL driver (the postgres extra): the image
+#   requirements/image.txt        the runtime plus the PostgreSQL driver and the PKCS#11 binding (the postgres
+#                                 and pkcs11 extras): the image
 #   requirements/image-load.txt   the image's set plus Locust (Dockerfile EXTRAS=load, docker-compose's locust)
 #   requirements/test.txt         the runtime, the postgres and test extras and the client: `make test`
 #   clients/python/requirements.txt   the client's runtime (httpx, h11 and what they need)
@@ -53,8 +54,8 @@ build = [*server["build-system"]["requires"], *client["build-system"]["requires"
 inputs = {
     "build": build,
     "server": runtime,
-    "image": [*runtime, *extras["postgres"]],
-    "image-load": [*runtime, *extras["postgres"], *extras["load"]],
+    "image": [*runtime, *extras["postgres"], *extras["pkcs11"]],
+    "image-load": [*runtime, *extras["postgres"], *extras["pkcs11"], *extras["load"]],
     "test": [*runtime, *extras["postgres"], *extras["test"], *client["project"]["dependencies"]],
     "client": client["project"]["dependencies"],
     "lock-tools": ["uv"],

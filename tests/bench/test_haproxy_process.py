@@ -24,6 +24,17 @@ def test_the_printed_configuration_is_valid(tmp_path: Path, capsys: pytest.Captu
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_resolved_backups_may_share_their_replica_address() -> None:
+    """Through DNS a fallback server resolves to its replica's address; without allow-dup-ip HAProxy leaves it
+    without one ("No IP for server"), and with every replica failing /readyz (all sealed, or the keystore
+    down) it answered its own 503 instead of passing requests to the replicas."""
+    servers = [("keystream-1", 8000), ("keystream-2", 8000)]
+    resolved = haproxy_config(servers, 8000, resolver="127.0.0.11:53").splitlines()
+    backups = [line for line in resolved if " backup" in line]
+    assert len(backups) == 2 and all(line.endswith("backup resolve-opts allow-dup-ip") for line in backups)
+    assert "allow-dup-ip" not in haproxy_config(servers, 8000)  # fixed addresses: nothing to resolve
+
+
 def test_haproxy_errors_are_json_in_the_api_shape() -> None:
     lines = [line for line in haproxy_config([("h", 1)], 2).splitlines() if "http-error" in line]
     assert len(lines) == 3 and all("content-type application/json" in line for line in lines)

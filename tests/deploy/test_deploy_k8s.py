@@ -1,15 +1,19 @@
-"""deploy/k8s: schema validation (kubernetes-validate ships the Kubernetes JSON schemas, so it runs offline)
-and the fields docs/operations.md (Kubernetes) relies on."""
+"""deploy/k8s and its seal overlays deploy/k8s-shamir and deploy/k8s-pkcs11: schema validation
+(kubernetes-validate ships the Kubernetes JSON schemas, so it runs offline) and the fields docs/operations.md
+(Kubernetes) relies on."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_paths import K8S_DIR
+from deploy_paths import DEPLOY, K8S_DIR, tool
+
+from app.core.config import Settings
 
 MANIFESTS = sorted(path for path in K8S_DIR.glob("*.yaml") if path.name != "kustomization.yaml")
 
@@ -123,3 +127,62 @@ def test_pod_disruption_budget_keeps_two_of_three_replicas() -> None:
     # A drain may take one replica, never so many that fewer than 2 serve; and it can always take one.
     assert budget["spec"]["minAvailable"] == 2 < deployment["spec"]["replicas"]
     assert found["HorizontalPodAutoscaler"]["spec"]["minReplicas"] > budget["spec"]["minAvailable"]
+
+
+def overlay(name: str) -> dict[str, dict[str, Any]]:
+    """kind -> resource of ``kubectl kustomize deploy/NAME``, each checked against the schema (strict)."""
+    result = subprocess.run(
+        [tool("kubectl"), "kustomize", str(DEPLOY / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    found = {doc["kind"]: doc for doc in yaml.safe_load_all(result.stdout) if doc}
+    for doc in found.values():
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    return found
+
+
+@pytest.mark.parametrize(("name", "seal"), [("k8s-shamir", "shamir"), ("k8s-pkcs11", "pkcs11")])
+def test_seal_overlays_drop_the_master_key_and_keep_sealed_pods_alive(name: str, seal: str) -> None:
+    """Under the shamir and pkcs11 seals no Secret holds a master key, and a sealed pod is not ready (the
+    Service sends it nothing) but alive (/healthz answers 200 while sealed: the kubelet leaves it to be
+    unsealed). The settings are ones the server accepts."""
+    deployment = overlay(name)["Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert "KEYSTREAM_MASTER_KEY" not in env and "KEYSTREAM_MASTER_KEY_FILE" not in env
+    assert env["KEYSTREAM_SEAL"]["value"] == seal
+    assert env["KEYSTREAM_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "keystream-secrets"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for probe in ("livenessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["path"] == "/healthz", probe
+    values = {item["name"]: item["value"] for item in env.values() if "value" in item}
+    settings = {key.removeprefix("KEYSTREAM_").lower(): value for key, value in values.items()}
+    Settings.model_validate({**settings, "database_url": "postgresql://keystream:pw@db:5432/keystream"})
+
+
+def test_pkcs11_overlay_copies_the_pin_to_a_private_file() -> None:
+    """A Secret volume's files are 0440 under the pod's fsGroup, which the PIN file check refuses: the init
+    container copies the PIN, as the keystream user, to a 0600 file in memory that the server reads."""
+    deployment = overlay("k8s-pkcs11")["Deployment"]
+    spec = deployment["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    (container,) = spec["containers"]
+    assert init["image"] == container["image"] == "keystream-hsm:0.1.0"  # the image with the vendor's module
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    init_mounts = {mount["name"]: mount["mountPath"] for mount in init["volumeMounts"]}
+    mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+    assert volumes["hsm-pin-secret"]["secret"]["secretName"] == "keystream-hsm-pin"
+    assert volumes["hsm-pin"]["emptyDir"]["medium"] == "Memory"
+    assert "hsm-pin-secret" not in mounts  # the server sees only the private copy
+    command = init["command"]
+    assert command[:3] == ["install", "-m", "0600"]
+    assert command[3] == f"{init_mounts['hsm-pin-secret']}/pin"
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert command[4] == env["KEYSTREAM_PKCS11_PIN_FILE"] == f"{mounts['hsm-pin']}/pin"
+    assert init_mounts["hsm-pin"] == mounts["hsm-pin"]
+    assert spec["securityContext"]["runAsUser"] == 10001  # the copy belongs to the server's user
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True

@@ -16,58 +16,23 @@ from typing import Any
 import pytest
 import yaml
 from deploy_paths import DEPLOY, PROMETHEUS_DIR, REPO, tool
+from scaleout_compose import (
+    DATABASE_URL,
+    REPLICAS,
+    SCALEOUT_DIR,
+    compose,
+    mounts,
+    resolved,
+    write_secrets,
+)
 
 from bench.haproxy_process import find_haproxy, haproxy_config
-
-SCALEOUT = DEPLOY / "compose" / "scaleout.yml"
-SCALEOUT_DIR = DEPLOY / "compose" / "scaleout"
-REPLICAS = ("keystream-1", "keystream-2", "keystream-3")
-DATABASE_URL = "postgresql://keystream:pw@postgres:5432/keystream"
 
 
 @pytest.fixture
 def secrets_dir(tmp_path: Path) -> Path:
-    """The files deploy/compose.sh makes in build/scaleout (contents that only need to parse)."""
-    (tmp_path / "keystream.env").write_text(
-        f"KEYSTREAM_DATABASE_URL={DATABASE_URL}\nKEYSTREAM_ROOT_TOKEN=ks_0123456789abcdef_{'x' * 32}\n"
-    )
-    (tmp_path / "postgres.env").write_text("POSTGRES_PASSWORD=pw\n")
-    (tmp_path / "master-key").write_text("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=\n")
-    return tmp_path
-
-
-def compose(*args: str, secrets: Path | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
-    if secrets is not None:
-        env["KEYSTREAM_SCALEOUT_SECRETS"] = str(secrets)
-    return subprocess.run(
-        [tool("docker-compose"), "-f", str(SCALEOUT), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def resolved(secrets: Path) -> dict[str, Any]:
-    result = compose("config", secrets=secrets)
-    assert result.returncode == 0, result.stderr
-    config: dict[str, Any] = yaml.safe_load(result.stdout)
-    return config
-
-
-def mounts(service: dict[str, Any]) -> dict[str, str]:
-    """Container path -> source, from the short (``src:target:ro``) or long volume syntax."""
-    result: dict[str, str] = {}
-    for volume in service.get("volumes", []):
-        if isinstance(volume, dict):
-            result[volume["target"]] = volume["source"]
-        else:
-            source, target = str(volume).split(":")[:2]
-            result[target] = source
-    return result
+    """The files deploy/compose.sh makes in build/scaleout for the file seal."""
+    return write_secrets(tmp_path)
 
 
 def test_config_is_valid(secrets_dir: Path) -> None:

@@ -12,6 +12,8 @@ from deploy_paths import REPO, tool
 SCRIPTS = [
     REPO / "deploy" / "docker-test.sh",
     REPO / "deploy" / "compose" / "make-test-certs.sh",
+    REPO / "deploy" / "compose" / "scaleout" / "softhsm-init.sh",
+    REPO / "deploy" / "compose.sh",
     REPO / "scripts" / "install-tools.sh",
 ]
 

@@ -33,8 +33,8 @@ EXTRAS = SERVER["project"]["optional-dependencies"]
 DECLARED: dict[Path, list[str]] = {
     REQUIREMENTS / "build.txt": [*SERVER["build-system"]["requires"], *CLIENT["build-system"]["requires"]],
     REQUIREMENTS / "server.txt": RUNTIME,
-    REQUIREMENTS / "image.txt": [*RUNTIME, *EXTRAS["postgres"]],
-    REQUIREMENTS / "image-load.txt": [*RUNTIME, *EXTRAS["postgres"], *EXTRAS["load"]],
+    REQUIREMENTS / "image.txt": [*RUNTIME, *EXTRAS["postgres"], *EXTRAS["pkcs11"]],
+    REQUIREMENTS / "image-load.txt": [*RUNTIME, *EXTRAS["postgres"], *EXTRAS["pkcs11"], *EXTRAS["load"]],
     REQUIREMENTS / "test.txt": [
         *RUNTIME,
         *EXTRAS["postgres"],

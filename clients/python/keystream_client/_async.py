@@ -40,6 +40,7 @@ from keystream_client._models import (
     CipherResult,
     DataKey,
     Key,
+    MasterRotation,
     NewToken,
     RenewedToken,
     SealStatus,
@@ -49,6 +50,7 @@ from keystream_client._models import (
     parse_datakey,
     parse_key,
     parse_keys,
+    parse_master_rotation,
     parse_new_token,
     parse_renewed_token,
     parse_seal_status,
@@ -271,6 +273,15 @@ class AsyncKeystreamClient(BaseClient):
     async def seal(self) -> SealStatus:
         """As :meth:`KeystreamClient.seal`."""
         return parse_seal_status(await self._send(Call("POST", "/v1/sys/seal")))
+
+    async def rotate_master(self, batch_size: int | None = None) -> MasterRotation:
+        """As :meth:`KeystreamClient.rotate_master`."""
+        body = None if batch_size is None else {"batch_size": batch_size}
+        return parse_master_rotation(await self._send(Call("POST", "/v1/sys/rotate-master", body)))
+
+    async def master_rotation(self) -> MasterRotation:
+        """As :meth:`KeystreamClient.master_rotation`."""
+        return parse_master_rotation(await self._send(Call("GET", "/v1/sys/rotate-master")))
 
     async def backends(self) -> Any:
         """As :meth:`KeystreamClient.backends`."""

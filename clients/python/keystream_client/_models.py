@@ -279,6 +279,32 @@ def parse_seal_status(data: Any) -> SealStatus:
     )
 
 
+@dataclass(frozen=True)
+class MasterRotation:
+    """``/v1/sys/rotate-master``: the master key's newest ``generation`` (new key versions are wrapped under
+    it), whether blobs of older generations remain (``rotating``), how many the rotation ``rewrapped``, when
+    it started and finished (ISO 8601 text or ``None``), and whether a call ``resumed`` an unfinished one."""
+
+    generation: int
+    rotating: bool
+    rewrapped: int
+    started_at: str | None = None
+    finished_at: str | None = None
+    resumed: bool = False
+
+
+def parse_master_rotation(data: Any) -> MasterRotation:
+    """The answer of ``POST`` and ``GET /v1/sys/rotate-master``."""
+    return MasterRotation(
+        generation=int(data["generation"]),
+        rotating=bool(data["rotating"]),
+        rewrapped=int(data["rewrapped"]),
+        started_at=data.get("started_at"),
+        finished_at=data.get("finished_at"),
+        resumed=bool(data.get("resumed", False)),
+    )
+
+
 def parse_tokens(data: Any) -> list[Token]:
     """Tokens from ``GET /v1/tokens`` (``{"tokens": [...]}``)."""
     return [Token(**_token_fields(item)) for item in data["tokens"]]

@@ -27,6 +27,7 @@ from keystream_client._models import (
     BatchResult,
     DataKey,
     Key,
+    MasterRotation,
     NewToken,
     RenewedToken,
     SealStatus,
@@ -35,6 +36,7 @@ from keystream_client._models import (
     parse_datakey,
     parse_key,
     parse_keys,
+    parse_master_rotation,
     parse_new_token,
     parse_renewed_token,
     parse_seal_status,
@@ -348,6 +350,29 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         return parse_seal_status(self._send(Call("POST", "/v1/sys/seal")))
+
+    def rotate_master(self, batch_size: int | None = None) -> MasterRotation:
+        """Rotate the master key (admin token): the server makes a new generation under its seal, wraps new
+        key versions under it at once and rewraps every stored secret in the background, ``batch_size``
+        versions per transaction; ciphertexts are untouched. An unfinished rotation is resumed instead.
+        Follow it with :meth:`master_rotation`.
+
+        Raises:
+            KeystreamAPIError: 409 ``master_rotation_running`` while a rotation holds its lease; 401/403
+                without an admin token; 503 ``sealed``.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        body = None if batch_size is None else {"batch_size": batch_size}
+        return parse_master_rotation(self._send(Call("POST", "/v1/sys/rotate-master", body)))
+
+    def master_rotation(self) -> MasterRotation:
+        """Where the master key's rotation stands (admin token).
+
+        Raises:
+            KeystreamAPIError: 401/403 without an admin token.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_master_rotation(self._send(Call("GET", "/v1/sys/rotate-master")))
 
     def backends(self) -> Any:
         """``GET /v1/backends`` as decoded JSON.

@@ -84,6 +84,28 @@ def round_trip(client: httpx.Client, key: str, plaintext: bytes) -> bytes:
     return sealed.content
 
 
+def opens_everywhere(clients: list[httpx.Client], key: str, sealed: list[tuple[bytes, bytes]]) -> None:
+    """Every ``(plaintext, ciphertext)`` of ``sealed`` opens through every client. Raises CheckFailed."""
+    for client in clients:
+        for plaintext, ciphertext in sealed:
+            opened = client.post(f"/v1/keys/{key}/decrypt", content=ciphertext, headers=OCTETS)
+            if opened.status_code != 200 or opened.content != plaintext:
+                raise CheckFailed(
+                    f"{len(plaintext)} bytes sealed through the balancer do not open through "
+                    f"{client.base_url} (status {opened.status_code})"
+                )
+
+
+def round_trips_open_everywhere(
+    balancer: httpx.Client, replicas: list[httpx.Client], key: str
+) -> list[tuple[bytes, bytes]]:
+    """Round trips of every size in SIZES through the balancer, each ciphertext then opened through every
+    replica; returns the ``(plaintext, ciphertext)`` pairs. Raises CheckFailed."""
+    sealed = [(plaintext, round_trip(balancer, key, plaintext)) for plaintext in map(os.urandom, SIZES)]
+    opens_everywhere(replicas, key, sealed)
+    return sealed
+
+
 @dataclass
 class Loop:
     """Client threads doing round trips through the balancer; outcomes as (start, end, status, detail)."""
@@ -149,15 +171,7 @@ def check(args: argparse.Namespace, compose: list[str]) -> None:
     # 2. Round trips through the balancer, opened through every replica.
     key = f"scaleout-{os.urandom(4).hex()}"
     balancer.post("/v1/keys", json={"name": key}).raise_for_status()
-    for size in SIZES:
-        plaintext = os.urandom(size)
-        sealed = round_trip(balancer, key, plaintext)
-        for replica in replicas:
-            opened = replica.post(f"/v1/keys/{key}/decrypt", content=sealed, headers=OCTETS)
-            if opened.status_code != 200 or opened.content != plaintext:
-                raise CheckFailed(
-                    f"{size} bytes sealed through the balancer do not open through {replica.base_url}"
-                )
+    round_trips_open_everywhere(balancer, replicas, key)
     print(
         f"check: sealed round trips through HAProxy ({', '.join(map(str, SIZES))} bytes) "
         "open on every replica"

@@ -1,10 +1,15 @@
-"""``keystream operator unseal``, ``operator seal-status`` and ``operator seal``: a replica's seal.
+"""``keystream operator unseal``, ``operator seal-status``, ``operator seal`` and ``operator rotate-master``:
+a replica's seal, and the master key's rotation.
 
 ``unseal`` gives shares to the server at ``--url`` (one replica: replicas are unsealed one by one). On a
 terminal it prompts for each share without echo until the server is unsealed (an empty answer stops); with
 stdin not a terminal it reads one share a line. A refused share (mistyped, foreign, duplicate) is reported
 and the next one asked for; the progress is unchanged. No token is needed (none is sent unless given).
 Exit code 0 once the server is unsealed, 1 when the shares ran out first.
+
+``rotate-master`` (admin token) has the server begin a rotation of the master key (or resume an unfinished
+one) and prints the new generation; with ``--wait`` it follows the rotation until every stored secret is
+rewrapped. Exit code 1 (``master_rotation_running``) while another rotation holds its lease.
 """
 
 from __future__ import annotations
@@ -13,15 +18,24 @@ import argparse
 import getpass
 import os
 import sys
+import time
 from collections.abc import Iterator
 
-from keystream_client import KeystreamAPIError, KeystreamClient, SealStatus
+from keystream_client import KeystreamAPIError, KeystreamClient, MasterRotation, SealStatus
 from keystream_client._base import TOKEN_ENV, TlsFilesError
 from keystream_client.cli._codes import EXIT_API_ERROR, EXIT_OK, EXIT_USAGE, CommandError, UsageError
 from keystream_client.cli._commands import make_client
 from keystream_client.cli._output import print_json
 
-__all__ = ["cmd_operator_seal", "cmd_operator_seal_status", "cmd_operator_unseal"]
+__all__ = [
+    "cmd_operator_rotate_master",
+    "cmd_operator_seal",
+    "cmd_operator_seal_status",
+    "cmd_operator_unseal",
+]
+
+#: Seconds between two looks at a rotation followed with ``--wait``.
+ROTATION_POLL_SECONDS = 0.5
 
 
 def _tokenless_client(args: argparse.Namespace) -> KeystreamClient:
@@ -114,4 +128,36 @@ def cmd_operator_seal(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         status = client.seal()
     print(_status_text(status))
+    return EXIT_OK
+
+
+def _rotation_json(rotation: MasterRotation) -> dict[str, object]:
+    return {
+        "generation": rotation.generation,
+        "rotating": rotation.rotating,
+        "rewrapped": rotation.rewrapped,
+        "started_at": rotation.started_at,
+        "finished_at": rotation.finished_at,
+        "resumed": rotation.resumed,
+    }
+
+
+def cmd_operator_rotate_master(args: argparse.Namespace) -> int:
+    """``operator rotate-master`` (admin token)."""
+    with make_client(args) as client:
+        started = client.rotate_master(args.batch_size)
+        if not args.json:
+            doing = "resumed the rotation" if started.resumed else "rotating"
+            print(f"{doing} to master key generation {started.generation}", flush=True)
+        rotation = started
+        while args.wait and rotation.rotating and rotation.generation == started.generation:
+            time.sleep(ROTATION_POLL_SECONDS)
+            rotation = client.master_rotation()
+    if args.json:
+        print_json(_rotation_json(rotation))
+    elif args.wait:
+        print(
+            f"master key generation {rotation.generation}: {rotation.rewrapped} key versions rewrapped, the "
+            "older generations retired"
+        )
     return EXIT_OK

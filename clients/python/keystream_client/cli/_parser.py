@@ -29,7 +29,12 @@ from keystream_client.cli._commands import (
     cmd_tokens_self,
 )
 from keystream_client.cli._datakey import cmd_datakey
-from keystream_client.cli._operator import cmd_operator_seal, cmd_operator_seal_status, cmd_operator_unseal
+from keystream_client.cli._operator import (
+    cmd_operator_rotate_master,
+    cmd_operator_seal,
+    cmd_operator_seal_status,
+    cmd_operator_unseal,
+)
 from keystream_client.cli._transfer import cmd_crypto
 
 _PERIOD_HELP = (
@@ -426,10 +431,13 @@ def _add_datakey_command(
 def _add_operator_commands(
     commands: Any, conn: argparse.ArgumentParser, as_json: argparse.ArgumentParser
 ) -> None:
-    operator = commands.add_parser("operator", help="a replica's seal: unseal it with shares, or seal it")
+    operator = commands.add_parser(
+        "operator", help="a replica's seal (unseal it with shares, or seal it) and the master key's rotation"
+    )
     operator.description = (
         "The seal of the server at --url (one replica: unseal each replica in turn). A server with the "
-        "shamir seal starts sealed and answers 503 sealed until the threshold of shares is given."
+        "shamir seal starts sealed and answers 503 sealed until the threshold of shares is given. "
+        "rotate-master rotates the master key of the whole keystore (every replica)."
     )
     sub = operator.add_subparsers(dest="operator_command", metavar="ACTION", required=True)
     unseal = sub.add_parser("unseal", parents=[conn], help="give unseal shares (prompted without echo)")
@@ -444,6 +452,22 @@ def _add_operator_commands(
     status.set_defaults(handler=cmd_operator_seal_status)
     seal = sub.add_parser("seal", parents=[conn], help="seal the server (admin token): its key is wiped")
     seal.set_defaults(handler=cmd_operator_seal)
+    rotate = sub.add_parser(
+        "rotate-master",
+        parents=[conn, as_json],
+        help="rotate the master key (admin token): new key versions wrapped under a new generation at once, "
+        "every stored secret rewrapped in the background",
+    )
+    rotate.description = (
+        "Have the server make a new master key generation under its seal and rewrap every stored secret in "
+        "batches while it keeps serving (ciphertexts are untouched); an unfinished rotation is resumed. "
+        "Exit code 1 (master_rotation_running) while another rotation holds its lease."
+    )
+    rotate.add_argument(
+        "--batch-size", type=int, default=None, metavar="N", help="key versions rewrapped per transaction"
+    )
+    rotate.add_argument("--wait", action="store_true", help="follow the rotation until it finished")
+    rotate.set_defaults(handler=cmd_operator_rotate_master)
 
 
 def _version() -> str:
