@@ -8,10 +8,15 @@
    ``operator init``), a key created and used once, then ``--requests`` sequential 1 KiB sealed encrypts on
    one kept-alive connection, alternating rounds between the servers. A warm encrypt never calls the seal, so
    the two should agree: the check that sealing moved no cost onto the hot path.
+3. **Master key rotation.** A SQLite keystore under the file seal holding ``--rotation-versions`` key
+   versions (keys of 10 versions each); ``operator rotate-master``'s work (:class:`MasterRotation`: a new
+   generation, every version rewrapped in batches of 500, the old generation retired), timed whole, and
+   per 1,000 versions.
 
 Prints and writes ``--out`` JSON with the CPU model and the load average before and after.
 
     python -m bench.bench_seal --keys 500 --requests 2000 --rounds 3 --out bench/results/seal.json
+    python -m bench.bench_seal --rotation-only --rotation-versions 5000
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 import httpx
 
 from app.keystore import SqliteKeyStore
+from app.keystore.generations import MasterRotation
 from app.keystore.master import key_associated_data
 from app.seal import FileSeal, Seal
 from app.seal.pkcs11 import Pkcs11Seal
@@ -80,6 +86,32 @@ def unwrap_costs(seal: Seal, data: Path, keys: int) -> dict[str, Any]:
     return {"key_material_cold": percentiles(miss), "seal_unwrap": percentiles(unwrap)}
 
 
+def rotation_cost(data: Path, versions: int) -> dict[str, Any]:
+    """Seconds to rotate the master key of a SQLite keystore (file seal) holding ``versions`` key versions."""
+    data.mkdir(mode=0o700)
+    store = SqliteKeyStore(data / "keystore.db", FileSeal(os.urandom(32)))
+    try:
+        for index in range(0, versions, 10):
+            name = f"key-{index // 10:05d}"
+            store.create_key(name)
+            for _ in range(min(10, versions - index) - 1):
+                store.rotate_key(name)
+        started = time.perf_counter()
+        rotation = MasterRotation(store)
+        rotation.begin()
+        status = rotation.run()
+        seconds = time.perf_counter() - started
+    finally:
+        store.close()
+    assert status is not None and status.rewrapped == versions
+    return {
+        "versions": versions,
+        "batch_size": rotation.batch_size,
+        "seconds": round(seconds, 3),
+        "seconds_per_1000_versions": round(seconds * 1000 / versions, 3),
+    }
+
+
 def admin(env: dict[str, str], *args: str) -> None:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
     environment.update(env)
@@ -118,9 +150,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=500, help="keys unwrapped per seal (default 500)")
     parser.add_argument("--requests", type=int, default=2000, help="warm encrypts per round (default 2000)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
+    parser.add_argument(
+        "--rotation-versions", type=int, default=1000, help="key versions a master key rotation rewraps"
+    )
+    parser.add_argument("--rotation-only", action="store_true", help="measure the master key rotation only")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
+    result: dict[str, Any] = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpu": cpu_model(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "load_average_before": [round(value, 2) for value in load_before],
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-seal-") as directory:
+        result["master_key_rotation_file_sqlite"] = rotation_cost(
+            Path(directory) / "rotation", args.rotation_versions
+        )
+    if not args.rotation_only:
+        result |= seal_costs(args)
+    result["load_average_after"] = [round(value, 2) for value in os.getloadavg()]
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0
+
+
+def seal_costs(args: argparse.Namespace) -> dict[str, Any]:
+    """Parts 1 and 2: the cold unwrap and the warm encrypt, file seal vs pkcs11 seal."""
     with tempfile.TemporaryDirectory(prefix="bench-seal-") as directory:
         work = Path(directory)
         token = make_token(work / "hsm")
@@ -146,23 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         name: {**percentiles(values), "req_per_s_one_connection": round(len(values) / sum(values))}
         for name, values in samples.items()
     }
-    result = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpu": cpu_model(),
-        "cpus": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-        "load_average_before": [round(value, 2) for value in load_before],
-        "load_average_after": [round(value, 2) for value in os.getloadavg()],
+    return {
         "hsm": "SoftHSM2 (software PKCS#11 token), AES-256-GCM in the token",
         "unwrap_cold": unwrap,
         "encrypt_1kib_warm": encrypt,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    return 0
 
 
 if __name__ == "__main__":

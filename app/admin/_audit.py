@@ -6,8 +6,8 @@ files given in log order, oldest first (``audit.log.2 audit.log.1 audit.log``). 
 the seal ``serve`` uses (``KEYSTREAM_SEAL``; for the file seal ``KEYSTREAM_MASTER_KEY``, ``_FILE`` or
 ``master.key`` in ``KEYSTREAM_DATA_DIR``, never generated here): stored wrapped in the keystore when the
 keystore holds it (a pkcs11 seal, or a keystore that moved between seals), else derived from the master key.
-With ``KEYSTREAM_SEAL=shamir`` the stored key is under the shares' master key: give K shares on stdin, one
-a line.
+With ``KEYSTREAM_SEAL=shamir`` the stored key is under the shares' master key: give K shares, typed at a
+prompt without echo on a terminal, else one a line on stdin (:mod:`app.admin._shares`).
 
 It prints the first line that was changed, removed or reordered, or each chain's *head*
 (``<chain>:<records>:<hmac>``). A file that no rotated file precedes must begin its chains at their first
@@ -19,11 +19,11 @@ the printed head and pass it back with ``--expect-head``.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 from app.admin._common import EXIT_FAILED, EXIT_OK, UsageError, error
+from app.admin._shares import SharesRefusedError, unseal_from_input
 
 __all__ = ["add_parser", "cmd_verify"]
 
@@ -94,13 +94,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if settings.database_url is not None or (settings.data_dir / DATABASE_FILE).exists():
             keystore = open_keystore_for(settings, seal)
             try:
-                if seal.sealed:
-                    _unseal_from_stdin(seal)
+                unseal_from_input(seal)
                 stored = keystore.audit_key_material()
             finally:
                 keystore.close()
         keys = audit_keys_for(seal, stored)
-    except MasterKeyError as exc:
+    except (MasterKeyError, SharesRefusedError) as exc:
         raise UsageError(str(exc)) from None
     finally:
         seal.close()
@@ -127,32 +126,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
         "--expect-head next time."
     )
     return EXIT_OK
-
-
-def _unseal_from_stdin(seal: Any) -> None:
-    """Unseal a shamir seal with the shares on stdin, one a line (the keystore's audit keys are under it).
-
-    Raises:
-        UsageError: a share is refused, or stdin ends before the threshold.
-    """
-    from app.seal.shamir import ShamirSeal
-    from app.seal.shares import InvalidShareError
-
-    if not isinstance(seal, ShamirSeal):
-        raise UsageError(f"{seal.describe()} is sealed")
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            seal.submit_share(line.strip())
-        except InvalidShareError as exc:
-            raise UsageError(f"KEYSTREAM_SEAL=shamir: {exc}") from None
-        if not seal.sealed:
-            return
-    status = seal.status()
-    raise UsageError(
-        f"KEYSTREAM_SEAL=shamir: give {status.threshold} shares on stdin, one a line ({status.progress} read)"
-    )
 
 
 def _files(paths: list[str]) -> list[str]:

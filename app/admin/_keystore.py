@@ -181,7 +181,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
                 _opened(args.source, seal, must_exist=True) as (source, source_name),
                 _opened(args.target, seal, must_exist=False) as (target, target_name),
             ):
-                summary = copy_keystore(source, target, seal)
+                summary = copy_keystore(source, target)
                 print(f"{source_name} -> {target_name}: {summary.describe()}")
         finally:
             seal.close()

@@ -17,10 +17,18 @@ second init would make shares that open nothing.
 ``migrate-seal --to SEAL`` moves the keystore from the seal ``KEYSTREAM_SEAL`` names (the one in use) to
 ``SEAL``, configured by the same settings (``pkcs11``: the ``KEYSTREAM_PKCS11_*`` ones, its key created in the
 token when absent; ``file``: ``KEYSTREAM_MASTER_KEY``, ``_FILE`` or ``data/master.key``, created when none is
-given for SQLite). Every key version, the check value and the audit keys are rewrapped in **one** keystore
-transaction (:meth:`~app.keystore.base.KeyStore.reseal`): if any version does not unwrap, nothing is written
-(exit 1), and a process killed in the middle leaves the keystore under the old seal. Stop the servers first;
-start them again with ``KEYSTREAM_SEAL=SEAL``. The audit keys move unchanged, so the log keeps verifying.
+given for SQLite; ``shamir``: a new master key split into ``--shares N`` of which ``--threshold K`` unseal).
+Every key version, the check value and the audit keys are rewrapped in **one** keystore transaction
+(:meth:`~app.keystore.base.KeyStore.reseal`): if any version does not unwrap, nothing is written (exit 1), and
+a process killed in the middle leaves the keystore under the old seal. Stop the servers first; start them
+again with ``KEYSTREAM_SEAL=SEAL``. The audit keys move unchanged, so the log keeps verifying.
+
+Moving *to* shamir prints the new shares (``--json``: ``{"shares": [...], "threshold": K}``, as ``init``
+without the root token: the tokens stay) inside the transaction, after every secret is rewrapped and before
+it commits: a move that committed was shown, and a move killed before committing leaves the keystore under
+the old seal with shares that open nothing. Moving *from* shamir needs the current master key: K shares,
+typed at a prompt without echo on a terminal, else one a line on stdin (:mod:`app.admin._shares`); a
+refused share or too few of them exit 1 with nothing written.
 
 ``rotate-master [--batch-size N]`` rotates the master key online, under the same seal
 (:mod:`app.keystore.generations`): it makes a new master key generation, under which every server wraps new
@@ -33,29 +41,30 @@ shamir seal the master key exists only in unsealed servers: rotate there (``POST
 With ``KEYSTREAM_AUDIT_LOG`` set, each operation is recorded in the log's own file (the setting's path, beside
 the workers' ``.w<i>`` files), chained and verified like every other line.
 
-Exit codes: 0 done; 1 a secret does not unwrap (nothing written), another rotation is running, or the
-keystore cannot serve (database down); 2 bad settings, or a seal or keystore that refuses (one line naming
-the setting, never a PIN or key bytes).
+Exit codes: 0 done; 1 a secret does not unwrap, a share is refused or missing (nothing written), another
+rotation is running, or the keystore cannot serve (database down); 2 bad flags or settings, or a seal or
+keystore that refuses (one line naming the setting, never a PIN or key bytes).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from app.admin._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error, positive
+from app.admin._shares import SharesRefusedError, unseal_from_input
 from app.seal.base import SEAL_KINDS
-
-#: The seals ``migrate-seal`` moves to; a shamir seal is made by ``init`` (its shares are printed there).
-MIGRATE_TARGETS = tuple(kind for kind in SEAL_KINDS if kind != "shamir")
 
 if TYPE_CHECKING:
     from app.core.config import Settings
     from app.keystore import KeyStore
     from app.seal import Seal
+    from app.seal.shares import ShareParameters
 
 __all__ = ["add_parser", "cmd_init", "cmd_migrate_seal", "cmd_rotate_master", "write_operator_record"]
 
@@ -92,11 +101,24 @@ def add_parser(commands: Any) -> None:
         description="Rewrap every key version, the check value and the audit keys from the seal "
         "KEYSTREAM_SEAL names to SEAL, in one keystore transaction (SQLite or PostgreSQL). Nothing is "
         "written if any secret does not unwrap. Stop the servers first; restart them with "
-        "KEYSTREAM_SEAL=SEAL.",
-        epilog="exit codes: 0 done, 1 a secret does not unwrap or the keystore is unavailable (nothing "
-        "written), 2 bad settings or a refused seal or keystore",
+        "KEYSTREAM_SEAL=SEAL. --to shamir makes a new master key and prints its shares once, just before "
+        "the move commits. From KEYSTREAM_SEAL=shamir, give K shares: prompted without echo on a terminal, "
+        "else one a line on stdin.",
+        epilog="exit codes: 0 done, 1 a secret does not unwrap, a share is refused or missing, or the "
+        "keystore is unavailable (nothing written), 2 bad flags or settings, or a refused seal or keystore",
     )
-    migrate.add_argument("--to", required=True, choices=MIGRATE_TARGETS, help="the seal to move to")
+    migrate.add_argument("--to", required=True, choices=SEAL_KINDS, help="the seal to move to")
+    migrate.add_argument(
+        "--shares", type=positive, metavar="N", help="--to shamir: how many shares to make (at most 255)"
+    )
+    migrate.add_argument(
+        "--threshold", type=positive, metavar="K", help="--to shamir: how many shares unseal (K <= N)"
+    )
+    migrate.add_argument(
+        "--json",
+        action="store_true",
+        help='--to shamir: print {"shares": [...], "threshold": K} only (progress on stderr)',
+    )
     migrate.set_defaults(handler=cmd_migrate_seal)
     rotate = actions.add_parser(
         "rotate-master",
@@ -280,61 +302,130 @@ def _init_shamir(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+class _SharesNotShownError(Exception):
+    """The new shares could not be written to stdout, so the move must not commit."""
+
+
+def _check_migrate_args(args: argparse.Namespace, settings: Settings) -> str | None:
+    """What is wrong with ``migrate-seal``'s flags for the seals involved, or ``None``."""
+    if args.to == settings.seal:
+        return f"KEYSTREAM_SEAL is already {args.to}; set it to the seal in use now"
+    if args.to == "shamir" and (args.shares is None or args.threshold is None):
+        return "--to shamir needs --shares N and --threshold K"
+    if args.to != "shamir" and (args.shares is not None or args.threshold is not None or args.json):
+        return "--shares, --threshold and --json are for --to shamir"
+    return None
+
+
+def _show_new_shares(shares: list[str], parameters: ShareParameters, as_json: bool) -> None:
+    """Print the shares of a move to the shamir seal, before it commits (see :func:`cmd_migrate_seal`).
+
+    Raises:
+        _SharesNotShownError: stdout cannot be written (a closed pipe, a full disk): the move must not count.
+    """
+    try:
+        if as_json:
+            print(json.dumps({"shares": shares, "threshold": parameters.threshold}), flush=True)
+            return
+        print(
+            f"the new shares of the shamir seal ({parameters.threshold} of {parameters.shares}), shown once; "
+            "store each apart. They open the keystore only if this command ends with 'rewrapped':"
+        )
+        for number, share in enumerate(shares, start=1):
+            print(f"  share {number}: {share}")
+        sys.stdout.flush()
+    except OSError as exc:
+        raise _SharesNotShownError(f"cannot print the new shares: {exc.strerror or exc}") from None
+
+
 def cmd_migrate_seal(args: argparse.Namespace) -> int:
     """Run ``operator migrate-seal --to SEAL`` (the module docstring says what it does and its exit codes)."""
     from app.audit import audit_keys_for
     from app.errors import KeystreamError
     from app.keystore import KeystoreSchemaError, KeyUnwrapError, MasterKeyError, open_keystore_for
     from app.seal import open_seal
+    from app.seal.shamir import ShamirSeal, new_master_key
+    from app.seal.shares import split_master_key
 
     settings = _settings("migrate the seal")
     if settings is None:
         return EXIT_USAGE
-    if args.to == settings.seal:
-        error(f"cannot migrate the seal: KEYSTREAM_SEAL is already {args.to}; set it to the seal in use now")
+    problem = _check_migrate_args(args, settings)
+    if problem is not None:
+        error(f"cannot migrate the seal: {problem}")
         return EXIT_USAGE
-    try:
-        current = open_seal(settings, create=False)
+    new_shares: tuple[ShareParameters, list[str]] | None = None
+    shamir_target: ShamirSeal | None = None
+    if args.to == "shamir":
+        master_key = new_master_key()
         try:
-            target, _ = _open_creating(settings, args.to)
-            try:
-                keystore = open_keystore_for(settings, current)
-                try:
-                    keys = audit_keys_for(current, keystore.audit_key_material())
-                    versions = sum(len(key.versions) for key in keystore.list_keys())
-                    moving = f"from {current.describe()} to {target.describe()}"
-                    print(f"rewrapping {versions} key versions {moving}", flush=True)
-                    count = keystore.reseal(target, keys.hash_key + keys.chain_key)
-                    write_operator_record(
-                        settings,
-                        keystore,
-                        target,
-                        {
-                            "operation": "migrate_seal",
-                            "from_seal": current.kind,
-                            "to_seal": target.kind,
-                            "generation": target.generation,
-                            "key_versions": count,
-                        },
-                    )
-                finally:
-                    keystore.close()
-            finally:
-                target.close()
-        finally:
-            current.close()
-    except KeyUnwrapError as exc:
+            new_shares = split_master_key(master_key, args.threshold, args.shares)
+        except ValueError as exc:
+            error(f"cannot migrate the seal: {exc}")
+            return EXIT_USAGE
+        shamir_target = ShamirSeal(master_key, new_shares[0])
+        del master_key
+    # Progress lines go to stderr with --json, so that stdout holds the JSON alone.
+    progress = sys.stderr if args.json else sys.stdout
+    shown = False
+
+    def show_shares() -> None:
+        nonlocal shown
+        if new_shares is not None:
+            _show_new_shares(new_shares[1], new_shares[0], args.json)
+            shown = True
+
+    try:
+        with contextlib.ExitStack() as stack:
+            if shamir_target is not None:
+                stack.callback(shamir_target.close)
+            current = open_seal(settings, create=False)
+            stack.callback(current.close)
+            keystore = open_keystore_for(settings, current)
+            stack.callback(keystore.close)
+            unseal_from_input(current)  # a shamir keystore: K shares, read before anything is created
+            if shamir_target is not None:
+                target: Seal = shamir_target
+            else:
+                target, _ = _open_creating(settings, args.to)
+                stack.callback(target.close)
+            keys = audit_keys_for(current, keystore.audit_key_material())
+            versions = sum(len(key.versions) for key in keystore.list_keys())
+            moving = f"from {current.describe()} to {target.describe()}"
+            print(f"rewrapping {versions} key versions {moving}", file=progress, flush=True)
+            count = keystore.reseal(target, keys.hash_key + keys.chain_key, show_shares)
+            record: dict[str, Any] = {
+                "operation": "migrate_seal",
+                "from_seal": current.kind,
+                "to_seal": target.kind,
+                "generation": target.generation,
+                "key_versions": count,
+            }
+            if new_shares is not None:
+                record.update(threshold=new_shares[0].threshold, shares=new_shares[0].shares)
+            write_operator_record(settings, keystore, target, record)
+            described = target.describe()
+    except (KeyUnwrapError, SharesRefusedError, _SharesNotShownError) as exc:
         error(f"cannot migrate the seal: {exc}; nothing was written")
         return EXIT_FAILED
     except (MasterKeyError, KeystoreSchemaError, ValueError) as exc:
         error(f"cannot migrate the seal: {exc}")
         return EXIT_USAGE
     except KeystreamError as exc:
-        error(f"cannot migrate the seal: {exc}")
+        if shown:  # the database failed while committing: PostgreSQL cannot tell whether it did
+            error(
+                f"cannot migrate the seal: {exc}; the move may have been committed: keep the shares printed "
+                "above until a server with one seal or the other opens the keystore"
+            )
+        else:
+            error(f"cannot migrate the seal: {exc}")
         return EXIT_FAILED
+    if args.json:
+        return EXIT_OK
     print(
-        f"rewrapped {count} key versions, the check value and the audit keys under {target.describe()}; "
-        f"start the servers with KEYSTREAM_SEAL={target.kind}"
+        f"rewrapped {count} key versions, the check value and the audit keys under {described}; "
+        f"start the servers with KEYSTREAM_SEAL={args.to}"
+        + (f" and unseal each with {new_shares[0].threshold} shares" if new_shares is not None else "")
     )
     return EXIT_OK
 

@@ -371,20 +371,29 @@ class KeyStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def reseal(self, target: Seal, audit_material: bytes) -> int:
+    def reseal(
+        self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
+    ) -> int:
         """Move every stored secret from :attr:`seal` to ``target`` in one write transaction; return how many
         key versions were rewrapped. This store uses ``target`` afterwards.
 
         Every key version is unwrapped (under its master key generation) and rewrapped under ``target``'s
         own key (:func:`app.keystore.reseal.rewrap_versions`); the generations of earlier rotations are
-        forgotten; the check value is replaced by ``target``'s and ``audit_material`` (the 64 bytes of the
-        audit keys in use) is stored wrapped under ``target`` (:func:`app.keystore.reseal.resealed_meta`).
-        Other processes that still use the old seal cannot unwrap what they have not cached: stop them first.
+        forgotten; the check value is replaced by ``target``'s, ``audit_material`` (the 64 bytes of the audit
+        keys in use) is stored wrapped under ``target`` and so are ``target``'s public parameters
+        (:func:`app.keystore.reseal.resealed_meta`). Other processes that still use the old seal cannot unwrap
+        what they have not cached: stop them first.
+
+        ``before_commit`` runs once everything is rewritten, inside the transaction, just before it commits:
+        what must happen before the move may count (a shamir target's shares shown to the operator, so that no
+        committed move leaves a keystore whose shares nobody saw). If it raises, nothing is written.
 
         Raises:
             KeyUnwrapError: a version does not unwrap under the current seal; nothing was written.
             SealError: a seal's device fails; nothing was written.
-            ServiceUnavailableError: the database cannot serve now; nothing was written.
+            ServiceUnavailableError: the database cannot serve now; nothing was written, unless the
+                connection broke while committing (PostgreSQL cannot tell then).
+            Exception: whatever ``before_commit`` raised; nothing was written.
         """
 
     @abc.abstractmethod

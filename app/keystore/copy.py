@@ -3,9 +3,12 @@
 :func:`copy_keystore` reads the source, checks everything, then writes the destination in **one**
 transaction (:meth:`~app.keystore.base.KeyStore.insert_copied`), so a copy is all or nothing:
 
-* Material travels wrapped, as stored; each wrapped version is first unwrapped by the seal to prove it is
-  intact and that both keystores share that seal's master key (each store has already checked its own check
-  value when it was opened). The unwrapped bytes are only compared, never written or shown.
+* Material travels wrapped, as stored; each wrapped version is first unwrapped (by the source's keyring, each
+  under its own master key generation) to prove it is intact and that both keystores share that seal's master
+  key (each store has already checked its own check value when it was opened). The unwrapped bytes are only
+  compared, never shown. A version wrapped under a generation a rotation of the source's master key made
+  (:mod:`app.keystore.generations`; the destination does not hold it) is wrapped again under the destination's
+  newest generation; a version under the seal's own key (generation 1) travels as stored.
 * Idempotent: a key already in the destination with the same versions, the same material (compared in
   constant time, :func:`hmac.compare_digest`) and the same type, scheme, segment size and policy is skipped,
   as is a token already there with identical fields. Re-running a finished copy copies nothing and succeeds.
@@ -24,10 +27,11 @@ import hmac
 from dataclasses import dataclass
 
 from app.errors import ConflictError
-from app.seal import Seal
+from app.seal import blob_origin
+from app.seal.keyring import Keyring
 
 from .base import KeyExport, KeyStore, TokenRecord
-from .master import as_seal, unwrap_key_material
+from .master import unwrap_key_material, wrap_key_material
 
 __all__ = ["CopyConflictError", "CopySummary", "copy_keystore"]
 
@@ -67,15 +71,28 @@ class CopySummary:
         )
 
 
-def _materials(key: KeyExport, seal: Seal) -> list[memoryview]:
+def _materials(key: KeyExport, keyring: Keyring) -> list[memoryview]:
     """Every version of ``key`` unwrapped (raises ``KeyUnwrapError`` naming the key and version only)."""
     return [
-        unwrap_key_material(seal, key.info.name, version.version, blob)
+        unwrap_key_material(keyring, key.info.name, version.version, blob)
         for version, blob in zip(key.info.versions, key.wrapped, strict=True)
     ]
 
 
-def _key_difference(source: KeyExport, target: KeyExport, seal: Seal) -> str | None:
+def _for_target(key: KeyExport, source: Keyring, target: Keyring) -> KeyExport:
+    """``key`` with every version the destination can unwrap: as stored under the seal's own key, else
+    rewrapped from the source's generation to the destination's newest."""
+    blobs = []
+    for version, blob in zip(key.info.versions, key.wrapped, strict=True):
+        origin = blob_origin(blob)
+        if origin is not None and origin.generation != 1:
+            material = unwrap_key_material(source, key.info.name, version.version, blob)
+            blob = wrap_key_material(target, key.info.name, version.version, material)
+        blobs.append(blob)
+    return dataclasses.replace(key, wrapped=tuple(blobs))
+
+
+def _key_difference(source: KeyExport, target: KeyExport, keyrings: tuple[Keyring, Keyring]) -> str | None:
     """Why ``target`` is not the same key as ``source`` (no material in the text), or None if it is."""
     for name in _SAME_KEY_FIELDS:
         if getattr(source.info, name) != getattr(target.info, name):
@@ -85,7 +102,7 @@ def _key_difference(source: KeyExport, target: KeyExport, seal: Seal) -> str | N
     if source_versions != target_versions:
         return f"it has versions {target_versions}, the source {source_versions}"
     same = True
-    for left, right in zip(_materials(source, seal), _materials(target, seal), strict=True):
+    for left, right in zip(_materials(source, keyrings[0]), _materials(target, keyrings[1]), strict=True):
         same &= hmac.compare_digest(left, right)  # no early exit: every version is compared
     return None if same else "its material differs"
 
@@ -100,30 +117,29 @@ def _token_difference(source: TokenRecord, target: TokenRecord) -> str | None:
     return None
 
 
-def copy_keystore(source: KeyStore, target: KeyStore, seal: Seal | bytes) -> CopySummary:
+def copy_keystore(source: KeyStore, target: KeyStore) -> CopySummary:
     """Copy the keys, versions and tokens of ``source`` that ``target`` lacks, in one transaction.
 
     Args:
         source: the keystore to read.
-        target: the keystore to write; both were opened with ``seal``.
-        seal: the seal of both (32 bytes stand for a file seal over that master key).
+        target: the keystore to write; both were opened with the same seal (master key).
 
     Returns:
         What was copied and skipped.
 
     Raises:
         KeyUnwrapError: a version in ``source`` (or the same-named key in ``target``) does not unwrap under
-            ``seal``; nothing was written.
+            its store's seal; nothing was written.
         CopyConflictError: keys or tokens in ``target`` differ from ``source``'s; nothing was written. The
             message names them and what differs, never material or hashes.
         KeyExistsError, ConflictError, KeyRecentlyDeletedError: another writer created a key or token, or
             a copied name is held by a tombstone in ``target``; nothing was written.
         ServiceUnavailableError: a database cannot serve now.
     """
-    seal = as_seal(seal)
+    keyrings = (source.keyring, target.keyring)
     source_keys = source.export_keys()
     for key in source_keys:
-        _materials(key, seal)  # proves every wrapped version intact before anything is written
+        _materials(key, keyrings[0])  # proves every wrapped version intact before anything is written
     target_keys = {key.info.name: key for key in target.export_keys()}
     target_tokens = {record.token_id: record for record in target.list_tokens()}
     conflicts: list[str] = []
@@ -131,9 +147,9 @@ def copy_keystore(source: KeyStore, target: KeyStore, seal: Seal | bytes) -> Cop
     for key in source_keys:
         existing = target_keys.get(key.info.name)
         if existing is None:
-            new_keys.append(key)
+            new_keys.append(_for_target(key, *keyrings))
             continue
-        difference = _key_difference(key, existing, seal)
+        difference = _key_difference(key, existing, keyrings)
         if difference is not None:
             conflicts.append(f"key {key.info.name!r} ({difference})")
     new_tokens: list[TokenRecord] = []

@@ -7,7 +7,9 @@
   the whole move (``KeyUnwrapError`` naming it) and the transaction writes nothing.
 * :func:`resealed_meta` makes the target's check value and the audit keys' material wrapped under the target.
   The material is what the current seal gave (stored, or derived by a file seal), so audit logs written before
-  the move keep verifying after it.
+  the move keep verifying after it. A target with public parameters (the shamir seal's share set) stores them
+  in the same transaction; moving to a seal without any deletes the old seal's, so no row describes shares
+  that open nothing.
 
 A process killed in the middle leaves the transaction uncommitted: the keystore stays wholly under the old
 seal, and running the move again finishes it.
@@ -25,6 +27,7 @@ from .master import (
     AUDIT_KEYS_ROW,
     AUDIT_KEYS_SIZE,
     CHECK_ROW,
+    SEAL_PARAMETERS_ROW,
     make_master_key_check,
     unwrap_key_material,
     wrap_key_material,
@@ -52,8 +55,9 @@ def rewrap_versions(
     ]
 
 
-def resealed_meta(target: Seal, audit_material: bytes) -> dict[str, bytes]:
-    """The ``meta`` rows a keystore holds under ``target``: its check value and the audit keys' material.
+def resealed_meta(target: Seal, audit_material: bytes) -> dict[str, bytes | None]:
+    """The ``meta`` rows a keystore holds under ``target``: its check value, the audit keys' material and the
+    seal's public parameters; ``None`` for a row to delete (the parameters, when ``target`` has none).
 
     Raises:
         ValueError: ``audit_material`` is not 64 bytes.
@@ -64,4 +68,5 @@ def resealed_meta(target: Seal, audit_material: bytes) -> dict[str, bytes]:
     return {
         CHECK_ROW: make_master_key_check(target),
         AUDIT_KEYS_ROW: target.wrap(audit_material, AUDIT_KEYS_ASSOCIATED_DATA),
+        SEAL_PARAMETERS_ROW: target.public_parameters(),
     }

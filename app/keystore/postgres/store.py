@@ -417,7 +417,9 @@ class PostgresKeyStore(KeyStore):
         """See :meth:`KeyStore.master_rotation_status`."""
         return self._database.read(lambda conn: generations.read_status(conn, _ROTATION_SQL))
 
-    def reseal(self, target: Seal, audit_material: bytes) -> int:
+    def reseal(
+        self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
+    ) -> int:
         """See :meth:`KeyStore.reseal`."""
 
         def work(conn: Connection) -> int:
@@ -436,12 +438,17 @@ class PostgresKeyStore(KeyStore):
                     [(blob, name, version) for name, version, blob in rewrapped],
                 )
             for name, value in resealed_meta(target, audit_material).items():
+                if value is None:
+                    conn.execute("DELETE FROM meta WHERE name = %s", (name,))
+                    continue
                 conn.execute(
                     "INSERT INTO meta (name, value) VALUES (%s, %s) "
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (name, value),
                 )
             generations.reset(conn, _ROTATION_SQL)
+            if before_commit is not None:
+                before_commit()
             return len(rewrapped)
 
         count = self._database.write(work)

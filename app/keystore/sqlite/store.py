@@ -369,7 +369,9 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             return generations.read_status(conn, _ROTATION_SQL)
 
-    def reseal(self, target: Seal, audit_material: bytes) -> int:
+    def reseal(
+        self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
+    ) -> int:
         """See :meth:`KeyStore.reseal`."""
         with self._write() as conn:
             stored = conn.execute(
@@ -381,12 +383,17 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
                 [(blob, name, version) for name, version, blob in rewrapped],
             )
             for name, value in resealed_meta(target, audit_material).items():
+                if value is None:
+                    conn.execute("DELETE FROM meta WHERE name = ?", (name,))
+                    continue
                 conn.execute(
                     "INSERT INTO meta (name, value) VALUES (?, ?) "
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (name, value),
                 )
             generations.reset(conn, _ROTATION_SQL)
+            if before_commit is not None:
+                before_commit()
         self._keyring.close()
         self._seal = target
         self._keyring = Keyring(target, self._load_keyring)

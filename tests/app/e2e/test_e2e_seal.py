@@ -8,6 +8,7 @@ keystore into PostgreSQL under the same seal, and a PostgreSQL server decrypts e
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from bench.service_process import MASTER_KEY, ROOT_TOKEN, Server, start_server, stop_server
 from tests.admin_process import run_admin
+from tests.app.e2e.test_e2e_shamir import unseal, wait_for_workers
 from tests.softhsm import make_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -90,30 +92,38 @@ def test_hsm_sealed_servers_on_sqlite_then_postgres(tmp_path: Path, pg_url: str)
             stop_server(server)
 
 
+#: Every move between two seals once: file -> pkcs11 -> shamir -> file -> shamir -> pkcs11 -> file.
+SEAL_ROUTE = ("file", "pkcs11", "shamir", "file", "shamir", "pkcs11", "file")
+
+
 @pytest.mark.parametrize("backing", ["sqlite", "postgres"])
 def test_ciphertexts_survive_moves_between_seals(
     tmp_path: Path, backing: str, request: pytest.FixtureRequest
 ) -> None:
-    """A 2-worker service under the file seal, moved into the token and back: every ciphertext made under one
-    seal decrypts under the next, and the audit log of all three runs verifies."""
+    """A 2-worker service moved through every pair of seals (file, pkcs11, shamir): every ciphertext made
+    under one seal decrypts under the next (a shamir server unsealed with the shares the move printed), and
+    the audit log of all the runs verifies."""
     token = make_token(tmp_path / "hsm")
     data = tmp_path / "data"
     log = tmp_path / "audit.log"
-    file_env = {
+    base_env = {
         **token.environment(),
-        "KEYSTREAM_SEAL": "file",
         "KEYSTREAM_MASTER_KEY": MASTER_KEY,
         "KEYSTREAM_WORKERS": "2",
         "KEYSTREAM_DATA_DIR": str(data),
         "KEYSTREAM_AUDIT_LOG": str(log),
     }
     if backing == "postgres":
-        file_env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_url")
-    pkcs11_env = {**file_env, "KEYSTREAM_SEAL": "pkcs11"}
+        base_env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_url")
     made: dict[bytes, bytes] = {}
-    for run, env in enumerate((file_env, pkcs11_env, file_env)):
+    shares: list[str] = []
+    for run, seal in enumerate(SEAL_ROUTE):
+        env = {**base_env, "KEYSTREAM_SEAL": seal}
         server = start_server(data, tmp_path / f"run-{run}.log", **env)
         try:
+            if seal == "shamir":
+                unseal(server, shares[1:])
+                wait_for_workers(server, 2, 0.0)
             if run == 0:
                 assert call(server, "POST", "/v1/keys", json={"name": "orders"}).status_code == 201
             decrypt_all(server, made)
@@ -123,10 +133,20 @@ def test_ciphertexts_survive_moves_between_seals(
             decrypt_all(server, made)
         finally:
             stop_server(server)
-        if run < 2:
-            target = "pkcs11" if run == 0 else "file"
-            moved = run_admin("operator", "migrate-seal", "--to", target, env=env)
-            assert moved.returncode == 0, moved.stderr
-            assert f"rewrapped {run + 2} key versions" in moved.stdout
-    verified = run_admin("audit", "verify", str(log), env=file_env)
+        if run + 1 == len(SEAL_ROUTE):
+            break
+        target = SEAL_ROUTE[run + 1]
+        args = ["operator", "migrate-seal", "--to", target]
+        if target == "shamir":
+            args += ["--shares", "3", "--threshold", "2", "--json"]
+        moved = run_admin(*args, env=env, stdin="".join(f"{share}\n" for share in shares[:2]))
+        assert moved.returncode == 0, moved.stderr
+        assert f"rewrapped {run + 2} key versions" in moved.stdout or target == "shamir"
+        if target == "shamir":
+            shares = json.loads(moved.stdout)["shares"]
+    verified = run_admin("audit", "verify", str(log), env={**base_env, "KEYSTREAM_SEAL": "file"})
     assert verified.returncode == 0, verified.stderr + verified.stdout
+    text = "".join(path.read_text() for path in tmp_path.glob("*.log*"))
+    assert text.count('"operation":"migrate_seal"') == len(SEAL_ROUTE) - 1
+    for share in shares:
+        assert share[5:] not in text

@@ -22,7 +22,9 @@ from app.formats.sealed import SealedDecryptor, SealedEncryptor
 from app.keystore import KeyStore, KeyUnwrapError, SqliteKeyStore, TokenRecord
 from app.keystore.base import KeyExport
 from app.keystore.copy import CopyConflictError, copy_keystore
+from app.keystore.generations import MasterRotation
 from app.keystore.postgres import PostgresKeyStore
+from app.seal import BlobOrigin, blob_origin
 
 AD = b"orders/2026"
 
@@ -109,7 +111,7 @@ def test_copy_carries_every_key_version_policy_and_token(
         for key in source.list_keys()
     }
     seq_before = target.changes_since(0).latest
-    summary = copy_keystore(source, target, master_key)
+    summary = copy_keystore(source, target)
     assert (summary.keys_copied, summary.keys_skipped, summary.versions_copied) == (3, 0, 5)
     assert (summary.tokens_copied, summary.tokens_skipped) == (2, 0)
     assert target.list_keys() == source.list_keys()  # versions, created_at, policies, scheme, imported
@@ -142,18 +144,18 @@ def test_a_differing_auto_rotate_period_is_a_conflict(
 ) -> None:
     source, target = pair
     _fill(source)
-    copy_keystore(source, target, master_key)
+    copy_keystore(source, target)
     target.update_key("orders", auto_rotate_period="1h")
     with pytest.raises(CopyConflictError, match="key 'orders' \\(its auto rotate period differs\\)"):
-        copy_keystore(source, target, master_key)
+        copy_keystore(source, target)
 
 
 def test_second_copy_copies_nothing_and_succeeds(pair: tuple[KeyStore, KeyStore], master_key: bytes) -> None:
     source, target = pair
     _fill(source)
-    copy_keystore(source, target, master_key)
+    copy_keystore(source, target)
     seq = target.changes_since(0).latest
-    summary = copy_keystore(source, target, master_key)
+    summary = copy_keystore(source, target)
     assert (summary.keys_copied, summary.keys_skipped, summary.versions_copied) == (0, 3, 0)
     assert (summary.tokens_copied, summary.tokens_skipped) == (0, 2)
     assert target.changes_since(seq).changes == []
@@ -162,9 +164,9 @@ def test_second_copy_copies_nothing_and_succeeds(pair: tuple[KeyStore, KeyStore]
 def test_new_keys_are_copied_next_to_skipped_ones(pair: tuple[KeyStore, KeyStore], master_key: bytes) -> None:
     source, target = pair
     _fill(source)
-    copy_keystore(source, target, master_key)
+    copy_keystore(source, target)
     source.create_key("later")
-    summary = copy_keystore(source, target, master_key)
+    summary = copy_keystore(source, target)
     assert (summary.keys_copied, summary.keys_skipped) == (1, 3)
     assert target.get_key("later") == source.get_key("later")
 
@@ -180,7 +182,7 @@ def test_differing_material_is_refused_and_nothing_is_written(
     target.update_key("orders", min_decryption_version=2)
     before = (target.list_keys(), target.list_tokens(), target.changes_since(0).latest)
     with pytest.raises(CopyConflictError) as refused:
-        copy_keystore(source, target, master_key)
+        copy_keystore(source, target)
     message = str(refused.value)
     assert "key 'orders' (its material differs)" in message
     assert "Nothing was copied" in message
@@ -195,12 +197,12 @@ def test_differing_versions_and_token_hash_are_refused(
 ) -> None:
     source, target = pair
     _fill(source)
-    copy_keystore(source, target, master_key)
+    copy_keystore(source, target)
     source.rotate_key("gcm-key")
     target.delete_token("tok-a")
     target.create_token(_token("tok-a"))  # same id, another secret hash
     with pytest.raises(CopyConflictError) as refused:
-        copy_keystore(source, target, master_key)
+        copy_keystore(source, target)
     assert "key 'gcm-key' (it has versions [1], the source [1, 2])" in str(refused.value)
     assert "token 'tok-a' (its secret hash differs)" in str(refused.value)
 
@@ -217,7 +219,7 @@ def test_a_version_that_does_not_unwrap_is_refused_before_any_write(
         blob[-1] ^= 1
         conn.execute("UPDATE key_versions SET wrapped = ? WHERE key_name = 'bad'", (bytes(blob),))
     with pytest.raises(KeyUnwrapError, match="version 1 of key 'bad'"):
-        copy_keystore(sqlite_store, postgres_store, master_key)
+        copy_keystore(sqlite_store, postgres_store)
     assert postgres_store.list_keys() == []
 
 
@@ -247,7 +249,7 @@ def test_token_fields_are_compared_generically(pair: tuple[KeyStore, KeyStore], 
     source.create_token(record)
     target.create_token(dataclasses.replace(record, description="changed"))
     with pytest.raises(CopyConflictError, match="token 'tok-c' \\(its description differs\\)"):
-        copy_keystore(source, target, master_key)
+        copy_keystore(source, target)
 
 
 def test_a_trimmed_key_with_an_imported_version_is_copied_as_it_is(
@@ -260,8 +262,33 @@ def test_a_trimmed_key_with_an_imported_version_is_copied_as_it_is(
     source.import_key_version("trimmed", material)
     source.update_key("trimmed", min_decryption_version=2)
     info = source.trim_key("trimmed", 2)
-    summary = copy_keystore(source, target, master_key)
+    summary = copy_keystore(source, target)
     assert (summary.keys_copied, summary.versions_copied) == (1, 2)
     assert target.get_key("trimmed") == info
     assert target.key_material("trimmed", 3) == material
-    assert copy_keystore(source, target, master_key).keys_skipped == 1
+    assert copy_keystore(source, target).keys_skipped == 1
+
+
+def test_a_rotated_source_is_copied_under_the_destination_s_own_generation(
+    pair: tuple[KeyStore, KeyStore],
+) -> None:
+    source, target = pair
+    _fill(source)
+    rotation = MasterRotation(source)
+    rotation.begin()
+    rotation.run()  # every source version now under generation 2, which the destination does not hold
+    before = {
+        (key.name, version.version): bytes(source.key_material(key.name, version.version))
+        for key in source.list_keys()
+        for version in key.versions
+    }
+    assert copy_keystore(source, target).versions_copied == len(before)
+    assert {
+        (key.name, version.version): bytes(target.key_material(key.name, version.version))
+        for key in target.list_keys()
+        for version in key.versions
+    } == before
+    assert {blob_origin(blob) for key in target.export_keys() for blob in key.wrapped} == {
+        BlobOrigin("file", 1)
+    }
+    assert copy_keystore(source, target).keys_skipped == len(source.list_keys())  # compared, not copied
