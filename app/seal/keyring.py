@@ -278,10 +278,12 @@ class Keyring:
         if self._root.sealed:
             self.close()
             raise SealError(f"{self._root.describe()} is sealed")
-        current = self._current
-        if current == 1:
+        with self._lock:  # the generation and its key as one install left them
+            current = self._current
+            key = self._keys.get(current)
+        if key is None:
             return self._root.wrap(plaintext, associated_data)
-        return self._keys[current].wrap(plaintext, associated_data)
+        return key.wrap(plaintext, associated_data)
 
     def unwrap(self, blob: bytes, associated_data: bytes) -> bytes:
         """Unwrap under the generation ``blob``'s header names.

@@ -76,12 +76,15 @@ def test_pkcs11_rotation_uses_token_keys_and_destroys_retired_ones(
             store.create_key(name)
             store.rotate_key(name)
         before = materials(store)
+        audit = store.audit_key_material()  # random, stored wrapped: the pkcs11 seal derives nothing
+        assert audit is not None
         for generation in (2, 3):
             rotation = MasterRotation(store, batch_size=3)
             assert rotation.begin().generation == generation
             assert rotation.run() is not None
             assert blob_origins(store) == {BlobOrigin("pkcs11", generation)}
             assert materials(store) == before
+            assert store.audit_key_material() == audit  # rewrapped, unchanged: old logs keep verifying
         store.create_key("later")
         assert blob_origin(store.export_keys()[1].wrapped[0]) == BlobOrigin("pkcs11", 3)
         with pkcs11.lib(str(token.library)).get_token(token_label=token.label).open() as session:
@@ -97,6 +100,7 @@ def test_pkcs11_rotation_uses_token_keys_and_destroys_retired_ones(
     reopened = open_store(reopened_seal, tmp_path / "data", backing)
     try:
         assert {place: materials(reopened)[place] for place in before} == before
+        assert reopened.audit_key_material() == audit
     finally:
         reopened.close()
         reopened_seal.close()
