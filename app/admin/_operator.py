@@ -36,7 +36,8 @@ key versions at once, then rewraps every stored secret in batches of N versions 
 transaction) while the servers keep serving, and retires the older generations once no blob uses them.
 Ciphertexts are not touched. A rotation killed in the middle loses nothing (every blob stays readable under
 its own generation) and is resumed by the next ``rotate-master`` (once its lease, 10 s, ran out). With the
-shamir seal the master key exists only in unsealed servers: rotate there (``POST /v1/sys/rotate-master``).
+shamir seal it first reads K shares, as ``migrate-seal`` does (or rotate in an unsealed server:
+``POST /v1/sys/rotate-master``).
 
 With ``KEYSTREAM_AUDIT_LOG`` set, each operation is recorded in the log's own file (the setting's path, beside
 the workers' ``.w<i>`` files), chained and verified like every other line.
@@ -126,8 +127,11 @@ def add_parser(commands: Any) -> None:
         description="Make a new master key generation under the seal KEYSTREAM_SEAL names (new key versions "
         "are wrapped under it at once, by every server), then rewrap every stored secret in batches while "
         "the servers keep serving, and retire the older generations. Ciphertexts are not touched. A rotation "
-        "that did not finish is resumed. The shamir seal rotates in a server: POST /v1/sys/rotate-master.",
-        epilog="exit codes: 0 done, 1 another rotation is running, a secret does not unwrap or the keystore "
+        "that did not finish is resumed. From KEYSTREAM_SEAL=shamir, give K shares: prompted without echo "
+        "on a terminal, else one a line on stdin (or rotate in an unsealed server: POST "
+        "/v1/sys/rotate-master).",
+        epilog="exit codes: 0 done, 1 another rotation is running, a share is refused, a secret does not "
+        "unwrap or the keystore "
         "is unavailable (every secret stays readable; run again to resume), 2 bad settings or a refused seal",
     )
     rotate.add_argument(
@@ -440,18 +444,13 @@ def cmd_rotate_master(args: argparse.Namespace) -> int:
     settings = _settings("rotate the master key")
     if settings is None:
         return EXIT_USAGE
-    if settings.seal == "shamir":
-        error(
-            "cannot rotate the master key: with KEYSTREAM_SEAL=shamir it exists only in an unsealed server; "
-            "use POST /v1/sys/rotate-master (keystream operator rotate-master)"
-        )
-        return EXIT_USAGE
     batch_size = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
     try:
         seal = open_seal(settings, create=False)
         try:
             keystore = open_keystore_for(settings, seal)
             try:
+                unseal_from_input(seal)  # the shamir seal: K shares; the others are unsealed already
                 rotation = MasterRotation(keystore, batch_size=batch_size)
                 started = rotation.begin()
                 doing = "resuming the rotation" if started.resumed else "rotating"
@@ -475,6 +474,9 @@ def cmd_rotate_master(args: argparse.Namespace) -> int:
     except (MasterKeyError, KeystoreSchemaError, ValueError) as exc:
         error(f"cannot rotate the master key: {exc}")
         return EXIT_USAGE
+    except SharesRefusedError as exc:
+        error(f"cannot rotate the master key: {exc}; nothing was written")
+        return EXIT_FAILED
     except KeyUnwrapError as exc:
         error(f"cannot rotate the master key: {exc}; every secret stays readable, run again to resume")
         return EXIT_FAILED

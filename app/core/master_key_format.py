@@ -1,7 +1,9 @@
 """The shape of a master key: 32 random bytes, written as base64 (standard or URL-safe alphabet).
 
 One home for the settings check (``KEYSTREAM_MASTER_KEY``) and the keystore, which reads it from the
-environment or ``master.key`` (:mod:`app.keystore.master`). Messages never echo the value.
+environment or ``master.key`` (:mod:`app.keystore.master`). Messages never echo the value. Base64 text of
+other key material (an imported key version) is decoded the same way, straight into locked memory
+(:func:`decode_secret_base64`).
 """
 
 from __future__ import annotations
@@ -9,13 +11,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.core.secret_memory import secret_buffer
+from app.core.secret_memory import SLOT_SIZE, secret_buffer
 
 __all__ = [
     "GENERATE_HINT",
     "MASTER_KEY_SIZE",
     "MasterKeyError",
     "check_master_key_source",
+    "decode_secret_base64",
     "parse_master_key",
 ]
 
@@ -37,6 +40,7 @@ _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 #: Sextet of each base64 character; ``-`` and ``_`` are the URL-safe alphabet's ``+`` and ``/``.
 _SEXTETS = {character: index for index, character in enumerate(_ALPHABET + "+/")} | {"-": 62, "_": 63}
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
+_STANDARD_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
 def parse_master_key(value: str, source: str) -> memoryview:
@@ -67,7 +71,12 @@ def parse_master_key(value: str, source: str) -> memoryview:
             f"the master key in {source} decodes to {length} bytes; it must be {MASTER_KEY_SIZE} "
             f"random bytes, base64-encoded, e.g. from: {GENERATE_HINT}"
         )
-    key = secret_buffer(MASTER_KEY_SIZE)
+    return _decode_into_secret(text, MASTER_KEY_SIZE)
+
+
+def _decode_into_secret(text: str, length: int) -> memoryview:
+    """Valid base64 ``text`` of ``length`` bytes decoded into a new secret buffer, a few bits at a time."""
+    key = secret_buffer(length)
     view = key.view()
     position = 0
     for start in range(0, len(text), 4):
@@ -75,10 +84,29 @@ def parse_master_key(value: str, source: str) -> memoryview:
         for character in text[start : start + 4]:
             group = group << 6 | _SEXTETS.get(character, 0)
         for shift in (16, 8, 0):
-            if position < MASTER_KEY_SIZE:
+            if position < length:
                 view[position] = group >> shift & 0xFF
                 position += 1
     return key.readonly()
+
+
+def decode_secret_base64(text: str) -> memoryview:
+    """Decode standard, padded base64 of 1 to 64 bytes of key material straight into locked memory.
+
+    Accepts what ``base64.b64decode(text, validate=True)`` accepts, but no ``bytes`` object ever holds the
+    result. Returns a read-only view of a :class:`~app.core.secret_memory.SecretBuffer`, zeroed when the last
+    view is dropped.
+
+    Raises:
+        ValueError: not standard padded base64, or not 1 to 64 bytes once decoded. The message never echoes
+            the text.
+    """
+    if _STANDARD_BASE64.fullmatch(text) is None or len(text) % 4:
+        raise ValueError("not standard base64 (A-Z, a-z, 0-9, +, / and = padding)")
+    length = len(text) // 4 * 3 - (len(text) - len(text.rstrip("=")))
+    if not 1 <= length <= SLOT_SIZE:
+        raise ValueError(f"base64 of 1 to {SLOT_SIZE} bytes expected, got {length} bytes")
+    return _decode_into_secret(text, length)
 
 
 def check_master_key_source(env_value: str | None, key_file: Path | None, *, shared_database: bool) -> None:

@@ -176,7 +176,7 @@ class KeyStore(abc.ABC):
     def import_key(
         self,
         name: str,
-        material: bytes,
+        material: bytes | memoryview,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         deletion_allowed: bool = False,
         *,
@@ -237,7 +237,7 @@ class KeyStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def import_key_version(self, name: str, material: bytes) -> KeyInfo:
+    def import_key_version(self, name: str, material: bytes | memoryview) -> KeyInfo:
         """Add ``material`` as a new version of key ``name``; it becomes ``latest_version``, as a rotation.
 
         The key's ``imported`` flag becomes true: some version's material came from outside the service.

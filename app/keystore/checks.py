@@ -125,16 +125,26 @@ def check_segment_size(segment_size: object) -> int:
     return segment_size
 
 
-def key_type_for_material(material: object) -> tuple[str, bytes]:
-    """Return the key type that fits imported ``material`` and the material as ``bytes``.
+def _material_view(material: object) -> memoryview:
+    """``material`` as a flat read-only view, read in place: no ``bytes`` copy of key material is made (an
+    imported version arrives in locked memory, :func:`~app.core.master_key_format.decode_secret_base64`).
+
+    Raises:
+        BadRequestError: ``material`` is not bytes-like.
+    """
+    if not isinstance(material, bytes | bytearray | memoryview):
+        raise BadRequestError(f"key material must be bytes, got {type(material).__name__}")
+    return memoryview(material).cast("B").toreadonly()
+
+
+def key_type_for_material(material: object) -> tuple[str, memoryview]:
+    """Return the key type that fits imported ``material`` and the material as a read-only view of it.
 
     Raises:
         BadRequestError: ``material`` is not bytes-like, or not 16, 24 or 32 bytes long. The message gives the
             length, never the bytes.
     """
-    if not isinstance(material, bytes | bytearray | memoryview):
-        raise BadRequestError(f"key material must be bytes, got {type(material).__name__}")
-    data = bytes(material)
+    data = _material_view(material)
     for key_type, size in KEY_TYPES.items():
         if len(data) == size:
             return key_type, data
@@ -142,16 +152,15 @@ def key_type_for_material(material: object) -> tuple[str, bytes]:
     raise BadRequestError(f"imported key must be {allowed} bytes long, got {len(data)} bytes")
 
 
-def check_version_material(name: str, key_type: str, material: object) -> bytes:
-    """Return ``material`` as ``bytes`` if it fits a new version of key ``name``, whose type is ``key_type``.
+def check_version_material(name: str, key_type: str, material: object) -> memoryview:
+    """Return ``material`` as a read-only view of it if it fits a new version of key ``name``, whose type is
+    ``key_type``.
 
     Raises:
         BadRequestError: ``material`` is not bytes-like, or its length is not the size of ``key_type``
             (aes128: 16, aes192: 24, aes256: 32). The message gives the lengths, never the bytes.
     """
-    if not isinstance(material, bytes | bytearray | memoryview):
-        raise BadRequestError(f"key material must be bytes, got {type(material).__name__}")
-    data = bytes(material)
+    data = _material_view(material)
     size = KEY_TYPES[key_type]
     if len(data) != size:
         raise BadRequestError(

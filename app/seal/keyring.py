@@ -207,6 +207,23 @@ class Keyring:
         again before wrapping (it wraps under another, or was told the keystore changed). Reads nothing."""
         return self._stale or self._current != current
 
+    def refresh(self) -> None:
+        """Reload now: open new generations and zero the keys of retired ones at once (the change log's
+        follower calls it, so a process that stays idle does not keep a retired generation's key); a sealed
+        seal's generations are zeroed.
+
+        Raises:
+            SealError: a stored generation does not open under the seal.
+            ServiceUnavailableError: the keystore cannot be read (the keyring reloads at its next use).
+        """
+        if self._root.sealed:
+            self.close()
+            return
+        if self._loader is not None:
+            with self._lock:
+                self._stale = True
+                self.install(self._loader())
+
     def invalidate(self) -> None:
         """The keystore's keyring changed (a rotation began or finished): reload it at the next use."""
         self._stale = True

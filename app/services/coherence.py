@@ -4,11 +4,11 @@ Each process remembers :attr:`ChangeFollower.applied`, the last change-log numbe
 thread (off the event loop) reads :meth:`~app.keystore.KeyStore.changes_since` that number, one indexed
 query, and for each change invalidates exactly the key (:meth:`app.keycache.KeyCache.invalidate`) or token
 (:meth:`app.services.security.TokenVerifier.forget`) it names, and on a rotation of the master key has the
-keystore's keyring reload its generations (:meth:`app.seal.keyring.Keyring.invalidate`); if the log was
-trimmed past the number, every cache is dropped. It reads every ``interval`` seconds (the backstop) and at
-once on a hint from the keystore (:meth:`~app.keystore.KeyStore.listen_for_changes`: PostgreSQL
-``LISTEN``/``NOTIFY``, re-listened after a reconnect, or SQLite's ``data_version``). Hints can be lost; the
-log cannot, so nothing is missed.
+keystore's keyring reload its generations at once (:meth:`app.seal.keyring.Keyring.refresh`: new ones
+opened, retired ones' keys zeroed); if the log was trimmed past the number, every cache is dropped. It
+reads every ``interval`` seconds (the backstop) and at once on a hint from the keystore
+(:meth:`~app.keystore.KeyStore.listen_for_changes`: PostgreSQL ``LISTEN``/``NOTIFY``, re-listened after a
+reconnect, or SQLite's ``data_version``). Hints can be lost; the log cannot, so nothing is missed.
 
 After each successful read, the caches are trusted for ``trust_seconds`` from the read's start
 (:meth:`~app.keycache.KeyCache.trust_until`): a process that cannot read the log (database unreachable from
@@ -99,7 +99,8 @@ class ChangeFollower:
         database round trip and a thread hop; anything else (a gap, no change attached, a poll under way)
         wakes the poll thread, which reads the log.
         """
-        if change is not None and self._lock.acquire(blocking=False):
+        # A master key rotation is applied by the poll thread: reloading the keyring reads the keystore.
+        if change is not None and change.kind != MASTER_KEY_ROTATED and self._lock.acquire(blocking=False):
             try:
                 if change.seq == self.applied + 1:
                     self._apply(change)
@@ -129,8 +130,11 @@ class ChangeFollower:
                     self.trims += 1
                 for change in changes:
                     self._apply(change)
+                rotated = trimmed or any(change.kind == MASTER_KEY_ROTATED for change in changes)
                 count += len(changes)
                 self.applied = latest
+                if rotated:
+                    self._refresh_keyring()
                 if len(changes) < MAX_CHANGES_PER_CALL:
                     break
             self.polls += 1
@@ -155,6 +159,14 @@ class ChangeFollower:
             self._keycache.invalidate(change.key_name)
         if change.token_id is not None:
             self._tokens.forget(change.token_id)
+
+    def _refresh_keyring(self) -> None:
+        """Reload the master key generations now (new ones opened, retired ones zeroed); on failure the
+        keyring stays invalidated and reloads at its next use."""
+        try:
+            self._keystore.keyring.refresh()
+        except Exception as exc:
+            logger.warning("cannot reload the master key generations: %s: %s", type(exc).__name__, exc)
 
     def _trusted(self, started: float) -> None:
         self.last_success = started

@@ -16,7 +16,10 @@ file descriptor by the spawned process: :mod:`app.seal.handover`). With a seal t
 it in memory, hands it to every other worker and to each worker it starts later, so the whole server is
 unsealed by one set of shares and a replacement comes back unsealed. Shares accepted below the threshold and
 resets are passed on the same way, so every worker counts the same progress (the supervisor keeps none). A
-worker that seals tells it too: the supervisor overwrites its copy and seals the others.
+worker that seals tells it too: the supervisor overwrites its copy and seals the others. Before it starts a
+replacement, the supervisor reads every message still waiting, the dead worker's last ones included, so a
+seal announced by a worker killed right after it answered is never lost, and no replacement is handed the
+key that seal retired.
 """
 
 from __future__ import annotations
@@ -228,29 +231,33 @@ class Supervisor:
         self._key = None
 
     def _relay(self, slots: list[_Slot]) -> None:
-        """Hand what a worker said about the seal to every other worker (see the module docstring)."""
+        """Hand every message waiting in the workers' channels to the other workers (module docstring).
+
+        Each channel is read until it is empty, a dead worker's too: a worker killed right after it sealed
+        (and answered 200) has its ``sealed`` message in the channel, and a replacement must not be handed
+        the key that message retires.
+        """
         for slot in slots:
-            channel = slot.channel
-            if channel is None:
-                continue
-            try:
-                if not channel.poll():
+            while slot.channel is not None:
+                channel = slot.channel
+                try:
+                    if not channel.poll():
+                        break
+                    kind, payload = read_message(channel)
+                except EOFError:
+                    self._close_channel(slot)
+                    break
+                except ValueError as exc:
+                    logger.warning("worker %s: %s", slot.process.pid, exc)
                     continue
-                kind, payload = read_message(channel)
-            except EOFError:
-                self._close_channel(slot)
-                continue
-            except ValueError as exc:
-                logger.warning("worker %s: %s", slot.process.pid, exc)
-                continue
-            if kind == UNSEALED and isinstance(payload, memoryview):
-                self._forget_key()
-                self._key = payload
-            elif kind == SEALED:
-                self._forget_key()
-            for other in slots:
-                if other is not slot:
-                    self._send(other, kind, payload)
+                if kind == UNSEALED and isinstance(payload, memoryview):
+                    self._forget_key()
+                    self._key = payload
+                elif kind == SEALED:
+                    self._forget_key()
+                for other in slots:
+                    if other is not slot:
+                        self._send(other, kind, payload)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
@@ -284,7 +291,7 @@ class Supervisor:
                 for index, slot in enumerate(slots):
                     if self._stopping or slot.process.is_alive():
                         continue
-                    slots[index] = self._replace(slot)
+                    slots[index] = self._replace(slot, slots)
         finally:
             self._stop(slots)
             self._forget_key()
@@ -294,14 +301,21 @@ class Supervisor:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def _replace(self, slot: _Slot) -> _Slot:
+    def _replace(self, slot: _Slot, slots: list[_Slot]) -> _Slot:
+        """A new worker in the place of ``slot``'s, which exited.
+
+        What the workers said until now is relayed first, the dead worker's last words included, and again
+        after a restart pause: the replacement is handed the key only if no worker sealed meanwhile.
+        """
         pid, code = slot.process.pid, slot.process.exitcode
         logger.warning("worker %s exited with code %s: starting a new one", pid, code)
         if pid is not None:
             release_process_metrics(pid)  # its live gauges (in-flight, cache entries) leave the aggregate
+        self._relay(slots)
         self._close_channel(slot)
         if time.monotonic() - slot.started < _MIN_LIFETIME_SECONDS:
             time.sleep(_RESTART_PAUSE_SECONDS)
+            self._relay(slots)
         return self._start(slot.index)
 
     def _stop(self, slots: list[_Slot]) -> None:

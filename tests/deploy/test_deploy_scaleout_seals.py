@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from deploy_paths import DEPLOY, REPO
-from scaleout_compose import DATABASE_URL, REPLICAS, SCALEOUT_DIR, compose, mounts, resolved, write_secrets
+from deploy_paths import DEPLOY, REPO, mounts
+from scaleout_compose import DATABASE_URL, REPLICAS, SCALEOUT_DIR, compose, resolved, write_secrets
 
 SHAMIR = DEPLOY / "compose" / "scaleout-shamir.yml"
 PKCS11 = DEPLOY / "compose" / "scaleout-pkcs11.yml"
@@ -163,13 +163,16 @@ def _compose_sh(*args: str, secrets: Path) -> subprocess.CompletedProcess[str]:
 
 def test_compose_sh_refuses_another_seal_for_a_stack(tmp_path: Path) -> None:
     """The stack's database is sealed by the seal it was brought up with: another one is refused before
-    anything starts, and so is unsealing a stack that has no shares."""
+    anything starts, and so is unsealing a stack whose seal has no shares, or whose shares are gone."""
     (tmp_path / "seal").write_text("file\n")
     other = _compose_sh("scaleout-up", "--seal", "shamir", secrets=tmp_path)
     assert other.returncode == 2
     assert "runs the file seal" in other.stderr and "--seal file" in other.stderr
     unseal = _compose_sh("unseal", secrets=tmp_path)
     assert unseal.returncode == 2 and "has no shares" in unseal.stderr
+    (tmp_path / "seal").write_text("shamir\n")
+    lost = _compose_sh("unseal", secrets=tmp_path)
+    assert lost.returncode == 1 and f"no shares in {tmp_path / 'shamir-init.json'}" in lost.stderr
     bad = _compose_sh("scaleout-test", "--seal", "vault", secrets=tmp_path)
     assert bad.returncode == 2 and "--seal must be file, shamir or pkcs11" in bad.stderr
     missing = _compose_sh("scaleout-up", "--seal", secrets=tmp_path)

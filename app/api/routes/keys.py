@@ -8,8 +8,6 @@ scope and a matching pattern. Every change invalidates the key cache entry of th
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Annotated, Any, Literal
 
 from anyio import to_thread
@@ -18,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
+from app.core.master_key_format import decode_secret_base64
 from app.core.schemes import DEFAULT_SCHEME, Scheme
 from app.errors import BadRequestError, ForbiddenError
 from app.keystore import (
@@ -173,10 +172,12 @@ def _require_import_enabled(allowed: bool) -> None:
         raise ForbiddenError("key import is disabled (set KEYSTREAM_ALLOW_KEY_IMPORT=true)")
 
 
-def _decode_material(text: str) -> bytes:
+def _decode_material(text: str) -> memoryview:
+    """Imported key material decoded straight into locked memory (no ``bytes`` copy of it is made here or
+    in the keystore, which wraps it in place); zeroed once the request drops it."""
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+        return decode_secret_base64(text)
+    except ValueError:
         raise BadRequestError("key must be base64 of 16, 24 or 32 bytes") from None
 
 

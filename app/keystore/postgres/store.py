@@ -201,7 +201,7 @@ class PostgresKeyStore(KeyStore):
     def import_key(
         self,
         name: str,
-        material: bytes,
+        material: bytes | memoryview,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         deletion_allowed: bool = False,
         *,
@@ -267,7 +267,7 @@ class PostgresKeyStore(KeyStore):
 
         return self._database.write(work)
 
-    def import_key_version(self, name: str, material: bytes) -> KeyInfo:
+    def import_key_version(self, name: str, material: bytes | memoryview) -> KeyInfo:
         """See :meth:`KeyStore.import_key_version`: a rotation with the given material, under the row lock."""
         check_key_name(name)
 

@@ -190,7 +190,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
     def import_key(
         self,
         name: str,
-        material: bytes,
+        material: bytes | memoryview,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         deletion_allowed: bool = False,
         *,
@@ -246,7 +246,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
                 return None
             return self._rotate(conn, info)
 
-    def import_key_version(self, name: str, material: bytes) -> KeyInfo:
+    def import_key_version(self, name: str, material: bytes | memoryview) -> KeyInfo:
         """See :meth:`KeyStore.import_key_version`."""
         check_key_name(name)
         with self._write() as conn:

@@ -8,6 +8,8 @@
 
 shamir (``--unseal-command`` is run as the operator would run it):
 
+0. The bring-up kept ``operator init``'s answer where ``--env-file`` is, in ``shamir-init.json``: mode 0600 in
+   a 0700 directory, N shares of which K unseal, the stack's root token.
 1. Every replica is sealed: seal-status ``sealed`` with no share given yet, ``/healthz`` 200, ``/readyz``
    503; a ``/v1`` request through HAProxy is answered 503 ``sealed`` (HAProxy has no ready replica and
    falls back to the unchecked ones, which answer for themselves); Prometheus reports ``keystream_sealed``
@@ -35,8 +37,10 @@ Exits 0 when everything holds, else 1 with the reason. Needs httpx (the host's v
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
+import stat
 import subprocess
 import sys
 import time
@@ -120,7 +124,28 @@ def restart(compose: list[str]) -> float:
     return time.monotonic() - started
 
 
+def stored_shares(secrets: Path, root_token: str) -> dict[str, Any]:
+    """``shamir-init.json`` in the secrets directory, checked private and complete. Raises CheckFailed."""
+    path = secrets / "shamir-init.json"
+    for item, mode in ((secrets, 0o700), (path, 0o600)):
+        actual = stat.S_IMODE(item.stat().st_mode)
+        if actual != mode:
+            raise CheckFailed(f"{item} has mode {actual:#o}, not {mode:#o}")
+    stored: dict[str, Any] = json.loads(path.read_text())
+    shares, threshold = stored.get("shares"), stored.get("threshold")
+    if not (isinstance(shares, list) and isinstance(threshold, int) and 0 < threshold <= len(shares)):
+        raise CheckFailed(f"{path} does not hold the shares and the threshold")
+    if stored.get("root_token") != root_token:
+        raise CheckFailed(f"{path}: operator init did not install the stack's root token (keystream.env)")
+    return stored
+
+
 def check_shamir(args: argparse.Namespace, compose: list[str], headers: dict[str, str]) -> None:
+    stored = stored_shares(args.env_file.parent, read_env(args.env_file)["KEYSTREAM_ROOT_TOKEN"])
+    print(
+        f"check: {stored['threshold']} of {len(stored['shares'])} shares and the root token kept in "
+        f"shamir-init.json, mode 0600 in a 0700 directory"
+    )
     balancer = httpx.Client(base_url=args.balancer, headers=headers, timeout=30)
     replicas = [httpx.Client(base_url=url, headers=headers, timeout=30) for url in args.replica]
     instances = [f"keystream-{number}:8000" for number in range(1, len(replicas) + 1)]
@@ -129,7 +154,8 @@ def check_shamir(args: argparse.Namespace, compose: list[str], headers: dict[str
     # 1. Sealed at start: alive, not ready, answering 503 sealed through HAProxy.
     for replica in replicas:
         status = seal_status(replica)
-        if not (status["sealed"] and status["progress"] == 0 and 0 < status["threshold"] <= status["shares"]):
+        expected = (True, 0, stored["threshold"], len(stored["shares"]))
+        if (status["sealed"], status["progress"], status["threshold"], status["shares"]) != expected:
             raise CheckFailed(f"{replica.base_url} is not sealed with no share given at start: {status}")
         if replica.get("/healthz").status_code != 200 or replica.get("/readyz").status_code != 503:
             raise CheckFailed(f"{replica.base_url}: sealed, /healthz must be 200 and /readyz 503")
@@ -256,7 +282,7 @@ def main() -> int:
             check_shamir(args, compose, headers)
         else:
             check_pkcs11(args, compose, headers)
-    except (CheckFailed, httpx.HTTPError, subprocess.SubprocessError) as exc:
+    except (CheckFailed, httpx.HTTPError, subprocess.SubprocessError, OSError, ValueError, KeyError) as exc:
         print(f"check: FAILED: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -5,12 +5,14 @@ again on an admin's request, and after each unseal and after a restart decrypts 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -212,12 +214,17 @@ def sealed_by_worker(server: Server) -> dict[str, float]:
 
 
 def wait_for_workers(
-    server: Server, count: int, sealed: float, exclude: str | None = None
+    server: Server, count: int, sealed: float, exclude: Collection[str] = ()
 ) -> dict[str, float]:
-    """Wait (<= 30 s) until ``count`` workers (not ``exclude``) all report ``keystream_sealed == sealed``."""
+    """Wait (<= 30 s) until ``count`` workers (not those in ``exclude``) all report ``keystream_sealed ==
+    sealed``; meanwhile no worker may listen (all killed, replacements starting)."""
     deadline = time.monotonic() + 30
     while True:
-        workers = {pid: value for pid, value in sealed_by_worker(server).items() if pid != exclude}
+        try:
+            reported = sealed_by_worker(server)
+        except httpx.ConnectError:
+            reported = {}
+        workers = {pid: value for pid, value in reported.items() if pid not in exclude}
         if len(workers) == count and all(value == sealed for value in workers.values()):
             return workers
         assert time.monotonic() < deadline, workers
@@ -251,7 +258,7 @@ def test_every_worker_unseals_together_and_a_restarted_worker_comes_back_unseale
 
         victim = sorted(workers)[0]
         os.kill(int(victim), signal.SIGKILL)
-        workers = wait_for_workers(server, 3, 0.0, exclude=victim)
+        workers = wait_for_workers(server, 3, 0.0, exclude=[victim])
         assert victim not in workers
         decrypt_all(server, made)
 
@@ -332,3 +339,161 @@ def test_the_client_cli_unseals_and_seals_a_two_worker_server(tmp_path: Path) ->
         decrypt_all(server, made)
     finally:
         stop_server(server)
+
+
+def worker_pids(server: Server) -> set[int]:
+    """The supervisor's worker processes (its spawned children), read from /proc."""
+    supervisor = server.process.pid
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    pids = set()
+    for child in children:
+        with contextlib.suppress(OSError):  # a worker that just exited
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                pids.add(int(child))
+    return pids
+
+
+def worker_index(pid: int, log: Path) -> int:
+    """Which worker ``pid`` is (0, 1, ...): the index of the audit file ``<log>.w<index>`` it holds open."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith(f"{log}.w"):
+                return int(target.rsplit(".w", 1)[1])
+    raise AssertionError(f"worker {pid} holds no {log}.w<index> open")
+
+
+def wait_for_new_worker(server: Server, known: Collection[int]) -> int:
+    """The pid of a worker the supervisor starts after ``known`` (<= 30 s)."""
+    deadline = time.monotonic() + 30
+    while not (started := worker_pids(server) - set(known)):
+        assert time.monotonic() < deadline, "the supervisor started no new worker"
+        time.sleep(0.01)
+    return min(started)
+
+
+def assert_stays_sealed(server: Server, made: dict[bytes, bytes], seconds: float) -> None:
+    """For ``seconds``, every worker reports itself sealed and every request answers 503 ``sealed``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert set(sealed_by_worker(server).values()) == {1.0}
+        response = call(server, "POST", "/v1/keys/orders/decrypt", content=next(iter(made)))
+        assert response.status_code == 503 and response.json()["error"]["code"] == "sealed", response.text
+        assert call(server, "GET", "/v1/sys/seal-status", token=None).json()["sealed"] is True
+        time.sleep(0.1)
+
+
+def test_a_seal_racing_worker_kills_leaves_every_replacement_sealed(tmp_path: Path) -> None:
+    """``POST /v1/sys/seal`` answered 200 by a worker killed right after, while the supervisor paused before
+    replacing another worker: both replacements start sealed, none is handed the key the seal retired.
+
+    Worker 0 is killed, and its replacement too as soon as it starts, so the supervisor pauses (a worker that
+    dies young is replaced after a second). Meanwhile worker 1, the only one listening, seals and is killed.
+    A supervisor that closed worker 1's channel without reading its last message kept the key, handed it to
+    both replacements, and the server answered 200 to the seal yet stayed unsealed.
+    """
+    data, log = tmp_path / "data", tmp_path / "audit.log"
+    shares = init(data, 2, 3, KEYSTREAM_AUDIT_LOG=str(log))
+    env = {
+        "KEYSTREAM_SEAL": "shamir",
+        "KEYSTREAM_AUDIT_LOG": str(log),
+        "KEYSTREAM_WORKERS": "2",
+        # Dumpable workers: their /proc/<pid>/fd (which audit file, so which index) is readable without root.
+        "KEYSTREAM_ALLOW_CORE_DUMPS": "true",
+    }
+    server = start_server(data, tmp_path / "server.log", **env)
+    made: dict[bytes, bytes] = {}
+    try:
+        wait_for_workers(server, 2, 1.0)
+        unseal(server, shares[:2])
+        wait_for_workers(server, 2, 0.0)
+        assert call(server, "POST", "/v1/keys", json={"name": "orders"}).status_code == 201
+        for index in range(8):
+            plaintext = b"race %d " % index * (index * 700 + 1)
+            response = call(server, "POST", "/v1/keys/orders/encrypt", content=plaintext)
+            assert response.status_code == 200, response.text
+            made[response.content] = plaintext
+        first, second = sorted(worker_pids(server), key=lambda pid: worker_index(pid, log))
+        assert (worker_index(first, log), worker_index(second, log)) == (0, 1)
+
+        os.kill(first, signal.SIGKILL)
+        young = wait_for_new_worker(server, {first, second})
+        os.kill(young, signal.SIGKILL)  # dead within 5 s of its start: the supervisor pauses 1 s
+        time.sleep(0.1)
+        sealed = call(server, "POST", "/v1/sys/seal")  # only worker 1 listens
+        os.kill(second, signal.SIGKILL)
+        assert sealed.status_code == 200, sealed.text
+        gone = {str(first), str(young), str(second)}
+        wait_for_workers(server, 2, 1.0, exclude=gone)
+        assert_stays_sealed(server, made, 3.0)
+
+        unseal(server, shares[1:])
+        wait_for_workers(server, 2, 0.0, exclude=gone)
+        decrypt_all(server, made)
+    finally:
+        stop_server(server)
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
+def test_a_server_killed_in_the_middle_of_an_unseal_restarts_sealed_and_loses_nothing(tmp_path: Path) -> None:
+    """SIGKILL to a two-worker server (the supervisor and every worker) after 1 of 2 shares: restarted, it is
+    sealed with progress 0 (no share outlives the processes), the same share counts again, and with the
+    second one every ciphertext made before decrypts."""
+    data, log = tmp_path / "data", tmp_path / "audit.log"
+    shares = init(data, 2, 3, KEYSTREAM_AUDIT_LOG=str(log))
+    env = {"KEYSTREAM_SEAL": "shamir", "KEYSTREAM_AUDIT_LOG": str(log), "KEYSTREAM_WORKERS": "2"}
+    made: dict[bytes, bytes] = {}
+    server = start_server(data, tmp_path / "server-1.log", **env)
+    try:
+        unseal(server, shares[:2])
+        wait_for_workers(server, 2, 0.0)
+        assert call(server, "POST", "/v1/keys", json={"name": "orders"}).status_code == 201
+        for index in range(6):
+            plaintext = b"before the kill %d " % index * (index * 900 + 1)
+            response = call(server, "POST", "/v1/keys/orders/encrypt", content=plaintext)
+            assert response.status_code == 200, response.text
+            made[response.content] = plaintext
+    finally:
+        stop_server(server)
+
+    server = start_server(data, tmp_path / "server-2.log", **env)
+    try:
+        wait_for_workers(server, 2, 1.0)
+        assert unseal(server, [shares[2]])["progress"] == 1
+        time.sleep(0.3)  # the supervisor passes the share on
+        for _ in range(4):
+            assert call(server, "GET", "/v1/sys/seal-status", token=None).json()["progress"] == 1
+        workers = worker_pids(server)
+        for pid in (server.process.pid, *workers):
+            os.kill(pid, signal.SIGKILL)
+        server.process.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() for pid in workers):
+            assert time.monotonic() < deadline, "a worker outlived its SIGKILL"
+            time.sleep(0.05)
+    finally:
+        stop_server(server)
+
+    server = start_server(data, tmp_path / "server-3.log", **env)
+    try:
+        wait_for_workers(server, 2, 1.0)
+        for _ in range(6):
+            status = call(server, "GET", "/v1/sys/seal-status", token=None).json()
+            assert status == {"sealed": True, "type": "shamir", "threshold": 2, "shares": 3, "progress": 0}
+        assert_sealed_everywhere(server)
+        assert unseal(server, [shares[2]])["progress"] == 1  # counts again: not a duplicate
+        unseal(server, [shares[0]])
+        wait_for_workers(server, 2, 0.0)
+        decrypt_all(server, made)
+    finally:
+        stop_server(server)
+    for name in ("server-1.log", "server-2.log", "server-3.log"):
+        assert "Traceback" not in (tmp_path / name).read_text()
+    verified = run_admin(
+        "audit",
+        "verify",
+        str(log),
+        env={"KEYSTREAM_SEAL": "shamir", "KEYSTREAM_DATA_DIR": str(data)},
+        stdin="\n".join(shares[:2]),
+    )
+    assert verified.returncode == 0, verified.stderr

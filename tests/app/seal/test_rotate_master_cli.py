@@ -2,8 +2,8 @@
 
 The command runs as a real process: it rewraps every version under the new generation and audits its start
 and end; killed with SIGKILL half-way, it leaves every version readable (each under its own generation), a
-second run refuses while the dead run's lease lasts and then resumes and finishes; the shamir seal is
-refused with the route to use instead.
+second run refuses while the dead run's lease lasts and then resumes and finishes; the shamir seal reads K
+shares first.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from app.keystore import KeyStore
 from app.seal import BlobOrigin, FileSeal, blob_origin
+from app.seal.shamir import ShamirSeal
 from tests.admin_process import run_admin, start_admin
 from tests.app.seal.conftest import materials, open_store
 
@@ -120,7 +121,38 @@ def test_a_rotation_killed_half_way_loses_nothing_and_resumes(tmp_path: Path) ->
         store.close()
 
 
-def test_the_shamir_seal_rotates_in_a_server(tmp_path: Path) -> None:
-    result = run_admin("operator", "rotate-master", env=environment(tmp_path, KEYSTREAM_SEAL="shamir"))
-    assert result.returncode == 2
-    assert "POST /v1/sys/rotate-master" in result.stderr and "Traceback" not in result.stderr
+def test_the_shamir_seal_reads_its_shares_then_rotates(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    env = {"KEYSTREAM_SEAL": "shamir", "KEYSTREAM_DATA_DIR": str(data)}
+    made = run_admin("operator", "init", "--shares", "3", "--threshold", "2", "--json", env=env)
+    assert made.returncode == 0, made.stderr
+    shares: list[str] = json.loads(made.stdout)["shares"]
+
+    def unsealed_store() -> tuple[KeyStore, ShamirSeal]:
+        seal = ShamirSeal()
+        store = open_store(seal, data, None)
+        for share in shares[:2]:
+            seal.submit_share(share)
+        return store, seal
+
+    store, seal = unsealed_store()
+    for name in ("orders", "invoices"):
+        store.create_key(name)
+        store.rotate_key(name)
+    before = materials(store)
+    store.close()
+    seal.close()
+
+    refused = run_admin("operator", "rotate-master", env=env, stdin=shares[0] + "\n")
+    assert refused.returncode == 1 and "give 2 shares" in refused.stderr, refused.stderr
+    assert shares[0][5:] not in refused.stdout + refused.stderr
+    result = run_admin("operator", "rotate-master", env=env, stdin=f"{shares[2]}\n{shares[1]}\n")
+    assert result.returncode == 0, result.stderr
+    assert "rotating to master key generation 2 under the shamir seal" in result.stdout
+    store, seal = unsealed_store()
+    try:
+        assert origins(store) == {BlobOrigin("shamir", 2)}
+        assert materials(store) == before
+    finally:
+        store.close()
+        seal.close()

@@ -13,6 +13,7 @@ import aescore
 from app.errors import KeyNotFoundError, KeystreamError
 from app.keycache import CacheMissError, KeyCache
 from app.keystore import KeyStore, open_keystore
+from app.keystore.generations import MasterRotation
 from app.services.coherence import ChangeFollower
 from app.services.security import TokenVerifier, new_token
 
@@ -108,3 +109,21 @@ def test_the_thread_applies_changes_on_a_hint(stores: tuple[KeyStore, KeyStore])
         assert cache.key_info("a").latest_version == 2
     finally:
         follower.stop()
+
+
+def test_a_master_key_rotation_reloads_the_keyring_and_zeroes_retired_generations(
+    stores: tuple[KeyStore, KeyStore],
+) -> None:
+    writer, reader = stores
+    writer.create_key("a")
+    follower, _, _ = follower_for(reader)
+    follower.applied = reader.changes_since(1 << 62).latest
+    for generation in (2, 3):
+        rotation = MasterRotation(writer)
+        rotation.begin()
+        rotation.run()
+        follower.poll()
+        assert f"current={generation} open=[{generation}]" in repr(reader.keyring)
+    # generation 2 was retired by the second rotation: its key left the reader's memory at the poll, without
+    # the reader wrapping or unwrapping anything
+    assert bytes(reader.key_material("a", 1)) == bytes(writer.key_material("a", 1))

@@ -10,6 +10,8 @@ import pytest
 from Crypto.Cipher import AES
 
 from app.core.config import Settings
+from app.core.secret_memory import SecretBuffer
+from app.seal import FileSeal
 from tests.app.api.conftest import Api, running_api
 
 KEY_FIELDS = {
@@ -188,6 +190,31 @@ async def test_import_rejects_bad_material_without_echoing_it(
         response = await api.client.post("/v1/keys/imp/import", json={"key": key}, headers=api.auth())
         assert response.status_code == status, response.text
         assert key not in response.text
+
+
+async def test_imported_material_reaches_the_seal_in_locked_memory(
+    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The route decodes an imported key straight into a secret buffer and the keystore wraps that buffer in
+    place: no ``bytes`` copy of the material is made on the way (it would linger in freed memory)."""
+    given: list[object] = []
+    wrap = FileSeal.wrap
+
+    def spy(self: FileSeal, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
+        given.append(plaintext.obj if isinstance(plaintext, memoryview) else plaintext)
+        return wrap(self, plaintext, associated_data)
+
+    async with running_api(settings_factory(allow_key_import=True)) as api:
+        monkeypatch.setattr(FileSeal, "wrap", spy)
+        material = base64.b64encode(bytes(range(32))).decode()
+        imported = await api.client.post("/v1/keys/imp/import", json={"key": material}, headers=api.auth())
+        assert imported.status_code == 201, imported.text
+        version = {"key": base64.b64encode(bytes(range(1, 33))).decode()}
+        added = await api.client.post("/v1/keys/imp/import_version", json=version, headers=api.auth())
+        assert added.status_code == 200, added.text
+        monkeypatch.undo()
+        assert len(given) == 2 and all(isinstance(each, SecretBuffer) for each in given), given
+        assert (await api.encrypt("imp", b"x" * 100)).status_code == 200
 
 
 async def test_import_validation_error_does_not_echo_key(settings_factory: Callable[..., Settings]) -> None:
