@@ -35,6 +35,7 @@ from ._validate import (
     check_key,
     check_length,
     check_offset,
+    foreign_key,
 )
 from .errors import AesCoreTypeError
 
@@ -355,10 +356,7 @@ class PythonBackend(Backend):
                 ``out``.
         """
         if not isinstance(expanded_key, PythonExpandedKey):
-            raise AesCoreTypeError(
-                "expanded_key must come from the 'python' backend's expand_key, "
-                f"got {type(expanded_key).__name__}"
-            )
+            raise AesCoreTypeError(foreign_key("expanded_key", "python", expanded_key))
         counter = int.from_bytes(check_counter(initial_counter), "big")
         view = as_readable("data", data)
         offset = check_offset(offset)

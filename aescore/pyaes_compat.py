@@ -41,8 +41,8 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from . import get_backend
 from ._interface import Backend, BytesLike, ExpandedKey
+from ._registry import get_backend
 
 __all__ = ["AESModeOfOperationCTR", "Counter", "PythonAESModeOfOperationCTR"]
 

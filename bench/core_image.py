@@ -32,10 +32,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import psutil
 
 from bench.service_process import REPO, ROOT_TOKEN, Server, start_server, stop_server
+
+if TYPE_CHECKING:
+    from collections.abc import Buffer
 
 PLAINTEXT_SMALL = 1024
 PLAINTEXT_STREAMED = 200 * 1024
@@ -88,19 +93,53 @@ def take_images(pids: list[int], directory: Path) -> list[Path]:
     return images
 
 
+def find_needles(data: Buffer, needles: list[bytes]) -> set[int]:
+    """The indexes of ``needles`` (each at least 4 bytes) that occur byte for byte anywhere in ``data``.
+
+    One pass for all needles instead of one ``find`` per needle (100 finds over 770 MB of images took
+    141 s): a table of the needles' first two bytes picks candidate offsets (even and odd offsets read as
+    zero-copy ``uint16`` views), their next two bytes narrow them to the needles' 4-byte prefixes, and only
+    those are compared whole.
+    """
+    if any(len(needle) < 4 for needle in needles):
+        raise ValueError("every needle must be at least 4 bytes long")
+    by_prefix: dict[bytes, list[int]] = {}
+    for index, needle in enumerate(needles):
+        by_prefix.setdefault(needle[:4], []).append(index)
+    first = np.zeros(65536, dtype=bool)
+    first[[int.from_bytes(prefix[:2], "little") for prefix in by_prefix]] = True
+    prefixes = np.array(sorted(int.from_bytes(prefix, "little") for prefix in by_prefix), dtype=np.uint32)
+    view = memoryview(data).cast("B")
+    octets = np.frombuffer(view, dtype=np.uint8)
+    found: set[int] = set()
+    for parity in (0, 1):
+        pairs = np.frombuffer(view[parity : parity + (len(view) - parity) // 2 * 2], dtype="<u2")
+        offsets = parity + 2 * np.flatnonzero(first[pairs])
+        offsets = offsets[offsets + 4 <= len(view)]
+        words = (
+            octets[offsets].astype(np.uint32)
+            | octets[offsets + 1].astype(np.uint32) << 8
+            | octets[offsets + 2].astype(np.uint32) << 16
+            | octets[offsets + 3].astype(np.uint32) << 24
+        )
+        for offset in offsets[np.isin(words, prefixes)].tolist():
+            for index in by_prefix[bytes(view[offset : offset + 4])]:
+                if index not in found and view[offset : offset + len(needles[index])] == needles[index]:
+                    found.add(index)
+    return found
+
+
 def count_in_images(images: list[Path], materials: list[bytes], master_key: bytes) -> Counts:
     """How many of ``materials`` (and whether ``master_key``) appear byte for byte in any of ``images``."""
     found: set[int] = set()
-    master = False
     total = 0
+    needles = [*materials, master_key]
     for image in images:
         total += image.stat().st_size
         with image.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            for index, material in enumerate(materials):
-                if index not in found and data.find(material) != -1:
-                    found.add(index)
-            master = master or data.find(master_key) != -1
-    return Counts(len(found), len(materials), master, len(images), total)
+            found |= find_needles(data, needles)
+    master = len(materials) in found
+    return Counts(len(found - {len(materials)}), len(materials), master, len(images), total)
 
 
 def _use_keys(server: Server, names: list[str]) -> None:

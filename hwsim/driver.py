@@ -238,6 +238,7 @@ class HwsimBackend(Backend):
     """
 
     name: ClassVar[str] = "hwsim"
+    supports_async: ClassVar[bool] = True  # ctr_xor_async: jobs of one loop turn share a doorbell
 
     def __init__(
         self,
