@@ -16,10 +16,10 @@ import enum
 from collections.abc import Sequence
 from typing import ClassVar
 
-from ._gcm import ComposedGcmKey
-from ._ghash import PythonGhash
 from ._keys import ExpandedKey, GcmKey
 from ._validate import BLOCK_SIZE, KEY_SIZES, BytesLike
+from .gcm._composed import ComposedGcmKey
+from .gcm._ghash import PythonGhash
 
 __all__ = ["Backend", "BytesLike", "ExpandedKey", "GcmKey", "SealedBatch", "SealedItemStatus"]
 

@@ -1,4 +1,4 @@
-"""Typing stub for the Cython extension ``aescore._sealed`` (see ``_sealed.pyx`` for the documentation)."""
+"""Typing stub for the Cython extension ``aescore.sealing._sealed`` (documented in ``_sealed.pyx``)."""
 
 from collections.abc import Sequence
 from typing import Final

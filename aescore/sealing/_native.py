@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._interface import OpenedItem, SealedBatch
-from ._validate import BytesLike
+from .._interface import OpenedItem, SealedBatch
+from .._validate import BytesLike
 
 try:
     from . import _sealed
@@ -19,7 +19,7 @@ except ImportError:  # built without the extension: callers keep the per-message
 
 __all__ = ["NativeSealedBatch", "native_sealed_batch"]
 
-#: The AES paths the native core runs (``aescore._aesni``'s names; ``none`` has no AES-NI).
+#: The AES paths the native core runs (``aescore.ctr._aesni``'s names; ``none`` has no AES-NI).
 _NATIVE_ISAS = frozenset({"aesni", "vaes256", "vaes512"})
 
 
