@@ -12,93 +12,109 @@ before calling a backend.
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+import enum
+from collections.abc import Sequence
+from typing import ClassVar
 
+from ._keys import ExpandedKey, GcmKey
 from ._validate import BLOCK_SIZE, KEY_SIZES, BytesLike
+from .gcm._composed import ComposedGcmKey
+from .gcm._ghash import PythonGhash
 
-__all__ = ["Backend", "BytesLike", "ExpandedKey", "GcmKey"]
+__all__ = ["Backend", "BytesLike", "ExpandedKey", "GcmKey", "SealedBatch", "SealedItemStatus"]
 
 
-class ExpandedKey(abc.ABC):
-    """An opaque, immutable, thread-safe expanded AES key produced by one backend.
+class SealedItemStatus(enum.IntEnum):
+    """The outcome of one message in a :class:`SealedBatch` call (the native core's per-item codes)."""
 
-    It can be reused for any number of ``ctr_xor`` calls of the backend that made it. Its ``repr`` shows the
-    backend and key size only, never key material.
+    #: Sealed, or opened and verified.
+    OK = 0
+    #: Open: fewer bytes than the header.
+    SHORT_HEADER = 1
+    #: Open: the header's length byte does not match the key type.
+    BAD_HEADER = 2
+    #: Open: a header with no segment after it.
+    MISSING_SEGMENT = 3
+    #: Open: the last segment is shorter than its tag.
+    SHORT_SEGMENT = 4
+    #: Open: the first segment verifies under none of the candidate keys.
+    NO_KEY = 5
+    #: Open: a later segment fails authentication.
+    BAD_TAG = 6
+    #: The message would need segment number 2**32.
+    TOO_MANY_SEGMENTS = 7
+
+
+#: Per message opened by :meth:`SealedBatch.open_ctr_hmac`: ``(plaintext or None, status, segment index,
+#: candidate index)``; the plaintext is present only when every segment of that message verified.
+OpenedItem = tuple[bytes | None, int, int, int]
+
+
+class SealedBatch(abc.ABC):
+    """Seals or opens many whole messages of the sealed format (docs/formats.md) in one native call each.
+
+    Obtained from :meth:`Backend.sealed_batch`; callers keep a per-message path for backends that return
+    ``None``. Outputs are byte-identical to the per-message path. The implementation takes no entropy of
+    its own: callers pass the salts and nonce prefixes, drawn from the OS CSPRNG, so a sealer can never
+    reuse one it made up.
     """
 
     __slots__ = ()
 
     @property
     @abc.abstractmethod
-    def backend_name(self) -> str:
-        """Name of the backend that expanded this key."""
-
-    @property
-    @abc.abstractmethod
-    def key_size(self) -> int:
-        """Key size in bytes: 16, 24 or 32."""
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} backend={self.backend_name!r} key_size={self.key_size * 8} bits>"
-
-    def __reduce__(self) -> Any:
-        raise TypeError("expanded keys cannot be pickled")
-
-
-class GcmKey(abc.ABC):
-    """An AES key prepared for AES-GCM by one backend (round keys and GHASH key material); thread-safe.
-
-    :class:`aescore.AesGcm` is the public face and documents the contract; each method validates its
-    arguments itself (same rules and messages on every backend). Its ``repr`` shows no key material.
-    """
-
-    __slots__ = ()
-
-    @property
-    @abc.abstractmethod
-    def backend_name(self) -> str:
-        """Name of the backend that prepared this key."""
-
-    @property
-    @abc.abstractmethod
-    def key_size(self) -> int:
-        """Key size in bytes: 16, 24 or 32."""
+    def isa(self) -> str:
+        """The AES path the batches run on (``aesni``, ``vaes256``, ``vaes512``)."""
 
     @abc.abstractmethod
-    def encrypt(self, nonce: BytesLike, data: BytesLike, associated_data: BytesLike | None) -> bytes:
-        """``ciphertext || tag``; see :meth:`aescore.AesGcm.encrypt`."""
-
-    @abc.abstractmethod
-    def encrypt_into(
+    def seal_ctr_hmac(
         self,
-        nonce: BytesLike,
-        data: BytesLike,
-        associated_data: BytesLike | None,
-        out: bytearray | memoryview,
-    ) -> int:
-        """Write ``ciphertext || tag`` to ``out``; see :meth:`aescore.AesGcm.encrypt_into`."""
+        ikm: BytesLike,
+        derived_size: int,
+        segment_size: int,
+        plaintexts: Sequence[bytes],
+        associated_data: Sequence[bytes],
+        randomness: bytes,
+    ) -> list[bytes | None]:
+        """Seal each plaintext as its own ``ctr-hmac`` message (HKDF-SHA256, AES-CTR, HMAC-SHA256).
+
+        Args:
+            ikm: the key version's material, read in place.
+            derived_size: AES key bytes per message: 16, 24 or 32.
+            segment_size: the key's ciphertext segment size.
+            plaintexts: bytes per message.
+            associated_data: bytes per message (the HKDF info).
+            randomness: ``len(plaintexts) * (derived_size + 7)`` fresh bytes from the OS CSPRNG: message
+                i's salt then nonce prefix. Never reuse them.
+
+        Returns:
+            Per message its ciphertext, or ``None`` for one that would need segment number 2**32.
+
+        Raises:
+            TypeError: wrong argument types (:class:`aescore.AesCoreTypeError`).
+            ValueError: bad sizes, too short key material, randomness of the wrong length.
+        """
 
     @abc.abstractmethod
-    def decrypt(
-        self, nonce: BytesLike, ciphertext_and_tag: BytesLike, associated_data: BytesLike | None
-    ) -> bytes:
-        """The verified plaintext; see :meth:`aescore.AesGcm.decrypt`."""
-
-    @abc.abstractmethod
-    def decrypt_into(
+    def open_ctr_hmac(
         self,
-        nonce: BytesLike,
-        ciphertext_and_tag: BytesLike,
-        associated_data: BytesLike | None,
-        out: bytearray | memoryview,
-    ) -> int:
-        """Write the verified plaintext to ``out``; see :meth:`aescore.AesGcm.decrypt_into`."""
+        candidates: Sequence[BytesLike],
+        derived_size: int,
+        segment_size: int,
+        ciphertexts: Sequence[bytes],
+        associated_data: Sequence[bytes],
+    ) -> list[OpenedItem]:
+        """Open each ``ctr-hmac`` message, trying the ``candidates`` (key materials) in order on segment 0.
 
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} backend={self.backend_name!r} key_size={self.key_size * 8} bits>"
+        Every tag of a message is verified before any of its plaintext is returned.
 
-    def __reduce__(self) -> Any:
-        raise TypeError("GCM keys cannot be pickled")
+        Returns:
+            Per message an :data:`OpenedItem` whose status is a :class:`SealedItemStatus`.
+
+        Raises:
+            TypeError: wrong argument types (:class:`aescore.AesCoreTypeError`).
+            ValueError: bad sizes or too short key material.
+        """
 
 
 class Backend(abc.ABC):
@@ -117,6 +133,10 @@ class Backend(abc.ABC):
     #: thread (slow, GIL-bound or device-bound implementations). Services decide where crypto runs from
     #: this, never from the backend's name.
     runs_inline: ClassVar[bool] = False
+    #: True when :meth:`ctr_xor_async` overlaps work with the event loop (a device queue whose jobs from one
+    #: loop turn share a doorbell); False when it only runs :meth:`ctr_xor`. Services pick the asynchronous
+    #: path from this, never from the backend's name.
+    supports_async: ClassVar[bool] = False
 
     @abc.abstractmethod
     def expand_key(self, key: BytesLike) -> ExpandedKey:
@@ -161,6 +181,28 @@ class Backend(abc.ABC):
                 ``out``.
         """
 
+    async def ctr_xor_async(
+        self, expanded_key: ExpandedKey, initial_counter: BytesLike, data: BytesLike, offset: int = 0
+    ) -> bytes:
+        """:meth:`ctr_xor` for an event loop; the default runs :meth:`ctr_xor` in the calling coroutine.
+
+        Backends whose :attr:`supports_async` is true override it to await their device instead.
+
+        Raises:
+            The same errors as :meth:`ctr_xor`.
+        """
+        result = self.ctr_xor(expanded_key, initial_counter, data, offset)
+        assert result is not None  # no ``out``: the result is returned
+        return result
+
+    def sealed_batch(self) -> SealedBatch | None:
+        """The native sealer of whole sealed-format messages for this backend, or ``None`` (the default).
+
+        ``None`` means callers seal message by message through this backend's own ``ctr_xor``/``gcm_key``,
+        so a backend's work (a device, a simulator) is never bypassed by a native path it did not offer.
+        """
+        return None
+
     def gcm_key(self, key: BytesLike) -> GcmKey:
         """Prepare ``key`` for AES-GCM on this backend (used by :class:`aescore.AesGcm`).
 
@@ -172,9 +214,6 @@ class Backend(abc.ABC):
             TypeError: ``key`` is not bytes-like (:class:`aescore.AesCoreTypeError`).
             ValueError: ``key`` has another length (:class:`aescore.AesCoreValueError`).
         """
-        from ._gcm import ComposedGcmKey
-        from ._ghash import PythonGhash
-
         return ComposedGcmKey(self, key, PythonGhash)
 
     def info(self) -> dict[str, str | int | bool | None]:

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from ._interface import Backend, BytesLike, ExpandedKey
-from ._validate import BLOCK_SIZE, MAX_STREAM_LENGTH, as_readable, as_writable, check_counter, check_offset
+from ._registry import get_backend
+from ._validate import (
+    BLOCK_SIZE,
+    MAX_STREAM_LENGTH,
+    as_readable,
+    as_writable,
+    check_counter,
+    check_offset,
+    not_a_backend,
+)
 from .errors import AesCoreTypeError, AesCoreValueError, CounterOverflowError
 
 __all__ = ["COUNTER_BITS", "CtrStream"]
@@ -44,13 +53,9 @@ class CtrStream:
         counter_bits: int = 128,
     ) -> None:
         if isinstance(backend, str):
-            from . import get_backend
-
             backend = get_backend(backend)
         if not isinstance(backend, Backend):
-            raise AesCoreTypeError(
-                f"backend must be an aescore Backend or name, got {type(backend).__name__}"
-            )
+            raise AesCoreTypeError(not_a_backend(backend))
         if isinstance(counter_bits, bool) or not isinstance(counter_bits, int):
             raise AesCoreTypeError(f"counter_bits must be an int, got {type(counter_bits).__name__}")
         if counter_bits not in COUNTER_BITS:

@@ -29,6 +29,7 @@ from app.keystore import open_keystore_for
 from app.seal import open_seal
 from app.services.security import install_root_token
 from app.serving import (
+    APP_FACTORY,
     BoundedHttpToolsProtocol,
     ConnectionLimits,
     ServerTls,
@@ -40,7 +41,7 @@ from app.serving import (
     reserve_address,
 )
 
-__all__ = ["BoundedHttpToolsProtocol", "StartupRefusedError", "bootstrap", "serve"]
+__all__ = ["BoundedHttpToolsProtocol", "StartupRefusedError", "bootstrap", "serve", "uvicorn_options"]
 #: The listen backlog of each worker's socket (uvicorn's default).
 _BACKLOG = 2048
 
@@ -151,9 +152,9 @@ def serve(settings: Settings | None = None) -> None:
     if tls is not None:
         tls.context()  # a bad file stops the start here with one line, not in every worker
     plain_http_warning = check_plain_http_bind(settings.host, tls, settings.tls_disable)
-    common = _uvicorn_options(settings, tls)
+    common = uvicorn_options(settings, tls)
     # A Config configures uvicorn's logging (as uvicorn.run does), so the warning below has its format.
-    uvicorn.Config("app.main:create_app", factory=True, **common)
+    uvicorn.Config(APP_FACTORY, factory=True, **common)
     if plain_http_warning is not None:
         logging.getLogger("uvicorn.error").warning("%s", plain_http_warning)
     # The address before the first-start bootstrap: a second start on a busy port must not print a banner.
@@ -171,7 +172,7 @@ def serve(settings: Settings | None = None) -> None:
         sock.close()
 
 
-def _uvicorn_options(settings: Settings, tls: ServerTls | None) -> dict[str, Any]:
+def uvicorn_options(settings: Settings, tls: ServerTls | None) -> dict[str, Any]:
     """uvicorn's options for every worker; also sets the protocol's limits for in-process use."""
     raise_open_file_limit()  # before the limits: the default connection cap follows the open-file limit
     BoundedHttpToolsProtocol.max_header_bytes = settings.max_header_bytes

@@ -11,6 +11,11 @@ workloads in alternating rounds (Keystream, OpenBao, Keystream, ...) with the sa
   "requests/s must not fall as concurrency rises" target);
 * a 16 MiB encrypt uploaded by curl with its defaults (``Expect: 100-continue`` included).
 
+The 1 KiB encrypt and decrypt also run against two floors (:mod:`bench.floor_app`): a raw ASGI app served by
+Keystream's own server stack (the same uvicorn options, supervisor and number of workers) and, when
+installed, nginx answering ``return 200`` with 1 KiB. Keystream is reported as a fraction of the raw-ASGI
+floor's requests/s, and each server's CPU per request in microseconds (``--no-floors`` leaves them out).
+
 wrk (``-t1``, a Lua script that POSTs a fixed body) drives the small workloads; curl the upload. Each
 figure is the median of the rounds with its min-max; the servers' CPU (user + system, the process and its
 children, as % of one core) and RSS (sum over the process tree, after the run) are recorded per run. Writes
@@ -44,6 +49,7 @@ from typing import Any
 import httpx
 import psutil
 
+from bench import floor_app
 from bench.bench_aescore import cpu_model
 from bench.service_process import ROOT_TOKEN, Server, free_port, start_server, stop_server
 
@@ -51,6 +57,8 @@ ITEM_BYTES = 1024
 BATCH_ITEMS = 100
 UPLOAD_BYTES = 16 * 1024 * 1024
 BAO_TOKEN = "root"
+#: The workloads also run against the floors (:mod:`bench.floor_app`).
+FLOOR_WORKLOADS = ("1 KiB encrypt", "1 KiB decrypt")
 KEY = "bench"
 LUA = """wrk.method = "POST"
 wrk.headers["{auth_header}"] = "{auth_value}"
@@ -160,6 +168,39 @@ def start_keystream(work: Path) -> tuple[Server, Target]:
     with server.client() as client:
         client.post("/v1/keys", json={"name": KEY, "type": "aes256"}).raise_for_status()
     return server, target
+
+
+def start_floors(work: Path, workers: int) -> tuple[list[subprocess.Popen[bytes]], list[Target]]:
+    """The raw ASGI floor with ``workers`` workers and, when installed, nginx with as many; their targets."""
+    processes: list[subprocess.Popen[bytes]] = []
+    targets: list[Target] = []
+    port = free_port()
+    log = work / "floor.log"
+    with log.open("wb") as handle:
+        raw = subprocess.Popen(
+            [sys.executable, "-m", "bench.floor_app", "--port", str(port), "--workers", str(workers)],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+    processes.append(raw)
+    url = f"http://127.0.0.1:{port}"
+    floor_app.wait_until_answering(url + "/", raw, log)
+    targets.append(Target("raw-asgi", url, "Authorization", "Bearer floor", psutil.Process(raw.pid)))
+    nginx_port = free_port()
+    nginx = floor_app.start_nginx(work, nginx_port, workers)
+    if nginx is not None:
+        processes.append(nginx)
+        nginx_url = f"http://127.0.0.1:{nginx_port}"
+        targets.append(Target("nginx", nginx_url, "Authorization", "Bearer floor", psutil.Process(nginx.pid)))
+    return processes, targets
+
+
+def add_floor_bodies(workloads: list[Workload], floors: list[Target]) -> None:
+    """The floors get Keystream's 1 KiB encrypt and decrypt requests, byte for byte (they ignore the path)."""
+    for workload in workloads:
+        if workload.name in FLOOR_WORKLOADS:
+            for floor in floors:
+                workload.bodies[floor.name] = workload.bodies["keystream"]
 
 
 def b64(data: bytes) -> str:
@@ -365,6 +406,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10, help="duration of each wrk run")
     parser.add_argument("--uploads", type=int, default=5, help="16 MiB uploads per round and server")
     parser.add_argument("--out", type=Path, help="results JSON (a .md table and a .png plot next to it)")
+    parser.add_argument(
+        "--no-floors", action="store_true", help="leave out the raw-ASGI and nginx floors (bench.floor_app)"
+    )
     args = parser.parse_args()
     for tool in ("wrk", "curl"):
         if shutil.which(tool) is None:
@@ -374,11 +418,16 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-peer-"))
     bao_process: subprocess.Popen[bytes] | None = None
     server: Server | None = None
+    floor_processes: list[subprocess.Popen[bytes]] = []
     try:
         bao_process, openbao = start_openbao(args.openbao, work)
         server, keystream = start_keystream(work)
         targets = [keystream, openbao]
         workloads = prepare(keystream, openbao, work)
+        if not args.no_floors:
+            floor_processes, floors = start_floors(work, len(os.sched_getaffinity(0)))
+            add_floor_bodies(workloads, floors)
+            targets += floors
         samples: dict[str, dict[str, list[dict[str, float]]]] = {}
         for _ in range(args.rounds):
             for workload in workloads:
@@ -399,6 +448,7 @@ def main() -> None:
                             "value": rate * workload.per_request,
                             "p99_ms": p99,
                             "cpu_percent": 100 * cpu,
+                            "cpu_us_per_request": cpu / rate * 1e6,
                             "rss_mib": tree_rss_mib(target.process),
                         }
                     )
@@ -410,6 +460,12 @@ def main() -> None:
             args.out.with_suffix(".md").write_text(table + "\n")
             plot(result, args.out.with_suffix(".png"))
     finally:
+        for process in floor_processes:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
         if server is not None:
             stop_server(server)
         if bao_process is not None:
@@ -439,11 +495,14 @@ def summarise(
                 "max": max(values),
                 "p99_ms": statistics.median(run["p99_ms"] for run in runs),
                 "cpu_percent": statistics.median(run["cpu_percent"] for run in runs),
+                "cpu_us_per_request": statistics.median(run["cpu_us_per_request"] for run in runs),
                 "rss_mib": max(run["rss_mib"] for run in runs),
                 "runs": runs,
             }
         if "openbao" in row:
             row["ratio"] = row["keystream"]["median"] / row["openbao"]["median"]
+        if "raw-asgi" in row:
+            row["of_raw_asgi"] = row["keystream"]["median"] / row["raw-asgi"]["median"]
         rows.append(row)
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -480,6 +539,27 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {cell(ks, row['unit'])} | {ratio} "
             f"| {p99} | {cpu} | {rss} |"
         )
+    floor_rows = [row for row in result["rows"] if "of_raw_asgi" in row]
+    if floor_rows:
+        lines += [
+            "",
+            "Floors: a raw ASGI app on Keystream's server stack (same uvicorn options, supervisor, workers) "
+            "and nginx `return 200`, both answering 1 KiB; server CPU per request in microseconds.",
+            "",
+            "| workload | nginx | raw ASGI | Keystream | Keystream / raw ASGI "
+            "| CPU us/request (nginx / raw ASGI / Keystream / OpenBao) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in floor_rows:
+            cpu = " / ".join(
+                f"{row[name]['cpu_us_per_request']:.0f}" if name in row else "-"
+                for name in ("nginx", "raw-asgi", "keystream", "openbao")
+            )
+            lines.append(
+                f"| {row['workload']} | {cell(row.get('nginx'), row['unit'])} "
+                f"| {cell(row['raw-asgi'], row['unit'])} | {cell(row['keystream'], row['unit'])} "
+                f"| {100 * row['of_raw_asgi']:.0f}% | {cpu} |"
+            )
     return "\n".join(lines)
 
 

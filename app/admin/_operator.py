@@ -397,7 +397,7 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
             versions = sum(len(key.versions) for key in keystore.list_keys())
             moving = f"from {current.describe()} to {target.describe()}"
             print(f"rewrapping {versions} key versions {moving}", file=progress, flush=True)
-            count = keystore.reseal(target, keys.hash_key + keys.chain_key, show_shares)
+            count = keystore.reseal(target, keys.material, show_shares)
             record: dict[str, Any] = {
                 "operation": "migrate_seal",
                 "from_seal": current.kind,

@@ -22,7 +22,6 @@ Each writer (a worker process) has its own chain, named by its ``chain`` member;
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -32,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
+from app.core.secret_memory import secret_buffer
 
 #: ``prev`` of a chain's first line.
 GENESIS = "0" * 64
@@ -44,16 +45,28 @@ class LineMac:
 
     Per line this is two ``copy()`` and ``update()`` calls, ~2.5x faster than :func:`hmac.digest`, which
     pads and hashes the key again for every message. :func:`hmac.compare_digest` still compares results.
+    The padded key (the key XOR a constant, as good as the key) is built in locked memory and zeroed at
+    once: only the two hash states, from which the key cannot be read back, are kept.
     """
 
     __slots__ = ("_inner", "_outer")
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes | memoryview) -> None:
         if len(key) > _BLOCK:
             key = hashlib.sha256(key).digest()
-        padded = key.ljust(_BLOCK, b"\0")
-        self._inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in padded))
-        self._outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in padded))
+        padded = secret_buffer(_BLOCK)
+        try:
+            view = padded.view()
+            view[: len(key)] = key
+            for index in range(_BLOCK):
+                view[index] ^= 0x36
+            self._inner = hashlib.sha256(view)
+            for index in range(_BLOCK):
+                view[index] ^= 0x36 ^ 0x5C
+            self._outer = hashlib.sha256(view)
+            view.release()
+        finally:
+            padded.wipe()
 
     def hexdigest(self, message: bytes) -> str:
         """HMAC-SHA256 of ``message``, in hex."""
@@ -64,10 +77,9 @@ class LineMac:
         return outer.hexdigest()
 
 
-@functools.lru_cache(maxsize=8)
-def line_mac(chain_key: bytes) -> LineMac:
-    """The :class:`LineMac` of ``chain_key`` (kept: a process uses one or two chain keys)."""
-    return LineMac(chain_key)
+def line_mac(chain_key: bytes | memoryview | LineMac) -> LineMac:
+    """``chain_key`` itself if it is a :class:`LineMac` (a writer keeps its own), else one made for it."""
+    return chain_key if isinstance(chain_key, LineMac) else LineMac(chain_key)
 
 
 _HMAC_SUFFIX = re.compile(r',"hmac":"([0-9a-f]{64})"\}$')
@@ -82,8 +94,12 @@ class Link:
     prev: str = GENESIS
 
 
-def seal(chain_key: bytes, link: Link, record: Mapping[str, Any]) -> tuple[bytes, Link]:
+def seal(
+    chain_key: bytes | memoryview | LineMac, link: Link, record: Mapping[str, Any]
+) -> tuple[bytes, Link]:
     """One log line (JSON, ``\\n``-terminated) of ``record`` chained after ``link``, and the link after it.
+
+    ``chain_key`` may be the :class:`LineMac` of the key, which a writer keeps to save its set-up per line.
 
     ``record`` must not hold the members ``chain``, ``seq``, ``prev`` or ``hmac`` (they are added here).
     """
@@ -155,13 +171,13 @@ class Report:
         return {chain: state.head for chain, state in self.chains.items()}
 
 
-def _check(chain_key: bytes, text: str) -> tuple[dict[str, Any], str] | str:
+def _check(mac: LineMac, text: str) -> tuple[dict[str, Any], str] | str:
     """The parsed record and its HMAC, or why the line is not an intact sealed record."""
     match = _HMAC_SUFFIX.search(text)
     if match is None:
         return "changed: not a sealed audit record (no trailing hmac)"
     signed = text[: match.start()] + "}"
-    expected = line_mac(chain_key).hexdigest(signed.encode("utf-8", "surrogateescape"))
+    expected = mac.hexdigest(signed.encode("utf-8", "surrogateescape"))
     if not hmac.compare_digest(expected, match.group(1)):
         return "changed: its hmac does not match its content"
     try:
@@ -173,7 +189,7 @@ def _check(chain_key: bytes, text: str) -> tuple[dict[str, Any], str] | str:
 
 
 def verify_lines(
-    chain_key: bytes,
+    chain_key: bytes | memoryview,
     lines: Iterable[tuple[str, int, str]],
     heads: Iterable[str] = (),
     starts: Collection[str] = frozenset(),
@@ -195,12 +211,13 @@ def verify_lines(
     watched = {(chain, records - 1) for chain, records, _ in wanted}
     seen: dict[tuple[str, int], str] = {}
     report = Report()
+    mac = LineMac(chain_key)
     for source, number, raw in lines:
         text = raw.rstrip("\n")
         if not text:
             continue
         report.lines += 1
-        checked = _check(chain_key, text)
+        checked = _check(mac, text)
         if isinstance(checked, str):
             report.problem = Problem(source, number, checked)
             return report

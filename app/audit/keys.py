@@ -14,10 +14,10 @@ the master key, at the price of one more secret per deployment; we chose the mas
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import dataclass, field
 
+from app.core.secret_memory import secret_buffer
 from app.formats.sealed.format import hkdf_sha256
 from app.seal import Seal
 
@@ -32,17 +32,37 @@ _KEY_SIZE = 32
 
 @dataclass(frozen=True)
 class AuditKeys:
-    """The two audit keys (their ``repr`` never shows the bytes)."""
+    """The two audit keys, side by side in 64 bytes of locked memory (:mod:`app.core.secret_memory`),
+    zeroed once the last view of them is dropped (a server's on seal); their ``repr`` never shows the bytes.
+    """
 
-    hash_key: bytes = field(repr=False)
-    chain_key: bytes = field(repr=False)
+    material: memoryview = field(repr=False)
+
+    @property
+    def hash_key(self) -> memoryview:
+        """The first 32 bytes: the key of the hashed values."""
+        return self.material[:_KEY_SIZE]
+
+    @property
+    def chain_key(self) -> memoryview:
+        """The last 32 bytes: the key of the line HMACs."""
+        return self.material[_KEY_SIZE:]
 
     def hash(self, value: bytes) -> str:
         """``"hmac-sha256:<hex>"`` of ``value`` under the hash key: what the log records instead of it."""
-        return HASH_PREFIX + hmac.new(self.hash_key, value, hashlib.sha256).hexdigest()
+        return HASH_PREFIX + hmac.digest(self.hash_key, value, "sha256").hex()
 
 
-def derive_audit_keys(master_key: bytes) -> AuditKeys:
+def _keys_of(hash_key: bytes | memoryview, chain_key: bytes | memoryview) -> AuditKeys:
+    """:class:`AuditKeys` over a copy of the two 32-byte keys in locked memory."""
+    material = secret_buffer(2 * _KEY_SIZE)
+    view = material.view()
+    view[:_KEY_SIZE] = hash_key
+    view[_KEY_SIZE:] = chain_key
+    return AuditKeys(material.readonly())
+
+
+def derive_audit_keys(master_key: bytes | memoryview) -> AuditKeys:
     """Derive the audit keys from the 32-byte master key (HKDF-SHA256, one ``info`` label per key).
 
     Raises:
@@ -50,19 +70,21 @@ def derive_audit_keys(master_key: bytes) -> AuditKeys:
     """
     if len(master_key) != _KEY_SIZE:
         raise ValueError(f"the master key must be {_KEY_SIZE} bytes, got {len(master_key)}")
-    return AuditKeys(
-        hash_key=hkdf_sha256(master_key, _SALT, HASH_KEY_INFO, _KEY_SIZE),
-        chain_key=hkdf_sha256(master_key, _SALT, CHAIN_KEY_INFO, _KEY_SIZE),
+    return _keys_of(
+        hkdf_sha256(master_key, _SALT, HASH_KEY_INFO, _KEY_SIZE),
+        hkdf_sha256(master_key, _SALT, CHAIN_KEY_INFO, _KEY_SIZE),
     )
 
 
-def audit_keys_for(seal: Seal, stored: bytes | None = None) -> AuditKeys:
+def audit_keys_for(seal: Seal, stored: bytes | memoryview | None = None) -> AuditKeys:
     """The audit keys: ``stored`` when the keystore holds them, else derived from ``seal``'s master key.
 
     A keystore holds them (64 bytes: hash key, chain key, wrapped under its seal) when its seal cannot derive
     keys (the pkcs11 seal), and keeps them when it moves to another seal, so every log keeps verifying. A
     file-seal keystore that never moved derives them as before seals existed (:func:`derive_audit_keys`,
-    computed inside the seal).
+    computed inside the seal). Either way they are kept in locked memory: stored ones are copied there from
+    the keystore's locked view (no ``bytes`` on the way); derived ones pass through the ``bytes`` OpenSSL's
+    HMAC returns, once per start or unseal.
 
     Raises:
         SealError: nothing is stored and the seal cannot derive keys from its master key.
@@ -71,8 +93,9 @@ def audit_keys_for(seal: Seal, stored: bytes | None = None) -> AuditKeys:
     if stored is not None:
         if len(stored) != 2 * _KEY_SIZE:
             raise ValueError(f"stored audit key material must be {2 * _KEY_SIZE} bytes, got {len(stored)}")
-        return AuditKeys(hash_key=bytes(stored[:_KEY_SIZE]), chain_key=bytes(stored[_KEY_SIZE:]))
-    return AuditKeys(
-        hash_key=seal.derive_key(_SALT, HASH_KEY_INFO, _KEY_SIZE),
-        chain_key=seal.derive_key(_SALT, CHAIN_KEY_INFO, _KEY_SIZE),
+        view = memoryview(stored).cast("B")
+        return _keys_of(view[:_KEY_SIZE], view[_KEY_SIZE:])
+    return _keys_of(
+        seal.derive_key(_SALT, HASH_KEY_INFO, _KEY_SIZE),
+        seal.derive_key(_SALT, CHAIN_KEY_INFO, _KEY_SIZE),
     )

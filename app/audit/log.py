@@ -35,7 +35,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from app.audit.chain import Link, link_after, seal
+from app.audit.chain import LineMac, Link, link_after, seal
 from app.errors import ServiceUnavailableError, StartupRefusedError
 
 logger = logging.getLogger("keystream.audit")
@@ -145,9 +145,11 @@ class AuditLog:
         keep: rotated files kept (``PATH.1`` ... ``PATH.<keep>``); older ones are deleted.
     """
 
-    def __init__(self, path: str, chain_key: bytes, *, max_bytes: int = 0, keep: int = 1) -> None:
+    def __init__(
+        self, path: str, chain_key: bytes | memoryview, *, max_bytes: int = 0, keep: int = 1
+    ) -> None:
         self.path = path
-        self._key = chain_key
+        self._mac = LineMac(chain_key)  # keeps no copy of the key itself
         self._max_bytes = max_bytes
         self._keep = max(1, keep)
         self._fd: int | None = None
@@ -182,7 +184,7 @@ class AuditLog:
             if self.path != STDOUT:
                 self._ensure_open()
             assert self._fd is not None and self._link is not None
-            line, after = seal(self._key, self._link, record)
+            line, after = seal(self._mac, self._link, record)
             if self._max_bytes and self._size and self._size + len(line) > self._max_bytes:
                 self._rotate()
             self._write_all(line)

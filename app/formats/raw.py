@@ -154,7 +154,7 @@ class AsyncRawCipher:
 
     Raises:
         BadRequestError: ``offset`` is negative or not below 2**64.
-        TypeError: ``backend`` has no ``ctr_xor_async``.
+        TypeError: ``backend`` does not declare ``supports_async``.
     """
 
     __slots__ = ("_ctr_xor_async", "_expanded", "_iv", "_offset")
@@ -162,10 +162,9 @@ class AsyncRawCipher:
     def __init__(
         self, expanded: aescore.ExpandedKey, backend: aescore.Backend, iv: bytes, offset: int = 0
     ) -> None:
-        ctr_xor_async = getattr(backend, "ctr_xor_async", None)
-        if ctr_xor_async is None:
-            raise TypeError(f"backend {backend.name!r} has no ctr_xor_async; use RawCipher")
-        self._ctr_xor_async: Callable[..., Awaitable[bytes]] = ctr_xor_async
+        if not backend.supports_async:
+            raise TypeError(f"backend {backend.name!r} does not support ctr_xor_async; use RawCipher")
+        self._ctr_xor_async: Callable[..., Awaitable[bytes]] = backend.ctr_xor_async
         self._expanded = expanded
         self._iv = iv
         self._offset = check_offset(offset)

@@ -362,8 +362,9 @@ class KeyStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def audit_key_material(self) -> bytes | None:
-        """The audit keys' 64 bytes stored wrapped under the seal, or ``None`` when the seal derives them.
+    def audit_key_material(self) -> memoryview | None:
+        """The audit keys' 64 bytes stored wrapped under the seal, in locked memory (a read-only view, zeroed
+        once dropped), or ``None`` when the seal derives them.
 
         Raises:
             MasterKeyError: the stored material does not unwrap under the seal.
@@ -372,7 +373,10 @@ class KeyStore(abc.ABC):
 
     @abc.abstractmethod
     def reseal(
-        self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
+        self,
+        target: Seal,
+        audit_material: bytes | memoryview,
+        before_commit: Callable[[], None] | None = None,
     ) -> int:
         """Move every stored secret from :attr:`seal` to ``target`` in one write transaction; return how many
         key versions were rewrapped. This store uses ``target`` afterwards.

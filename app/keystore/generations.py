@@ -319,7 +319,7 @@ def finish(
     generation = keyring.generation
     audit = conn.execute(dialect.sql("SELECT value FROM meta WHERE name = ?"), (AUDIT_KEYS_ROW,)).fetchone()
     if audit is not None and _needs_rewrap(bytes(audit[0]), generation):
-        material = keyring.unwrap(bytes(audit[0]), AUDIT_KEYS_ASSOCIATED_DATA)
+        material = keyring.unwrap_secret(bytes(audit[0]), AUDIT_KEYS_ASSOCIATED_DATA)  # locked memory
         conn.execute(
             dialect.sql("UPDATE meta SET value = ? WHERE name = ?"),
             (keyring.wrap(material, AUDIT_KEYS_ASSOCIATED_DATA), AUDIT_KEYS_ROW),

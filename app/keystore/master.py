@@ -13,14 +13,13 @@ bytes into an exception, a log line or a ``repr``.
 
 from __future__ import annotations
 
-import secrets
-
 from app.core.master_key_format import (
     MASTER_KEY_SIZE,
     MasterKeyError,
     check_master_key_source,
     parse_master_key,
 )
+from app.core.secret_memory import random_secret
 from app.errors import ServiceUnavailableError
 from app.seal import FileSeal, Seal, SealUnwrapError, blob_origin
 from app.seal.file import (
@@ -194,13 +193,17 @@ def settle_seal(seal: Seal, meta: dict[str, bytes], description: str, hint: str)
             + hint
         )
     if meta.get(AUDIT_KEYS_ROW) is None and not seal.derives_keys:
-        added[AUDIT_KEYS_ROW] = seal.wrap(secrets.token_bytes(AUDIT_KEYS_SIZE), AUDIT_KEYS_ASSOCIATED_DATA)
+        fresh = random_secret(AUDIT_KEYS_SIZE).readonly()  # never a ``bytes`` object
+        added[AUDIT_KEYS_ROW] = seal.wrap(fresh, AUDIT_KEYS_ASSOCIATED_DATA)
     return added
 
 
-def open_audit_key_material(seal: Seal | Keyring, stored: bytes | None) -> bytes | None:
+def open_audit_key_material(seal: Seal | Keyring, stored: bytes | None) -> memoryview | None:
     """The audit keys' 64 bytes stored under ``seal`` (:func:`settle_seal`; a rotation rewraps them under the
     keyring's newest generation), or ``None`` when none is stored.
+
+    They come back as a read-only view of locked memory (:mod:`app.core.secret_memory`), zeroed once the last
+    view is dropped; a seal that unwraps into ``bytes`` (a token's library) makes one copy on the way.
 
     Raises:
         MasterKeyError: the stored material does not unwrap under ``seal``.
@@ -208,7 +211,7 @@ def open_audit_key_material(seal: Seal | Keyring, stored: bytes | None) -> bytes
     if stored is None:
         return None
     try:
-        material = seal.unwrap(bytes(stored), AUDIT_KEYS_ASSOCIATED_DATA)
+        material: memoryview | None = seal.unwrap_secret(bytes(stored), AUDIT_KEYS_ASSOCIATED_DATA)
     except SealUnwrapError:
         material = None
     if material is None or len(material) != AUDIT_KEYS_SIZE:

@@ -55,7 +55,7 @@ def rewrap_versions(
     ]
 
 
-def resealed_meta(target: Seal, audit_material: bytes) -> dict[str, bytes | None]:
+def resealed_meta(target: Seal, audit_material: bytes | memoryview) -> dict[str, bytes | None]:
     """The ``meta`` rows a keystore holds under ``target``: its check value, the audit keys' material and the
     seal's public parameters; ``None`` for a row to delete (the parameters, when ``target`` has none).
 

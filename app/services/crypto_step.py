@@ -297,13 +297,13 @@ def raw_step(
     *,
     inline_max: int,
 ) -> CryptoStep:
-    """A raw CTR step: :class:`~app.formats.raw.AsyncRawCipher` when the backend has ``ctr_xor_async``,
+    """A raw CTR step: :class:`~app.formats.raw.AsyncRawCipher` when the backend ``supports_async``,
     else :class:`~app.formats.raw.RawCipher`.
 
     Raises:
         BadRequestError: ``offset`` is negative or not below 2**64.
     """
-    if hasattr(backend, "ctr_xor_async"):
+    if backend.supports_async:
         cipher = AsyncRawCipher(expanded, backend, iv, offset)
         return CryptoStep(backend, operation, "raw", bytes, inline_max=inline_max, async_update=cipher.update)
     raw = RawCipher(expanded, backend, iv, offset)

@@ -4,9 +4,10 @@ worker supervisor (:class:`Supervisor`) and HTTPS (:class:`ServerTls`, :func:`ch
 from app.serving.limits import ConnectionLimits, raise_open_file_limit
 from app.serving.protocol import BoundedHttpToolsProtocol, HeadersTooLargeError
 from app.serving.tls import ServerTls, StartupRefusedError, check_plain_http_bind
-from app.serving.workers import Supervisor, listening_socket, reserve_address, reserve_port
+from app.serving.workers import APP_FACTORY, Supervisor, listening_socket, reserve_address, reserve_port
 
 __all__ = [
+    "APP_FACTORY",
     "BoundedHttpToolsProtocol",
     "ConnectionLimits",
     "HeadersTooLargeError",

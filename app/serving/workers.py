@@ -51,6 +51,8 @@ from app.serving.tls import ServerTls
 
 logger = logging.getLogger("uvicorn.error")  # the logger uvicorn configures for its own messages
 #: A worker that dies sooner than this after its start is restarted only after a pause (no crash loop).
+#: The app factory every worker serves unless told otherwise: Keystream.
+APP_FACTORY = "app.main:create_app"
 _MIN_LIFETIME_SECONDS = 5.0
 _RESTART_PAUSE_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
@@ -143,6 +145,7 @@ def _worker_main(
     config: dict[str, Any],
     index: int = 0,
     handover: Connection | None = None,
+    app_factory: str = APP_FACTORY,
 ) -> None:
     """One worker: its own listening socket and a uvicorn server building the app from the environment.
 
@@ -160,7 +163,7 @@ def _worker_main(
     sock = _bound_socket(host, port, reuse_port=True)
     sock.listen(config.get("backlog", 2048))
     sock.set_inheritable(True)
-    server = uvicorn.Server(uvicorn.Config("app.main:create_app", factory=True, **config))
+    server = uvicorn.Server(uvicorn.Config(app_factory, factory=True, **config))
     BoundedHttpToolsProtocol.use_tls(ServerTls.from_settings(get_settings()))
     server.run(sockets=[sock])
 
@@ -175,7 +178,11 @@ class _Slot:
 
 
 class Supervisor:
-    """Runs ``count`` workers on ``host:port`` until SIGINT or SIGTERM; replaces workers that die."""
+    """Runs ``count`` workers on ``host:port`` until SIGINT or SIGTERM; replaces workers that die.
+
+    Each worker serves the ASGI app ``app_factory`` builds (``module:function``): Keystream's by default; the
+    benchmarks' raw-ASGI floor (:mod:`bench.floor_app`) runs under the same supervisor and uvicorn options.
+    """
 
     def __init__(
         self,
@@ -185,8 +192,10 @@ class Supervisor:
         config: dict[str, Any],
         grace_seconds: float,
         reserved: socket.socket | None = None,
+        app_factory: str = APP_FACTORY,
     ) -> None:
         self._reserved = reserved
+        self._app_factory = app_factory
         self._count = count
         self._host = host
         self._port = port
@@ -201,7 +210,7 @@ class Supervisor:
         channel, worker_end = self._context.Pipe(duplex=True)
         process = self._context.Process(
             target=_worker_main,
-            args=(self._host, self._port, os.getpid(), self._config, index, worker_end),
+            args=(self._host, self._port, os.getpid(), self._config, index, worker_end, self._app_factory),
             name="keystream-worker",
         )
         process.start()
@@ -271,9 +280,7 @@ class Supervisor:
         Raises:
             StartupRefusedError: the address is in use or invalid (no worker was started).
         """
-        uvicorn.Config(
-            "app.main:create_app", factory=True, **self._config
-        )  # configures logging, as uvicorn.run
+        uvicorn.Config(self._app_factory, factory=True, **self._config)  # configures logging, as uvicorn.run
         reserved = self._reserved if self._reserved is not None else reserve_address(self._host, self._port)
         self._port = int(reserved.getsockname()[1])
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 import aescore
-from aescore import BytesLike, ExpandedKey
+from aescore import BytesLike, ExpandedKey, _registry
 
 
 @pytest.fixture
 def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let a test register backends without leaking them into the rest of the session."""
-    monkeypatch.setattr(aescore, "_factories", dict(aescore._factories))
-    monkeypatch.setattr(aescore, "_unavailable", dict(aescore._unavailable))
-    monkeypatch.setattr(aescore, "_instances", dict(aescore._instances))
+    monkeypatch.setattr(_registry, "_factories", dict(_registry._factories))
+    monkeypatch.setattr(_registry, "_unavailable", dict(_registry._unavailable))
+    monkeypatch.setattr(_registry, "_instances", dict(_registry._instances))
 
 
 def test_available_backends_lists_builtins_with_reasons() -> None:

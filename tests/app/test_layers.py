@@ -131,3 +131,53 @@ def test_the_checker_sees_a_web_import_through_another_module() -> None:
     chain = reaches_web("app.main")
     assert chain is not None and chain[-1].split(".")[0] in WEB and len(chain) >= 2
     assert "app.api.errors" in internal_imports("app.main")
+
+
+def aescore_imports(name: str) -> list[str]:
+    """The ``aescore`` modules an app module imports, however spelled (``from aescore import _x`` too)."""
+    return sorted(imported for imported in imports_of(name) if imported.split(".")[0] == "aescore")
+
+
+@pytest.mark.parametrize("name", list(app_modules()))
+def test_app_uses_only_aescores_public_names(name: str) -> None:
+    """aescore's private modules (``aescore.sealing._sealed``, ``aescore.ctr._aesni``...) are its own
+    business: the service asks a backend through its declared capabilities (``sealed_batch()``,
+    ``supports_async``)."""
+    private = [
+        imported
+        for imported in aescore_imports(name)
+        if any(part.startswith("_") for part in imported.split(".")[1:])
+    ]
+    assert not private, f"{name} imports aescore's private {private}"
+
+
+def backend_name_checks(path: Path) -> list[int]:
+    """Lines of ``path`` comparing something's ``backend.name`` (or a backend's ``name``) with a string."""
+    lines: list[int] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named = any(
+            isinstance(side, ast.Attribute)
+            and side.attr == "name"
+            and "backend" in ast.unparse(side.value).lower()
+            for side in sides
+        )
+        literal = any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides)
+        if named and literal:
+            lines.append(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("name", list(app_modules()))
+def test_app_never_picks_a_code_path_by_backend_name(name: str) -> None:
+    path = app_modules()[name]
+    assert not backend_name_checks(path), f"{path}:{backend_name_checks(path)} compares a backend's name"
+
+
+def test_the_backend_name_check_sees_the_pattern(tmp_path: Path) -> None:
+    """The check above finds the comparison it forbids (so its passing means something)."""
+    sample = tmp_path / "sample.py"
+    sample.write_text('if backend.name != "aesni":\n    pass\nif self._backend.name == "hwsim":\n    pass\n')
+    assert backend_name_checks(sample) == [1, 3]

@@ -8,8 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
-from deploy_paths import DEPLOY, REPO, tool
+from deploy_paths import DEPLOY, compose_config, run_compose
 
 SCALEOUT = DEPLOY / "compose" / "scaleout.yml"
 SCALEOUT_DIR = DEPLOY / "compose" / "scaleout"
@@ -37,33 +36,9 @@ def compose(
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
     if secrets is not None:
         env["KEYSTREAM_SCALEOUT_SECRETS"] = str(secrets)
-    files = [part for path in (SCALEOUT, *overrides) for part in ("-f", str(path))]
-    return subprocess.run(
-        [tool("docker-compose"), *files, *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_compose((SCALEOUT, *overrides), *args, env=env)
 
 
 def resolved(secrets: Path, overrides: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The stack as docker-compose resolves it (``config``), with ``overrides`` applied."""
-    result = compose("config", secrets=secrets, overrides=overrides)
-    assert result.returncode == 0, result.stderr
-    config: dict[str, Any] = yaml.safe_load(result.stdout)
-    return config
-
-
-def mounts(service: dict[str, Any]) -> dict[str, str]:
-    """Container path -> source, from the short (``src:target:ro``) or long volume syntax."""
-    result: dict[str, str] = {}
-    for volume in service.get("volumes", []):
-        if isinstance(volume, dict):
-            result[volume["target"]] = volume["source"]
-        else:
-            source, target = str(volume).split(":")[:2]
-            result[target] = source
-    return result
+    return compose_config(compose("config", secrets=secrets, overrides=overrides))

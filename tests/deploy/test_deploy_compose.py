@@ -8,7 +8,7 @@ import subprocess
 from typing import Any
 
 import yaml
-from deploy_paths import REPO, tool
+from deploy_paths import REPO, compose_config, mounts, run_compose
 
 TOKEN = "ks_0123456789abcdef_" + "x" * 32
 
@@ -17,34 +17,11 @@ def compose(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProces
     env = {k: v for k, v in os.environ.items() if k != "KEYSTREAM_ROOT_TOKEN"}
     if token is not None:
         env["KEYSTREAM_ROOT_TOKEN"] = token
-    return subprocess.run(
-        [tool("docker-compose"), "--profile", "load", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_compose((), "--profile", "load", *args, env=env)
 
 
 def resolved() -> dict[str, Any]:
-    result = compose("config")
-    assert result.returncode == 0, result.stderr
-    config: dict[str, Any] = yaml.safe_load(result.stdout)
-    return config
-
-
-def mounts(service: dict[str, Any]) -> dict[str, str]:
-    """Container path -> source (a named volume or a host path), from short or long volume syntax."""
-    result: dict[str, str] = {}
-    for volume in service.get("volumes", []):
-        if isinstance(volume, dict):
-            result[volume["target"]] = volume["source"]
-        else:
-            source, target = str(volume).split(":")[:2]
-            result[target] = source
-    return result
+    return compose_config(compose("config"))
 
 
 def test_config_is_valid() -> None:

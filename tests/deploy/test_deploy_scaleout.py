@@ -15,13 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_paths import DEPLOY, PROMETHEUS_DIR, REPO, tool
+from deploy_paths import DEPLOY, PROMETHEUS_DIR, REPO, make_plan, mounts, tool
 from scaleout_compose import (
     DATABASE_URL,
     REPLICAS,
     SCALEOUT_DIR,
     compose,
-    mounts,
     resolved,
     write_secrets,
 )
@@ -211,31 +210,14 @@ def test_compose_script_and_make_run_the_stack() -> None:
     assert "deploy/compose.sh scaleout-test" in docker_test
 
 
-def _make_plan(venv: Path, target: str) -> subprocess.CompletedProcess[str]:
-    """What ``make TARGET`` would run with an empty venv VENV (``make -n``: nothing runs)."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-    return subprocess.run(
-        ["make", "--no-print-directory", "-n", f"VENV={venv}", target],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize("target", ["scaleout-up", "compose-up", "compose-test"])
 def test_bringing_a_stack_up_installs_the_lean_server_only(tmp_path: Path, target: str) -> None:
     """The host side of these targets needs a Python with pip, not the test tools (which grew .venv from
     85 to 628 MB)."""
-    plan = _make_plan(tmp_path / "venv", target)
-    assert plan.returncode == 0, plan.stderr
-    assert "[test]" not in plan.stdout
-    assert f"deploy/compose.sh {target.replace('compose-', '')}" in plan.stdout
+    plan = make_plan(tmp_path / "venv", target)
+    assert "[test]" not in plan
+    assert f"deploy/compose.sh {target.replace('compose-', '')}" in plan
 
 
 def test_make_scaleout_test_runs_the_stack_checks(tmp_path: Path) -> None:
-    plan = _make_plan(tmp_path / "venv", "scaleout-test")
-    assert plan.returncode == 0, plan.stderr
-    assert "deploy/compose.sh scaleout-test" in plan.stdout
+    assert "deploy/compose.sh scaleout-test" in make_plan(tmp_path / "venv", "scaleout-test")

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from deploy_paths import DEPLOY, REPO
-from scaleout_compose import DATABASE_URL, REPLICAS, SCALEOUT_DIR, compose, mounts, resolved, write_secrets
+from deploy_paths import DEPLOY, REPO, mounts
+from scaleout_compose import DATABASE_URL, REPLICAS, SCALEOUT_DIR, compose, resolved, write_secrets
 
 SHAMIR = DEPLOY / "compose" / "scaleout-shamir.yml"
 PKCS11 = DEPLOY / "compose" / "scaleout-pkcs11.yml"

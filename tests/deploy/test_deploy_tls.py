@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_paths import DEPLOY, K8S_DIR, REPO, tool
+from deploy_paths import DEPLOY, K8S_DIR, REPO, compose_config, run_compose, tool
 
 from app.serving.tls import ServerTls, StartupRefusedError, check_plain_http_bind
 
@@ -37,32 +37,20 @@ def test_the_check_refuses_the_image_defaults_alone() -> None:
         start_check({})
 
 
-def compose_config(*files: Path) -> dict[str, Any]:
+def compose_file_config(*files: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
     env["KEYSTREAM_ROOT_TOKEN"] = TOKEN
-    arguments = [part for path in files for part in ("-f", str(path))]
-    result = subprocess.run(
-        [tool("docker-compose"), *arguments, "config"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    config: dict[str, Any] = yaml.safe_load(result.stdout)
-    return config
+    return compose_config(run_compose(files, "config", env=env))
 
 
 def test_compose_plain_http_says_tls_ends_elsewhere() -> None:
-    keystream = compose_config(REPO / "docker-compose.yml")["services"]["keystream"]
+    keystream = compose_file_config(REPO / "docker-compose.yml")["services"]["keystream"]
     assert keystream["environment"]["KEYSTREAM_TLS_DISABLE"] == "true"
     assert start_check(keystream["environment"]) is not None  # allowed, with the warning
 
 
 def test_compose_tls_overlay_serves_https_from_secrets() -> None:
-    config = compose_config(REPO / "docker-compose.yml", COMPOSE_TLS)
+    config = compose_file_config(REPO / "docker-compose.yml", COMPOSE_TLS)
     keystream = config["services"]["keystream"]
     env = keystream["environment"]
     assert env["KEYSTREAM_TLS_DISABLE"] == "false"

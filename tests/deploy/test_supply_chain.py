@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from deploy_paths import REPO
+from deploy_paths import REPO, make_plan
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -97,21 +97,6 @@ def test_run_is_lean_and_test_is_a_superset() -> None:
         assert tool in test and tool not in server, tool
 
 
-def _plan(tmp_path: Path, target: str) -> str:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
-    result = subprocess.run(
-        ["make", "--no-print-directory", "-n", f"VENV={tmp_path / 'venv'}", target],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
 @pytest.mark.parametrize(
     ("target", "locks"),
     [
@@ -122,7 +107,7 @@ def _plan(tmp_path: Path, target: str) -> str:
 def test_make_installs_only_from_the_locks(tmp_path: Path, target: str, locks: list[str]) -> None:
     """Every pip install that `make run` / `make test` plans is hash-checked, or installs the two local
     distributions without their dependencies; local wheels (PIP_FIND_LINKS) are switched off for both."""
-    plan = _plan(tmp_path, target)
+    plan = make_plan(tmp_path / "venv", target)
     installs = [line for line in plan.splitlines() if "pip install" in line]
     assert installs
     for line in installs:
@@ -137,8 +122,8 @@ def test_make_installs_only_from_the_locks(tmp_path: Path, target: str, locks: l
 def test_make_test_runs_the_audit_and_make_lock_refreshes(tmp_path: Path) -> None:
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^test: .*\baudit\b", makefile, re.MULTILINE)
-    assert "scripts/audit_locks.py" in _plan(tmp_path, "audit")
-    assert "scripts/lock.sh" in _plan(tmp_path, "lock")
+    assert "scripts/audit_locks.py" in make_plan(tmp_path / "venv", "audit")
+    assert "scripts/lock.sh" in make_plan(tmp_path / "venv", "lock")
 
 
 def test_image_installs_from_the_locks() -> None:

@@ -1,18 +1,18 @@
 """Whole sealed messages, many at a time: the batch routes' crypto in one native call per batch.
 
 :func:`seal_many` and :func:`open_many` give the same bytes and the same per-message errors as a
-:class:`~.SealedEncryptor` / :class:`~.SealedDecryptor` per message. With the ``aesni`` backend (the one whose
-``runs_inline`` is true and that has the native core) every message of the call is sealed or opened by one
-C call (``aescore._sealed``: HKDF-SHA256, AES-CTR and HMAC-SHA256, the GIL released for calls over 16 KiB).
-Other backends (``python``, ``hwsim``) keep the per-message Python path, so their work still goes through
-the backend. The native core serves the ``ctr-hmac`` scheme; ``gcm`` keys take the per-message path on every
-backend (one AES-GCM call per segment, in aescore's C on ``aesni``); a gcm message that fits in one segment
-(every small item) is sealed directly: HKDF, one AES-GCM call and the header, without a
-:class:`~.SealedEncryptor` (the same bytes at a seventh of the cost).
+:class:`~.SealedEncryptor` / :class:`~.SealedDecryptor` per message. With a backend whose ``runs_inline`` is
+true and whose ``sealed_batch()`` offers the native core (``aesni``), every message of the call is sealed or
+opened by one C call (HKDF-SHA256, AES-CTR and HMAC-SHA256, the GIL released for calls over 16 KiB). Other
+backends (``python``, ``hwsim``: ``sealed_batch()`` is ``None``) keep the per-message Python path, so their
+work still goes through the backend. The native core serves the ``ctr-hmac`` scheme; ``gcm`` keys take the
+per-message path on every backend (one AES-GCM call per segment, in aescore's C on ``aesni``); a gcm message
+that fits in one segment (every small item) is sealed directly: HKDF, one AES-GCM call and the header,
+without a :class:`~.SealedEncryptor` (the same bytes at a seventh of the cost).
 
-Salts and nonce prefixes come from one :func:`os.urandom` call per batch (through the encryptor module's
-``_random_bytes`` hook, which tests replace): the same CSPRNG as the streaming encryptor, one system call
-instead of two per message, and the C code stays free of entropy sources.
+Salts and nonce prefixes come from one :func:`os.urandom` call per batch (through
+:data:`.randomness.random_bytes`, which tests replace): the same CSPRNG as the streaming encryptor, one
+system call instead of two per message, and the C code stays free of entropy sources.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from app.core.schemes import CTR_HMAC, DEFAULT_SCHEME, GCM
 from app.core.secret_memory import KeyMaterial
 from app.errors import PayloadTooLargeError
 
-from . import encryptor, messages
+from . import messages, randomness
 from .decryptor import SealedDecryptor
 from .encryptor import SealedEncryptor
 from .format import (
@@ -40,12 +40,9 @@ from .format import (
     validate_segment_size,
 )
 
-try:
-    from aescore import _sealed
-except ImportError:  # built without the extension: the Python path serves every backend
-    _sealed = None  # type: ignore[assignment]
-
 __all__ = ["native_isa", "open_many", "seal_many"]
+
+Status = aescore.SealedItemStatus
 
 #: ``(plaintext, key version)`` of a message that opened, else its error.
 Opened = tuple[bytes, int] | SealedDecryptionError
@@ -54,12 +51,15 @@ Opened = tuple[bytes, int] | SealedDecryptionError
 def native_isa(backend: aescore.Backend, scheme: str = DEFAULT_SCHEME) -> str | None:
     """The AES path to run ``backend``'s batches of ``scheme`` natively on, or ``None`` for the per-message
     Python path."""
-    if scheme != CTR_HMAC or _sealed is None or not backend.runs_inline or backend.name != "aesni":
+    sealer = _native_sealer(backend, scheme)
+    return None if sealer is None else sealer.isa
+
+
+def _native_sealer(backend: aescore.Backend, scheme: str) -> aescore.SealedBatch | None:
+    """The backend's native batch sealer when it serves ``scheme`` and runs inline, else ``None``."""
+    if scheme != CTR_HMAC or not backend.runs_inline:
         return None
-    if _sealed.unavailable_reason() is not None:
-        return None
-    isa = backend.info().get("isa")
-    return isa if isinstance(isa, str) and isa != "none" else None
+    return backend.sealed_batch()
 
 
 def seal_many(
@@ -86,15 +86,15 @@ def seal_many(
     check_ikm(material, derived_size)
     if scheme == GCM:
         return _seal_gcm_many(material, key_type, segment_size, plaintexts, associated_data, backend)
-    isa = native_isa(backend, scheme)
-    if isa is None:
+    sealer = _native_sealer(backend, scheme)
+    if sealer is None:
         return [
             _seal_one(material, key_type, segment_size, data, ad, backend, scheme)
             for data, ad in zip(plaintexts, associated_data, strict=True)
         ]
-    randomness = encryptor._random_bytes((derived_size + NONCE_PREFIX_SIZE) * len(plaintexts))
-    sealed = _sealed.seal_many(
-        material, derived_size, segment_size, plaintexts, associated_data, randomness, isa
+    salts_and_prefixes = randomness.random_bytes((derived_size + NONCE_PREFIX_SIZE) * len(plaintexts))
+    sealed = sealer.seal_ctr_hmac(
+        material, derived_size, segment_size, plaintexts, associated_data, salts_and_prefixes
     )
     return [
         ciphertext
@@ -120,14 +120,15 @@ def _seal_gcm_many(
 
     A one-segment message is ``header | AES-GCM(key, nonce_prefix | 0 (u32) | 1, plaintext)`` with
     ``key = HKDF-SHA256(ikm, salt, associated data)``: what the encryptor writes, without its buffering.
-    Salts and nonce prefixes of those messages come from one ``_random_bytes`` call, in item order.
+    Salts and nonce prefixes of those messages come from one ``randomness.random_bytes`` call, in item
+    order.
     """
     derived_size = derived_key_size_of(key_type)
     header_size = header_length(key_type)
     capacity = segment_size - header_size - GCM_TAG_SIZE
     random_size = derived_size + NONCE_PREFIX_SIZE
     short = sum(1 for data in plaintexts if len(data) <= capacity)
-    randomness = encryptor._random_bytes(random_size * short) if short else b""
+    drawn = randomness.random_bytes(random_size * short) if short else b""
     length_byte = bytes([header_size])
     sealed: list[bytes | PayloadTooLargeError] = []
     position = 0
@@ -135,7 +136,7 @@ def _seal_gcm_many(
         if len(data) > capacity:
             sealed.append(_seal_one(ikm, key_type, segment_size, data, ad, backend, GCM))
             continue
-        salt_and_prefix = randomness[position : position + random_size]
+        salt_and_prefix = drawn[position : position + random_size]
         position += random_size
         key = backend.gcm_key(derive_gcm_key(ikm, salt_and_prefix[:derived_size], ad, derived_size))
         nonce = salt_and_prefix[derived_size:] + _ONLY_SEGMENT
@@ -187,8 +188,8 @@ def open_many(
     validate_segment_size(key_type, segment_size, scheme)
     if not candidates:
         raise ValueError("candidates must hold at least one (version, key material) pair")
-    isa = native_isa(backend, scheme)
-    if isa is None:
+    sealer = _native_sealer(backend, scheme)
+    if sealer is None:
         return [
             _open_one(candidates, key_type, segment_size, data, ad, backend, more_candidates, scheme)
             for data, ad in zip(ciphertexts, associated_data, strict=True)
@@ -196,7 +197,7 @@ def open_many(
     pairs = [(version, as_key_material("ikm", ikm)) for version, ikm in candidates]
     for _, material in pairs:
         check_ikm(material, derived_size)
-    opened = _native_open(pairs, key_type, segment_size, ciphertexts, associated_data, isa)
+    opened = _native_open(sealer, pairs, key_type, segment_size, ciphertexts, associated_data)
     missing = [i for i, result in enumerate(opened) if result is _NO_KEY]
     tried = list(pairs)
     if missing and more_candidates is not None:
@@ -210,12 +211,12 @@ def open_many(
         tried += fresh
         if fresh:
             retried = _native_open(
+                sealer,
                 fresh,
                 key_type,
                 segment_size,
                 [ciphertexts[i] for i in missing],
                 [associated_data[i] for i in missing],
-                isa,
             )
             for i, result in zip(missing, retried, strict=True):
                 opened[i] = result
@@ -257,23 +258,23 @@ _NO_KEY = _NoKey()
 
 
 def _native_open(
+    sealer: aescore.SealedBatch,
     pairs: Sequence[tuple[int, KeyMaterial]],
     key_type: str,
     segment_size: int,
     ciphertexts: Sequence[bytes],
     associated_data: Sequence[bytes],
-    isa: str,
 ) -> list[Opened | _NoKey]:
     derived_size = derived_key_size_of(key_type)
     header_size = header_length(key_type)
-    results = _sealed.open_many(
-        [material for _, material in pairs], derived_size, segment_size, ciphertexts, associated_data, isa
+    results = sealer.open_ctr_hmac(
+        [material for _, material in pairs], derived_size, segment_size, ciphertexts, associated_data
     )
     opened: list[Opened | _NoKey] = []
     for data, (plaintext, status, segment, candidate) in zip(ciphertexts, results, strict=True):
         if plaintext is not None:
             opened.append((plaintext, pairs[candidate][0]))
-        elif status == _sealed.ITEM_NO_KEY:
+        elif status == Status.NO_KEY:
             opened.append(_NO_KEY)
         else:
             opened.append(_failure(status, segment, data, key_type, header_size, segment_size))
@@ -284,21 +285,21 @@ def _failure(
     status: int, segment: int, data: bytes, key_type: str, header_size: int, segment_size: int
 ) -> SealedDecryptionError:
     """The error a :class:`~.SealedDecryptor` raises for the native ``status`` of one message."""
-    if status == _sealed.ITEM_SHORT_HEADER:
+    if status == Status.SHORT_HEADER:
         return SealedDecryptionError(
             messages.short_header(len(data), header_size), segment_index=None, plaintext_released=False
         )
-    if status == _sealed.ITEM_BAD_HEADER:
+    if status == Status.BAD_HEADER:
         return SealedDecryptionError(
             messages.bad_header(data[0], key_type, header_size), segment_index=None, plaintext_released=False
         )
-    if status == _sealed.ITEM_MISSING_SEGMENT:
+    if status == Status.MISSING_SEGMENT:
         message = messages.missing_segment(segment)
-    elif status == _sealed.ITEM_SHORT_SEGMENT:
+    elif status == Status.SHORT_SEGMENT:
         # Segment 0 starts after the header; segment n > 0 at n * segment_size.
         start = segment * segment_size if segment else header_size
         message = messages.short_segment(segment, len(data) - start)
-    elif status == _sealed.ITEM_BAD_TAG:
+    elif status == Status.BAD_TAG:
         message = messages.bad_tag(segment)
     else:
         message = messages.too_many_segments(segment)

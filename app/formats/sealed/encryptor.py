@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-
 import aescore
 from app.core.schemes import DEFAULT_SCHEME
 from app.core.secret_memory import KeyMaterial
 from app.errors import PayloadTooLargeError
 
+from . import randomness
 from .format import (
     MAX_SEGMENTS,
     NONCE_PREFIX_SIZE,
@@ -27,9 +25,6 @@ from .format import (
 from .segments import SegmentBuffer, segment_keys
 
 __all__ = ["SealedEncryptor"]
-
-#: Source of salts and nonce prefixes; tests replace it to get reproducible ciphertexts.
-_random_bytes: Callable[[int], bytes] = os.urandom
 
 
 class SealedEncryptor:
@@ -80,8 +75,8 @@ class SealedEncryptor:
         material = as_key_material("ikm", ikm)
         check_ikm(material, derived_size)
         info = as_bytes("associated_data", associated_data)
-        salt = _random_bytes(derived_size)
-        nonce_prefix = _random_bytes(NONCE_PREFIX_SIZE)
+        salt = randomness.random_bytes(derived_size)
+        nonce_prefix = randomness.random_bytes(NONCE_PREFIX_SIZE)
         self._keys = segment_keys(scheme, material, salt, info, derived_size, nonce_prefix, backend)
         header_size = header_length(key_type)
         self._header = bytes([header_size]) + salt + nonce_prefix

@@ -367,7 +367,7 @@ class PostgresKeyStore(KeyStore):
         """See :attr:`KeyStore.seal`."""
         return self._seal
 
-    def audit_key_material(self) -> bytes | None:
+    def audit_key_material(self) -> memoryview | None:
         """See :meth:`KeyStore.audit_key_material`."""
         stored = self._database.read(lambda conn: _schema.read_meta(conn, AUDIT_KEYS_ROW))
         return open_audit_key_material(self._keyring, stored)
@@ -418,7 +418,10 @@ class PostgresKeyStore(KeyStore):
         return self._database.read(lambda conn: generations.read_status(conn, _ROTATION_SQL))
 
     def reseal(
-        self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
+        self,
+        target: Seal,
+        audit_material: bytes | memoryview,
+        before_commit: Callable[[], None] | None = None,
     ) -> int:
         """See :meth:`KeyStore.reseal`."""
 

@@ -325,7 +325,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         """See :attr:`KeyStore.seal`."""
         return self._seal
 
-    def audit_key_material(self) -> bytes | None:
+    def audit_key_material(self) -> memoryview | None:
         """See :meth:`KeyStore.audit_key_material`."""
         with self._read() as conn:
             stored = read_meta(conn, AUDIT_KEYS_ROW)
@@ -370,7 +370,10 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             return generations.read_status(conn, _ROTATION_SQL)
 
     def reseal(
-        self, target: Seal, audit_material: bytes, before_commit: Callable[[], None] | None = None
+        self,
+        target: Seal,
+        audit_material: bytes | memoryview,
+        before_commit: Callable[[], None] | None = None,
     ) -> int:
         """See :meth:`KeyStore.reseal`."""
         with self._write() as conn:

@@ -17,7 +17,7 @@ from app.api.routes import crypto
 from app.api.streaming import OctetsResponse
 from app.core.config import Settings
 from app.formats.sealed import SealedDecryptor, SealedEncryptor
-from app.formats.sealed import encryptor as sealed_encryptor
+from app.formats.sealed import randomness as sealed_randomness
 from tests.app.api.conftest import Api, running_api
 
 
@@ -156,7 +156,7 @@ class Randomness:
 @pytest.fixture
 def fixed_randomness(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
     def reset() -> None:
-        monkeypatch.setattr(sealed_encryptor, "_random_bytes", Randomness(11))
+        monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(11))
 
     reset()
     yield reset

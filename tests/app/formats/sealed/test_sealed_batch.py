@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import aescore
-from aescore import _sealed
+from aescore.sealing import _sealed
 from app.formats.sealed import (
     SealedDecryptionError,
     SealedDecryptor,
@@ -19,7 +19,7 @@ from app.formats.sealed import (
     open_many,
     seal_many,
 )
-from app.formats.sealed import encryptor as sealed_encryptor
+from app.formats.sealed import randomness as sealed_randomness
 from tests.app.formats.conftest import TinkStreamingAead
 
 KEY_TYPES = ("aes128", "aes192", "aes256")
@@ -86,10 +86,10 @@ def test_native_seal_is_byte_for_byte_the_python_encryptor(
     rng = random.Random(7)
     ikm = rng.randbytes(32)
     plaintexts, ads = cases(key_type, segment_size, rng)
-    monkeypatch.setattr(sealed_encryptor, "_random_bytes", Randomness(1))
+    monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(1))
     native = seal_many(ikm, key_type, segment_size, plaintexts, ads, aesni)
     # The batch takes salt then nonce prefix per item from one call: the same bytes in the same order.
-    monkeypatch.setattr(sealed_encryptor, "_random_bytes", Randomness(1))
+    monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(1))
     expected = [python_seal(ikm, key_type, segment_size, p, a) for p, a in zip(plaintexts, ads, strict=True)]
     assert native == expected
     # Native open of Python-sealed messages (and so of its own) returns the plaintexts and the version.
@@ -239,9 +239,9 @@ def test_gcm_one_segment_seal_is_byte_for_byte_the_encryptor(
     ikm = rng.randbytes(32)
     plaintexts = [rng.randbytes(n) for n in (0, 1, 100, capacity - 1, capacity)]
     ads = [rng.randbytes(n % 3 * 17) for n in range(len(plaintexts))]
-    monkeypatch.setattr(sealed_encryptor, "_random_bytes", Randomness(5))
+    monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(5))
     batch = seal_many(ikm, key_type, segment_size, plaintexts, ads, backend, scheme="gcm")
-    monkeypatch.setattr(sealed_encryptor, "_random_bytes", Randomness(5))
+    monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(5))
     expected = [
         gcm_seal(ikm, key_type, segment_size, p, a, backend) for p, a in zip(plaintexts, ads, strict=True)
     ]

@@ -27,7 +27,7 @@ from app.formats.sealed import (
     messages,
     min_segment_size,
 )
-from app.formats.sealed import encryptor as sealed_encryptor
+from app.formats.sealed import randomness as sealed_randomness
 
 AD = b"tenant=7;file=report.pdf"
 KEY_TYPES = ("aes128", "aes192", "aes256")
@@ -46,7 +46,7 @@ def data(size: int, seed: int = 3) -> bytes:
 def fixed_randomness(monkeypatch: pytest.MonkeyPatch) -> bytes:
     """Make salts and nonce prefixes reproducible; returns the byte stream they are cut from."""
     stream = bytes(range(100, 200))
-    monkeypatch.setattr(sealed_encryptor, "_random_bytes", lambda n: stream[:n])
+    monkeypatch.setattr(sealed_randomness, "random_bytes", lambda n: stream[:n])
     return stream
 
 

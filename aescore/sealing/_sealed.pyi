@@ -1,4 +1,4 @@
-"""Typing stub for the Cython extension ``aescore._sealed`` (see ``_sealed.pyx`` for the documentation)."""
+"""Typing stub for the Cython extension ``aescore.sealing._sealed`` (documented in ``_sealed.pyx``)."""
 
 from collections.abc import Sequence
 from typing import Final
@@ -20,7 +20,7 @@ def get_sha256_impl() -> str: ...
 def set_sha256_impl(name: str) -> None: ...
 def unavailable_reason() -> str | None: ...
 def seal_many(
-    ikm: bytes | memoryview,
+    ikm: bytes | bytearray | memoryview,
     derived_size: int,
     segment_size: int,
     plaintexts: Sequence[bytes],
@@ -29,7 +29,7 @@ def seal_many(
     isa: str,
 ) -> list[bytes | None]: ...
 def open_many(
-    candidates: Sequence[bytes | memoryview],
+    candidates: Sequence[bytes | bytearray | memoryview],
     derived_size: int,
     segment_size: int,
     ciphertexts: Sequence[bytes],

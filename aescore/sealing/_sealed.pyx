@@ -22,7 +22,7 @@ from libc.stdlib cimport free, malloc
 from libc.stdint cimport uint8_t, uint32_t
 from libc.string cimport memset
 
-from .errors import AesCoreError, AesCoreTypeError, AesCoreValueError, BackendUnavailableError
+from ..errors import AesCoreError, AesCoreTypeError, AesCoreValueError, BackendUnavailableError
 
 cdef enum:
     _GIL_RELEASE_BYTES = 16384
@@ -169,7 +169,7 @@ def seal_many(ikm, derived_size, segment_size, plaintexts, associated_data, rand
         associated_data: bytes per item (the HKDF info; ``b""`` for none).
         randomness: ``len(plaintexts) * (derived_size + 7)`` bytes from the OS's CSPRNG: item i's salt and
             nonce prefix are its slice. Never reuse them.
-        isa: the AES-CTR path name (``aescore._aesni.get_isa()``).
+        isa: the AES-CTR path name (``aescore.ctr._aesni.get_isa()``).
 
     Returns:
         One ciphertext per item, or ``None`` for an item that would need segment number 2**32.

@@ -1,11 +1,11 @@
 # AES-GCM for the aesni backend (included by _aesni.pyx): argument checks, GIL release and exceptions over
-# aesni_gcm.c. The checks and messages are those of aescore._gcm (the pure-Python composition), so the shared
+# aesni_gcm.c. The checks and messages are those of aescore.gcm._composed (the pure-Python composition), so the shared
 # tests hold both to one contract.
 #
 # Path: the instance's or module's ISA setting (set_isa, KEYSTREAM_AESNI_ISA), lowered to the fastest path
 # not above it that also has the carry-less multiply GCM needs (PCLMULQDQ; VPCLMULQDQ for the VAES paths).
 
-from .errors import CounterOverflowError, InvalidTag
+from ..errors import CounterOverflowError, InvalidTag
 
 cdef unsigned _gcm_isas = ks_gcm_cpu_isas()
 cdef uint64_t _GCM_MAX_DATA = (<uint64_t>1 << 36) - 32
@@ -30,10 +30,7 @@ cdef int _get_associated(object value, Py_buffer *view) except -1:
     if value is None:
         return 0
     if isinstance(value, str) or not isinstance(value, (bytes, bytearray, memoryview)):
-        raise AesCoreTypeError(
-            "associated_data must be bytes-like (bytes, bytearray or memoryview) or None, "
-            f"got {type(value).__name__}"
-        )
+        raise AesCoreTypeError(_messages.not_bytes_like_or_none("associated_data", value))
     _get_readable("associated_data", value, view)
     return 1
 
@@ -42,13 +39,13 @@ cdef int _copy_nonce(object nonce, uint8_t *target) except -1:
     cdef Py_buffer view
     if type(nonce) is bytes:
         if PyBytes_GET_SIZE(nonce) != KS_GCM_NONCE_SIZE:
-            raise AesCoreValueError(f"nonce must be 12 bytes long, got {PyBytes_GET_SIZE(nonce)} bytes")
+            raise AesCoreValueError(_messages.wrong_length("nonce", KS_GCM_NONCE_SIZE, PyBytes_GET_SIZE(nonce)))
         memcpy(target, PyBytes_AS_STRING(nonce), KS_GCM_NONCE_SIZE)
         return 0
     _get_readable("nonce", nonce, &view)
     try:
         if view.len != KS_GCM_NONCE_SIZE:
-            raise AesCoreValueError(f"nonce must be 12 bytes long, got {view.len} bytes")
+            raise AesCoreValueError(_messages.wrong_length("nonce", KS_GCM_NONCE_SIZE, view.len))
         memcpy(target, view.buf, KS_GCM_NONCE_SIZE)
     finally:
         PyBuffer_Release(&view)
@@ -138,17 +135,14 @@ cdef class AesniGcmKey:
                 _get_writable(out, &out_view)
                 have_out = True
             if <uint64_t>length > _GCM_MAX_DATA:
-                raise CounterOverflowError(
-                    f"data must be at most 2**36 - 32 bytes (GCM's 32-bit block counter), got {length} bytes"
-                )
+                raise CounterOverflowError(_messages.too_long_for_gcm("data", "2**36 - 32", length))
             if out is None:
                 result = PyBytes_FromStringAndSize(NULL, length + KS_GCM_TAG_SIZE)
                 dst = <uint8_t *>PyBytes_AS_STRING(result)
             else:
                 if out_view.len < length + KS_GCM_TAG_SIZE:
                     raise AesCoreValueError(
-                        f"out must hold at least {length + KS_GCM_TAG_SIZE} bytes (len(data) + 16), "
-                        f"got {out_view.len}"
+                        _messages.out_too_small("out", length + KS_GCM_TAG_SIZE, "len(data) + 16", out_view.len)
                     )
                 dst = <uint8_t *>out_view.buf
                 if dst != src and dst < src + length and src < dst + length + KS_GCM_TAG_SIZE:
@@ -210,14 +204,11 @@ cdef class AesniGcmKey:
                 _get_writable(out, &out_view)
                 have_out = True
             if total > KS_GCM_TAG_SIZE and <uint64_t>(total - KS_GCM_TAG_SIZE) > _GCM_MAX_DATA:
-                raise CounterOverflowError(
-                    "ciphertext_and_tag must be at most 2**36 - 16 bytes (GCM's 32-bit block counter), "
-                    f"got {total} bytes"
-                )
+                raise CounterOverflowError(_messages.too_long_for_gcm("ciphertext_and_tag", "2**36 - 16", total))
             length = total - KS_GCM_TAG_SIZE if total >= KS_GCM_TAG_SIZE else 0
             if out is not None and out_view.len < length:
                 raise AesCoreValueError(
-                    f"out must hold at least {length} bytes (len(ciphertext_and_tag) - 16), got {out_view.len}"
+                    _messages.out_too_small("out", length, "len(ciphertext_and_tag) - 16", out_view.len)
                 )
             if total < KS_GCM_TAG_SIZE:
                 raise InvalidTag("authentication failed: the tag does not match")
@@ -266,7 +257,7 @@ cdef AesniGcmKey _make_gcm_key(object key, ks_isa isa):
     _get_readable("key", key, &view)
     try:
         if view.len != 16 and view.len != 24 and view.len != 32:
-            raise AesCoreValueError(f"key must be 16, 24 or 32 bytes long, got {view.len} bytes")
+            raise AesCoreValueError(_messages.wrong_key_length(view.len))
         status = ks_gcm_init(<const uint8_t *>view.buf, <size_t>view.len, &prepared._key)
     finally:
         PyBuffer_Release(&view)
@@ -297,7 +288,7 @@ cdef class AesniGhash:
         _get_readable("hash_key", hash_key, &view)
         try:
             if view.len != 16:
-                raise AesCoreValueError(f"hash_key must be 16 bytes long, got {view.len} bytes")
+                raise AesCoreValueError(_messages.wrong_length("hash_key", 16, view.len))
             status = ks_ghash_init(<const uint8_t *>view.buf, &self._key)
         finally:
             PyBuffer_Release(&view)

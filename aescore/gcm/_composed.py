@@ -18,15 +18,25 @@ import hmac
 from collections.abc import Callable
 from typing import Protocol
 
-from ._interface import Backend, BytesLike, GcmKey
-from ._validate import as_readable, as_writable, check_key
-from .errors import AesCoreTypeError, AesCoreValueError, CounterOverflowError, InvalidTag
+from .._keys import ExpandedKey, GcmKey
+from .._validate import (
+    BytesLike,
+    as_readable,
+    as_writable,
+    check_key,
+    not_bytes_like_or_none,
+    out_too_small,
+    too_long_for_gcm,
+    wrong_length,
+)
+from ..errors import AesCoreTypeError, AesCoreValueError, CounterOverflowError, InvalidTag
 
 __all__ = [
     "MAX_DATA_BYTES",
     "NONCE_SIZE",
     "TAG_SIZE",
     "ComposedGcmKey",
+    "CtrCore",
     "Ghash",
     "check_associated_data",
     "check_data_length",
@@ -42,6 +52,34 @@ _J0_SUFFIX = b"\x00\x00\x00\x01"
 _ZERO_BLOCK = bytes(16)
 
 
+class CtrCore(Protocol):
+    """What the composition needs of a backend: its name, key expansion and AES-CTR.
+
+    A protocol rather than :class:`aescore.Backend` itself, so this module does not import the interface
+    that offers it as the default ``gcm_key`` (the interface imports this module).
+    """
+
+    @property
+    def name(self) -> str:
+        """The backend's name (``GcmKey.backend_name``)."""
+        ...
+
+    def expand_key(self, key: BytesLike) -> ExpandedKey:
+        """Expand an AES key."""
+        ...
+
+    def ctr_xor(
+        self,
+        expanded_key: ExpandedKey,
+        initial_counter: BytesLike,
+        data: BytesLike,
+        offset: int = 0,
+        out: bytearray | memoryview | None = None,
+    ) -> bytes | None:
+        """AES-CTR from ``initial_counter``; see :meth:`aescore.Backend.ctr_xor`."""
+        ...
+
+
 class Ghash(Protocol):
     """A GHASH implementation for one hash key."""
 
@@ -54,7 +92,7 @@ def check_nonce(nonce: object) -> bytes:
     """Return the nonce as bytes, or raise ``TypeError``/``ValueError`` naming ``nonce``."""
     view = as_readable("nonce", nonce)
     if len(view) != NONCE_SIZE:
-        raise AesCoreValueError(f"nonce must be {NONCE_SIZE} bytes long, got {len(view)} bytes")
+        raise AesCoreValueError(wrong_length("nonce", NONCE_SIZE, len(view)))
     return bytes(view)
 
 
@@ -65,26 +103,21 @@ def check_associated_data(associated_data: object) -> memoryview:
     try:
         return as_readable("associated_data", associated_data)
     except AesCoreTypeError:
-        raise AesCoreTypeError(
-            "associated_data must be bytes-like (bytes, bytearray or memoryview) or None, "
-            f"got {type(associated_data).__name__}"
-        ) from None
+        raise AesCoreTypeError(not_bytes_like_or_none("associated_data", associated_data)) from None
 
 
 def check_data_length(name: str, length: int, tag_bytes: int = 0) -> None:
     """Raise :class:`~aescore.CounterOverflowError` if ``length - tag_bytes`` exceeds GCM's limit."""
     if length - tag_bytes > MAX_DATA_BYTES:
         limit = "2**36 - 32" if tag_bytes == 0 else "2**36 - 16"
-        raise CounterOverflowError(
-            f"{name} must be at most {limit} bytes (GCM's 32-bit block counter), got {length} bytes"
-        )
+        raise CounterOverflowError(too_long_for_gcm(name, limit, length))
 
 
 def check_out(out: object, needed: int, what: str) -> memoryview:
     """Return a writable view of ``out`` holding at least ``needed`` bytes (``what`` explains the size)."""
     view = as_writable("out", out, 0)
     if len(view) < needed:
-        raise AesCoreValueError(f"out must hold at least {needed} bytes ({what}), got {len(view)}")
+        raise AesCoreValueError(out_too_small("out", needed, what, len(view)))
     return view
 
 
@@ -112,7 +145,7 @@ class ComposedGcmKey(GcmKey):
 
     __slots__ = ("_backend", "_expanded_key", "_ghash", "_key_size")
 
-    def __init__(self, backend: Backend, key: BytesLike, ghash: Callable[[bytes], Ghash]) -> None:
+    def __init__(self, backend: CtrCore, key: BytesLike, ghash: Callable[[bytes], Ghash]) -> None:
         material = check_key(key)
         self._backend = backend
         self._key_size = len(material)

@@ -28,8 +28,9 @@ from cpython.long cimport PyLong_AsUnsignedLongLong
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
-from ._interface import Backend, ExpandedKey, GcmKey
-from .errors import AesCoreError, AesCoreTypeError, AesCoreValueError, BackendUnavailableError
+from .._interface import Backend, ExpandedKey, GcmKey
+from .. import _validate as _messages
+from ..errors import AesCoreError, AesCoreTypeError, AesCoreValueError, BackendUnavailableError
 
 cdef enum:
     _GIL_RELEASE_BYTES = 8192
@@ -166,9 +167,9 @@ del _isa_name, _threads_setting
 
 cdef int _raise_status(ks_status status) except -1:
     if status == KS_ERR_KEY_SIZE:
-        raise AesCoreValueError("key must be 16, 24 or 32 bytes long")
+        raise AesCoreValueError("key must be 16, 24 or 32 bytes long")  # the C core's own check
     if status == KS_ERR_RANGE:
-        raise AesCoreValueError("offset + len(data) must not exceed 2**64 bytes of keystream")
+        raise AesCoreValueError(_messages.PAST_STREAM_END)
     if status == KS_ERR_ISA:
         raise BackendUnavailableError("the selected AES-NI/VAES path is not supported by this CPU")
     if status == KS_ERR_KEY_STATE:
@@ -178,13 +179,11 @@ cdef int _raise_status(ks_status status) except -1:
 
 cdef int _get_readable(str name, object value, Py_buffer *view) except -1:
     if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise AesCoreTypeError(
-            f"{name} must be bytes-like (bytes, bytearray or memoryview), got {type(value).__name__}"
-        )
+        raise AesCoreTypeError(_messages.not_bytes_like(name, value))
     try:
         PyObject_GetBuffer(value, view, PyBUF_C_CONTIGUOUS)
     except BufferError as exc:
-        raise AesCoreValueError(f"{name} must be a C-contiguous buffer") from exc
+        raise AesCoreValueError(_messages.not_contiguous(name)) from exc
     return 0
 
 
@@ -193,16 +192,13 @@ cdef int _get_writable(object value, Py_buffer *view) except -1:
         PyObject_GetBuffer(value, view, PyBUF_WRITABLE)
         return 0
     if not isinstance(value, (bytearray, memoryview)):
-        raise AesCoreTypeError(
-            "out must be a writable bytes-like object (bytearray or writable memoryview), "
-            f"got {type(value).__name__}"
-        )
+        raise AesCoreTypeError(_messages.not_writable_type("out", value))
     if isinstance(value, memoryview) and value.readonly:
-        raise AesCoreTypeError("out must be writable, got a read-only buffer")
+        raise AesCoreTypeError(_messages.read_only("out"))
     try:
         PyObject_GetBuffer(value, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
     except BufferError as exc:
-        raise AesCoreValueError("out must be a C-contiguous buffer") from exc
+        raise AesCoreValueError(_messages.not_contiguous("out")) from exc
     return 0
 
 
@@ -299,7 +295,7 @@ cdef ks_status _ctr_xor_threads(const ks_aes_key *key, ks_isa isa, const uint8_t
     return status
 
 
-include "_aesni_gcm.pxi"
+include "../gcm/_aesni_gcm.pxi"
 
 
 @cython.final
@@ -353,6 +349,7 @@ cdef class AesniBackend:
     key_sizes = (16, 24, 32)
     constant_time = True
     runs_inline = True  # tens of microseconds per MiB with the GIL released: fine on an event loop
+    supports_async = False  # ctr_xor_async only runs ctr_xor: nothing to overlap with the loop
 
     cdef ks_isa _isa
     cdef int _threads
@@ -379,14 +376,14 @@ cdef class AesniBackend:
             pointer = <const uint8_t *>PyBytes_AS_STRING(key)
             length = PyBytes_GET_SIZE(key)
             if length != 16 and length != 24 and length != 32:
-                raise AesCoreValueError(f"key must be 16, 24 or 32 bytes long, got {length} bytes")
+                raise AesCoreValueError(_messages.wrong_key_length(length))
             expanded = AesniExpandedKey.__new__(AesniExpandedKey)
             status = ks_expand_key(pointer, <size_t>length, &expanded._key)
         else:
             _get_readable("key", key, &view)
             try:
                 if view.len != 16 and view.len != 24 and view.len != 32:
-                    raise AesCoreValueError(f"key must be 16, 24 or 32 bytes long, got {view.len} bytes")
+                    raise AesCoreValueError(_messages.wrong_key_length(view.len))
                 expanded = AesniExpandedKey.__new__(AesniExpandedKey)
                 status = ks_expand_key(<const uint8_t *>view.buf, <size_t>view.len, &expanded._key)
             finally:
@@ -419,22 +416,20 @@ cdef class AesniBackend:
         cdef object scratch = None
         cdef AesniExpandedKey key
         if type(expanded_key) is not AesniExpandedKey:
-            raise AesCoreTypeError(
-                f"expanded_key must come from the 'aesni' backend's expand_key, got {type(expanded_key).__name__}"
-            )
+            raise AesCoreTypeError(_messages.foreign_key("expanded_key", "aesni", expanded_key))
         key = <AesniExpandedKey>expanded_key
         try:
             if type(initial_counter) is bytes:
                 if PyBytes_GET_SIZE(initial_counter) != 16:
                     raise AesCoreValueError(
-                        f"initial_counter must be 16 bytes long, got {PyBytes_GET_SIZE(initial_counter)} bytes"
+                        _messages.wrong_length("initial_counter", 16, PyBytes_GET_SIZE(initial_counter))
                     )
                 memcpy(counter, PyBytes_AS_STRING(initial_counter), 16)
             else:
                 _get_readable("initial_counter", initial_counter, &counter_view)
                 have_counter_view = True
                 if counter_view.len != 16:
-                    raise AesCoreValueError(f"initial_counter must be 16 bytes long, got {counter_view.len} bytes")
+                    raise AesCoreValueError(_messages.wrong_length("initial_counter", 16, counter_view.len))
                 memcpy(counter, counter_view.buf, 16)
             if type(data) is bytes:
                 src = <const uint8_t *>PyBytes_AS_STRING(data)
@@ -448,11 +443,11 @@ cdef class AesniBackend:
                 try:
                     position = PyLong_AsUnsignedLongLong(offset)
                 except OverflowError:
-                    raise AesCoreValueError(f"offset must be between 0 and 2**64-1, got {offset}") from None
+                    raise AesCoreValueError(_messages.offset_out_of_range(offset)) from None
             else:
-                raise AesCoreTypeError(f"offset must be an int, got {type(offset).__name__}")
+                raise AesCoreTypeError(_messages.offset_not_int(offset))
             if position != 0 and <uint64_t>length > <uint64_t>0 - position:
-                raise AesCoreValueError("offset + len(data) must not exceed 2**64 bytes of keystream")
+                raise AesCoreValueError(_messages.PAST_STREAM_END)
             if out is None:
                 result = PyBytes_FromStringAndSize(NULL, length)
                 dst = <uint8_t *>PyBytes_AS_STRING(result)
@@ -460,9 +455,7 @@ cdef class AesniBackend:
                 _get_writable(out, &out_view)
                 have_out_view = True
                 if out_view.len < length:
-                    raise AesCoreValueError(
-                        f"out must hold at least {length} bytes (len(data)), got {out_view.len}"
-                    )
+                    raise AesCoreValueError(_messages.out_too_small("out", length, "len(data)", out_view.len))
                 dst = <uint8_t *>out_view.buf
                 if dst != src and dst < src + length and src < dst + length:
                     # Partial overlap: the vector loop would read bytes it already wrote. Rare; go through a
@@ -492,6 +485,19 @@ cdef class AesniBackend:
                 PyBuffer_Release(&data_view)
             if have_out_view:
                 PyBuffer_Release(&out_view)
+
+    async def ctr_xor_async(self, expanded_key, initial_counter, data, offset=0):
+        """:meth:`ctr_xor` in the calling coroutine (see :meth:`aescore.Backend.ctr_xor_async`)."""
+        return self.ctr_xor(expanded_key, initial_counter, data, offset)
+
+    def sealed_batch(self):
+        """The native sealed-format core on this instance's AES path, or ``None`` when it cannot run here.
+
+        See :meth:`aescore.Backend.sealed_batch`.
+        """
+        from ..sealing._native import native_sealed_batch
+
+        return native_sealed_batch(_NAME_BY_ISA.get(self._isa if self._isa != KS_ISA_NONE else _isa, "none"))
 
     def gcm_key(self, key):
         """Prepare a 16, 24 or 32-byte key for AES-GCM: round keys and H^1..H^16, once per key.

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from itertools import repeat
 
-from . import _python_bulk
-from ._interface import Backend, BytesLike, ExpandedKey
-from ._validate import (
+from .._interface import Backend, BytesLike, ExpandedKey
+from .._validate import (
     BLOCK_SIZE,
     as_readable,
     as_writable,
@@ -35,8 +34,10 @@ from ._validate import (
     check_key,
     check_length,
     check_offset,
+    foreign_key,
 )
-from .errors import AesCoreTypeError
+from ..errors import AesCoreTypeError
+from . import _python_bulk
 
 __all__ = ["PythonBackend", "PythonExpandedKey"]
 
@@ -355,10 +356,7 @@ class PythonBackend(Backend):
                 ``out``.
         """
         if not isinstance(expanded_key, PythonExpandedKey):
-            raise AesCoreTypeError(
-                "expanded_key must come from the 'python' backend's expand_key, "
-                f"got {type(expanded_key).__name__}"
-            )
+            raise AesCoreTypeError(foreign_key("expanded_key", "python", expanded_key))
         counter = int.from_bytes(check_counter(initial_counter), "big")
         view = as_readable("data", data)
         offset = check_offset(offset)
