@@ -6,7 +6,9 @@ Exit codes (stable; scripts may rely on them):
  0    success (``serve``: a normal shutdown; ``keystore copy``: DST holds every key and token of SRC)
  1    ``keystore copy``: DST has keys or tokens that differ from SRC's, a version does not unwrap, or a
       database cannot serve (nothing was copied); ``audit verify``: a line was changed, removed or
-      reordered, or a remembered head is missing
+      reordered, or a remembered head is missing; ``operator migrate-seal``: a secret does not unwrap or a
+      share is refused (nothing written); ``operator rotate-master``: another rotation holds the lease, a
+      share is refused or a version does not unwrap (every secret stays readable; run it again to resume)
  2    usage error: bad flags or arguments, bad ``KEYSTREAM_*`` settings, or a start ``serve`` refuses
       (master key open to other users or not matching the keystore, a seal that cannot be opened: library,
       token, PIN or key missing or wrong, a keystore from a newer release, an unusable TLS file, the

@@ -220,17 +220,33 @@ class Pkcs11Seal(Seal):
     def _encrypt(
         self, key: Any, generation: int, plaintext: bytes | memoryview, associated_data: bytes
     ) -> bytes:
-        """``header | iv | ciphertext | tag`` by token key ``key`` of ``generation``."""
-        data = bytes(plaintext)
+        """``header | iv | ciphertext | tag`` by token key ``key`` of ``generation``.
+
+        The plaintext (key material, often from locked memory) reaches the token through a ``bytearray``
+        zeroed as soon as the call returns. python-pkcs11's public ``encrypt`` takes ``bytes`` only (any other
+        object is read as an iterable of chunks), and a ``bytes`` copy of a key version would linger in freed
+        memory; its one-shot ``_encrypt``, which ``encrypt`` calls for ``bytes``, takes any buffer it can
+        pass to ``C_Encrypt`` as a pointer. A library without it gets the ``bytes`` copy.
+        """
+        data = bytearray(plaintext)
         header = v2_header(self.kind, generation)
         iv = os.urandom(NONCE_SIZE)
 
         def encrypt(binding: Any) -> bytes:
             params = binding.GCMParams(iv, header + associated_data, _TAG_BITS)
-            sealed: bytes = key.encrypt(data, mechanism=binding.Mechanism.AES_GCM, mechanism_param=params)
+            one_shot = getattr(key, "_encrypt", None)
+            if one_shot is None:
+                copied: bytes = key.encrypt(
+                    bytes(data), mechanism=binding.Mechanism.AES_GCM, mechanism_param=params
+                )
+                return copied
+            sealed: bytes = one_shot(data, mechanism=binding.Mechanism.AES_GCM, mechanism_param=params)
             return sealed
 
-        return header + iv + self._call(encrypt)
+        try:
+            return header + iv + self._call(encrypt)
+        finally:
+            data[:] = bytes(len(data))
 
     def _decrypt(self, key: Any, generation: int, blob: bytes, associated_data: bytes) -> bytes:
         """Open a blob of this kind and ``generation`` with token key ``key``."""
@@ -256,7 +272,8 @@ class Pkcs11Seal(Seal):
     def wrap(self, plaintext: bytes | memoryview, associated_data: bytes) -> bytes:
         """AES-256-GCM in the token: ``header | iv | ciphertext | tag``; the header is associated data.
 
-        python-pkcs11 takes ``bytes`` only: key material from locked memory is copied into one for the call.
+        Key material from locked memory is copied into a ``bytearray`` for the call and zeroed right after
+        (see :meth:`_encrypt`).
         """
         return self._encrypt(self._key, self.generation, plaintext, associated_data)
 

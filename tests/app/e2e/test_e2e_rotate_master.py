@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -25,7 +26,7 @@ import pytest
 from app.keystore import KeyStore, open_keystore
 from app.seal import BlobOrigin, FileSeal, blob_origin
 from bench.service_process import MASTER_KEY, ROOT_TOKEN, Server, start_server, started_servers, stop_server
-from keystream_client import KeystreamAPIError, KeystreamClient
+from keystream_client import AsyncKeystreamClient, KeystreamAPIError, KeystreamClient, MasterRotation
 from tests.app.e2e.test_e2e_shamir import call, init, keystream_cli, unseal, wait_for_workers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -163,6 +164,17 @@ def test_two_workers_serve_during_a_rotation_and_both_wrap_under_the_new_generat
         store.close()
 
 
+async def rotate_async(server: Server) -> tuple[MasterRotation, MasterRotation]:
+    """The async client's ``rotate_master`` and, once it finished, ``master_rotation``."""
+    async with AsyncKeystreamClient(server.url, ROOT_TOKEN) as client:
+        started = await client.rotate_master(batch_size=2)
+        status = await client.master_rotation()
+        while status.rotating:
+            await asyncio.sleep(0.2)
+            status = await client.master_rotation()
+        return started, status
+
+
 def test_a_replica_that_did_not_rotate_uses_the_new_generations(tmp_path: Path, pg_url: str) -> None:
     with started_servers(2, tmp_path / "data", tmp_path, KEYSTREAM_DATABASE_URL=pg_url) as (first, second):
         assert call(first, "POST", "/v1/keys", json={"name": "seen"}).status_code == 201
@@ -171,9 +183,14 @@ def test_a_replica_that_did_not_rotate_uses_the_new_generations(tmp_path: Path, 
         for generation in (2, 3):
             assert call(first, "POST", "/v1/keys", json={"name": f"unseen-{generation}"}).status_code == 201
             made |= encrypt_each(first, [f"unseen-{generation}"])
-            with KeystreamClient(first.url, ROOT_TOKEN) as client:
-                assert client.rotate_master().generation == generation
-                wait_finished(client, generation)
+            if generation == 2:
+                with KeystreamClient(first.url, ROOT_TOKEN) as client:
+                    assert client.rotate_master().generation == generation
+                    wait_finished(client, generation)
+            else:
+                started, finished = asyncio.run(asyncio.wait_for(rotate_async(first), 60))
+                assert (started.generation, started.rotating) == (3, True)
+                assert (finished.generation, finished.rotating, finished.rewrapped) == (3, False, 4)
             decrypt_each(second, made)  # blobs of the new generation, unwrapped by the other replica
             rotated = call(second, "POST", "/v1/keys/seen/rotate")
             assert rotated.status_code == 200, rotated.text

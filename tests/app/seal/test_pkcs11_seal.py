@@ -11,6 +11,7 @@ import pytest
 from pkcs11 import Attribute, KeyType
 
 from app.audit import audit_keys_for
+from app.core.secret_memory import secret_copy
 from app.keystore import MasterKeyError, SqliteKeyStore
 from app.keystore.master import CHECK_ASSOCIATED_DATA, KeyUnwrapError, unwrap_key_material, wrap_key_material
 from app.seal import FileSeal, SealError, SealUnwrapError, blob_origin
@@ -41,6 +42,34 @@ def test_the_key_is_made_in_the_token_and_never_leaves_it(token: SoftHsmToken) -
     again = open_seal(token)
     assert not again.created_key
     assert again.unwrap(blob, b"keystream:key:orders:1") == b"material"
+
+
+def test_a_wrap_hands_the_token_a_copy_it_zeroes(
+    token: SoftHsmToken, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Key material reaches C_Encrypt through a bytearray zeroed after the call, never a bytes copy (which
+    would linger in freed memory); the blob still unwraps to the material."""
+    seal = open_seal(token, create_key=True)
+    given: list[tuple[object, bytes]] = []
+    key_class = type(seal._key)
+    original = key_class._encrypt
+
+    def spy(self: object, data: bytearray, **kwargs: object) -> bytes:
+        given.append((data, bytes(data)))
+        result: bytes = original(self, data, **kwargs)
+        return result
+
+    monkeypatch.setattr(key_class, "_encrypt", spy)
+    material = secret_copy(os.urandom(32)).readonly()
+    blob = seal.wrap(material, b"ad")
+    monkeypatch.undo()
+    try:
+        [(data, seen)] = given
+        assert isinstance(data, bytearray) and seen == material
+        assert data == bytearray(32)
+        assert seal.unwrap(blob, b"ad") == material
+    finally:
+        seal.close()
 
 
 def test_blobs_name_the_seal_and_bind_header_and_associated_data(token: SoftHsmToken) -> None:

@@ -69,7 +69,9 @@ def test_pkcs11_rotation_uses_token_keys_and_destroys_retired_ones(
     tmp_path: Path,
     backing: str | None,
 ) -> None:
-    seal = Pkcs11Seal(str(token.library), token.label, token.pin, "keystream-master", create_key=True)
+    Pkcs11Seal(str(token.library), token.label, token.pin, "keystream-master", create_key=True).close()
+    # As a server opens it: a read-only session (generations are made in a read-write one of their own).
+    seal = Pkcs11Seal(str(token.library), token.label, token.pin, "keystream-master")
     store = open_store(seal, tmp_path / "data", backing)
     try:
         for name in ("orders", "invoices"):

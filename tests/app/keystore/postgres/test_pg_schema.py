@@ -11,6 +11,8 @@ import psycopg
 import pytest
 
 from app.keystore import KeystoreSchemaError, MasterKeyError, Migration, TokenRecord
+from app.keystore.generations import MasterRotation
+from app.keystore.master import wrap_key_material
 from app.keystore.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresKeyStore
 from tests.pg_cluster import PgCluster
 
@@ -230,3 +232,39 @@ def test_a_replica_with_another_master_key_refuses_to_start(pg_url: str, master_
         PostgresKeyStore(pg_url, secrets.token_bytes(32))
     assert "database 'postgres' on 127.0.0.1:" in str(caught.value)
     assert raw.execute("SELECT value FROM meta").fetchall() == before  # the check value was not replaced
+
+
+def test_migration_6_starts_at_generation_1_and_lets_the_log_record_rotations(
+    pg_cluster: PgCluster, master_key: bytes
+) -> None:
+    url = pg_cluster.new_database()
+    PostgresKeyStore(url, master_key, migrations=MIGRATIONS[:5]).close()
+    material = secrets.token_bytes(32)
+    with psycopg.connect(url, autocommit=True) as conn:  # as a release before schema version 6 stored a key
+        conn.execute(
+            "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+            "latest_version, imported, created_at, updated_at) "
+            "VALUES ('old', 'aes256', 4096, false, 1, 1, true, now(), now())"
+        )
+        conn.execute(
+            "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES ('old', 1, %s, now())",
+            (wrap_key_material(master_key, "old", 1, material),),
+        )
+        with pytest.raises(psycopg.errors.CheckViolation):  # version 5 has no master_key_rotated kind
+            conn.execute("INSERT INTO key_changes (kind, at) VALUES ('master_key_rotated', now())")
+    store = PostgresKeyStore(url, master_key)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION == 6
+        status = store.master_rotation_status()
+        assert (status.generation, status.rotating, status.rewrapped) == (1, False, 0)
+        start = store.changes_since(1 << 62).latest
+        rotation = MasterRotation(store)
+        rotation.begin()
+        rotation.run()
+        changes = store.changes_since(start).changes
+        assert [(c.kind, c.key_name, c.token_id) for c in changes] == [("master_key_rotated", None, None)] * 2
+        assert bytes(store.key_material("old", 1)) == material
+        with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("INSERT INTO key_changes (kind, at) VALUES ('key_created', now())")  # names nothing
+    finally:
+        store.close()

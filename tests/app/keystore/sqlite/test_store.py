@@ -34,6 +34,8 @@ from app.keystore import (
     TokenRecord,
     open_keystore,
 )
+from app.keystore.generations import MasterRotation
+from app.keystore.master import wrap_key_material
 from app.keystore.sqlite import MIGRATIONS, Migration
 
 
@@ -626,3 +628,44 @@ def test_unavailable_errors_do_not_name_the_file(
     with pytest.raises(ServiceUnavailableError) as opened:
         SqliteKeyStore(bad / "keystore.db", master_key)
     assert str(bad) not in opened.value.message
+
+
+def test_migration_6_starts_at_generation_1_and_keeps_the_change_log(
+    data_dir: Path, master_key: bytes
+) -> None:
+    path = data_dir / "keystore.db"
+    data_dir.mkdir(mode=0o700)
+    material = secrets.token_bytes(32)
+    with contextlib.closing(SqliteKeyStore(path, master_key, migrations=MIGRATIONS[:5])) as old:
+        now = "2026-01-01T00:00:00.000000+00:00"
+        with raw_connection(old) as conn:  # as a release before schema version 6 stored a key
+            conn.execute(
+                "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+                "latest_version, imported, created_at, updated_at) "
+                "VALUES ('old', 'aes256', 4096, 0, 1, 1, 1, ?, ?)",
+                (now, now),
+            )
+            conn.execute(
+                "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES ('old', 1, ?, ?)",
+                (wrap_key_material(master_key, "old", 1, material), now),
+            )
+            for _ in range(3):
+                conn.execute(
+                    "INSERT INTO key_changes (kind, key_name, at) VALUES ('key_created', 'old', ?)", (now,)
+                )
+            conn.execute("DELETE FROM key_changes WHERE seq = 3")  # the counter (3) is above every row now
+    with contextlib.closing(SqliteKeyStore(path, master_key)) as store:
+        assert store.schema_version() == SCHEMA_VERSION == 6
+        status = store.master_rotation_status()
+        assert (status.generation, status.rotating, status.rewrapped) == (1, False, 0)
+        assert [change.seq for change in store.changes_since(0).changes] == [1, 2]
+        rotation = MasterRotation(store)
+        rotation.begin()
+        rotation.run()
+        assert [(c.seq, c.kind, c.key_name) for c in store.changes_since(2).changes] == [
+            (4, "master_key_rotated", None),  # numbers go on above the old counter
+            (5, "master_key_rotated", None),
+        ]
+        assert bytes(store.key_material("old", 1)) == material
+        with raw_connection(store) as conn, pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("INSERT INTO key_changes (kind, at) VALUES ('key_created', 'x')")
