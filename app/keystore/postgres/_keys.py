@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import KeyNotFoundError
 
-from ..base import KeyExport, KeyInfo, KeyVersionInfo, utc_now
+from ..records import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from ..tombstones import recently_deleted
 
 if TYPE_CHECKING:

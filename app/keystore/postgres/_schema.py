@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 from app.seal import Seal
 
-from ..base import utc_now
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 from ..master import SEAL_ROWS, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
+from ..records import utc_now
 from ._changes import CHANGE_KINDS, MASTER_KEY_ROTATED
 
 if TYPE_CHECKING:

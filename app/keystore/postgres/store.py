@@ -29,7 +29,7 @@ from app.seal import Seal
 from app.seal.keyring import Keyring, KeyringState
 
 from .. import generations
-from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord, utc_now
+from ..base import KeyStore
 from ..changes import Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
@@ -57,6 +57,7 @@ from ..master import (
     wrap_key_material,
 )
 from ..migrations import Migration
+from ..records import KeyExport, KeyInfo, TokenRecord, utc_now
 from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
