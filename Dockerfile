@@ -67,7 +67,7 @@ RUN set -eux; \
     /opt/keystream/venv/bin/pip install --require-hashes -r "requirements/image${EXTRAS:+-$EXTRAS}.txt"; \
     /opt/keystream/venv/bin/pip install --no-deps "$wheel"; \
     /opt/keystream/venv/bin/pip check; \
-    cd / && /opt/keystream/venv/bin/python -c 'import aescore._aesni'; \
+    cd / && /opt/keystream/venv/bin/python -c 'import aescore.ctr._aesni'; \
     /opt/keystream/venv/bin/pip uninstall -y setuptools pip
 
 # --- runtime --------------------------------------------------------------------------------------------

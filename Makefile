@@ -9,8 +9,8 @@ CLIENT := clients/python
 RUN_STAMP := $(VENV)/.run-stamp
 STAMP  := $(VENV)/.installed-stamp
 # What the editable install compiles (it builds the extension in place, in an isolated build environment);
-# the .c files Cython generates (aescore/_*.c) are outputs, not sources: a build must not make `make run` reinstall.
-EXTENSION_SOURCES := $(filter-out aescore/_%.c,$(wildcard aescore/*.pyx aescore/*.pxd aescore/*.c aescore/*.h))
+# the .c files Cython generates (aescore/*/_*.c) are outputs, not sources: a build must not make `make run` reinstall.
+EXTENSION_SOURCES := $(filter-out aescore/%/_%.c,$(wildcard $(addprefix aescore/*/*.,pyx pxd pxi c h)))
 BENCH_ARGS ?=
 
 .PHONY: test run build lint typecheck unit audit lock asan bench bench-aescore report load docker-test tools clean \
@@ -162,4 +162,4 @@ bench-aescore: build
 	$(PY) -m bench.bench_aescore
 
 clean:
-	rm -rf build $(VENV) aescore/_aesni.c aescore/_aesni*.so aescore/_pyaes_fast.c aescore/_pyaes_fast*.so aescore/_sealed.c aescore/_sealed*.so .mypy_cache .pytest_cache .ruff_cache
+	rm -rf build $(VENV) aescore/*/_*.c aescore/*/_*.so .mypy_cache .pytest_cache .ruff_cache

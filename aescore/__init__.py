@@ -42,7 +42,7 @@ from .errors import (
     InvalidTag,
     UnknownBackendError,
 )
-from .gcm import AesGcm
+from .gcm.aes_gcm import AesGcm
 from .stream import COUNTER_BITS, CtrStream
 
 __all__ = [

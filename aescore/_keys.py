@@ -1,8 +1,8 @@
 """The opaque key objects a backend hands out: an expanded AES key for CTR and a key prepared for GCM.
 
-They live apart from :mod:`aescore._interface` so that the GCM composition (:mod:`aescore._gcm`), which
-builds a :class:`GcmKey` from any backend's CTR, depends on them without depending on the backend interface
-that offers it as the default.
+They live apart from :mod:`aescore._interface` so that the GCM composition
+(:mod:`aescore.gcm._composed`), which builds a :class:`GcmKey` from any backend's CTR, depends on them
+without depending on the backend interface that offers it as the default.
 """
 
 from __future__ import annotations

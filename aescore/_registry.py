@@ -120,11 +120,11 @@ def get_backend(name: str | None = None) -> Backend:
 
 
 def _register_builtin() -> None:
-    from ._python import PythonBackend
+    from .ctr._python import PythonBackend
 
     register_backend("python", PythonBackend)
     try:
-        from . import _aesni
+        from .ctr import _aesni
     except ImportError as exc:
         register_backend("aesni", None, f"extension not built ({exc})")
         return

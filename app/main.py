@@ -25,20 +25,13 @@ from app.api.http_metrics import HttpMetricsMiddleware
 from app.api.limits import BodyLimitMiddleware
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
+from app.api.paths import BATCH_PATHS
 from app.api.routes import audit, batch, crypto, datakey, keys, ops, sys, tokens
 from app.api.state import close_state, open_state, wipe_secrets
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
 
 logger = logging.getLogger("keystream")
-
-
-#: Routes that read their JSON body by hand (bounded, decoded once); each route documents its body.
-BATCH_PATHS = (
-    "/v1/keys/{name}/encrypt/batch",
-    "/v1/keys/{name}/decrypt/batch",
-    "/v1/keys/{name}/rewrap/batch",
-)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -113,7 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if app.openapi_schema is None:
             state = getattr(app.state, "keystream", None)
             backends = list(state.backends.usable) if state is not None else list(KNOWN_BACKENDS)
-            app.openapi_schema = build_openapi(app, backends, BATCH_PATHS)
+            app.openapi_schema = build_openapi(app, backends, tuple(BATCH_PATHS.values()))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

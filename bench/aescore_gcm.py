@@ -37,7 +37,7 @@ PROBE_ITERATIONS = 20_000
 def _aesni() -> Any | None:
     if aescore.available_backends().get("aesni") is not None:
         return None
-    from aescore import _aesni
+    from aescore.ctr import _aesni
 
     return _aesni
 

@@ -19,7 +19,7 @@ from Crypto.Cipher import AES
 from Crypto.Util import Counter
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-import aescore._aesni as aesni
+import aescore.ctr._aesni as aesni
 
 KEY = b"\xa1\xf6%\x8c\x87}_\xcd\x89dHE8\xbf\xc9,"
 PLAINTEXT = b"This is a test. What could possibly go wrong? " * 500

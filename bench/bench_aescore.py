@@ -6,7 +6,7 @@ Cases (every figure is the median over many repetitions, each timing an auto-ran
 ``timeit`` does, all taken in the same run so the ratios compare like with like on a shared machine):
 
 * ``crypto_pyaes``: one iteration of pyperformance's crypto_pyaes benchmark: a new cipher (key expansion)
-  to encrypt the 23,000-byte text and another to decrypt it. aescore runs it through ``aescore.pyaes_compat``
+  to encrypt the 23,000-byte text and another to decrypt it. aescore runs it through ``aescore.compat.pyaes``
   (mode ``pyaes_compat``, the benchmark unchanged) and through the backend API (mode ``backend_api``).
 * ``throughput``: one call on ``size`` bytes with a key expanded (cipher created) beforehand, writing into a
   preallocated buffer (mode ``into``) or returning new bytes (mode ``bytes``). pyaes has no ``into``.
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import aescore
-from aescore import pyaes_compat
+from aescore.compat import pyaes as pyaes_compat
 
 from . import aescore_gcm
 
@@ -253,7 +253,7 @@ def run(quick: bool, progress: Callable[[str], None], sizes: tuple[int, ...] = S
             for library, (call, slow) in throughput_calls(size, mode).items():
                 record("throughput", library, size, mode, call, slow, size)
     if aescore.available_backends().get("aesni") is None:
-        from aescore._aesni import AesniBackend
+        from aescore.ctr._aesni import AesniBackend
 
         size = sizes[-1]
         data, out = bytes(size), bytearray(size)

@@ -29,11 +29,11 @@ from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from aescore import BackendUnavailableError, get_backend
-from aescore._gcm import ComposedGcmKey, Ghash
-from aescore._ghash import PythonGhash
 from aescore._interface import Backend, BytesLike, ExpandedKey, GcmKey
 from aescore._validate import as_readable, as_writable, check_counter, check_key, check_length, check_offset
 from aescore.errors import AesCoreTypeError
+from aescore.gcm._composed import ComposedGcmKey, Ghash
+from aescore.gcm._ghash import PythonGhash
 
 from .analysis import crossover_size, fit_linear
 from .device import Device, DeviceBusyError, Job, JobSpec
@@ -305,7 +305,7 @@ class HwsimBackend(Backend):
     def _host_ghash(self, hash_key: bytes) -> Ghash:
         inner: Ghash
         if self._core.name == "aesni":
-            from aescore._aesni import AesniGhash
+            from aescore.ctr._aesni import AesniGhash
 
             inner = AesniGhash(hash_key)
         else:

@@ -28,7 +28,6 @@ Routes add what only they know through :func:`note` (format, scheme, backend, as
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import time
 from typing import Any
@@ -36,7 +35,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import keystream_error_response
-from app.api.limits import BATCH_ROUTE, STREAMING_ROUTE
+from app.api.paths import PURE_ROUTE, V1
 from app.api.streaming import StreamAbortedError
 from app.audit import AuditKeys, AuditLog, AuditUnavailableError
 from app.core.token_format import parse_token
@@ -44,10 +43,6 @@ from app.core.token_format import parse_token
 #: Key in the ASGI ``scope["state"]`` under which the request's :class:`Exchange` lives.
 EXCHANGE = "keystream.audit"
 REQUEST_ID_HEADER = b"keystream-request-id"
-#: ``/v1`` POST routes without side effects besides their answer (held until recorded): no ``request`` line.
-PURE_ROUTE = re.compile(
-    rf"{STREAMING_ROUTE.pattern}|{BATCH_ROUTE.pattern}|/v1/keys/[^/]+/datakey|/v1/audit/hash"
-)
 
 
 _second: list[Any] = [-1, ""]  # the last whole second formatted, and its text
@@ -131,7 +126,7 @@ class AuditMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not scope["path"].startswith(V1):
             await self.app(scope, receive, send)
             return
         state = scope["app"].state.keystream

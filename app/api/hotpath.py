@@ -24,7 +24,7 @@ A batch request with a query string (``backend``, ``key_version``) goes through 
 validation then answers as before.
 
 While the server is **sealed** (a shamir seal awaiting its shares), :class:`KeystreamApp` answers every
-request but those of :data:`~app.api.routes.sys.OPEN_WHILE_SEALED` with 503 ``sealed`` and ``Retry-After``
+request but those of :data:`~app.api.paths.OPEN_WHILE_SEALED` with 503 ``sealed`` and ``Retry-After``
 before either shortcut or FastAPI's stack sees it, so no route that needs the master key runs.
 
 Everything else goes through FastAPI unchanged: other paths, other methods on these paths (405 with
@@ -37,7 +37,6 @@ from their FastAPI declarations.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable
 
@@ -53,19 +52,16 @@ from app.api.deps import require_json
 from app.api.errors import keystream_error_response, unexpected_error_response, validation_error_response
 from app.api.http_metrics import observe_request
 from app.api.limits import REPEATED_AUTHORIZATION, VERIFIED_PRINCIPAL, BodyLimitMiddleware
+from app.api.paths import BATCH_ROUTE, OPEN_WHILE_SEALED, SEALED_MESSAGE, STREAMING_ROUTE
 from app.api.routes import batch, crypto
-from app.api.routes.sys import OPEN_WHILE_SEALED
 from app.api.state import ServiceState
 from app.core.metrics import INFLIGHT_REQUESTS
 from app.errors import KeystreamError, SealedError
 from app.seal import Seal
 from app.services.security import Principal
 
-#: The two paths the shortcut serves (Starlette's ``{name}``: one path segment, at least one character).
-CRYPTO_PATH = re.compile(r"/v1/keys/(?P<name>[^/]+)/(?P<operation>encrypt|decrypt)")
-_ROUTES = {route.name: route for route in crypto.routes}
-#: The three batch paths the shortcut serves when the query string is empty.
-BATCH_PATH = re.compile(r"/v1/keys/(?P<name>[^/]+)/(?P<operation>encrypt|decrypt|rewrap)/batch")
+#: The two streaming routes the shortcut serves (rewrap goes through FastAPI), by operation.
+_ROUTES = {route.name: route for route in crypto.routes if route.name in ("encrypt", "decrypt")}
 _BATCH_ENDPOINTS: dict[str, Callable[..., Awaitable[Response]]] = {
     "encrypt": batch.encrypt_batch,
     "decrypt": batch.decrypt_batch,
@@ -78,8 +74,8 @@ _BATCH_ROUTES: dict[str, APIRoute] = {
     )
     for operation, endpoint in _BATCH_ENDPOINTS.items()
 }
-#: What every route but :data:`~app.api.routes.sys.OPEN_WHILE_SEALED` answers while the server is sealed.
-SEALED = SealedError("sealed: this server awaits its unseal shares (POST /v1/sys/unseal)")
+#: What every route but :data:`~app.api.paths.OPEN_WHILE_SEALED` answers while the server is sealed.
+SEALED = SealedError(SEALED_MESSAGE)
 #: Seconds between two checks whether an OpenTelemetry provider is configured.
 TELEMETRY_RECHECK_SECONDS = 1.0
 
@@ -102,20 +98,23 @@ class KeystreamApp(FastAPI):
             # Ahead of the shortcuts below and of FastAPI's stack: nothing that needs the key runs.
             await keystream_error_response(SEALED)(scope, receive, send)
             return
-        if scope["type"] == "http" and scope["method"] == "POST" and not self.root_path:
-            found = CRYPTO_PATH.fullmatch(scope["path"])
-            if found is not None and not scope.get("root_path") and not self._telemetry_on():
-                await serve_crypto(self, scope, receive, send, found["name"], found["operation"])
-                return
-            found = BATCH_PATH.fullmatch(scope["path"]) if found is None else None
-            if (
-                found is not None
-                and not scope.get("query_string")
-                and not scope.get("root_path")
-                and not self._telemetry_on()
-            ):
-                await serve_batch(self, scope, receive, send, found["name"], found["operation"])
-                return
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and not self.root_path
+            and not scope.get("root_path")
+        ):
+            path = scope["path"]
+            found = STREAMING_ROUTE.fullmatch(path)
+            if found is not None:
+                if found["operation"] in _ROUTES and not self._telemetry_on():
+                    await serve_crypto(self, scope, receive, send, found["name"], found["operation"])
+                    return
+            elif not scope.get("query_string"):
+                found = BATCH_ROUTE.fullmatch(path)
+                if found is not None and not self._telemetry_on():
+                    await serve_batch(self, scope, receive, send, found["name"], found["operation"])
+                    return
         await super().__call__(scope, receive, send)
 
     _telemetry_enabled = False
@@ -244,7 +243,7 @@ def batch_stack(state: ServiceState) -> ASGIApp:
 
 async def _batch_route(scope: Scope, receive: Receive, send: Send) -> None:
     """Where the router would be: the route and its path parameter in the scope, then the endpoint."""
-    found = BATCH_PATH.fullmatch(scope["path"])
+    found = BATCH_ROUTE.fullmatch(scope["path"])
     assert found is not None  # serve_batch serves only these paths
     name, operation = found["name"], found["operation"]
     route = _BATCH_ROUTES[operation]

@@ -26,12 +26,11 @@ Limits: the batch routes take ``batch_max_bytes``, every other ``/v1`` route ``m
 
 from __future__ import annotations
 
-import re
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response, keystream_error_response
 from app.api.params import is_ascii_integer
+from app.api.paths import BATCH_ROUTE, NO_TOKEN_PATHS, STREAMING_ROUTE, V1
 from app.api.state import ServiceState
 from app.errors import BadRequestError, KeystreamError
 from app.services.budget import ByteBudget, OverloadedError
@@ -40,21 +39,15 @@ from app.services.budget import ByteBudget, OverloadedError
 #: :class:`~app.services.security.Principal`, so the route's dependency does not verify it a second time.
 #: Only server code writes the scope; a client cannot set it.
 VERIFIED_PRINCIPAL = "keystream.principal"
-#: The streaming routes: they authenticate before reading and stream bodies of any size.
-STREAMING_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt|rewrap)")
-#: The batch routes: bounded by ``batch_max_bytes``.
-BATCH_ROUTE = re.compile(r"/v1/keys/[^/]+/(?:encrypt|decrypt|rewrap)/batch")
 #: The answer to a request with more than one ``Authorization`` header (any route).
 REPEATED_AUTHORIZATION = BadRequestError("more than one Authorization header: send exactly one bearer token")
 #: A batch body without Content-Length first reserves this much of the batch budget, then doubles it.
 CHUNKED_RESERVE = 1 << 20
-#: The ``/v1`` paths served without a token (see :mod:`app.api.routes.sys`).
-NO_TOKEN_PATHS = frozenset({"/v1/sys/seal-status", "/v1/sys/unseal"})
 
 
 def body_limit(path: str, json_limit: int, batch_limit: int) -> int | None:
     """The body limit of ``path``: ``None`` for paths the middleware leaves alone (not ``/v1``, streaming)."""
-    if not path.startswith("/v1/") or STREAMING_ROUTE.fullmatch(path):
+    if not path.startswith(V1) or STREAMING_ROUTE.fullmatch(path):
         return None
     return batch_limit if BATCH_ROUTE.fullmatch(path) else json_limit
 

@@ -23,8 +23,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app.api.limits import NO_TOKEN_PATHS
 from app.api.params import openapi_paths
+from app.api.paths import NO_TOKEN_PATHS, V1
 from app.keystore import KEY_NAME_PATTERN
 from app.keystore.checks import TOKEN_ID_PATTERN
 
@@ -87,14 +87,14 @@ def _complete_parameters(operation: dict[str, Any], backends: Sequence[str]) -> 
 
 def _description(path: str, status: int) -> str | None:
     """The description of ``status`` on ``path``, or None to keep the route's own."""
-    if status == 400 and not path.startswith("/v1/"):
+    if status == 400 and not path.startswith(V1):
         return _NOT_V1_400
     return _DESCRIPTIONS.get(status)
 
 
 def _complete_responses(path: str, operation: dict[str, Any]) -> None:
     responses = operation.setdefault("responses", {})
-    common = _EVERY_V1_OPERATION if path.startswith("/v1/") else _EVERY_OPERATION
+    common = _EVERY_V1_OPERATION if path.startswith(V1) else _EVERY_OPERATION
     for status in common:
         responses.setdefault(str(status), {"description": _DESCRIPTIONS[status]})
     for status, response in responses.items():
@@ -130,7 +130,7 @@ def build_openapi(app: FastAPI, backends: Sequence[str], batch_paths: Sequence[s
     _batch_errors(paths, batch_paths)
     for path, item in paths.items():
         for operation in item.values():
-            if path.startswith("/v1/") and path not in NO_TOKEN_PATHS:
+            if path.startswith(V1) and path not in NO_TOKEN_PATHS:
                 operation["security"] = [{"bearer": []}]
             _complete_parameters(operation, backends)
             _complete_responses(path, operation)

@@ -17,6 +17,7 @@ from pydantic import BeforeValidator, Field
 from starlette.requests import Request
 
 from aescore import MAX_STREAM_LENGTH
+from app.api.paths import STREAMING_PATHS
 from app.errors import BadRequestError, PayloadTooLargeError, UnsupportedMediaTypeError, ValidationError
 
 
@@ -309,7 +310,7 @@ def openapi_paths() -> dict[str, Any]:
     octets = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
     paths: dict[str, Any] = {}
     for operation, (summary, parameters) in _SUMMARIES.items():
-        paths[f"/v1/keys/{{name}}/{operation}"] = {
+        paths[STREAMING_PATHS[operation]] = {
             "post": {
                 "tags": ["crypto"],
                 "summary": summary,

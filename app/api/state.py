@@ -3,7 +3,7 @@ when a sealed server is unsealed (:func:`start_unsealed`) or sealed again (:func
 
 A server whose seal starts sealed (``shamir``) opens the keystore, the caches and the token verifier, but
 not what needs the master key: the audit keys and the audit log (whose keys are wrapped under it) and the
-automatic rotations. Every route but the few :data:`app.api.routes.sys.OPEN_WHILE_SEALED` answers 503
+automatic rotations. Every route but the few :data:`app.api.paths.OPEN_WHILE_SEALED` answers 503
 ``sealed`` meanwhile (:class:`app.api.hotpath.KeystreamApp`).
 """
 

@@ -71,7 +71,7 @@ def _gcm_variants() -> list[str]:
     return names
 
 
-#: The aesni backend's ISA paths, fastest first (aescore._aesni.ISA_NAMES; listed here so a missing
+#: The aesni backend's ISA paths, fastest first (aescore.ctr._aesni.ISA_NAMES; listed here so a missing
 #: extension still shows each path as skipped).
 AESNI_PATHS = ("vaes512", "vaes256", "aesni")
 
@@ -86,7 +86,7 @@ def gcm_backend(request: pytest.FixtureRequest) -> aescore.Backend:
         pytest.skip(f"backend {base!r} unavailable: {reason}")
     if base != "aesni":
         return aescore.get_backend(name)
-    from aescore import _aesni
+    from aescore.ctr import _aesni
 
     isa = name.split("-", 1)[1]
     if isa not in _aesni.supported_isas():

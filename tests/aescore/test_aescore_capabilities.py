@@ -14,7 +14,7 @@ import aescore
 from aescore import SealedBatch, SealedItemStatus
 
 try:
-    from aescore import _sealed
+    from aescore.sealing import _sealed
 except ImportError:  # built without the extension
     _sealed = None  # type: ignore[assignment]
 

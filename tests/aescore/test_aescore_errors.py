@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import aescore
-from aescore import pyaes_compat
+from aescore.compat import pyaes as pyaes_compat
 
 KEY = bytes.fromhex("c0ffee00deadbeef0123456789abcdef55aa55aa55aa55aa")  # 24 bytes, recognisable
 KEY_TRACES = (KEY.hex(), KEY[:8].hex(), repr(KEY)[2:20], KEY[:6].decode("latin-1"))

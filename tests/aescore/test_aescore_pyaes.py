@@ -12,7 +12,7 @@ import pyaes
 import pytest
 
 import aescore
-from aescore import pyaes_compat
+from aescore.compat import pyaes as pyaes_compat
 
 #: pyperformance bm_crypto_pyaes: the key and the 23,000-byte cleartext (note the trailing space).
 CRYPTO_PYAES_KEY = b"\xa1\xf6%\x8c\x87}_\xcd\x89dHE8\xbf\xc9,"
@@ -28,7 +28,9 @@ def ctr_class(request: pytest.FixtureRequest) -> CtrClass:
     if request.param == "python":
         return pyaes_compat.PythonAESModeOfOperationCTR
     if pyaes_compat.AESModeOfOperationCTR is pyaes_compat.PythonAESModeOfOperationCTR:
-        pytest.skip("C class not in use: aescore._pyaes_fast is not built or KEYSTREAM_PYAES_COMPAT=python")
+        pytest.skip(
+            "C class not in use: aescore.compat._pyaes_fast is not built or KEYSTREAM_PYAES_COMPAT=python"
+        )
     return pyaes_compat.AESModeOfOperationCTR
 
 
@@ -168,9 +170,9 @@ def test_a_failed_call_leaves_the_stream_where_it_was(backend: aescore.Backend, 
 
 def test_the_c_class_is_the_default_when_built() -> None:
     try:
-        from aescore import _pyaes_fast
+        from aescore.compat import _pyaes_fast
     except ImportError as exc:
-        pytest.skip(f"aescore._pyaes_fast is not built: {exc}")
+        pytest.skip(f"aescore.compat._pyaes_fast is not built: {exc}")
     if os.environ.get("KEYSTREAM_PYAES_COMPAT", "").strip().lower() == "python":
         pytest.skip("KEYSTREAM_PYAES_COMPAT=python forces the pure-Python class in this run")
     assert pyaes_compat.AESModeOfOperationCTR is _pyaes_fast.AESModeOfOperationCTR
@@ -178,10 +180,10 @@ def test_the_c_class_is_the_default_when_built() -> None:
 
 
 def test_environment_forces_the_pure_python_class() -> None:
-    code = "from aescore import pyaes_compat as p\nprint(p.AESModeOfOperationCTR.__module__)"
+    code = "from aescore.compat import pyaes as p\nprint(p.AESModeOfOperationCTR.__module__)"
     environment = {**os.environ, "KEYSTREAM_PYAES_COMPAT": "python"}
     result = subprocess.run(
         [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "aescore.pyaes_compat"  # not aescore._pyaes_fast
+    assert result.stdout.strip() == "aescore.compat.pyaes"  # not aescore.compat._pyaes_fast

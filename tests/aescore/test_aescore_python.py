@@ -6,7 +6,7 @@ import pytest
 from Crypto.Cipher import AES
 
 import aescore
-from aescore import _python, _python_bulk
+from aescore.ctr import _python, _python_bulk
 
 TOP = 1 << 128
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import pytest
 
 import aescore
-from aescore import _aesni
+from aescore.ctr import _aesni
 from tests.aescore.conftest import ticks_during
 
 #: The shared conftest's ``reference_ctr`` fixture: pycryptodome CTR (key, counter int, data, offset).

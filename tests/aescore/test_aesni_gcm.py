@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 import aescore
-from aescore import _aesni
+from aescore.ctr import _aesni
 from tests.aescore.conftest import ticks_during
 
 if _aesni.unavailable_reason() is not None:

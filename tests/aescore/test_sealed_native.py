@@ -1,4 +1,4 @@
-"""aescore._sealed: SHA-256/HMAC on both paths, and whole-message seal/open against an independent model.
+"""aescore.sealing._sealed: SHA-256/HMAC on both paths, whole-message seal/open against an independent model.
 
 The model below (hashlib/hmac + the python backend's AES-CTR) is written from the format description only, so
 this file needs nothing from ``app`` and runs under ``make asan`` with the rest of tests/aescore.
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import aescore
-from aescore import _sealed
+from aescore.sealing import _sealed
 
 pytestmark = pytest.mark.skipif(
     _sealed.unavailable_reason() is not None, reason="native sealed core unavailable on this CPU"
@@ -88,7 +88,9 @@ def test_sha256_and_hmac_match_hashlib(impl: str) -> None:
 
 
 def test_sha256_path_is_forced_by_the_environment() -> None:
-    code = "from aescore import _sealed; print(_sealed.get_sha256_impl(), _sealed.unavailable_reason())"
+    code = (
+        "from aescore.sealing import _sealed; print(_sealed.get_sha256_impl(), _sealed.unavailable_reason())"
+    )
     for setting, expected in (("scalar", "scalar None"), ("auto", f"{_sealed.sha256_impls()[0]} None")):
         env = {**os.environ, "KEYSTREAM_SHA256_IMPL": setting}
         output = subprocess.run(

@@ -140,8 +140,9 @@ def aescore_imports(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", list(app_modules()))
 def test_app_uses_only_aescores_public_names(name: str) -> None:
-    """aescore's private modules (``aescore._sealed``, ``aescore._aesni``...) are its own business: the
-    service asks a backend through its declared capabilities (``sealed_batch()``, ``supports_async``)."""
+    """aescore's private modules (``aescore.sealing._sealed``, ``aescore.ctr._aesni``...) are its own
+    business: the service asks a backend through its declared capabilities (``sealed_batch()``,
+    ``supports_async``)."""
     private = [
         imported
         for imported in aescore_imports(name)

@@ -9,12 +9,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api import paths
 from app.api.deps import AdminDep, JsonBody, StateDep
 from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, decode_base64
 from app.errors import SealedError
 
-router = APIRouter(prefix="/v1/audit", tags=["audit"])
+router = APIRouter(tags=["audit"])
 
 
 class AuditHashRequest(BaseModel):
@@ -31,7 +32,10 @@ class AuditHashResponse(BaseModel):
 
 
 @router.post(
-    "/hash", dependencies=[JsonBody], response_model=AuditHashResponse, responses=errors(403, 415, 422)
+    paths.AUDIT_HASH,
+    dependencies=[JsonBody],
+    response_model=AuditHashResponse,
+    responses=errors(403, 415, 422),
 )
 async def audit_hash(body: AuditHashRequest, admin: AdminDep, state: StateDep) -> dict[str, str]:
     """The audit log's HMAC of ``input`` under this service's audit hash key (derived from the master key)."""

@@ -27,6 +27,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 import aescore
+from app.api import paths
 from app.api.audit import note
 from app.api.batch_json import (
     DecryptBatch,
@@ -54,7 +55,7 @@ from app.services.crypto_step import run_timed, trial_limiter, trial_work
 from app.services.keys import DecryptionKeys, decryption_keys, encryption_key, rewrap_target
 
 #: Every batch route refuses a repeated query parameter (FastAPI would take the last ``backend``).
-router = APIRouter(prefix="/v1/keys", tags=["batch"], dependencies=[Depends(refuse_repeated_query)])
+router = APIRouter(tags=["batch"], dependencies=[Depends(refuse_repeated_query)])
 
 BackendQuery = Annotated[str | None, Query(description=BACKEND_DESCRIPTION)]
 VersionQuery = Annotated[KeyVersion | None, Query(description="key version (default: latest / try all)")]
@@ -188,7 +189,7 @@ async def seal_items(
 
 
 @router.post(
-    "/{name}/encrypt/batch",
+    paths.BATCH_PATHS["encrypt"],
     dependencies=[JsonBody],
     response_class=Response,
     responses=_ERROR_RESPONSES,
@@ -231,7 +232,7 @@ async def encrypt_batch(
 
 
 @router.post(
-    "/{name}/decrypt/batch",
+    paths.BATCH_PATHS["decrypt"],
     dependencies=[JsonBody],
     response_class=Response,
     responses=_ERROR_RESPONSES,
@@ -306,7 +307,7 @@ async def open_items(
 
 
 @router.post(
-    "/{name}/rewrap/batch",
+    paths.BATCH_PATHS["rewrap"],
     dependencies=[JsonBody],
     response_class=Response,
     responses=_ERROR_RESPONSES,

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import Scope
 
+from app.api import paths
 from app.api.audit import note
 from app.api.params import CryptoParams, check_associated_data, decode_base64, wanted_headers
 from app.api.pump import disconnected, first_output, pump, respond, small_body
@@ -216,7 +217,7 @@ class TemplateRoute(Route):
 
 
 routes = [
-    TemplateRoute("/v1/keys/{name}/encrypt", encrypt, methods=["POST"], name="encrypt"),
-    TemplateRoute("/v1/keys/{name}/decrypt", decrypt, methods=["POST"], name="decrypt"),
-    TemplateRoute("/v1/keys/{name}/rewrap", rewrap, methods=["POST"], name="rewrap"),
+    TemplateRoute(paths.ENCRYPT, encrypt, methods=["POST"], name="encrypt"),
+    TemplateRoute(paths.DECRYPT, decrypt, methods=["POST"], name="decrypt"),
+    TemplateRoute(paths.REWRAP, rewrap, methods=["POST"], name="rewrap"),
 ]

@@ -23,6 +23,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
+from app.api import paths
 from app.api.audit import note
 from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
@@ -31,7 +32,7 @@ from app.api.routes.batch import seal_items
 from app.errors import KeystreamError
 from app.services.keys import encryption_key
 
-router = APIRouter(prefix="/v1/keys", tags=["datakey"])
+router = APIRouter(tags=["datakey"])
 
 #: The data key types and their sizes in bytes.
 DATA_KEY_SIZES: dict[str, int] = {"aes128": 16, "aes256": 32}
@@ -66,7 +67,7 @@ class DataKeyResponse(BaseModel):
 
 
 @router.post(
-    "/{name}/datakey",
+    paths.DATAKEY,
     dependencies=[JsonBody],
     response_model=DataKeyResponse,
     response_model_exclude_none=True,

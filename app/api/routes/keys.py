@@ -14,6 +14,7 @@ from anyio import to_thread
 from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api import paths
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
 from app.core.master_key_format import decode_secret_base64
@@ -28,7 +29,7 @@ from app.keystore import (
     MIN_SEGMENT_SIZE,
 )
 
-router = APIRouter(prefix="/v1/keys", tags=["keys"])
+router = APIRouter(tags=["keys"])
 
 #: Base64 of 16, 24 or 32 bytes (what import accepts; documented in the schema, checked by decoding).
 KEY_MATERIAL_BASE64 = r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=)$"
@@ -121,7 +122,10 @@ class UpdateKeyRequest(BaseModel):
 
 
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody], responses=errors(403, 409, 415, 422)
+    paths.KEYS,
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[JsonBody],
+    responses=errors(403, 409, 415, 422),
 )
 async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
     """Create a key with a random version 1."""
@@ -141,7 +145,7 @@ async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDe
 
 
 @router.post(
-    "/{name}/import",
+    paths.KEY_IMPORT,
     status_code=status.HTTP_201_CREATED,
     dependencies=[JsonBody],
     responses=errors(403, 409, 415, 422),
@@ -181,14 +185,14 @@ def _decode_material(text: str) -> memoryview:
         raise BadRequestError("key must be base64 of 16, 24 or 32 bytes") from None
 
 
-@router.get("")
+@router.get(paths.KEYS)
 async def list_keys(principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
     """Metadata of every key the token's patterns match."""
     keys = await to_thread.run_sync(state.keystore.list_keys)
     return {"keys": [info.to_json() for info in keys if principal.matches_key(info.name)]}
 
 
-@router.get("/{name}", responses=errors(403, 404))
+@router.get(paths.KEY, responses=errors(403, 404))
 async def get_key(name: str, principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
     """Metadata of one key (any scope, matching key pattern)."""
     if not principal.matches_key(name):
@@ -197,7 +201,7 @@ async def get_key(name: str, principal: PrincipalDep, state: StateDep) -> dict[s
     return info.to_json()
 
 
-@router.post("/{name}/rotate", responses=errors(403, 404))
+@router.post(paths.KEY_ROTATE, responses=errors(403, 404))
 async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> dict[str, Any]:
     """Add a new version; it encrypts from now on, older versions keep decrypting."""
     principal.require("admin", name)
@@ -206,7 +210,7 @@ async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> dict[st
     return info.to_json()
 
 
-@router.post("/{name}/import_version", dependencies=[JsonBody], responses=errors(403, 404, 415, 422))
+@router.post(paths.KEY_IMPORT_VERSION, dependencies=[JsonBody], responses=errors(403, 404, 415, 422))
 async def import_key_version(
     name: str, body: ImportVersionRequest, principal: AdminDep, state: StateDep
 ) -> dict[str, Any]:
@@ -223,7 +227,7 @@ async def import_key_version(
     return info.to_json()
 
 
-@router.post("/{name}/trim", dependencies=[JsonBody], responses=errors(403, 404, 415, 422))
+@router.post(paths.KEY_TRIM, dependencies=[JsonBody], responses=errors(403, 404, 415, 422))
 async def trim_key(name: str, body: TrimRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
     """Delete every version below ``min_available_version`` for good (Vault's ``trim``); idempotent.
 
@@ -236,7 +240,7 @@ async def trim_key(name: str, body: TrimRequest, principal: AdminDep, state: Sta
     return info.to_json()
 
 
-@router.patch("/{name}", dependencies=[JsonBody], responses=errors(403, 404, 415, 422))
+@router.patch(paths.KEY, dependencies=[JsonBody], responses=errors(403, 404, 415, 422))
 async def update_key(
     name: str, body: UpdateKeyRequest, principal: AdminDep, state: StateDep
 ) -> dict[str, Any]:
@@ -265,7 +269,7 @@ async def update_key(
     return info.to_json()
 
 
-@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404, 409))
+@router.delete(paths.KEY, status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404, 409))
 async def delete_key(name: str, principal: AdminDep, state: StateDep) -> Response:
     """Delete a key and every version (409 unless ``deletion_allowed``)."""
     principal.require("admin", name)

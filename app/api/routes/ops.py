@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.requests import ClientDisconnect
 from starlette.responses import PlainTextResponse, Response
 
+from app.api import paths
 from app.api.deps import PrincipalDep, StateDep
 from app.api.openapi import errors
 from app.api.streaming import DuplexStreamingResponse
@@ -23,7 +24,7 @@ router = APIRouter(tags=["ops"])
 echo_router = APIRouter(tags=["bench"])
 
 
-@router.get("/healthz")
+@router.get(paths.HEALTHZ)
 async def healthz() -> dict[str, str]:
     """Liveness: the event loop answers."""
     return {"status": "ok"}
@@ -41,7 +42,7 @@ READYZ_DESCRIPTION = (
 )
 
 
-@router.get("/readyz", responses=errors(503), description=READYZ_DESCRIPTION)
+@router.get(paths.READYZ, responses=errors(503), description=READYZ_DESCRIPTION)
 async def readyz(state: StateDep) -> dict[str, Any]:
     """Readiness: the keystore answers (``keystore: up``), how far this process's caches are behind the change
     log (``change_log.behind``, in changes; ``last_read_ms``, since the last successful read), the default
@@ -56,7 +57,7 @@ async def readyz(state: StateDep) -> dict[str, Any]:
         AuditUnavailableError: the audit log cannot be written (503 ``audit_unavailable``).
     """
     if state.seal.sealed:
-        raise SealedError("sealed: this server awaits its unseal shares (POST /v1/sys/unseal)")
+        raise SealedError(paths.SEALED_MESSAGE)
     try:
         behind, age = await to_thread.run_sync(state.follower.lag)
     except Exception as exc:
@@ -82,14 +83,14 @@ async def readyz(state: StateDep) -> dict[str, Any]:
     }
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get(paths.METRICS, response_class=PlainTextResponse)
 async def metrics(state: StateDep) -> Response:
     """Prometheus text exposition (every worker's values in multiprocess mode)."""
     body, content_type = render_metrics(state.backends.hwsim_registry)
     return Response(body, media_type=content_type)
 
 
-@router.get("/v1/backends")
+@router.get(paths.BACKENDS)
 async def backends(principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
     """Each known backend: enabled, available (or why not), ISA path, hwsim preset, default."""
     return {"default": state.backends.default, "backends": state.backends.describe()}
@@ -105,7 +106,7 @@ async def _echo(chunks: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
         await chunks.aclose()
 
 
-@echo_router.post("/bench/echo")
+@echo_router.post(paths.BENCH_ECHO)
 async def echo(request: Request) -> Response:
     """Stream the body back unchanged through the same response class as encrypt (benchmark baseline)."""
     return DuplexStreamingResponse(_echo(request.stream()))

@@ -35,9 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse
 
+from app.api import paths
 from app.api.audit import write_operator_record
 from app.api.deps import AdminDep, StateDep
-from app.api.limits import NO_TOKEN_PATHS
 from app.api.openapi import errors
 from app.api.state import ServiceState, start_unsealed, stop_sealed
 from app.audit import AuditUnavailableError
@@ -50,13 +50,8 @@ from app.seal.shamir import ShamirSeal
 from app.seal.shares import InvalidShareError as ShareRefused
 
 logger = logging.getLogger("keystream")
-router = APIRouter(prefix="/v1/sys", tags=["sys"])
+router = APIRouter(tags=["sys"])
 
-SEAL_STATUS_PATH = "/v1/sys/seal-status"
-UNSEAL_PATH = "/v1/sys/unseal"
-assert {SEAL_STATUS_PATH, UNSEAL_PATH} == NO_TOKEN_PATHS  # the body-limit middleware lets them in tokenless
-#: The paths a sealed server still serves: liveness, readiness (503 while sealed), metrics, and unsealing.
-OPEN_WHILE_SEALED = frozenset({"/healthz", "/readyz", "/metrics", SEAL_STATUS_PATH, UNSEAL_PATH})
 #: A share is 83 characters; room for spaces and line breaks, never a megabyte.
 MAX_SHARE_LENGTH = 512
 #: Unseal attempts per client address and worker: a burst of this many, then one per refill interval.
@@ -155,7 +150,7 @@ def _shamir(state: ServiceState) -> ShamirSeal:
     return state.seal
 
 
-@router.get("/seal-status")
+@router.get(paths.SEAL_STATUS)
 async def get_seal_status(state: StateDep) -> dict[str, Any]:
     """Whether this server is sealed, how many shares unseal it, how many exist and how many were given."""
     return seal_status(state)
@@ -173,7 +168,7 @@ SEAL_DESCRIPTION = (
 )
 
 
-@router.post("/unseal", responses=errors(400, 422, 429), description=UNSEAL_DESCRIPTION)
+@router.post(paths.UNSEAL, responses=errors(400, 422, 429), description=UNSEAL_DESCRIPTION)
 async def unseal(body: UnsealBody, request: Request, state: StateDep) -> dict[str, Any]:
     """Give one unseal share (or reset); at the threshold the server unseals.
 
@@ -212,7 +207,7 @@ async def unseal(body: UnsealBody, request: Request, state: StateDep) -> dict[st
     return seal_status(state)
 
 
-@router.post("/seal", responses=errors(400, 401, 403), description=SEAL_DESCRIPTION)
+@router.post(paths.SEAL, responses=errors(400, 401, 403), description=SEAL_DESCRIPTION)
 async def seal(request: Request, principal: AdminDep, state: StateDep) -> JSONResponse:
     """Seal this server again: the master key is wiped; unsealing needs the threshold of shares again.
 
@@ -239,7 +234,7 @@ ROTATE_MASTER_DESCRIPTION = (
 
 
 @router.post(
-    "/rotate-master",
+    paths.ROTATE_MASTER,
     status_code=202,
     responses=errors(401, 403, 409, 422),
     description=ROTATE_MASTER_DESCRIPTION,
@@ -275,7 +270,7 @@ async def rotate_master(
     return JSONResponse(status.to_json(), status_code=202)
 
 
-@router.get("/rotate-master", responses=errors(401, 403))
+@router.get(paths.ROTATE_MASTER, responses=errors(401, 403))
 async def get_master_rotation(principal: AdminDep, state: StateDep) -> dict[str, Any]:
     """Admin token. Where the master key's rotation stands: the newest generation, whether blobs of older
     ones remain (`rotating`), how many were rewrapped, when it started and finished."""

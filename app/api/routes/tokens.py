@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Response, status
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from starlette.convertors import Convertor, register_url_convertor
 
+from app.api import paths
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
@@ -27,10 +28,10 @@ from app.errors import ForbiddenError
 from app.keystore import TokenRecord
 from app.services.security import Principal, lifetime_capped, new_token, renew_token
 
-#: The path segment ``self`` names the caller's own token, so no token id is read from it: ``DELETE
-#: /v1/tokens/self`` is not the admin's revoke route (405, ``Allow: GET``). No token can be called ``self``
-#: anyway: the service makes hex ids, and a root token's id is hex.
-SELF = "self"
+#: The path segment ``self`` names the caller's own token, so no token id is read from it: ``DELETE`` on
+#: :data:`~app.api.paths.TOKEN_SELF` is not the admin's revoke route (405, ``Allow: GET``). No token can be
+#: called ``self`` anyway: the service makes hex ids, and a root token's id is hex.
+SELF = paths.SELF
 
 
 class TokenIdConvertor(Convertor[str]):
@@ -47,7 +48,7 @@ class TokenIdConvertor(Convertor[str]):
 
 register_url_convertor("token_id", TokenIdConvertor())
 
-router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+router = APIRouter(tags=["tokens"])
 
 Scope = Literal["admin", "encrypt", "decrypt", "rewrap"]
 #: A key pattern: a glob over key-name characters (``* ? [ ] !`` and ``A-Z a-z 0-9 _ . -``), 1-128 of them.
@@ -125,7 +126,10 @@ def token_json(record: TokenRecord) -> dict[str, Any]:
 
 
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, dependencies=[JsonBody], responses=errors(403, 415, 422)
+    paths.TOKENS,
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[JsonBody],
+    responses=errors(403, 415, 422),
 )
 async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
     """Create a token; the response's ``token`` is the only time the secret is shown.
@@ -160,14 +164,14 @@ async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state
     return {"token": token, **token_json(record), "capped": capped}
 
 
-@router.get("", responses=errors(403))
+@router.get(paths.TOKENS, responses=errors(403))
 async def list_tokens(principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
     """Every token's public fields."""
     records = await to_thread.run_sync(state.keystore.list_tokens)
     return {"tokens": [token_json(record) for record in records]}
 
 
-@router.get(f"/{SELF}", responses=errors(404))
+@router.get(paths.TOKEN_SELF, responses=errors(404))
 async def token_self(principal: PrincipalDep, state: StateDep) -> dict[str, Any]:
     """The calling token's own public fields; any valid token may ask, no ``admin`` scope needed (404 only if
     the token was revoked while the request ran)."""
@@ -175,7 +179,7 @@ async def token_self(principal: PrincipalDep, state: StateDep) -> dict[str, Any]
     return token_json(record)
 
 
-@router.post(f"/{SELF}/renew", dependencies=[JsonBody], responses=errors(400, 404, 415, 422))
+@router.post(paths.TOKEN_SELF_RENEW, dependencies=[JsonBody], responses=errors(400, 404, 415, 422))
 async def renew_token_self(
     principal: PrincipalDep, state: StateDep, body: RenewTokenRequest | None = None
 ) -> dict[str, Any]:
@@ -191,7 +195,7 @@ async def renew_token_self(
     return {**token_json(record), "capped": capped}
 
 
-@router.delete("/{token_id:token_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
+@router.delete(paths.TOKEN_BY_ID, status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
 async def delete_token(token_id: str, principal: TokenAdminDep, state: StateDep) -> Response:
     """Revoke a token: at once in this worker, in the others when they read the change log (milliseconds)."""
     await to_thread.run_sync(state.keystore.delete_token, token_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.api.limits import NO_TOKEN_PATHS
+from app.api.paths import NO_TOKEN_PATHS
 from tests.app.api.conftest import Api
 
 

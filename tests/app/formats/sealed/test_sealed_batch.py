@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import aescore
-from aescore import _sealed
+from aescore.sealing import _sealed
 from app.formats.sealed import (
     SealedDecryptionError,
     SealedDecryptor,

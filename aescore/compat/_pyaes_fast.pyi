@@ -1,9 +1,9 @@
-"""Typing stub for the Cython extension ``aescore._pyaes_fast`` (see ``_pyaes_fast.pyx``)."""
+"""Typing stub for the Cython extension ``aescore.compat._pyaes_fast`` (see ``_pyaes_fast.pyx``)."""
 
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ._interface import Backend, BytesLike, ExpandedKey
+from .._interface import Backend, BytesLike, ExpandedKey
 
 def configure(
     resolve_backend: Callable[[str | Backend | None], Backend],
@@ -14,7 +14,7 @@ class AESModeOfOperationCTR:
     name: ClassVar[str]
     _backend: Backend
     _expanded_key: ExpandedKey
-    _counter: Any  # pyaes_compat.Counter, a caller's counter object, or None
+    _counter: Any  # aescore.compat.pyaes.Counter, a caller's counter object, or None
     _consumed: int
     _tail_left: int
     _tail_block: int

@@ -1,9 +1,9 @@
-"""pyaes-compatible AES-CTR on aescore's fastest backend: ``from aescore import pyaes_compat as pyaes``.
+"""pyaes-compatible AES-CTR on aescore's fastest backend: ``from aescore.compat import pyaes``.
 
 Code written for pyaes 1.6.1's CTR mode (for example pyperformance's ``crypto_pyaes`` benchmark) runs
 unchanged and produces the same bytes:
 
->>> from aescore import pyaes_compat as pyaes
+>>> from aescore.compat import pyaes
 >>> ciphertext = pyaes.AESModeOfOperationCTR(b"k" * 16).encrypt(b"attack at dawn")
 >>> pyaes.AESModeOfOperationCTR(b"k" * 16).decrypt(ciphertext)
 b'attack at dawn'
@@ -30,7 +30,7 @@ available, else ``python``), looked up once, on first use; pass ``backend=`` to 
    Fine for benchmarks and tests; for real keys require ``backend="aesni"`` (it raises when unavailable)
    instead of relying on the fallback.
 
-``AESModeOfOperationCTR`` is a small C class (``aescore._pyaes_fast``) when the extension is built: its
+``AESModeOfOperationCTR`` is a small C class (``aescore.compat._pyaes_fast``) when the extension is built: its
 constructor and a fresh object's first call (all of crypto_pyaes) run without Python frames; every other case
 runs the same Python code as :class:`PythonAESModeOfOperationCTR`, the pure-Python class, which is used when
 the extension is missing or ``$KEYSTREAM_PYAES_COMPAT`` is ``python``.
@@ -41,8 +41,8 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from ._interface import Backend, BytesLike, ExpandedKey
-from ._registry import get_backend
+from .._interface import Backend, BytesLike, ExpandedKey
+from .._registry import get_backend
 
 __all__ = ["AESModeOfOperationCTR", "Counter", "PythonAESModeOfOperationCTR"]
 
@@ -106,7 +106,8 @@ class PythonAESModeOfOperationCTR:
     """AES in counter mode with pyaes 1.6.1's interface; encryption and decryption are the same operation.
 
     The pure-Python implementation; :data:`AESModeOfOperationCTR` is the same class with its hot path in C
-    when the ``aescore._pyaes_fast`` extension is built (and ``$KEYSTREAM_PYAES_COMPAT`` is not ``python``).
+    when the ``aescore.compat._pyaes_fast`` extension is built (and ``$KEYSTREAM_PYAES_COMPAT`` is not
+    ``python``).
     Never encrypt two different messages with the same key and overlapping counter values.
 
     Args:
@@ -249,8 +250,8 @@ def _encrypt_generic(ctr: _CtrState, counter: _CounterLike, data: BytesLike) -> 
 
 
 def _fast_class() -> type[PythonAESModeOfOperationCTR] | None:
-    """The C class from ``aescore._pyaes_fast``, or None if it is not built or ``$KEYSTREAM_PYAES_COMPAT``
-    is ``python``."""
+    """The C class from ``aescore.compat._pyaes_fast``, or None if it is not built or
+    ``$KEYSTREAM_PYAES_COMPAT`` is ``python``."""
     if os.environ.get("KEYSTREAM_PYAES_COMPAT", "").strip().lower() == "python":
         return None
     try:

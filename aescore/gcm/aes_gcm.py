@@ -11,11 +11,11 @@ counter that cannot repeat, and rotate the key long before 2**32 random nonces (
 
 from __future__ import annotations
 
-from ._gcm import MAX_DATA_BYTES, NONCE_SIZE, TAG_SIZE
-from ._interface import Backend, BytesLike, GcmKey
-from ._registry import get_backend
-from ._validate import not_a_backend
-from .errors import AesCoreTypeError
+from .._interface import Backend, BytesLike, GcmKey
+from .._registry import get_backend
+from .._validate import not_a_backend
+from ..errors import AesCoreTypeError
+from ._composed import MAX_DATA_BYTES, NONCE_SIZE, TAG_SIZE
 
 __all__ = ["MAX_DATA_BYTES", "NONCE_SIZE", "TAG_SIZE", "AesGcm"]
 

@@ -1,11 +1,11 @@
 # AES-GCM for the aesni backend (included by _aesni.pyx): argument checks, GIL release and exceptions over
-# aesni_gcm.c. The checks and messages are those of aescore._gcm (the pure-Python composition), so the shared
+# aesni_gcm.c. The checks and messages are those of aescore.gcm._composed (the pure-Python composition), so the shared
 # tests hold both to one contract.
 #
 # Path: the instance's or module's ISA setting (set_isa, KEYSTREAM_AESNI_ISA), lowered to the fastest path
 # not above it that also has the carry-less multiply GCM needs (PCLMULQDQ; VPCLMULQDQ for the VAES paths).
 
-from .errors import CounterOverflowError, InvalidTag
+from ..errors import CounterOverflowError, InvalidTag
 
 cdef unsigned _gcm_isas = ks_gcm_cpu_isas()
 cdef uint64_t _GCM_MAX_DATA = (<uint64_t>1 << 36) - 32

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._interface import OpenedItem, SealedBatch
-from ._validate import BytesLike
+from .._interface import OpenedItem, SealedBatch
+from .._validate import BytesLike
 
 try:
     from . import _sealed
@@ -19,7 +19,7 @@ except ImportError:  # built without the extension: callers keep the per-message
 
 __all__ = ["NativeSealedBatch", "native_sealed_batch"]
 
-#: The AES paths the native core runs (``aescore._aesni``'s names; ``none`` has no AES-NI).
+#: The AES paths the native core runs (``aescore.ctr._aesni``'s names; ``none`` has no AES-NI).
 _NATIVE_ISAS = frozenset({"aesni", "vaes256", "vaes512"})
 
 
@@ -58,6 +58,31 @@ class NativeSealedBatch(SealedBatch):
     ) -> list[OpenedItem]:
         return _sealed.open_many(
             candidates, derived_size, segment_size, ciphertexts, associated_data, self._isa
+        )
+
+    def seal_gcm(
+        self,
+        ikm: BytesLike,
+        derived_size: int,
+        segment_size: int,
+        plaintexts: Sequence[bytes],
+        associated_data: Sequence[bytes],
+        randomness: bytes,
+    ) -> list[bytes | None]:
+        return _sealed.seal_many(
+            ikm, derived_size, segment_size, plaintexts, associated_data, randomness, self._isa, "gcm"
+        )
+
+    def open_gcm(
+        self,
+        candidates: Sequence[BytesLike],
+        derived_size: int,
+        segment_size: int,
+        ciphertexts: Sequence[bytes],
+        associated_data: Sequence[bytes],
+    ) -> list[OpenedItem]:
+        return _sealed.open_many(
+            candidates, derived_size, segment_size, ciphertexts, associated_data, self._isa, "gcm"
         )
 
     def __repr__(self) -> str:

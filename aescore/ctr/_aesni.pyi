@@ -1,8 +1,8 @@
-"""Typing stub for the Cython extension ``aescore._aesni`` (see ``_aesni.pyx`` for the documentation)."""
+"""Typing stub for the Cython extension ``aescore.ctr._aesni`` (see ``_aesni.pyx`` for the documentation)."""
 
 from typing import ClassVar, Final, overload
 
-from ._interface import Backend, BytesLike, ExpandedKey, GcmKey
+from .._interface import Backend, BytesLike, ExpandedKey, GcmKey
 
 ISA_NAMES: Final[tuple[str, ...]]
 GIL_RELEASE_BYTES: Final[int]

@@ -18,8 +18,8 @@ import hmac
 from collections.abc import Callable
 from typing import Protocol
 
-from ._keys import ExpandedKey, GcmKey
-from ._validate import (
+from .._keys import ExpandedKey, GcmKey
+from .._validate import (
     BytesLike,
     as_readable,
     as_writable,
@@ -29,7 +29,7 @@ from ._validate import (
     too_long_for_gcm,
     wrong_length,
 )
-from .errors import AesCoreTypeError, AesCoreValueError, CounterOverflowError, InvalidTag
+from ..errors import AesCoreTypeError, AesCoreValueError, CounterOverflowError, InvalidTag
 
 __all__ = [
     "MAX_DATA_BYTES",

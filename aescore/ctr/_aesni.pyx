@@ -28,9 +28,9 @@ from cpython.long cimport PyLong_AsUnsignedLongLong
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
-from ._interface import Backend, ExpandedKey, GcmKey
-from . import _validate as _messages
-from .errors import AesCoreError, AesCoreTypeError, AesCoreValueError, BackendUnavailableError
+from .._interface import Backend, ExpandedKey, GcmKey
+from .. import _validate as _messages
+from ..errors import AesCoreError, AesCoreTypeError, AesCoreValueError, BackendUnavailableError
 
 cdef enum:
     _GIL_RELEASE_BYTES = 8192
@@ -295,7 +295,7 @@ cdef ks_status _ctr_xor_threads(const ks_aes_key *key, ks_isa isa, const uint8_t
     return status
 
 
-include "_aesni_gcm.pxi"
+include "../gcm/_aesni_gcm.pxi"
 
 
 @cython.final
@@ -495,7 +495,7 @@ cdef class AesniBackend:
 
         See :meth:`aescore.Backend.sealed_batch`.
         """
-        from ._native_sealing import native_sealed_batch
+        from ..sealing._native import native_sealed_batch
 
         return native_sealed_batch(_NAME_BY_ISA.get(self._isa if self._isa != KS_ISA_NONE else _isa, "none"))
 

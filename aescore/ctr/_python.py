@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from itertools import repeat
 
-from . import _python_bulk
-from ._interface import Backend, BytesLike, ExpandedKey
-from ._validate import (
+from .._interface import Backend, BytesLike, ExpandedKey
+from .._validate import (
     BLOCK_SIZE,
     as_readable,
     as_writable,
@@ -37,7 +36,8 @@ from ._validate import (
     check_offset,
     foreign_key,
 )
-from .errors import AesCoreTypeError
+from ..errors import AesCoreTypeError
+from . import _python_bulk
 
 __all__ = ["PythonBackend", "PythonExpandedKey"]
 

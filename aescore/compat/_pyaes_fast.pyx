@@ -1,10 +1,10 @@
 # cython: language_level=3, auto_pickle=False
-"""C-level ``AESModeOfOperationCTR`` for :mod:`aescore.pyaes_compat` (see there for the semantics).
+"""C-level ``AESModeOfOperationCTR`` for :mod:`aescore.compat.pyaes` (see there for the semantics).
 
 Only construction and the first call of a fresh object (the whole of pyperformance's crypto_pyaes loop) run
 here, so that they cost one C call each instead of a Python frame; every other case (a caller's counter, a
-``str``, keystream left over from an earlier call) is handed to ``pyaes_compat``'s Python code, which is
-shared with the pure-Python class. ``pyaes_compat`` calls :func:`configure` when it is imported.
+``str``, keystream left over from an earlier call) is handed to :mod:`aescore.compat.pyaes`'s Python code, which is
+shared with the pure-Python class. That module calls :func:`configure` when it is imported.
 """
 
 cdef bytes _COUNTER_ONE = (1).to_bytes(16, "big")
@@ -14,7 +14,7 @@ cdef object _default_backend = None
 
 
 def configure(resolve_backend, encrypt_general):
-    """Install ``pyaes_compat``'s backend lookup and its general (non-hot-path) ``encrypt``."""
+    """Install the pyaes shim's backend lookup and its general (non-hot-path) ``encrypt``."""
     global _resolve_backend, _encrypt_general, _default_backend
     _resolve_backend = resolve_backend
     _encrypt_general = encrypt_general
@@ -22,7 +22,7 @@ def configure(resolve_backend, encrypt_general):
 
 
 cdef class AESModeOfOperationCTR:
-    """AES in counter mode with pyaes 1.6.1's interface (C hot path); see :mod:`aescore.pyaes_compat`.
+    """AES in counter mode with pyaes 1.6.1's interface (C hot path); see :mod:`aescore.compat.pyaes`.
 
     Args:
         key: 16, 24 or 32 bytes.

@@ -1,0 +1,80 @@
+"""Every route path of the service and every pattern that recognises one, written once.
+
+The route decorators, the fast dispatcher (:mod:`app.api.hotpath`), the middlewares that treat some paths
+differently (:mod:`app.api.limits`, :mod:`app.api.audit`), the OpenAPI document and the sealed gate all import
+their paths from here, so a path cannot be renamed in one of them and forgotten in another
+(``tests/app/api/test_paths.py`` refuses a ``/v1/`` path literal anywhere else under ``app/api``).
+
+Templates use Starlette's syntax: ``{name}`` is one path segment of at least one character, which is what
+``[^/]+`` matches in the compiled patterns below.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Every path under this prefix is the versioned API: audited, and (but for :data:`NO_TOKEN_PATHS`) behind
+#: a bearer token.
+V1 = "/v1/"
+
+HEALTHZ = "/healthz"
+READYZ = "/readyz"
+METRICS = "/metrics"
+BACKENDS = "/v1/backends"
+#: The benchmark's baseline route (served only with ``KEYSTREAM_BENCH_ECHO=1``).
+BENCH_ECHO = "/bench/echo"
+
+KEYS = "/v1/keys"
+KEY = "/v1/keys/{name}"
+KEY_IMPORT = f"{KEY}/import"
+KEY_ROTATE = f"{KEY}/rotate"
+KEY_IMPORT_VERSION = f"{KEY}/import_version"
+KEY_TRIM = f"{KEY}/trim"
+DATAKEY = f"{KEY}/datakey"
+
+#: The streaming routes, by operation (their bodies are never buffered whole).
+ENCRYPT = f"{KEY}/encrypt"
+DECRYPT = f"{KEY}/decrypt"
+REWRAP = f"{KEY}/rewrap"
+STREAMING_PATHS = {"encrypt": ENCRYPT, "decrypt": DECRYPT, "rewrap": REWRAP}
+#: The batch routes, by operation (JSON bodies bounded by ``batch_max_bytes``, read by hand).
+BATCH_PATHS = {operation: f"{path}/batch" for operation, path in STREAMING_PATHS.items()}
+
+TOKENS = "/v1/tokens"
+#: The path segment that names the caller's own token, never a token id (:mod:`app.api.routes.tokens`).
+SELF = "self"
+TOKEN_SELF = f"{TOKENS}/{SELF}"
+TOKEN_SELF_RENEW = f"{TOKEN_SELF}/renew"
+#: One token by id, through the ``token_id`` convertor that refuses ``self``.
+TOKEN_BY_ID = f"{TOKENS}/{{token_id:token_id}}"
+
+AUDIT_HASH = "/v1/audit/hash"
+
+SEAL_STATUS = "/v1/sys/seal-status"
+UNSEAL = "/v1/sys/unseal"
+SEAL = "/v1/sys/seal"
+ROTATE_MASTER = "/v1/sys/rotate-master"
+
+#: What a request to a sealed server is told (503 ``sealed``).
+SEALED_MESSAGE = f"sealed: this server awaits its unseal shares (POST {UNSEAL})"
+
+#: The ``/v1`` paths served without a token (an operator holding an unseal share needs none, as with Vault).
+NO_TOKEN_PATHS = frozenset({SEAL_STATUS, UNSEAL})
+#: The paths a sealed server still serves: liveness, readiness (503 while sealed), metrics, and unsealing.
+OPEN_WHILE_SEALED = frozenset({HEALTHZ, READYZ, METRICS, SEAL_STATUS, UNSEAL})
+
+_NAME = r"(?P<name>[^/]+)"
+_OPERATION = "(?P<operation>" + "|".join(STREAMING_PATHS) + ")"
+#: A streaming route's path; ``name`` and ``operation`` (encrypt, decrypt, rewrap) are its groups.
+STREAMING_ROUTE = re.compile(re.escape(KEYS) + f"/{_NAME}/{_OPERATION}")
+#: A batch route's path, with the same groups.
+BATCH_ROUTE = re.compile(re.escape(KEYS) + f"/{_NAME}/{_OPERATION}/batch")
+#: ``/v1`` POST routes without side effects besides their answer: the audit log writes no ``request`` line
+#: before they run (it holds their answer until its ``response`` line is written).
+PURE_ROUTE = re.compile(
+    re.escape(KEYS)
+    + "/[^/]+/(?:(?:"
+    + "|".join(STREAMING_PATHS)
+    + ")(?:/batch)?|datakey)|"
+    + re.escape(AUDIT_HASH)
+)
