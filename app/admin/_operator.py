@@ -43,8 +43,9 @@ With ``KEYSTREAM_AUDIT_LOG`` set, each operation is recorded in the log's own fi
 the workers' ``.w<i>`` files), chained and verified like every other line.
 
 Exit codes: 0 done; 1 a secret does not unwrap, a share is refused or missing (nothing written), another
-rotation is running, or the keystore cannot serve (database down); 2 bad flags or settings, or a seal or
-keystore that refuses (one line naming the setting, never a PIN or key bytes).
+rotation is running, or the keystore cannot serve (database down), or a move that was committed could not
+write its audit line (the message says the keystore moved); 2 bad flags or settings, or a seal or keystore
+that refuses (one line naming the setting, never a PIN or key bytes).
 """
 
 from __future__ import annotations
@@ -371,7 +372,7 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
         del master_key
     # Progress lines go to stderr with --json, so that stdout holds the JSON alone.
     progress = sys.stderr if args.json else sys.stdout
-    shown = False
+    shown = committed = False
 
     def show_shares() -> None:
         nonlocal shown
@@ -398,6 +399,7 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
             moving = f"from {current.describe()} to {target.describe()}"
             print(f"rewrapping {versions} key versions {moving}", file=progress, flush=True)
             count = keystore.reseal(target, keys.material, show_shares)
+            committed = True
             record: dict[str, Any] = {
                 "operation": "migrate_seal",
                 "from_seal": current.kind,
@@ -416,7 +418,13 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
         error(f"cannot migrate the seal: {exc}")
         return EXIT_USAGE
     except KeystreamError as exc:
-        if shown:  # the database failed while committing: PostgreSQL cannot tell whether it did
+        if committed:  # only the audit line is missing: the move itself is done
+            keep = "; keep the shares printed above" if shown else ""
+            error(
+                f"the keystore moved to the {args.to} seal (start the servers with KEYSTREAM_SEAL={args.to}"
+                f"{keep}), but its audit line was not written: {exc}"
+            )
+        elif shown:  # the database failed while committing: PostgreSQL cannot tell whether it did
             error(
                 f"cannot migrate the seal: {exc}; the move may have been committed: keep the shares printed "
                 "above until a server with one seal or the other opens the keystore"
