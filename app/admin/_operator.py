@@ -85,17 +85,7 @@ def add_parser(commands: Any) -> None:
         "open the keystore with it, recording its check value. Refuses a keystore sealed by another seal.",
         epilog="exit codes: 0 done, 1 keystore unavailable, 2 bad settings or a refused seal or keystore",
     )
-    init.add_argument(
-        "--shares", type=positive, metavar="N", help="seal=shamir: how many shares to make (at most 255)"
-    )
-    init.add_argument(
-        "--threshold", type=positive, metavar="K", help="seal=shamir: how many shares unseal (K <= N)"
-    )
-    init.add_argument(
-        "--json",
-        action="store_true",
-        help='seal=shamir: print {"shares": [...], "threshold": K, "root_token": "ks_..."} only',
-    )
+    _add_share_options(init, "seal=shamir", '{"shares": [...], "threshold": K, "root_token": "ks_..."} only')
     init.set_defaults(handler=cmd_init)
     migrate = actions.add_parser(
         "migrate-seal",
@@ -110,17 +100,7 @@ def add_parser(commands: Any) -> None:
         "keystore is unavailable (nothing written), 2 bad flags or settings, or a refused seal or keystore",
     )
     migrate.add_argument("--to", required=True, choices=SEAL_KINDS, help="the seal to move to")
-    migrate.add_argument(
-        "--shares", type=positive, metavar="N", help="--to shamir: how many shares to make (at most 255)"
-    )
-    migrate.add_argument(
-        "--threshold", type=positive, metavar="K", help="--to shamir: how many shares unseal (K <= N)"
-    )
-    migrate.add_argument(
-        "--json",
-        action="store_true",
-        help='--to shamir: print {"shares": [...], "threshold": K} only (progress on stderr)',
-    )
+    _add_share_options(migrate, "--to shamir", '{"shares": [...], "threshold": K} only (progress on stderr)')
     migrate.set_defaults(handler=cmd_migrate_seal)
     rotate = actions.add_parser(
         "rotate-master",
@@ -143,6 +123,18 @@ def add_parser(commands: Any) -> None:
         help="key versions rewrapped per transaction (default 500)",
     )
     rotate.set_defaults(handler=cmd_rotate_master)
+
+
+def _add_share_options(parser: argparse.ArgumentParser, when: str, printed: str) -> None:
+    """``--shares N``, ``--threshold K`` and ``--json`` of a command that makes shamir shares (``when``: the
+    case they apply to, for the help; ``printed``: what ``--json`` prints)."""
+    parser.add_argument(
+        "--shares", type=positive, metavar="N", help=f"{when}: how many shares to make (at most 255)"
+    )
+    parser.add_argument(
+        "--threshold", type=positive, metavar="K", help=f"{when}: how many shares unseal (K <= N)"
+    )
+    parser.add_argument("--json", action="store_true", help=f"{when}: print {printed}")
 
 
 def _quiet_store_logs() -> None:
