@@ -32,7 +32,8 @@ extensions = [
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,
     ),
-    # The sealed format's batches: HKDF/HMAC-SHA256 (SHA-NI or scalar) and AES-CTR in C, many messages a call.
+    # The sealed format's batches: HKDF/HMAC-SHA256 (SHA-NI or scalar), AES-CTR and AES-GCM in C, many
+    # messages a call.
     Extension(
         "aescore.sealing._sealed",
         sources=[
@@ -40,6 +41,7 @@ extensions = [
             "aescore/sealing/sealed_batch.c",
             "aescore/sealing/sha256.c",
             "aescore/ctr/aesni_ctr.c",
+            "aescore/gcm/aesni_gcm.c",
         ],
         include_dirs=C_FOLDERS,
         extra_compile_args=extra_compile_args,

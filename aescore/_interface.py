@@ -45,8 +45,9 @@ class SealedItemStatus(enum.IntEnum):
     TOO_MANY_SEGMENTS = 7
 
 
-#: Per message opened by :meth:`SealedBatch.open_ctr_hmac`: ``(plaintext or None, status, segment index,
-#: candidate index)``; the plaintext is present only when every segment of that message verified.
+#: Per message opened by :meth:`SealedBatch.open_ctr_hmac` or :meth:`SealedBatch.open_gcm`: ``(plaintext or
+#: None, status, segment index, candidate index)``; the plaintext is present only when every segment of that
+#: message verified.
 OpenedItem = tuple[bytes | None, int, int, int]
 
 
@@ -115,6 +116,33 @@ class SealedBatch(abc.ABC):
             TypeError: wrong argument types (:class:`aescore.AesCoreTypeError`).
             ValueError: bad sizes or too short key material.
         """
+
+    @abc.abstractmethod
+    def seal_gcm(
+        self,
+        ikm: BytesLike,
+        derived_size: int,
+        segment_size: int,
+        plaintexts: Sequence[bytes],
+        associated_data: Sequence[bytes],
+        randomness: bytes,
+    ) -> list[bytes | None]:
+        """Seal each plaintext as its own ``gcm`` message (HKDF-SHA256, one AES-GCM call per segment).
+
+        Arguments, result and errors as :meth:`seal_ctr_hmac`; segments carry 16-byte tags.
+        """
+
+    @abc.abstractmethod
+    def open_gcm(
+        self,
+        candidates: Sequence[BytesLike],
+        derived_size: int,
+        segment_size: int,
+        ciphertexts: Sequence[bytes],
+        associated_data: Sequence[bytes],
+    ) -> list[OpenedItem]:
+        """Open each ``gcm`` message; as :meth:`open_ctr_hmac` (each segment's tag checked before any of the
+        message's plaintext is returned)."""
 
 
 class Backend(abc.ABC):

@@ -1,12 +1,16 @@
 """Batch throughput before/after: two checkouts' servers side by side under the same wrk client.
 
 Starts one Keystream server (1 worker, defaults) per checkout given (``--checkout NAME=REPO[:PYTHON]``),
-creates one aes256 key in each, checks that a batch round-trips, then runs wrk (``-t1``, a Lua script POSTing
+creates one aes256 key of the chosen ``--scheme`` (``ctr-hmac`` by default, or ``gcm``) in each, checks that a
+batch round-trips, then runs wrk (``-t1``, a Lua script POSTing
 a fixed body) on 100 x 1 KiB batch encrypt and decrypt at 1 and 16 connections, alternating servers within
 each round, and reports medians (min-max) of the rounds as batch requests/s and items/s. Writes JSON next to
 a Markdown table when ``--out`` is given.
 
     python -m bench.bench_batch --checkout before=/work/main --checkout after=. --rounds 3 --seconds 5
+    python -m bench.bench_batch --checkout ctr-hmac=. --checkout gcm=.@gcm   # two schemes, one checkout
+
+A checkout spec may end in ``@SCHEME`` to override ``--scheme`` for that server.
 """
 
 from __future__ import annotations
@@ -75,11 +79,12 @@ def start(repo: Path, python: str, data_dir: Path, log: Path) -> tuple[subproces
     raise RuntimeError(f"server at {repo} did not start: {log.read_text()[-2000:]}")
 
 
-def prepare(url: str, work: Path, name: str) -> dict[str, Path]:
+def prepare(url: str, work: Path, name: str, scheme: str) -> dict[str, Path]:
     """Create the key, write the encrypt and decrypt bodies and Lua scripts; check the round trip."""
     auth = {"Authorization": f"Bearer {ROOT_TOKEN}"}
     with httpx.Client(base_url=url, headers=auth, timeout=60) as client:
-        client.post("/v1/keys", json={"name": "bench", "type": "aes256"}).raise_for_status()
+        key = {"name": "bench", "type": "aes256", "scheme": scheme}
+        client.post("/v1/keys", json=key).raise_for_status()
         plaintexts = [os.urandom(ITEM_BYTES) for _ in range(ITEMS)]
         encrypt_body = {"items": [{"plaintext": base64.b64encode(p).decode()} for p in plaintexts]}
         sealed = client.post("/v1/keys/bench/encrypt/batch", json=encrypt_body)
@@ -127,7 +132,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--checkout", action="append", required=True, help="NAME=REPO[:PYTHON]")
+    parser.add_argument("--checkout", action="append", required=True, help="NAME=REPO[:PYTHON][@SCHEME]")
+    parser.add_argument("--scheme", default="ctr-hmac", choices=("ctr-hmac", "gcm"), help="the key's scheme")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--out", type=Path, help="write results JSON here (and a .md table next to it)")
@@ -139,12 +145,13 @@ def main() -> None:
     try:
         for spec in args.checkout:
             name, _, location = spec.partition("=")
+            location, _, scheme = location.partition("@")
             repo_text, _, python = location.partition(":")
             repo = Path(repo_text).resolve()
             python = python or str(repo / ".venv" / "bin" / "python")
             (work / name).mkdir()
             process, url = start(repo, python, work / name, work / f"{name}.log")
-            servers[name] = (process, url, prepare(url, work, name))
+            servers[name] = (process, url, prepare(url, work, name, scheme or args.scheme))
         samples: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
         for _ in range(args.rounds):
             for operation, connections in WORKLOADS:

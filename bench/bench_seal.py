@@ -52,7 +52,10 @@ BODY = b"\x5a" * 1024
 def percentiles(samples: list[float]) -> dict[str, float]:
     """p50, p99 and mean of ``samples`` (seconds) in microseconds."""
     ordered = sorted(samples)
-    pick = lambda fraction: ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]  # noqa: E731
+
+    def pick(fraction: float) -> float:
+        return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
     return {
         "p50_us": round(pick(0.50) * 1e6, 1),
         "p99_us": round(pick(0.99) * 1e6, 1),
@@ -137,7 +140,7 @@ def start_servers(work: Path, token: SoftHsmToken) -> dict[str, Server]:
     admin(pkcs11_env, "operator", "init")
     servers = {
         "file": start_server(work / "srv-file", work / "srv-file.log", KEYSTREAM_MASTER_KEY=MASTER_KEY),
-        "pkcs11": start_server(work / "srv-pkcs11", work / "srv-pkcs11.log", **pkcs11_env),
+        "pkcs11": start_server(work / "srv-pkcs11", work / "srv-pkcs11.log", settings=pkcs11_env),
     }
     for server in servers.values():
         with server.client() as client:

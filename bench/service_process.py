@@ -14,7 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +91,7 @@ def start_server(
     root_token: str | None = ROOT_TOKEN,
     open_files: int | None = None,
     tls: ServerTlsFiles | None = None,
+    settings: Mapping[str, str] | None = None,
     **env_overrides: str,
 ) -> Server:
     """Run ``serve()`` with ``KEYSTREAM_*`` overrides and wait (<= 30 s) until ``/healthz`` answers.
@@ -100,6 +101,8 @@ def start_server(
 
     ``root_token=None`` lets the server generate one and print it (first-start banner) into ``log``.
     ``open_files`` sets the server's soft and hard ``RLIMIT_NOFILE`` (as a small systemd limit would).
+    ``settings`` are ``KEYSTREAM_*`` overrides as a mapping (built by the caller), applied before
+    ``env_overrides``.
 
     Raises:
         RuntimeError: the process exited or never became healthy (the log tail is in the message).
@@ -123,6 +126,7 @@ def start_server(
         env["KEYSTREAM_ROOT_TOKEN"] = root_token
     if tls is not None:
         env.update(tls.env())
+    env.update(settings or {})
     env.update(env_overrides)
     with log.open("wb") as handle:
         process = subprocess.Popen(
@@ -172,7 +176,7 @@ def started_servers(
     servers: list[Server] = []
     try:
         for index in range(count):
-            servers.append(start_server(data_dir, log_dir / f"replica-{index}.log", **env_overrides))
+            servers.append(start_server(data_dir, log_dir / f"replica-{index}.log", settings=env_overrides))
         yield servers
     finally:
         for server in reversed(servers):

@@ -229,7 +229,11 @@ class KeystreamUser(FastHttpUser):
         if duplex:
             return self._duplex(url, body, name, all_headers, expect)
         with self.client.post(
-            url, data=body, headers=all_headers, name=name, catch_response=True
+            url,
+            data=body,  # type: ignore[arg-type]  # FastHttpSession sends bytes as they are; its hint says str
+            headers=all_headers,
+            name=name,
+            catch_response=True,
         ) as response:
             if response.status_code != 200:
                 response.failure(f"status {response.status_code}: {_short(response.content)}")
@@ -584,7 +588,7 @@ class KeyChurnUser(KeystreamUser):
 def _export_prometheus(environment: Environment, **_kwargs: Any) -> None:
     """Serve ``/export/prometheus`` on the master's (or a local runner's) web UI."""
     web_ui = environment.web_ui
-    if web_ui is None:
+    if web_ui is None or web_ui.app is None:
         return
 
     @web_ui.app.route("/export/prometheus")

@@ -60,6 +60,31 @@ class NativeSealedBatch(SealedBatch):
             candidates, derived_size, segment_size, ciphertexts, associated_data, self._isa
         )
 
+    def seal_gcm(
+        self,
+        ikm: BytesLike,
+        derived_size: int,
+        segment_size: int,
+        plaintexts: Sequence[bytes],
+        associated_data: Sequence[bytes],
+        randomness: bytes,
+    ) -> list[bytes | None]:
+        return _sealed.seal_many(
+            ikm, derived_size, segment_size, plaintexts, associated_data, randomness, self._isa, "gcm"
+        )
+
+    def open_gcm(
+        self,
+        candidates: Sequence[BytesLike],
+        derived_size: int,
+        segment_size: int,
+        ciphertexts: Sequence[bytes],
+        associated_data: Sequence[bytes],
+    ) -> list[OpenedItem]:
+        return _sealed.open_many(
+            candidates, derived_size, segment_size, ciphertexts, associated_data, self._isa, "gcm"
+        )
+
     def __repr__(self) -> str:
         return f"<NativeSealedBatch isa={self._isa!r}>"
 

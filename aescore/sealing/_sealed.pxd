@@ -58,11 +58,16 @@ cdef extern from "sealed_batch.h" nogil:
         KS_ITEM_BAD_TAG
         KS_ITEM_TOO_MANY_SEGMENTS
 
+    ctypedef enum ks_sealed_scheme:
+        KS_SCHEME_CTR_HMAC
+        KS_SCHEME_GCM
+
     ctypedef struct ks_sealed_params:
         size_t derived_size
         size_t segment_size
         ks_isa isa
         ks_sha256_impl sha
+        ks_sealed_scheme scheme
 
     ctypedef struct ks_sealed_ikm:
         const uint8_t *material
@@ -81,6 +86,7 @@ cdef extern from "sealed_batch.h" nogil:
         uint32_t candidate
 
     size_t ks_sealed_header_length(const ks_sealed_params *params)
+    size_t ks_sealed_tag_length(const ks_sealed_params *params)
     ks_sealed_status ks_sealed_check(const ks_sealed_params *params)
     ks_sealed_item_status ks_sealed_ciphertext_length(const ks_sealed_params *params, size_t plaintext_len,
                                                       size_t *out)

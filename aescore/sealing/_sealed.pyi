@@ -6,6 +6,7 @@ from typing import Final
 SHA256_IMPL_NAMES: Final[tuple[str, ...]]
 GIL_RELEASE_BYTES: Final[int]
 NONCE_PREFIX_SIZE: Final[int]
+SCHEMES: Final[tuple[str, ...]]
 ITEM_OK: Final[int]
 ITEM_SHORT_HEADER: Final[int]
 ITEM_BAD_HEADER: Final[int]
@@ -27,6 +28,7 @@ def seal_many(
     associated_data: Sequence[bytes],
     randomness: bytes,
     isa: str,
+    scheme: str = "ctr-hmac",
 ) -> list[bytes | None]: ...
 def open_many(
     candidates: Sequence[bytes | bytearray | memoryview],
@@ -35,6 +37,7 @@ def open_many(
     ciphertexts: Sequence[bytes],
     associated_data: Sequence[bytes],
     isa: str,
+    scheme: str = "ctr-hmac",
 ) -> list[tuple[bytes | None, int, int, int]]: ...
 def sha256(data: bytes, impl: str = "auto") -> bytes: ...
 def hmac_sha256(key: bytes, data: bytes, impl: str = "auto") -> bytes: ...

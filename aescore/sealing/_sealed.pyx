@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, auto_pickle=False
 """Native sealed-format batches: seal or open many whole messages in one call (see ``sealed_batch.c``).
 
-The C files do the work (HKDF-SHA256, AES-CTR, HMAC-SHA256) and return status codes; this module checks
+The C files do the work (HKDF-SHA256, then AES-CTR and HMAC-SHA256 for the ``ctr-hmac`` scheme or AES-GCM for
+``gcm``) and return status codes; this module checks
 arguments, allocates the outputs, releases the GIL around calls of ``GIL_RELEASE_BYTES`` or more and turns
 call-level codes into exceptions. Per-item outcomes come back as codes (``ITEM_*``) for the caller, which
 owns the error messages (``app.formats.sealed``).
@@ -44,6 +45,9 @@ ITEM_BAD_TAG = KS_ITEM_BAD_TAG
 ITEM_TOO_MANY_SEGMENTS = KS_ITEM_TOO_MANY_SEGMENTS
 
 cdef dict _SHA_BY_NAME = {"shani": KS_SHA256_SHANI, "scalar": KS_SHA256_SCALAR}
+#: The segment constructions, by the scheme names of the sealed format (docs/formats.md).
+SCHEMES = ("ctr-hmac", "gcm")
+cdef dict _SCHEME_BY_NAME = {"ctr-hmac": KS_SCHEME_CTR_HMAC, "gcm": KS_SCHEME_GCM}
 cdef dict _ISA_BY_NAME = {"vaes512": KS_ISA_VAES512, "vaes256": KS_ISA_VAES256, "aesni": KS_ISA_AESNI}
 cdef ks_sha256_impl _sha = KS_SHA256_NONE
 cdef object _unavailable = None
@@ -117,7 +121,8 @@ cdef int _raise_status(ks_sealed_status status) except -1:
     raise AesCoreError(f"sealed batch core failed with status {<int>status}")
 
 
-cdef int _params(ks_sealed_params *params, object derived_size, object segment_size, object isa) except -1:
+cdef int _params(ks_sealed_params *params, object derived_size, object segment_size, object isa,
+                 object scheme) except -1:
     if unavailable_reason() is not None:
         raise BackendUnavailableError(f"native sealed batches are unavailable: {_unavailable}")
     for name, value in (("derived_size", derived_size), ("segment_size", segment_size)):
@@ -125,6 +130,9 @@ cdef int _params(ks_sealed_params *params, object derived_size, object segment_s
             raise AesCoreTypeError(f"{name} must be an int, got {type(value).__name__}")
     if isa not in _ISA_BY_NAME:
         raise AesCoreValueError(f"isa must be one of {', '.join(_ISA_BY_NAME)}; got {isa!r}")
+    if scheme not in _SCHEME_BY_NAME:
+        raise AesCoreValueError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+    params.scheme = <ks_sealed_scheme>_SCHEME_BY_NAME[scheme]
     if not 0 < segment_size < 2**31 or derived_size not in (16, 24, 32):
         _raise_status(KS_SEALED_ERR_PARAMS)
     params.derived_size = derived_size
@@ -158,7 +166,7 @@ cdef int _key_view(object value, Py_buffer *view) except -1:
     return 0
 
 
-def seal_many(ikm, derived_size, segment_size, plaintexts, associated_data, randomness, isa):
+def seal_many(ikm, derived_size, segment_size, plaintexts, associated_data, randomness, isa, scheme="ctr-hmac"):
     """Seal every plaintext as one sealed message under ``ikm``.
 
     Args:
@@ -169,7 +177,9 @@ def seal_many(ikm, derived_size, segment_size, plaintexts, associated_data, rand
         associated_data: bytes per item (the HKDF info; ``b""`` for none).
         randomness: ``len(plaintexts) * (derived_size + 7)`` bytes from the OS's CSPRNG: item i's salt and
             nonce prefix are its slice. Never reuse them.
-        isa: the AES-CTR path name (``aescore.ctr._aesni.get_isa()``).
+        isa: the AES path name (``aescore.ctr._aesni.get_isa()``); ``gcm`` runs on it where the CPU has its
+            carry-less multiply, else on ``aesni``.
+        scheme: ``ctr-hmac`` (AES-CTR + HMAC-SHA256, 32-byte tags) or ``gcm`` (AES-GCM, 16-byte tags).
 
     Returns:
         One ciphertext per item, or ``None`` for an item that would need segment number 2**32.
@@ -181,7 +191,7 @@ def seal_many(ikm, derived_size, segment_size, plaintexts, associated_data, rand
     """
     cdef ks_sealed_params params
     cdef Py_buffer ikm_view
-    _params(&params, derived_size, segment_size, isa)
+    _params(&params, derived_size, segment_size, isa, scheme)
     if type(randomness) is not bytes:
         raise AesCoreTypeError("randomness must be bytes")
     _key_view(ikm, &ikm_view)
@@ -245,12 +255,12 @@ cdef list _seal_many(ks_sealed_params *params_pointer, Py_buffer *ikm_view, obje
         free(items)
 
 
-def open_many(candidates, derived_size, segment_size, ciphertexts, associated_data, isa):
+def open_many(candidates, derived_size, segment_size, ciphertexts, associated_data, isa, scheme="ctr-hmac"):
     """Open every ciphertext, trying each candidate key material on an item's first segment.
 
     Args:
         candidates: key materials (bytes-like, read in place), in the order to try (newest version first).
-        derived_size, segment_size, isa: as :func:`seal_many`.
+        derived_size, segment_size, isa, scheme: as :func:`seal_many`.
         ciphertexts: bytes per item.
         associated_data: bytes per item.
 
@@ -271,7 +281,7 @@ def open_many(candidates, derived_size, segment_size, ciphertexts, associated_da
     cdef ks_sealed_status status
     cdef Py_buffer *views = NULL
     cdef Py_ssize_t acquired = 0
-    _params(&params, derived_size, segment_size, isa)
+    _params(&params, derived_size, segment_size, isa, scheme)
     materials = tuple(candidates)
     key_count = len(materials)
     inputs = tuple(ciphertexts)

@@ -1,7 +1,7 @@
 /*
  * sealed_batch.h - seal and open many small messages of the sealed format in one call (no Python, no GIL).
  *
- * The sealed format is Tink's AesCtrHmacStreaming, described in app/formats/sealed/__init__.py:
+ * Two schemes share the layout (docs/formats.md). ctr-hmac is Tink's AesCtrHmacStreaming:
  *
  *     ciphertext = header | segment_0 | ... | segment_n
  *     header     = header_length (1 byte, = 1 + D + 7) | salt (D bytes) | nonce_prefix (7 bytes)
@@ -9,6 +9,9 @@
  *     nonce_i    = nonce_prefix | i (u32, big-endian) | last (1 byte) | 0x00000000
  *     aes_key | mac_key = HKDF-SHA256(ikm, salt, info = associated data), D + 32 bytes
  *
+ * gcm is Tink's AesGcmHkdfStreaming, the same header and segmentation with a 16-byte tag:
+ *     segment_i  = AES-GCM(aes_key, nonce_i[0..12), no associated data, plaintext_i) (ciphertext | tag)
+ *     aes_key    = HKDF-SHA256(ikm, salt, info = associated data), D bytes
  * Segment i carries segment_size bytes of ciphertext (tag included), the first header_length fewer, the
  * last at most that many; a plaintext segment is sealed as "last" when no byte follows it.
  *
@@ -25,6 +28,7 @@
 #include <stdint.h>
 
 #include "aesni_ctr.h"
+#include "aesni_gcm.h"
 #include "sha256.h"
 
 #ifdef __cplusplus
@@ -53,7 +57,14 @@ typedef enum {
     KS_ITEM_TOO_MANY_SEGMENTS = 7   /* the message needs segment number 2**32 */
 } ks_sealed_item_status;
 
+/* The construction of every segment (ks_sealed_params.scheme). */
+typedef enum {
+    KS_SCHEME_CTR_HMAC = 0,         /* AES-CTR then HMAC-SHA256, 32-byte tags */
+    KS_SCHEME_GCM = 1               /* AES-GCM, 16-byte tags; needs PCLMULQDQ (aesni_gcm.h) */
+} ks_sealed_scheme;
+
 #define KS_SEALED_TAG_SIZE 32
+#define KS_SEALED_GCM_TAG_SIZE 16
 #define KS_SEALED_NONCE_PREFIX_SIZE 7
 #define KS_SEALED_MIN_IKM_SIZE 16
 #define KS_SEALED_MAX_SEGMENT_SIZE 2147483647u
@@ -63,7 +74,12 @@ typedef struct {
     size_t segment_size;            /* ciphertext segment size, tag included */
     ks_isa isa;                     /* AES-CTR path (aesni_ctr.h) */
     ks_sha256_impl sha;             /* SHA-256 compression (sha256.h) */
+    ks_sealed_scheme scheme;        /* ctr-hmac or gcm; gcm runs on `isa` when ks_gcm_cpu_isas() has it, else
+                                       on 128-bit AES-NI + PCLMULQDQ */
 } ks_sealed_params;
+
+/* Tag bytes after every segment: 32 (ctr-hmac) or 16 (gcm). */
+size_t ks_sealed_tag_length(const ks_sealed_params *params);
 
 typedef struct {
     const uint8_t *material;

@@ -43,8 +43,9 @@ With ``KEYSTREAM_AUDIT_LOG`` set, each operation is recorded in the log's own fi
 the workers' ``.w<i>`` files), chained and verified like every other line.
 
 Exit codes: 0 done; 1 a secret does not unwrap, a share is refused or missing (nothing written), another
-rotation is running, or the keystore cannot serve (database down); 2 bad flags or settings, or a seal or
-keystore that refuses (one line naming the setting, never a PIN or key bytes).
+rotation is running, or the keystore cannot serve (database down), or a move that was committed could not
+write its audit line (the message says the keystore moved); 2 bad flags or settings, or a seal or keystore
+that refuses (one line naming the setting, never a PIN or key bytes).
 """
 
 from __future__ import annotations
@@ -84,17 +85,7 @@ def add_parser(commands: Any) -> None:
         "open the keystore with it, recording its check value. Refuses a keystore sealed by another seal.",
         epilog="exit codes: 0 done, 1 keystore unavailable, 2 bad settings or a refused seal or keystore",
     )
-    init.add_argument(
-        "--shares", type=positive, metavar="N", help="seal=shamir: how many shares to make (at most 255)"
-    )
-    init.add_argument(
-        "--threshold", type=positive, metavar="K", help="seal=shamir: how many shares unseal (K <= N)"
-    )
-    init.add_argument(
-        "--json",
-        action="store_true",
-        help='seal=shamir: print {"shares": [...], "threshold": K, "root_token": "ks_..."} only',
-    )
+    _add_share_options(init, "seal=shamir", '{"shares": [...], "threshold": K, "root_token": "ks_..."} only')
     init.set_defaults(handler=cmd_init)
     migrate = actions.add_parser(
         "migrate-seal",
@@ -109,17 +100,7 @@ def add_parser(commands: Any) -> None:
         "keystore is unavailable (nothing written), 2 bad flags or settings, or a refused seal or keystore",
     )
     migrate.add_argument("--to", required=True, choices=SEAL_KINDS, help="the seal to move to")
-    migrate.add_argument(
-        "--shares", type=positive, metavar="N", help="--to shamir: how many shares to make (at most 255)"
-    )
-    migrate.add_argument(
-        "--threshold", type=positive, metavar="K", help="--to shamir: how many shares unseal (K <= N)"
-    )
-    migrate.add_argument(
-        "--json",
-        action="store_true",
-        help='--to shamir: print {"shares": [...], "threshold": K} only (progress on stderr)',
-    )
+    _add_share_options(migrate, "--to shamir", '{"shares": [...], "threshold": K} only (progress on stderr)')
     migrate.set_defaults(handler=cmd_migrate_seal)
     rotate = actions.add_parser(
         "rotate-master",
@@ -142,6 +123,18 @@ def add_parser(commands: Any) -> None:
         help="key versions rewrapped per transaction (default 500)",
     )
     rotate.set_defaults(handler=cmd_rotate_master)
+
+
+def _add_share_options(parser: argparse.ArgumentParser, when: str, printed: str) -> None:
+    """``--shares N``, ``--threshold K`` and ``--json`` of a command that makes shamir shares (``when``: the
+    case they apply to, for the help; ``printed``: what ``--json`` prints)."""
+    parser.add_argument(
+        "--shares", type=positive, metavar="N", help=f"{when}: how many shares to make (at most 255)"
+    )
+    parser.add_argument(
+        "--threshold", type=positive, metavar="K", help=f"{when}: how many shares unseal (K <= N)"
+    )
+    parser.add_argument("--json", action="store_true", help=f"{when}: print {printed}")
 
 
 def _quiet_store_logs() -> None:
@@ -371,7 +364,7 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
         del master_key
     # Progress lines go to stderr with --json, so that stdout holds the JSON alone.
     progress = sys.stderr if args.json else sys.stdout
-    shown = False
+    shown = committed = False
 
     def show_shares() -> None:
         nonlocal shown
@@ -398,6 +391,7 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
             moving = f"from {current.describe()} to {target.describe()}"
             print(f"rewrapping {versions} key versions {moving}", file=progress, flush=True)
             count = keystore.reseal(target, keys.material, show_shares)
+            committed = True
             record: dict[str, Any] = {
                 "operation": "migrate_seal",
                 "from_seal": current.kind,
@@ -416,7 +410,13 @@ def cmd_migrate_seal(args: argparse.Namespace) -> int:
         error(f"cannot migrate the seal: {exc}")
         return EXIT_USAGE
     except KeystreamError as exc:
-        if shown:  # the database failed while committing: PostgreSQL cannot tell whether it did
+        if committed:  # only the audit line is missing: the move itself is done
+            keep = "; keep the shares printed above" if shown else ""
+            error(
+                f"the keystore moved to the {args.to} seal (start the servers with KEYSTREAM_SEAL={args.to}"
+                f"{keep}), but its audit line was not written: {exc}"
+            )
+        elif shown:  # the database failed while committing: PostgreSQL cannot tell whether it did
             error(
                 f"cannot migrate the seal: {exc}; the move may have been committed: keep the shares printed "
                 "above until a server with one seal or the other opens the keystore"

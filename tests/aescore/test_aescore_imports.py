@@ -105,3 +105,14 @@ def test_the_reader_sees_lazy_and_cython_imports() -> None:
     assert "aescore.sealing._native" in imports_of("aescore.ctr._aesni", known["aescore.ctr._aesni"])
     assert "aescore._validate" in imports_of("aescore.ctr._aesni", known["aescore.ctr._aesni"])
     assert "aescore.ctr._aesni" in imports_of("aescore._registry", known["aescore._registry"])
+
+
+def test_every_aescore_folder_is_a_regular_package() -> None:
+    """A folder without ``__init__.py`` still imports (as a namespace package) from a checkout, but
+    ``packages.find`` leaves it out of the wheel and the image: every folder holding Python or Cython code
+    needs one."""
+    folders = {path.parent for pattern in ("*.py", "*.pyx") for path in PACKAGE.rglob(pattern)}
+    missing = sorted(
+        str(folder.relative_to(ROOT)) for folder in folders if not (folder / "__init__.py").exists()
+    )
+    assert not missing, f"no __init__.py in {missing}"

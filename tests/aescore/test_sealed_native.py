@@ -199,3 +199,76 @@ def test_large_items_release_the_gil_and_still_match(sha_impl: str) -> None:
     assert sealed[0] == model_seal(bytes(32), 32, 4096, plaintexts[0], b"", randomness[:39])
     opened = _sealed.open_many([bytes(32)], 32, 4096, sealed, [b"", b"a"], ISA)
     assert [result[0] for result in opened] == plaintexts
+
+
+# -- the gcm scheme: HKDF key, one AES-GCM per segment with a 12-byte nonce, 16-byte tags --
+
+GCM_TAG = 16
+
+
+def model_seal_gcm(
+    ikm: bytes, derived: int, segment_size: int, plaintext: bytes, ad: bytes, random_: bytes
+) -> bytes:
+    """The gcm scheme from its description, on the python backend's AES-GCM (no native code)."""
+    salt, prefix = random_[:derived], random_[derived:]
+    prk = hmac.digest(salt, ikm, "sha256")
+    gcm = aescore.AesGcm("python", hmac.digest(prk, ad + b"\x01", "sha256")[:derived])
+    header = bytes([1 + derived + 7]) + salt + prefix
+    out, position, index = [header], 0, 0
+    while True:
+        size = segment_size - GCM_TAG - (len(header) if index == 0 else 0)
+        last = len(plaintext) - position <= size
+        chunk = plaintext[position : position + size]
+        out.append(gcm.encrypt(prefix + index.to_bytes(4, "big") + bytes([last]), chunk, None))
+        position += len(chunk)
+        index += 1
+        if last:
+            return b"".join(out)
+
+
+@pytest.mark.parametrize("derived", [16, 24, 32])
+@pytest.mark.parametrize("segment", ["min", "small", "4096"])
+def test_gcm_seal_and_open_match_the_model(derived: int, segment: str) -> None:
+    header = 1 + derived + 7
+    segment_size = {"min": header + GCM_TAG + 1, "small": 100, "4096": 4096}[segment]
+    rng = random.Random(derived * 7 + segment_size)
+    ikm = rng.randbytes(32)
+    first, later = segment_size - header - GCM_TAG, segment_size - GCM_TAG
+    lengths = [0, 1, first, first + 1, first + later + 1, 700, 0]
+    plaintexts = [rng.randbytes(n) for n in lengths]
+    ads = [rng.randbytes(n % 4 * 9) for n in range(len(lengths))]
+    per_item = derived + 7
+    randomness = rng.randbytes(per_item * len(lengths))
+    sealed = _sealed.seal_many(ikm, derived, segment_size, plaintexts, ads, randomness, ISA, "gcm")
+    assert sealed == [
+        model_seal_gcm(ikm, derived, segment_size, p, a, randomness[i * per_item : (i + 1) * per_item])
+        for i, (p, a) in enumerate(zip(plaintexts, ads, strict=True))
+    ]
+    opened = _sealed.open_many([bytes(32), ikm], derived, segment_size, sealed, ads, ISA, "gcm")
+    # An opened message reports its last segment's index and the candidate that verified (the second).
+    last_segments = [0 if n <= first else -(-(n - first) // later) for n in lengths]
+    assert opened == [(p, _sealed.ITEM_OK, s, 1) for p, s in zip(plaintexts, last_segments, strict=True)]
+
+
+def test_gcm_open_refuses_every_tampered_byte_and_cut() -> None:
+    """No plaintext for any flipped bit or truncation; the statuses name the first failing segment."""
+    ikm = bytes(range(32))
+    good = model_seal_gcm(ikm, 16, 100, bytes(range(200)), b"ad", bytes(range(23)))
+    items = []
+    for position in range(len(good)):
+        changed = bytearray(good)
+        changed[position] ^= 0x01
+        items.append(bytes(changed))
+    items += [good[:cut] for cut in range(len(good))]
+    results = _sealed.open_many([ikm], 16, 100, items, [b"ad"] * len(items), ISA, "gcm")
+    for item, (plaintext, status, _, _) in zip(items, results, strict=True):
+        assert plaintext is None and status != _sealed.ITEM_OK, item
+    [(plaintext, status, _, _)] = _sealed.open_many([ikm], 16, 100, [good], [b"ad"], ISA, "gcm")
+    assert (plaintext, status) == (bytes(range(200)), _sealed.ITEM_OK)
+    [(plaintext, status, segment, _)] = _sealed.open_many([ikm], 16, 100, [good], [b"ae"], ISA, "gcm")
+    assert (plaintext, status, segment) == (None, _sealed.ITEM_NO_KEY, 0)
+
+
+def test_unknown_scheme_is_refused() -> None:
+    with pytest.raises(ValueError, match="scheme must be one of ctr-hmac, gcm"):
+        _sealed.seal_many(bytes(32), 16, 4096, [], [], b"", ISA, "gcm-siv")

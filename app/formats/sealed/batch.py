@@ -5,10 +5,10 @@
 true and whose ``sealed_batch()`` offers the native core (``aesni``), every message of the call is sealed or
 opened by one C call (HKDF-SHA256, AES-CTR and HMAC-SHA256, the GIL released for calls over 16 KiB). Other
 backends (``python``, ``hwsim``: ``sealed_batch()`` is ``None``) keep the per-message Python path, so their
-work still goes through the backend. The native core serves the ``ctr-hmac`` scheme; ``gcm`` keys take the
-per-message path on every backend (one AES-GCM call per segment, in aescore's C on ``aesni``); a gcm message
-that fits in one segment (every small item) is sealed directly: HKDF, one AES-GCM call and the header,
-without a :class:`~.SealedEncryptor` (the same bytes at a seventh of the cost).
+work still goes through the backend. The native core serves both schemes (``ctr-hmac``: AES-CTR and
+HMAC-SHA256; ``gcm``: one fused AES-GCM call per segment). On the per-message path a gcm message that fits in
+one segment (every small item) is sealed directly: HKDF, one AES-GCM call and the header, without a
+:class:`~.SealedEncryptor` (the same bytes at a seventh of the cost).
 
 Salts and nonce prefixes come from one :func:`os.urandom` call per batch (through
 :data:`.randomness.random_bytes`, which tests replace): the same CSPRNG as the streaming encryptor, one
@@ -36,6 +36,7 @@ from .format import (
     derive_gcm_key,
     derived_key_size_of,
     header_length,
+    tag_size_of,
     too_many_segments_message,
     validate_segment_size,
 )
@@ -57,7 +58,7 @@ def native_isa(backend: aescore.Backend, scheme: str = DEFAULT_SCHEME) -> str | 
 
 def _native_sealer(backend: aescore.Backend, scheme: str) -> aescore.SealedBatch | None:
     """The backend's native batch sealer when it serves ``scheme`` and runs inline, else ``None``."""
-    if scheme != CTR_HMAC or not backend.runs_inline:
+    if scheme not in (CTR_HMAC, GCM) or not backend.runs_inline:
         return None
     return backend.sealed_batch()
 
@@ -84,18 +85,17 @@ def seal_many(
     validate_segment_size(key_type, segment_size, scheme)
     material = as_key_material("ikm", ikm)
     check_ikm(material, derived_size)
-    if scheme == GCM:
-        return _seal_gcm_many(material, key_type, segment_size, plaintexts, associated_data, backend)
     sealer = _native_sealer(backend, scheme)
+    if sealer is None and scheme == GCM:
+        return _seal_gcm_many(material, key_type, segment_size, plaintexts, associated_data, backend)
     if sealer is None:
         return [
             _seal_one(material, key_type, segment_size, data, ad, backend, scheme)
             for data, ad in zip(plaintexts, associated_data, strict=True)
         ]
     salts_and_prefixes = randomness.random_bytes((derived_size + NONCE_PREFIX_SIZE) * len(plaintexts))
-    sealed = sealer.seal_ctr_hmac(
-        material, derived_size, segment_size, plaintexts, associated_data, salts_and_prefixes
-    )
+    seal = sealer.seal_gcm if scheme == GCM else sealer.seal_ctr_hmac
+    sealed = seal(material, derived_size, segment_size, plaintexts, associated_data, salts_and_prefixes)
     return [
         ciphertext
         if ciphertext is not None
@@ -197,7 +197,7 @@ def open_many(
     pairs = [(version, as_key_material("ikm", ikm)) for version, ikm in candidates]
     for _, material in pairs:
         check_ikm(material, derived_size)
-    opened = _native_open(sealer, pairs, key_type, segment_size, ciphertexts, associated_data)
+    opened = _native_open(sealer, scheme, pairs, key_type, segment_size, ciphertexts, associated_data)
     missing = [i for i, result in enumerate(opened) if result is _NO_KEY]
     tried = list(pairs)
     if missing and more_candidates is not None:
@@ -212,6 +212,7 @@ def open_many(
         if fresh:
             retried = _native_open(
                 sealer,
+                scheme,
                 fresh,
                 key_type,
                 segment_size,
@@ -259,6 +260,7 @@ _NO_KEY = _NoKey()
 
 def _native_open(
     sealer: aescore.SealedBatch,
+    scheme: str,
     pairs: Sequence[tuple[int, KeyMaterial]],
     key_type: str,
     segment_size: int,
@@ -267,7 +269,8 @@ def _native_open(
 ) -> list[Opened | _NoKey]:
     derived_size = derived_key_size_of(key_type)
     header_size = header_length(key_type)
-    results = sealer.open_ctr_hmac(
+    open_native = sealer.open_gcm if scheme == GCM else sealer.open_ctr_hmac
+    results = open_native(
         [material for _, material in pairs], derived_size, segment_size, ciphertexts, associated_data
     )
     opened: list[Opened | _NoKey] = []
@@ -277,12 +280,12 @@ def _native_open(
         elif status == Status.NO_KEY:
             opened.append(_NO_KEY)
         else:
-            opened.append(_failure(status, segment, data, key_type, header_size, segment_size))
+            opened.append(_failure(status, segment, data, key_type, header_size, segment_size, scheme))
     return opened
 
 
 def _failure(
-    status: int, segment: int, data: bytes, key_type: str, header_size: int, segment_size: int
+    status: int, segment: int, data: bytes, key_type: str, header_size: int, segment_size: int, scheme: str
 ) -> SealedDecryptionError:
     """The error a :class:`~.SealedDecryptor` raises for the native ``status`` of one message."""
     if status == Status.SHORT_HEADER:
@@ -298,7 +301,7 @@ def _failure(
     elif status == Status.SHORT_SEGMENT:
         # Segment 0 starts after the header; segment n > 0 at n * segment_size.
         start = segment * segment_size if segment else header_size
-        message = messages.short_segment(segment, len(data) - start)
+        message = messages.short_segment(segment, len(data) - start, tag_size_of(scheme))
     elif status == Status.BAD_TAG:
         message = messages.bad_tag(segment)
     else:

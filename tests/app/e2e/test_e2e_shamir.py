@@ -341,6 +341,17 @@ def test_the_client_cli_unseals_and_seals_a_two_worker_server(tmp_path: Path) ->
         stop_server(server)
 
 
+def encrypt_some(server: Server, made: dict[bytes, bytes], label: str, count: int) -> None:
+    """``count`` messages encrypted with key ``orders`` into ``made`` (ciphertext: plaintext), each on a fresh
+    connection: the label repeated 900 times more per message, so longer labels reach the streaming path's
+    sizes (over 64 KiB) too."""
+    for index in range(count):
+        plaintext = f"{label} {index} ".encode() * (index * 900 + 1)
+        response = call(server, "POST", "/v1/keys/orders/encrypt", content=plaintext)
+        assert response.status_code == 200, response.text
+        made[response.content] = plaintext
+
+
 def worker_pids(server: Server) -> set[int]:
     """The supervisor's worker processes (its spawned children), read from /proc."""
     supervisor = server.process.pid
@@ -408,11 +419,7 @@ def test_a_seal_racing_worker_kills_leaves_every_replacement_sealed(tmp_path: Pa
         unseal(server, shares[:2])
         wait_for_workers(server, 2, 0.0)
         assert call(server, "POST", "/v1/keys", json={"name": "orders"}).status_code == 201
-        for index in range(8):
-            plaintext = b"race %d " % index * (index * 700 + 1)
-            response = call(server, "POST", "/v1/keys/orders/encrypt", content=plaintext)
-            assert response.status_code == 200, response.text
-            made[response.content] = plaintext
+        encrypt_some(server, made, "race", 8)
         first, second = sorted(worker_pids(server), key=lambda pid: worker_index(pid, log))
         assert (worker_index(first, log), worker_index(second, log)) == (0, 1)
 
@@ -448,11 +455,7 @@ def test_a_server_killed_in_the_middle_of_an_unseal_restarts_sealed_and_loses_no
         unseal(server, shares[:2])
         wait_for_workers(server, 2, 0.0)
         assert call(server, "POST", "/v1/keys", json={"name": "orders"}).status_code == 201
-        for index in range(6):
-            plaintext = b"before the kill %d " % index * (index * 900 + 1)
-            response = call(server, "POST", "/v1/keys/orders/encrypt", content=plaintext)
-            assert response.status_code == 200, response.text
-            made[response.content] = plaintext
+        encrypt_some(server, made, "before the kill", 6)
     finally:
         stop_server(server)
 

@@ -217,6 +217,22 @@ def test_moves_between_seals_lose_nothing(
     ]
 
 
+def test_a_move_whose_audit_line_fails_says_it_moved(token: SoftHsmToken, tmp_path: Path) -> None:
+    """The audit line is written after the commit: when it cannot be, the command exits 1 but says the
+    keystore moved (and to keep the shares), rather than a failure that reads as if nothing happened."""
+    data = tmp_path / "data"
+    before, _ = make_keys("file", token, data, None)
+    args = ["operator", "migrate-seal", "--to", "shamir", "--shares", "3", "--threshold", "2", "--json"]
+    env = {**settings_env(token, data, "file", None), "KEYSTREAM_AUDIT_LOG": str(tmp_path / "gone" / "a.log")}
+    moved = run_admin(*args, env=env)
+    assert moved.returncode == 1, moved.stderr
+    assert "the keystore moved to the shamir seal" in moved.stderr and "keep the shares" in moved.stderr
+    assert "audit line was not written" in moved.stderr and "Traceback" not in moved.stderr
+    shares = json.loads(moved.stdout)["shares"]
+    with opened("shamir", token, data, None, shares[:2]) as store:
+        assert materials(store) == before
+
+
 def corrupt_one_version(data: Path, url: str | None) -> None:
     """Replace key-01's first version with a blob of another master key: it cannot unwrap."""
     foreign = FileSeal(bytes(32)).wrap(b"x", b"")

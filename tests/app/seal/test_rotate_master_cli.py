@@ -1,9 +1,9 @@
 """``keystream-server operator rotate-master``: a new master key generation, every secret rewrapped.
 
 The command runs as a real process: it rewraps every version under the new generation and audits its start
-and end; killed with SIGKILL half-way, it leaves every version readable (each under its own generation), a
-second run refuses while the dead run's lease lasts and then resumes and finishes; the shamir seal reads K
-shares first.
+and end; killed with SIGKILL half-way (SQLite and PostgreSQL), it leaves every version readable (each under
+its own generation), a second run refuses while the dead run's lease lasts and then resumes and finishes;
+the shamir seal reads K shares first.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def origins(store: KeyStore) -> set[BlobOrigin | None]:
     return {blob_origin(blob) for key in store.export_keys() for blob in key.wrapped}
 
 
-def fill(data: Path, keys: int, versions: int) -> dict[tuple[str, int], bytes]:
-    store = open_store(FileSeal(MASTER), data, None)
+def fill(data: Path, keys: int, versions: int, url: str | None = None) -> dict[tuple[str, int], bytes]:
+    store = open_store(FileSeal(MASTER), data, url)
     try:
         for index in range(keys):
             store.create_key(f"key-{index:02d}")
@@ -77,14 +77,14 @@ def test_rotate_master_rewraps_every_version_and_audits_it(tmp_path: Path) -> No
     assert again.returncode == 0 and "generation 3: 9 key versions rewrapped" in again.stdout
 
 
-def test_a_rotation_killed_half_way_loses_nothing_and_resumes(tmp_path: Path) -> None:
+def test_a_rotation_killed_half_way_loses_nothing_and_resumes(tmp_path: Path, backing: str | None) -> None:
     data = tmp_path / "data"
-    before = fill(data, keys=20, versions=20)
-    env = environment(data)
+    before = fill(data, keys=20, versions=20, url=backing)
+    env = environment(data, **({} if backing is None else {"KEYSTREAM_DATABASE_URL": backing}))
     process = start_admin("operator", "rotate-master", "--batch-size", "1", env=env)
     assert process.stdout is not None
     assert "rotating to master key generation 2" in process.stdout.readline()
-    watcher = open_store(FileSeal(MASTER), data, None)
+    watcher = open_store(FileSeal(MASTER), data, backing)
     try:
         deadline = time.monotonic() + 60
         while watcher.master_rotation_status().rewrapped < 20:  # some batches committed, most not
@@ -112,7 +112,7 @@ def test_a_rotation_killed_half_way_loses_nothing_and_resumes(tmp_path: Path) ->
         time.sleep(1)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming the rotation to master key generation 2" in resumed.stdout
-    store = open_store(FileSeal(MASTER), data, None)
+    store = open_store(FileSeal(MASTER), data, backing)
     try:
         assert origins(store) == {BlobOrigin("file", 2)}
         assert materials(store) == before

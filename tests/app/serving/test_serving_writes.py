@@ -1,0 +1,128 @@
+"""A response's head and the start of its body leave in one write (one system call instead of two), a head
+whose body comes later leaves at the end of the event-loop iteration, and nothing is reordered or lost."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import Any
+
+import httpx
+import pytest
+
+from app.serving.protocol import BoundedHttpToolsProtocol, _HeadWithBody
+
+
+class _Transport:
+    """Records what reaches the transport, one entry per call (a write or writelines is one system call)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bytes]] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.calls.append(("write", bytes(data)))
+
+    def writelines(self, pieces: Any) -> None:
+        self.calls.append(("writelines", b"".join(pieces)))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.calls.append(("close", b""))
+        self.closing = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def test_head_and_body_in_one_iteration_are_one_call() -> None:
+    transport = _Transport()
+    joined = _HeadWithBody(transport)  # type: ignore[arg-type]
+    joined.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    joined.write(b"body")
+    joined.write(b"more")
+    await asyncio.sleep(0)
+    assert transport.calls == [("writelines", b"HTTP/1.1 200 OK\r\n\r\nbody"), ("write", b"more")]
+
+
+async def test_a_head_alone_leaves_at_the_end_of_the_iteration_and_order_is_kept() -> None:
+    transport = _Transport()
+    joined = _HeadWithBody(transport)  # type: ignore[arg-type]
+    joined.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    assert transport.calls == []
+    await asyncio.sleep(0)
+    assert transport.calls == [("write", b"HTTP/1.1 100 Continue\r\n\r\n")]
+    joined.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    assert joined.get_write_buffer_size() == 0  # any other use sends the held head first
+    joined.write(b"late body")
+    assert transport.calls[1:] == [("write", b"HTTP/1.1 200 OK\r\n\r\n"), ("write", b"late body")]
+
+
+async def test_close_sends_the_held_head_first_and_a_closing_transport_gets_nothing_new() -> None:
+    transport = _Transport()
+    joined = _HeadWithBody(transport)  # type: ignore[arg-type]
+    joined.write(b"head")
+    joined.close()
+    assert transport.calls == [("write", b"head"), ("close", b"")]
+    other = _Transport()
+    held = _HeadWithBody(other)  # type: ignore[arg-type]
+    held.write(b"head")
+    other.closing = True  # the connection was dropped before the iteration ended
+    await asyncio.sleep(0)
+    assert other.calls == []
+
+
+@pytest.mark.parametrize("size", [0, 1024, 300_000])
+async def test_a_real_server_answers_with_one_write_per_small_response(size: int) -> None:
+    """Through uvicorn on a real socket: what the client reads is the whole answer; small answers are one
+    write on the server side (counted on the transport)."""
+    from uvicorn import Config, Server
+
+    body = os.urandom(size)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await receive()
+        headers = [(b"content-length", str(size).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    writes: list[int] = []
+
+    class Counting(BoundedHttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            original_write = transport.write
+
+            def write(data: Any) -> None:
+                writes.append(1)
+                original_write(data)
+
+            def writelines(pieces: Any) -> None:  # one send, as uvloop's writev
+                writes.append(1)
+                original_write(b"".join(pieces))
+
+            transport.write = write  # type: ignore[method-assign]
+            transport.writelines = writelines  # type: ignore[method-assign]
+            super().connection_made(transport)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = Server(Config(app, http=Counting, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(url, content=b"x")
+        assert answer.status_code == 200 and answer.content == body
+        if size <= 1024:
+            assert writes == [1]
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
