@@ -20,7 +20,7 @@ loop keeps serving.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -28,7 +28,6 @@ from starlette.responses import Response
 
 import aescore
 from app.api import paths
-from app.api.audit import note
 from app.api.batch_json import (
     DecryptBatch,
     EncryptBatch,
@@ -38,8 +37,9 @@ from app.api.batch_json import (
     read_decrypt_batch,
     read_encrypt_batch,
 )
-from app.api.deps import JsonBody, PrincipalDep, StateDep
+from app.api.deps import JsonBody, PrincipalDep, StateDep, get_principal, get_state, require_json
 from app.api.errors import error_body
+from app.api.middleware.audit import note
 from app.api.params import (
     BACKEND_DESCRIPTION,
     KeyVersion,
@@ -65,6 +65,8 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 T = TypeVar("T")
+#: A batch route's endpoint, as FastAPI calls it (by keyword).
+Endpoint = Callable[..., Awaitable[Response]]
 
 #: Without the native core, batches of up to this many items and bytes run on the event loop; others in a
 #: thread.
@@ -354,3 +356,25 @@ async def rewrap_batch(
     references = [item.reference for item in items]
     del items
     return json_response(_results(references, errors, outputs, "ciphertext"))
+
+
+def request_handler(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+    """``endpoint`` as a handler of the request alone, for the fast dispatcher (:mod:`app.api.hotpath`), which
+    serves batch requests without a query string: it gives the endpoint what FastAPI's dependencies would (the
+    ``application/json`` check, the service state, the principal the body-limit middleware verified) and
+    leaves ``backend`` and ``key_version`` at their defaults.
+
+    Raises:
+        UnsupportedMediaTypeError: the body is not ``application/json`` (415).
+        KeystreamError, RequestValidationError: as the endpoint.
+    """
+
+    async def handle(request: Request) -> Response:
+        await require_json(request)
+        state = await get_state(request)
+        principal = await get_principal(request, state)
+        return await endpoint(
+            name=request.path_params["name"], request=request, principal=principal, state=state
+        )
+
+    return handle

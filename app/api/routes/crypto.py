@@ -22,7 +22,7 @@ from starlette.routing import Match, Route
 from starlette.types import Scope
 
 from app.api import paths
-from app.api.audit import note
+from app.api.middleware.audit import note
 from app.api.params import CryptoParams, check_associated_data, decode_base64, wanted_headers
 from app.api.pump import disconnected, first_output, pump, respond, small_body
 from app.api.state import ServiceState

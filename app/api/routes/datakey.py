@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from app.api import paths
-from app.api.audit import note
 from app.api.deps import JsonBody, PrincipalDep, StateDep
+from app.api.middleware.audit import note
 from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, check_associated_data, decode_base64
 from app.api.routes.batch import seal_items
