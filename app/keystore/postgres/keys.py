@@ -27,7 +27,7 @@ from ..records import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from ..tombstones import recently_deleted
 
 if TYPE_CHECKING:
-    from ._database import Connection
+    from .connections import Connection
 
 __all__ = [
     "LockedKey",

@@ -42,7 +42,7 @@ from ..checks import check_integer
 from ..records import utc_now
 
 if TYPE_CHECKING:
-    from ._database import Connection
+    from .connections import Connection
 
 __all__ = [
     "CHANGE_CHANNEL",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..records import TokenRecord
 
 if TYPE_CHECKING:
-    from ._database import Connection
+    from .connections import Connection
 
 __all__ = [
     "count_tokens",
