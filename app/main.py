@@ -17,12 +17,9 @@ from typing import Any
 from anyio import to_thread
 from fastapi import FastAPI
 
-from app.api.audit import AuditMiddleware
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.hotpath import KeystreamApp
-from app.api.http_metrics import HttpMetricsMiddleware
-from app.api.limits import BodyLimitMiddleware
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
 from app.api.paths import BATCH_PATHS
@@ -68,8 +65,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await to_thread.run_sync(close_state, state)
             release_process_metrics()
 
-    # KeystreamApp: FastAPI, with POST on the streaming encrypt/decrypt paths served ahead of the middleware
-    # stack and the router (app/api/hotpath.py).
+    # KeystreamApp: FastAPI, with POST on the streaming encrypt/decrypt and the batch paths served ahead of
+    # FastAPI's router, through the same middleware (app/api/hotpath.py).
     app = KeystreamApp(
         title="Keystream",
         version="0.1.0",
@@ -92,14 +89,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_docs(app)
     if settings.bench_echo:
         app.include_router(ops.echo_router)
-    # Innermost user middleware: auth and a bounded body before FastAPI parses any JSON /v1 body.
-    app.add_middleware(
-        BodyLimitMiddleware, json_limit=settings.max_json_body, batch_limit=settings.batch_max_bytes
-    )
-    # Around it: the audit log records every /v1 request (401s included) before any route runs.
-    app.add_middleware(AuditMiddleware)
     install_error_handlers(app)
-    app.add_middleware(HttpMetricsMiddleware)
+    # One list of middleware (app/api/middleware): FastAPI's stack and the shortcut's are built from it.
+    app.install_middleware(settings)
     install_stream_abort_filter()
 
     def openapi() -> dict[str, Any]:

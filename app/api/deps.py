@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.api.limits import VERIFIED_PRINCIPAL
+from app.api.middleware.body_limit import VERIFIED_PRINCIPAL
 from app.api.state import ServiceState
 from app.errors import UnsupportedMediaTypeError
 from app.services.security import Principal

@@ -38,7 +38,8 @@ A subclass without an entry of its own takes its nearest ancestor's status. Besi
 request validation and any malformed JSON body (including bytes that are not UTF-8) become 422
 ``validation_error``, Starlette's ``HTTPException`` (404 for unknown paths,
 405...) keeps its status, and any other exception becomes 500 ``internal_error`` without a traceback
-(:class:`UnexpectedErrorMiddleware`). Messages never contain key material, tokens or tracebacks.
+(:class:`~app.api.middleware.errors.UnexpectedErrorMiddleware`). Messages never contain key material, tokens
+or tracebacks.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from app.audit import AuditUnavailableError
 from app.errors import (
@@ -221,38 +222,6 @@ def _http_exception(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, code, message, headers or None)
 
 
-class UnexpectedErrorMiddleware:
-    """Outermost user middleware: an unexpected exception becomes a 500 JSON error without traceback.
-
-    The log line names the exception type and the route and carries the traceback's frames, never the
-    exception's message (which could quote request data). When the response has already started the
-    exception is re-raised so the server aborts the connection: a client must never see a cleanly ended body
-    after a failure (the sealed-decrypt rule).
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except Exception as exc:
-            if started:
-                raise
-            await unexpected_error_response(exc, scope)(scope, receive, send)
-
-
 def unexpected_error_response(exc: Exception, scope: Scope) -> Response:
     """Log ``exc`` (its type, the route and the traceback's frames, never its message, which could quote
     request data) and return the 500 ``internal_error`` answer."""
@@ -267,9 +236,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     :class:`~app.errors.KeystreamError` gets :func:`http_status` and its code; FastAPI's request validation
     becomes 422 ``validation_error``; Starlette's ``HTTPException`` keeps its status; any other exception
-    becomes 500 ``internal_error`` through :class:`UnexpectedErrorMiddleware`.
+    becomes 500 ``internal_error`` through :class:`~app.api.middleware.errors.UnexpectedErrorMiddleware` (a
+    layer of the one middleware stack, :mod:`app.api.middleware`).
     """
     app.add_exception_handler(KeystreamError, _keystream_error)
     app.add_exception_handler(RequestValidationError, _request_validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
-    app.add_middleware(UnexpectedErrorMiddleware)

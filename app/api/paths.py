@@ -1,9 +1,10 @@
 """Every route path of the service and every pattern that recognises one, written once.
 
 The route decorators, the fast dispatcher (:mod:`app.api.hotpath`), the middlewares that treat some paths
-differently (:mod:`app.api.limits`, :mod:`app.api.audit`), the OpenAPI document and the sealed gate all import
-their paths from here, so a path cannot be renamed in one of them and forgotten in another
-(``tests/app/api/test_paths.py`` refuses a ``/v1/`` path literal anywhere else under ``app/api``).
+differently (:mod:`app.api.middleware.body_limit`, :mod:`app.api.middleware.audit`), the OpenAPI document
+and the sealed gate all import their paths from here, so a path cannot be renamed in one of them and
+forgotten in another (``tests/app/api/test_paths.py`` refuses a ``/v1/`` path literal anywhere else
+under ``app/api``).
 
 Templates use Starlette's syntax: ``{name}`` is one path segment of at least one character, which is what
 ``[^/]+`` matches in the compiled patterns below.

@@ -5,8 +5,9 @@
 * :mod:`app.audit.chain`: sealing a line into its chain, verifying lines and remembered heads.
 * :mod:`app.audit.log`: :class:`AuditLog`, the fail-closed writer with size rotation.
 
-The HTTP side (what a record holds, when it is written) is :mod:`app.api.audit`; the verifier's command line
-is ``keystream-server audit verify`` (:mod:`app.admin._audit`). Nothing here imports a web framework.
+The HTTP side (what a record holds, when it is written) is :mod:`app.api.middleware.audit`; the verifier's
+command line is ``keystream-server audit verify`` (:mod:`app.admin._audit`). Nothing here imports a web
+framework.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@
 >>> store.create_key("orders", "aes256").latest_version           # doctest: +SKIP
 1
 
-See :mod:`app.keystore.base` for the interface, :mod:`app.keystore.checks` for the validation rules,
-:mod:`app.keystore.sqlite` for the SQLite implementation (the embedded default), :mod:`app.keystore.postgres`
-for the PostgreSQL one (several replicas, selected by a database URL) and :mod:`app.keystore.master` for key
-wrapping under the seal (:mod:`app.seal`).
+See :mod:`app.keystore.base` for the interface, :mod:`app.keystore.records` for its records,
+:mod:`app.keystore.checks` for the validation rules, :mod:`app.keystore.sqlite` for the SQLite implementation
+(the embedded default), :mod:`app.keystore.postgres` for the PostgreSQL one (several replicas, selected by a
+database URL) and :mod:`app.keystore.master` for key wrapping under the seal (:mod:`app.seal`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from app.seal import Seal, open_seal
 from app.seal.file import load_master_key_for as _load_master_key_for
 
-from .base import KeyInfo, KeyStore, KeyVersionInfo, TokenRecord
+from .base import KeyStore
 from .changes import CHANGE_KINDS, Change, ChangeBatch
 from .checks import (
     ALLOWED_SEGMENT_SIZES,
@@ -45,6 +45,7 @@ from .master import (
     read_master_key_file,
 )
 from .migrations import KeystoreSchemaError, Migration
+from .records import KeyInfo, KeyVersionInfo, TokenRecord
 from .rotation import MAX_AUTO_ROTATE_PERIOD, MIN_AUTO_ROTATE_PERIOD, check_auto_rotate_period
 from .sqlite import DATABASE_FILE, SCHEMA_VERSION, SqliteKeyStore
 

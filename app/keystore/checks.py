@@ -9,14 +9,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from app.core.schemes import SCHEMES
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
 from app.errors import BadRequestError
 
-if TYPE_CHECKING:
-    from .base import TokenRecord
+from .records import TokenRecord
 
 __all__ = [
     "ALLOWED_SEGMENT_SIZES",

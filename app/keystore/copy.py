@@ -30,8 +30,9 @@ from app.errors import ConflictError
 from app.seal import blob_origin
 from app.seal.keyring import Keyring
 
-from .base import KeyExport, KeyStore, TokenRecord
+from .base import KeyStore
 from .master import unwrap_key_material, wrap_key_material
+from .records import KeyExport, TokenRecord
 
 __all__ = ["CopyConflictError", "CopySummary", "copy_keystore"]
 

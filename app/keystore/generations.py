@@ -45,10 +45,10 @@ from app.errors import ConflictError
 from app.seal import blob_origin
 from app.seal.keyring import Keyring, KeyringState
 
-from .base import utc_now
 from .changes import MASTER_KEY_ROTATED
 from .master import AUDIT_KEYS_ASSOCIATED_DATA, AUDIT_KEYS_ROW, unwrap_key_material, wrap_key_material
 from .migrations import Migration
+from .records import utc_now
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

@@ -2,7 +2,7 @@
 newer than this release (:class:`KeystoreSchemaError`).
 
 Each implementation keeps its own list of steps (:mod:`app.keystore.sqlite.schema`,
-:mod:`app.keystore.postgres._schema`) and applies the ones newer than the database at open.
+:mod:`app.keystore.postgres.schema`) and applies the ones newer than the database at open.
 """
 
 from __future__ import annotations

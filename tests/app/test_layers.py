@@ -126,11 +126,72 @@ def test_the_crypto_packages_never_import_the_service(package: str) -> None:
             assert not [n for n in names if n.split(".")[0] == "app"], f"{path} imports app"
 
 
+ROUTES = "app.api.routes"
+
+
+@pytest.mark.parametrize("name", [name for name in app_modules() if name.startswith(ROUTES + ".")])
+def test_route_modules_do_not_import_each_other(name: str) -> None:
+    """What two routes share lives below them (a service, params, deps), never in one of the routes."""
+    others = sorted(imported for imported in internal_imports(name) if imported.startswith(ROUTES + "."))
+    assert not others, f"{name} imports the route modules {others}"
+
+
 def test_the_checker_sees_a_web_import_through_another_module() -> None:
     """The transitive check follows app's own imports: the API layer reaches starlette through a route."""
     chain = reaches_web("app.main")
     assert chain is not None and chain[-1].split(".")[0] in WEB and len(chain) >= 2
     assert "app.api.errors" in internal_imports("app.main")
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph`` (module -> modules it imports): each strongly connected group of two or
+    more modules, sorted."""
+    order: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = lowest[module] = len(order)
+        stack.append(module)
+        for imported in sorted(graph.get(module, set())):
+            if imported not in order:
+                visit(imported)
+                lowest[module] = min(lowest[module], lowest[imported])
+            elif imported in stack:
+                lowest[module] = min(lowest[module], order[imported])
+        if lowest[module] == order[module]:
+            group = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return cycles
+
+
+def test_the_keystores_modules_import_one_another_without_cycles() -> None:
+    """No module of ``app/keystore`` imports, even under ``TYPE_CHECKING``, one that imports it back: the
+    records every layer of the keystore shares (``records.py``) sit below the interface (``base.py``), the
+    rules (``checks.py``) and the stores, so the template imports the rules and never the other way round.
+    Packages' ``__init__`` modules only gather names and are left out."""
+    modules = app_modules()
+    leaves = {
+        name
+        for name, path in modules.items()
+        if name.startswith("app.keystore.") and path.name != "__init__.py"
+    }
+    graph = {name: internal_imports(name) & leaves for name in leaves}
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_sees_a_cycle() -> None:
+    """The check above finds the circle it forbids (so its passing means something)."""
+    graph = {"base": {"checks", "records"}, "checks": {"base"}, "records": set(), "store": {"base"}}
+    assert import_cycles(graph) == [["base", "checks"]]
+    assert import_cycles({**graph, "checks": {"records"}}) == []
 
 
 def aescore_imports(name: str) -> list[str]:

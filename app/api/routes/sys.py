@@ -36,8 +36,8 @@ from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse
 
 from app.api import paths
-from app.api.audit import write_operator_record
 from app.api.deps import AdminDep, StateDep
+from app.api.middleware.audit import write_operator_record
 from app.api.openapi import errors
 from app.api.state import ServiceState, start_unsealed, stop_sealed
 from app.audit import AuditUnavailableError

@@ -5,9 +5,11 @@
 2
 >>> changes, latest, trimmed = store.changes_since(0)                                   # doctest: +SKIP
 
-Modules: :mod:`.store` (the :class:`PostgresKeyStore`), :mod:`._database` (pool, retries, outage errors),
-:mod:`._schema` (migrations under an advisory lock, master-key check), :mod:`._keys` and :mod:`._tokens`
-(SQL), :mod:`._changes` (the ordered change log); :mod:`app.core.database_url` keeps URLs out of messages.
+Modules, named as in :mod:`app.keystore.sqlite` for the same jobs: :mod:`.store` (the
+:class:`PostgresKeyStore`), :mod:`.connections` (pool, retries, outage errors, with the circuit breaker of
+:mod:`.breaker`), :mod:`.schema` (migrations under an advisory lock, master-key check), :mod:`.keys` and
+:mod:`.tokens` (SQL), :mod:`.changes` (the ordered change log) and :mod:`.watch` (``LISTEN`` for change hints);
+:mod:`app.core.database_url` keeps URLs out of messages.
 Importing this package does not import psycopg; opening a store does.
 """
 
@@ -15,8 +17,8 @@ from __future__ import annotations
 
 from app.core.database_url import check_database_url, describe_database_url
 
-from ._changes import CHANGE_KINDS, Change, ChangeBatch
-from ._schema import MIGRATIONS, SCHEMA_VERSION
+from .changes import CHANGE_KINDS, Change, ChangeBatch
+from .schema import MIGRATIONS, SCHEMA_VERSION
 from .store import PostgresKeyStore
 
 __all__ = [

@@ -2,9 +2,9 @@
 
 Validation, wrapping and errors are the SQLite keystore's (the ``check_*`` functions of
 :mod:`app.keystore.base`, :mod:`app.keystore.master`); what differs is where the rows live and who
-serializes writers: PostgreSQL's row locks (:mod:`._keys`), not a file lock. Every change is one transaction
-that also appends to the change log (:mod:`._changes`). Connection loss becomes
-:class:`~app.keystore.errors.KeystoreUnavailableError` and heals by itself (:mod:`._database`).
+serializes writers: PostgreSQL's row locks (:mod:`.keys`), not a file lock. Every change is one transaction
+that also appends to the change log (:mod:`.changes`). Connection loss becomes
+:class:`~app.keystore.errors.KeystoreUnavailableError` and heals by itself (:mod:`.connections`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from app.seal import Seal
 from app.seal.keyring import Keyring, KeyringState
 
 from .. import generations
-from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord, utc_now
+from ..base import KeyStore
 from ..changes import Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
@@ -57,6 +57,7 @@ from ..master import (
     wrap_key_material,
 )
 from ..migrations import Migration
+from ..records import KeyExport, KeyInfo, TokenRecord, utc_now
 from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
@@ -65,12 +66,12 @@ from ..rotation import (
     is_due,
 )
 from ..tombstones import check_tombstone_seconds
-from . import _changes, _keys, _schema, _tokens
-from ._database import Database
-from ._listener import ChangeListener
+from . import changes, keys, schema, tokens
+from .connections import Database
+from .watch import ChangeListener
 
 if TYPE_CHECKING:
-    from ._database import Connection
+    from .connections import Connection
 
 __all__ = ["PostgresKeyStore"]
 
@@ -120,7 +121,7 @@ class PostgresKeyStore(KeyStore):
         pool_size: int = 8,
         wait_timeout: float = 5.0,
         connect_timeout: float = 5.0,
-        migrations: Sequence[Migration] = _schema.MIGRATIONS,
+        migrations: Sequence[Migration] = schema.MIGRATIONS,
         tombstone_seconds: float = 0.0,
         auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
     ) -> None:
@@ -137,7 +138,7 @@ class PostgresKeyStore(KeyStore):
         self._keyring.set_loader(self._load_keyring)
         try:
             with self._database.connect() as conn:
-                _schema.migrate(conn, self._seal, self._database.description, migrations)
+                schema.migrate(conn, self._seal, self._database.description, migrations)
                 if not self._seal.sealed and generations.has_generations(migrations):
                     self._keyring.install(generations.read_keyring(conn, _ROTATION_SQL))
         except BaseException:
@@ -156,7 +157,7 @@ class PostgresKeyStore(KeyStore):
 
     def schema_version(self) -> int:
         """The schema version of the database."""
-        return self._database.read(_schema.schema_version)
+        return self._database.read(schema.schema_version)
 
     def close(self) -> None:
         """See :meth:`KeyStore.close`; also zeroes the master key generations in memory."""
@@ -168,11 +169,11 @@ class PostgresKeyStore(KeyStore):
     def _insert(self, info: KeyInfo, material: bytes | memoryview) -> KeyInfo:
         def work(conn: Connection) -> None:
             wrapped = wrap_key_material(self._wrapping(conn), info.name, 1, material)
-            if not _keys.insert_key(conn, info, wrapped):
+            if not keys.insert_key(conn, info, wrapped):
                 raise KeyExistsError(f"key {info.name!r} already exists")
-            _keys.check_tombstone(conn, info.name)
+            keys.check_tombstone(conn, info.name)
             kind = "key_imported" if info.imported else "key_created"
-            _changes.append_change(conn, kind, key_name=info.name)
+            changes.append_change(conn, kind, key_name=info.name)
 
         self._database.write(work)
         return info
@@ -195,7 +196,7 @@ class PostgresKeyStore(KeyStore):
         check_scheme(scheme)
         period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
         material = random_secret(KEY_TYPES[key_type]).readonly()
-        info = _keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, False, period)
+        info = keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, False, period)
         return self._insert(info, material)
 
     def import_key(
@@ -216,38 +217,38 @@ class PostgresKeyStore(KeyStore):
         check_scheme(scheme)
         period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
         return self._insert(
-            _keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, True, period), data
+            keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, True, period), data
         )
 
     def get_key(self, name: str) -> KeyInfo:
         """See :meth:`KeyStore.get_key`."""
         check_key_name(name)
-        return self._database.read(lambda conn: _keys.read_key(conn, name))
+        return self._database.read(lambda conn: keys.read_key(conn, name))
 
     def list_keys(self) -> list[KeyInfo]:
         """See :meth:`KeyStore.list_keys`."""
-        return self._database.read(_keys.read_keys)
+        return self._database.read(keys.read_keys)
 
     def rotate_key(self, name: str) -> KeyInfo:
         """See :meth:`KeyStore.rotate_key`."""
         check_key_name(name)
 
-        return self._database.write(lambda conn: self._rotate(conn, _keys.lock_key(conn, name)))
+        return self._database.write(lambda conn: self._rotate(conn, keys.lock_key(conn, name)))
 
-    def _rotate(self, conn: Connection, key: _keys.LockedKey) -> KeyInfo:
+    def _rotate(self, conn: Connection, key: keys.LockedKey) -> KeyInfo:
         """The one rotation path, manual or automatic (the caller holds the row lock): a random next version
         and a ``key_rotated`` change."""
         version = key.latest_version + 1
         material = random_secret(KEY_TYPES[key.key_type]).readonly()
         wrapped = wrap_key_material(self._wrapping(conn), key.name, version, material)
-        _keys.insert_version(conn, key.name, version, wrapped, utc_now())
-        info = _keys.read_key(conn, key.name)
-        _changes.append_change(conn, "key_rotated", key_name=key.name)
+        keys.insert_version(conn, key.name, version, wrapped, utc_now())
+        info = keys.read_key(conn, key.name)
+        changes.append_change(conn, "key_rotated", key_name=key.name)
         return info
 
     def due_for_rotation(self) -> list[str]:
         """See :meth:`KeyStore.due_for_rotation`."""
-        schedule = self._database.read(_keys.rotation_schedule)
+        schedule = self._database.read(keys.rotation_schedule)
         now = utc_now()
         return [name for name, period, last in schedule if is_due(period, last, now)]
 
@@ -257,10 +258,10 @@ class PostgresKeyStore(KeyStore):
 
         def work(conn: Connection) -> KeyInfo | None:
             try:
-                key = _keys.lock_key(conn, name)
+                key = keys.lock_key(conn, name)
             except KeyNotFoundError:
                 return None
-            info = _keys.read_key(conn, name)
+            info = keys.read_key(conn, name)
             if not is_due(info.auto_rotate_period, info.last_rotated, utc_now()):
                 return None
             return self._rotate(conn, key)
@@ -272,13 +273,13 @@ class PostgresKeyStore(KeyStore):
         check_key_name(name)
 
         def work(conn: Connection) -> KeyInfo:
-            key = _keys.lock_key(conn, name)
+            key = keys.lock_key(conn, name)
             data = check_version_material(name, key.key_type, material)
             version = key.latest_version + 1
             wrapped = wrap_key_material(self._wrapping(conn), name, version, data)
-            _keys.insert_version(conn, name, version, wrapped, utc_now(), imported=True)
-            info = _keys.read_key(conn, name)
-            _changes.append_change(conn, "key_rotated", key_name=name)
+            keys.insert_version(conn, name, version, wrapped, utc_now(), imported=True)
+            info = keys.read_key(conn, name)
+            changes.append_change(conn, "key_rotated", key_name=name)
             return info
 
         return self._database.write(work)
@@ -289,11 +290,11 @@ class PostgresKeyStore(KeyStore):
         check_integer("min_available_version", min_available_version)
 
         def work(conn: Connection) -> KeyInfo:
-            key = _keys.lock_key(conn, name)
+            key = keys.lock_key(conn, name)
             check_trim_version(name, min_available_version, key.min_decryption_version)
-            if _keys.delete_versions_below(conn, name, min_available_version, utc_now()):
-                _changes.append_change(conn, "key_updated", key_name=name)
-            return _keys.read_key(conn, name)
+            if keys.delete_versions_below(conn, name, min_available_version, utc_now()):
+                changes.append_change(conn, "key_updated", key_name=name)
+            return keys.read_key(conn, name)
 
         return self._database.write(work)
 
@@ -320,16 +321,16 @@ class PostgresKeyStore(KeyStore):
             return self.get_key(name)
 
         def work(conn: Connection) -> KeyInfo:
-            key = _keys.lock_key(conn, name)
+            key = keys.lock_key(conn, name)
             new_min = key.min_decryption_version if min_decryption_version is None else min_decryption_version
             if new_min != key.min_decryption_version:
-                oldest = _keys.oldest_version(conn, name)
+                oldest = keys.oldest_version(conn, name)
                 check_min_decryption_version(name, new_min, key.latest_version, oldest)
             new_deletion = key.deletion_allowed if deletion_allowed is None else deletion_allowed
             new_period = key.auto_rotate_period if period is None else period
-            _keys.update_policy(conn, name, new_min, new_deletion, new_period, utc_now())
-            info = _keys.read_key(conn, name)
-            _changes.append_change(conn, "key_updated", key_name=name)
+            keys.update_policy(conn, name, new_min, new_deletion, new_period, utc_now())
+            info = keys.read_key(conn, name)
+            changes.append_change(conn, "key_updated", key_name=name)
             return info
 
         return self._database.write(work)
@@ -339,12 +340,12 @@ class PostgresKeyStore(KeyStore):
         check_key_name(name)
 
         def work(conn: Connection) -> None:
-            if not _keys.lock_key(conn, name).deletion_allowed:
+            if not keys.lock_key(conn, name).deletion_allowed:
                 raise DeletionNotAllowedError(
                     f"key {name!r} cannot be deleted: set deletion_allowed to true first"
                 )
-            _keys.delete_key(conn, name, self.tombstone_seconds)
-            _changes.append_change(conn, "key_deleted", key_name=name)
+            keys.delete_key(conn, name, self.tombstone_seconds)
+            changes.append_change(conn, "key_deleted", key_name=name)
 
         self._database.write(work)
 
@@ -352,7 +353,7 @@ class PostgresKeyStore(KeyStore):
         """See :meth:`KeyStore.key_material`."""
         check_key_name(name)
         check_integer("key version", version)
-        found = self._database.read(lambda conn: _keys.read_wrapped(conn, name, version))
+        found = self._database.read(lambda conn: keys.read_wrapped(conn, name, version))
         if found is None:
             raise KeyNotFoundError(f"key {name!r} not found")
         wrapped, oldest, latest = found
@@ -369,7 +370,7 @@ class PostgresKeyStore(KeyStore):
 
     def audit_key_material(self) -> memoryview | None:
         """See :meth:`KeyStore.audit_key_material`."""
-        stored = self._database.read(lambda conn: _schema.read_meta(conn, AUDIT_KEYS_ROW))
+        stored = self._database.read(lambda conn: schema.read_meta(conn, AUDIT_KEYS_ROW))
         return open_audit_key_material(self._keyring, stored)
 
     @property
@@ -383,7 +384,7 @@ class PostgresKeyStore(KeyStore):
         def work(conn: Connection) -> MasterRotationStatus:
             status, created = generations.begin(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
             if created:
-                _changes.append_change(conn, generations.MASTER_KEY_ROTATED)
+                changes.append_change(conn, generations.MASTER_KEY_ROTATED)
             return status
 
         status = self._database.write(work)
@@ -406,7 +407,7 @@ class PostgresKeyStore(KeyStore):
         def work(conn: Connection) -> tuple[MasterRotationStatus, list[int]]:
             status, retired = generations.finish(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
             if not status.rotating:
-                _changes.append_change(conn, generations.MASTER_KEY_ROTATED)
+                changes.append_change(conn, generations.MASTER_KEY_ROTATED)
             return status, retired
 
         status, retired = self._database.write(work)
@@ -464,7 +465,7 @@ class PostgresKeyStore(KeyStore):
 
     def export_keys(self) -> list[KeyExport]:
         """See :meth:`KeyStore.export_keys`."""
-        return self._database.read(_keys.export_keys)
+        return self._database.read(keys.export_keys)
 
     def insert_copied(self, copied_keys: Sequence[KeyExport], copied_tokens: Sequence[TokenRecord]) -> None:
         """See :meth:`KeyStore.insert_copied`: one transaction, appends serialized by the change-log lock."""
@@ -472,14 +473,14 @@ class PostgresKeyStore(KeyStore):
 
         def work(conn: Connection) -> None:
             for key in copied_keys:
-                if not _keys.insert_exported(conn, key):
+                if not keys.insert_exported(conn, key):
                     raise KeyExistsError(f"key {key.info.name!r} already exists")
-                _keys.check_tombstone(conn, key.info.name)
-                _changes.append_change(conn, "key_created", key_name=key.info.name)
+                keys.check_tombstone(conn, key.info.name)
+                changes.append_change(conn, "key_created", key_name=key.info.name)
             for record in checked:
-                if not _tokens.insert_token(conn, record):
+                if not tokens.insert_token(conn, record):
                     raise ConflictError(f"token {record.token_id!r} already exists")
-                _changes.append_change(conn, "token_created", token_id=record.token_id)
+                changes.append_change(conn, "token_created", token_id=record.token_id)
 
         self._database.write(work)
 
@@ -490,35 +491,35 @@ class PostgresKeyStore(KeyStore):
         checked = check_token_record(record)
 
         def work(conn: Connection) -> None:
-            if not _tokens.insert_token(conn, checked):
+            if not tokens.insert_token(conn, checked):
                 raise ConflictError(f"token {checked.token_id!r} already exists")
-            _changes.append_change(conn, "token_created", token_id=checked.token_id)
+            changes.append_change(conn, "token_created", token_id=checked.token_id)
 
         self._database.write(work)
 
     def get_token(self, token_id: str) -> TokenRecord:
         """See :meth:`KeyStore.get_token`."""
         check_token_id(token_id)
-        record = self._database.read(lambda conn: _tokens.read_token(conn, token_id))
+        record = self._database.read(lambda conn: tokens.read_token(conn, token_id))
         if record is None:
             raise TokenNotFoundError(f"token {token_id!r} not found")
         return record
 
     def list_tokens(self) -> list[TokenRecord]:
         """See :meth:`KeyStore.list_tokens`."""
-        return self._database.read(_tokens.read_tokens)
+        return self._database.read(tokens.read_tokens)
 
     def renew_token(self, token_id: str, expires_at: datetime) -> TokenRecord:
         """See :meth:`KeyStore.renew_token`: the row is locked while the new expiry is checked and written."""
         check_token_id(token_id)
 
         def work(conn: Connection) -> TokenRecord:
-            record = _tokens.read_token_for_update(conn, token_id)
+            record = tokens.read_token_for_update(conn, token_id)
             if record is None:
                 raise TokenNotFoundError(f"token {token_id!r} not found")
             moment = check_token_expiry(record, expires_at)
-            _tokens.set_expiry(conn, token_id, moment)
-            _changes.append_change(conn, "token_renewed", token_id=token_id)
+            tokens.set_expiry(conn, token_id, moment)
+            changes.append_change(conn, "token_renewed", token_id=token_id)
             return dataclasses.replace(record, expires_at=moment)
 
         return self._database.write(work)
@@ -528,19 +529,19 @@ class PostgresKeyStore(KeyStore):
         check_token_id(token_id)
 
         def work(conn: Connection) -> None:
-            if not _tokens.delete_token(conn, token_id):
+            if not tokens.delete_token(conn, token_id):
                 raise TokenNotFoundError(f"token {token_id!r} not found")
-            _changes.append_change(conn, "token_deleted", token_id=token_id)
+            changes.append_change(conn, "token_deleted", token_id=token_id)
 
         self._database.write(work)
 
     def count_tokens(self) -> int:
         """See :meth:`KeyStore.count_tokens`."""
-        return self._database.read(_tokens.count_tokens)
+        return self._database.read(tokens.count_tokens)
 
     # -- change log ---------------------------------------------------------------------------------------
 
-    def changes_since(self, seq: int, limit: int = _changes.MAX_CHANGES_PER_CALL) -> ChangeBatch:
+    def changes_since(self, seq: int, limit: int = changes.MAX_CHANGES_PER_CALL) -> ChangeBatch:
         """The changes to keys and tokens after sequence number ``seq``, oldest first (at most ``limit``).
 
         Returns:
@@ -550,7 +551,7 @@ class PostgresKeyStore(KeyStore):
             BadRequestError: ``seq`` is not an int >= 0 or ``limit`` not an int >= 1.
             KeystoreUnavailableError: the database cannot serve now.
         """
-        return self._database.read(lambda conn: _changes.changes_since(conn, seq, limit))
+        return self._database.read(lambda conn: changes.changes_since(conn, seq, limit))
 
     def trim_changes(self, keep: int) -> int:
         """Delete all but the newest ``keep`` change-log rows; return how many were deleted.
@@ -561,12 +562,12 @@ class PostgresKeyStore(KeyStore):
             BadRequestError: ``keep`` is not an int >= 0.
             KeystoreUnavailableError: the database cannot serve now.
         """
-        return self._database.write(lambda conn: _changes.trim_changes(conn, keep))
+        return self._database.write(lambda conn: changes.trim_changes(conn, keep))
 
     def listen_for_changes(self, on_hint: Callable[[Change | None], None]) -> Callable[[], None]:
         """Call ``on_hint`` with every committed change (``LISTEN``/``NOTIFY``), and ``None`` after each
         (re)connection.
 
-        See :mod:`._listener`: a dedicated connection, re-opened whenever it breaks. Returns its stopper.
+        See :mod:`.watch`: a dedicated connection, re-opened whenever it breaks. Returns its stopper.
         """
         return ChangeListener(self._database, on_hint).stop

@@ -13,9 +13,9 @@ from datetime import timedelta
 
 from app.errors import BadRequestError
 
-from ..base import utc_now
 from ..changes import CHANGE_KINDS, Change, ChangeBatch, check_since_arguments
 from ..checks import check_integer
+from ..records import utc_now
 from ..tombstones import recently_deleted
 from .schema import from_text, to_text
 

@@ -20,9 +20,9 @@ from app.errors import (
 )
 from app.seal.keyring import Keyring
 
-from ..base import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from ..checks import check_min_decryption_version
 from ..master import unwrap_key_material, wrap_key_material
+from ..records import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from .schema import from_text, to_text
 
 

@@ -25,10 +25,10 @@ from pathlib import Path
 from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 from app.seal import Seal
 
-from ..base import utc_now
 from ..changes import CHANGE_KINDS, MASTER_KEY_ROTATED
 from ..master import SEAL_ROWS, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
+from ..records import utc_now
 
 __all__ = [
     "MIGRATIONS",

@@ -18,7 +18,7 @@ from app.seal import Seal
 from app.seal.keyring import Keyring, KeyringState
 
 from .. import generations
-from ..base import KeyExport, KeyInfo, KeyStore, TokenRecord, utc_now
+from ..base import KeyStore
 from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..checks import (
     DEFAULT_SEGMENT_SIZE,
@@ -38,6 +38,7 @@ from ..errors import KeystoreUnavailableError
 from ..generations import MasterRotationStatus
 from ..master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
 from ..migrations import Migration
+from ..records import KeyExport, KeyInfo, TokenRecord, utc_now
 from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,

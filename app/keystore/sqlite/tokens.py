@@ -13,8 +13,8 @@ from typing import Any
 
 from app.errors import ConflictError, TokenNotFoundError
 
-from ..base import TokenRecord
 from ..checks import check_token_expiry, check_token_record
+from ..records import TokenRecord
 from .schema import from_text, to_text
 
 _SELECT = (

@@ -97,7 +97,7 @@ async def test_without_an_audit_log_nothing_is_recorded(settings_factory: Callab
 def test_record_times_are_utc_with_microseconds() -> None:
     from datetime import UTC, datetime
 
-    from app.api.audit import _now
+    from app.api.middleware.audit import _now
 
     before = datetime.now(UTC)
     stamp = _now()

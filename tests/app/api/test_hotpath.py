@@ -13,7 +13,6 @@ from fastapi import FastAPI
 from starlette.responses import Response
 
 from app.api import hotpath
-from app.api.routes import crypto
 from app.api.streaming import OctetsResponse
 from app.core.config import Settings
 from app.formats.sealed import SealedDecryptor, SealedEncryptor
@@ -120,7 +119,8 @@ async def test_an_unexpected_error_is_a_500_json_without_its_message(
     async def broken(request: object) -> None:
         raise RuntimeError("-".join(["secret", "detail"]))  # the log's frames quote source lines, not this
 
-    monkeypatch.setattr(crypto, "encrypt", broken)
+    route, _ = hotpath._STREAMING["encrypt"]
+    monkeypatch.setitem(hotpath._STREAMING, "encrypt", (route, broken))
     with caplog.at_level(logging.ERROR, logger="keystream.errors"):
         response = await api.encrypt("k", b"x")
     assert response.status_code == 500

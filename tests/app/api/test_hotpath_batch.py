@@ -215,7 +215,8 @@ async def test_an_unexpected_error_in_a_batch_route_is_a_500_json(
     async def broken(*args: object) -> None:
         raise RuntimeError("secret detail")
 
-    monkeypatch.setitem(hotpath._BATCH_ENDPOINTS, "encrypt", broken)
+    route, _ = hotpath._BATCH["encrypt"]
+    monkeypatch.setitem(hotpath._BATCH, "encrypt", (route, broken))
     response = await api.client.post(
         "/v1/keys/k/encrypt/batch", json={"items": []}, headers=api.auth(ROOT_TOKEN)
     )

@@ -20,10 +20,10 @@ import aescore
 from app.errors import KeyExistsError
 from app.formats.sealed import SealedDecryptor, SealedEncryptor
 from app.keystore import KeyStore, KeyUnwrapError, SqliteKeyStore, TokenRecord
-from app.keystore.base import KeyExport
 from app.keystore.copy import CopyConflictError, copy_keystore
 from app.keystore.generations import MasterRotation
 from app.keystore.postgres import PostgresKeyStore
+from app.keystore.records import KeyExport
 from app.seal import BlobOrigin, blob_origin
 
 AD = b"orders/2026"

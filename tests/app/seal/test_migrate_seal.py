@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import itertools
 import json
 import os
+import pty
 import secrets
+import select
 import signal
 import sqlite3
+import subprocess
+import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +38,7 @@ from app.seal import FileSeal, Seal
 from app.seal.pkcs11 import Pkcs11Seal
 from app.seal.shamir import ShamirSeal, new_master_key
 from app.seal.shares import Share, decode_share, encode_share, split_master_key
-from tests.admin_process import run_admin, start_admin
+from tests.admin_process import REPO, run_admin, start_admin
 from tests.app.seal.conftest import materials, open_store
 from tests.softhsm import SoftHsmToken
 
@@ -361,4 +367,59 @@ def test_a_move_killed_mid_transaction_loses_nothing(
     assert_refused(target, token, data, backing, source)
     new_shares = move(token, data, backing, source, target, shares)
     with opened(target, token, data, backing, new_shares) as store:
+        assert materials(store) == before
+
+
+def test_on_a_terminal_the_shares_are_prompted_without_echo(token: SoftHsmToken, tmp_path: Path) -> None:
+    """From a shamir keystore on a terminal: one prompt per share, counting, and the typed share is never
+    echoed; the move then completes."""
+    data = tmp_path / "data"
+    before, shares = make_keys("shamir", token, data, None)
+    assert shares is not None
+    primary, secondary = pty.openpty()
+
+    def controlling_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KEYSTREAM_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.admin", "operator", "migrate-seal", "--to", "file"],
+        cwd=REPO,
+        env={**environment, **settings_env(token, data, "shamir", None)},
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        preexec_fn=controlling_terminal,
+    )
+    os.close(secondary)
+    seen = b""
+
+    def read_until(wanted: bytes) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + 60
+        while wanted not in seen:
+            assert time.monotonic() < deadline, seen
+            if select.select([primary], [], [], 1)[0]:
+                try:
+                    seen += os.read(primary, 4096)
+                except OSError:  # the command exited and closed the terminal
+                    break
+        assert wanted in seen, seen
+
+    try:
+        read_until(b"unseal share (1 of 2): ")
+        os.write(primary, shares[0].encode() + b"\n")
+        read_until(b"unseal share (2 of 2): ")
+        os.write(primary, shares[2].encode() + b"\n")
+        read_until(b"start the servers with KEYSTREAM_SEAL=file")
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+        os.close(primary)
+    for share in shares:
+        assert share[5:].encode() not in seen
+    with opened("file", token, data, None) as store:
         assert materials(store) == before

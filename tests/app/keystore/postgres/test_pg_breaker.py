@@ -11,7 +11,7 @@ import pytest
 
 from app.core import metrics
 from app.keystore import KeystoreUnavailableError
-from app.keystore.postgres._breaker import CircuitBreaker
+from app.keystore.postgres.breaker import CircuitBreaker
 
 
 class Probe:

@@ -13,8 +13,8 @@ import pytest
 from app.errors import ServiceUnavailableError
 from app.keystore import KeystoreUnavailableError
 from app.keystore.postgres import PostgresKeyStore
-from app.keystore.postgres._breaker import PROBE_INTERVAL_SECONDS
-from app.keystore.postgres._database import RETRY_WAIT_SECONDS
+from app.keystore.postgres.breaker import PROBE_INTERVAL_SECONDS
+from app.keystore.postgres.connections import RETRY_WAIT_SECONDS
 from tests.pg_cluster import PgCluster
 
 RECOVERY_SECONDS = 15

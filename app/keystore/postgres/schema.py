@@ -11,7 +11,7 @@ The same transaction checks the master key against the check value stored in ``m
 replica), so a replica started with another master key refuses to start before it can write anything.
 
 Schema version 1 includes the change log ``key_changes``: one row per change to a key or token, appended in
-the change's own transaction (see :mod:`._changes`). Version 2 adds ``key_tombstones``: when a deleted name
+the change's own transaction (see :mod:`.changes`). Version 2 adds ``key_tombstones``: when a deleted name
 may be re-created (see :mod:`app.keystore.tombstones`), and the index that keeps the poll one cheap query.
 Version 3 adds each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stored before it keep
 ``ctr-hmac``, the only format they can have. Version 4 gives tokens an optional lifetime (``ttl_seconds``,
@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any
 from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 from app.seal import Seal
 
-from ..base import utc_now
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 from ..master import SEAL_ROWS, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
-from ._changes import CHANGE_KINDS, MASTER_KEY_ROTATED
+from ..records import utc_now
+from .changes import CHANGE_KINDS, MASTER_KEY_ROTATED
 
 if TYPE_CHECKING:
-    from ._database import Connection
+    from .connections import Connection
 
 __all__ = ["MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate", "read_meta", "schema_version"]
 

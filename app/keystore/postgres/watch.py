@@ -1,6 +1,6 @@
 """A dedicated ``LISTEN`` connection that turns change notifications into hints for the change-log reader.
 
-``NOTIFY`` is sent in each change's own transaction (:mod:`._changes`), so PostgreSQL delivers it only if the
+``NOTIFY`` is sent in each change's own transaction (:mod:`.changes`), so PostgreSQL delivers it only if the
 change committed. Notifications are lost while the listener is disconnected, so they are hints only: after
 every (re)connection the listener sends one hint at once, and the reader then reads everything after its last
 applied number from the log (:meth:`~app.keystore.base.KeyStore.changes_since`), which is the truth. The
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..changes import Change
-from ._changes import CHANGE_CHANNEL, decode_change
+from .changes import CHANGE_CHANNEL, decode_change
 
 if TYPE_CHECKING:
-    from ._database import Database
+    from .connections import Database
 
 __all__ = ["ChangeListener"]
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import KeyNotFoundError
 
-from ..base import KeyExport, KeyInfo, KeyVersionInfo, utc_now
+from ..records import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from ..tombstones import recently_deleted
 
 if TYPE_CHECKING:
-    from ._database import Connection
+    from .connections import Connection
 
 __all__ = [
     "LockedKey",

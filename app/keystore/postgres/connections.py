@@ -9,7 +9,7 @@
 * Everything that means "the database cannot serve now" (refused or lost connections, no free connection
   within ``wait_timeout``, shutdown, disk full, a read-only standby) becomes
   :class:`~app.keystore.errors.KeystoreUnavailableError`; other database errors are bugs and surface as such.
-* During an outage calls fail at once: a circuit breaker (:mod:`._breaker`) opens when the database is known
+* During an outage calls fail at once: a circuit breaker (:mod:`.breaker`) opens when the database is known
   to be unreachable (a connection refused, a dropped connection whose retry finds none within
   :data:`RETRY_WAIT_SECONDS`, a wait for a connection that ran out while the pool could not connect, not
   one that ran out because every connection was busy), and every call then raises at once, also a call
@@ -36,7 +36,7 @@ from app.core.database_url import describe_database_url, redact
 from app.errors import ServiceUnavailableError
 
 from ..errors import KeystoreUnavailableError
-from ._breaker import CircuitBreaker
+from .breaker import CircuitBreaker
 
 if TYPE_CHECKING:
     import psycopg

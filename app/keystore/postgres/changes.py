@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 
 from app.errors import BadRequestError
 
-from ..base import utc_now
 from ..changes import (
     CHANGE_KINDS,
     MASTER_KEY_ROTATED,
@@ -40,9 +39,10 @@ from ..changes import (
     check_since_arguments,
 )
 from ..checks import check_integer
+from ..records import utc_now
 
 if TYPE_CHECKING:
-    from ._database import Connection
+    from .connections import Connection
 
 __all__ = [
     "CHANGE_CHANNEL",

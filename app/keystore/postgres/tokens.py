@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..base import TokenRecord
+from ..records import TokenRecord
 
 if TYPE_CHECKING:
-    from ._database import Connection
+    from .connections import Connection
 
 __all__ = [
     "count_tokens",

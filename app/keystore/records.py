@@ -1,0 +1,116 @@
+"""The keystore's records: key and version metadata, token records and exported keys, and the clock.
+
+Plain frozen dataclasses with no behaviour beyond their API shapes, so that the interface
+(:mod:`app.keystore.base`), the validation rules (:mod:`app.keystore.checks`) and both stores import them
+without importing one another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["KeyExport", "KeyInfo", "KeyVersionInfo", "TokenRecord", "utc_now"]
+
+
+def utc_now() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class KeyVersionInfo:
+    """One version of a key: its number (1, 2, ...) and when it was created."""
+
+    version: int
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """The API shape ``{"version": 1, "created_at": "...Z"}``."""
+        return {"version": self.version, "created_at": _iso(self.created_at)}
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """Metadata of a key. Never carries material.
+
+    ``latest_version`` is used to encrypt; decryption accepts versions ``min_decryption_version`` ..
+    ``latest_version``. ``segment_size`` is the ciphertext segment size of the sealed format and ``scheme``
+    its per-segment primitive (:mod:`app.core.schemes`), both fixed at creation so that a change of settings
+    never strands old ciphertexts and no key material ever keys two primitives. ``auto_rotate_period`` is the
+    automatic rotation period in seconds (0: off; see :mod:`app.keystore.rotation`).
+    """
+
+    name: str
+    key_type: str
+    scheme: str
+    segment_size: int
+    deletion_allowed: bool
+    min_decryption_version: int
+    latest_version: int
+    imported: bool
+    created_at: datetime
+    updated_at: datetime
+    versions: tuple[KeyVersionInfo, ...]
+    auto_rotate_period: int = 0
+
+    @property
+    def last_rotated(self) -> datetime:
+        """When the latest version was made (the key's last rotation, or its creation)."""
+        return self.versions[-1].created_at if self.versions else self.created_at
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's key metadata shape (times as ISO-8601 UTC with a ``Z``)."""
+        return {
+            "name": self.name,
+            "type": self.key_type,
+            "scheme": self.scheme,
+            "segment_size": self.segment_size,
+            "deletion_allowed": self.deletion_allowed,
+            "min_decryption_version": self.min_decryption_version,
+            "latest_version": self.latest_version,
+            "imported": self.imported,
+            "auto_rotate_period": self.auto_rotate_period,
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
+            "versions": [version.to_json() for version in self.versions],
+        }
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A stored API token: the public id, the hash of its secret (never the secret), scopes and key patterns.
+
+    The keystore stores and returns these fields as given; what they mean (hash function, scope names,
+    pattern syntax) is decided by ``app.services.security``. A token with a lifetime has all three of
+    ``ttl_seconds`` (the lifetime given at creation, what a renewal grants by default), ``expires_at`` and
+    ``max_expires_at`` (no renewal goes beyond it); a token without one has none of them.
+    """
+
+    token_id: str
+    secret_hash: bytes = field(repr=False)
+    scopes: tuple[str, ...]
+    key_patterns: tuple[str, ...]
+    description: str
+    created_at: datetime
+    ttl_seconds: int | None = None
+    expires_at: datetime | None = None
+    max_expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class KeyExport:
+    """A key as stored, for copying it to another keystore: its metadata and every version still wrapped.
+
+    ``wrapped`` holds one blob per entry of ``info.versions``, in the same order, each wrapped under the
+    master key and bound to the key's name and version (:mod:`app.keystore.master`); it is never unwrapped
+    here and never appears in a ``repr``.
+    """
+
+    info: KeyInfo
+    wrapped: tuple[bytes, ...] = field(repr=False)
