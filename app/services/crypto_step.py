@@ -1,9 +1,8 @@
 """The per-request crypto step: where each call runs (event loop, thread, process) and how long it took.
 
 :class:`CryptoStep` wraps a format's ``update``/``finalize`` for the streaming routes; :func:`run_timed`
-runs one synchronous piece of work (a batch) the same way, :func:`seal_whole` and :func:`open_whole` one
-small sealed message (the streaming routes' small bodies) with the batch routes' crypto. All time the crypto
-alone into ``keystream_crypto_seconds`` and count ``keystream_crypto_bytes_total`` through
+runs one synchronous piece of work the same way (whole sealed messages: :mod:`app.services.sealing`). Both
+time the crypto alone into ``keystream_crypto_seconds`` and count ``keystream_crypto_bytes_total`` through
 :func:`crypto_metrics`, the one place those metrics are labelled.
 """
 
@@ -20,18 +19,13 @@ from prometheus_client import Counter, Histogram
 
 import aescore
 from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
-from app.errors import PayloadTooLargeError
 from app.formats.raw import AsyncRawCipher, RawCipher
 from app.formats.sealed import (
-    SealedDecryptionError,
     SealedDecryptor,
     SealedEncryptor,
     SealedRewrapper,
-    open_many,
-    seal_many,
 )
-from app.keycache import CacheMissError, ResolvedKey
-from app.services.keys import DecryptionKeys
+from app.keycache import CacheMissError
 from app.services.offload import run_crypto
 from app.services.pipeline import Pieces, send_pieces
 
@@ -345,92 +339,4 @@ def sealed_step(
         candidates=pending,
         passes=2 if isinstance(cipher, SealedRewrapper) else 1,
         reads_keystore=reads_keystore,
-    )
-
-
-async def seal_whole(
-    backend: aescore.Backend,
-    key: ResolvedKey,
-    associated_data: bytes,
-    data: bytes,
-    *,
-    inline_max: int,
-) -> bytes:
-    """Seal ``data`` as one sealed message under ``key``: the same bytes a :class:`SealedEncryptor` writes,
-    in one call of the batch routes' crypto (:func:`~app.formats.sealed.seal_many`: HKDF, AES-CTR and
-    HMAC-SHA256 in one native call on ``aesni``, a fresh salt and nonce prefix as always).
-
-    Counted and timed as ``encrypt``/``sealed`` like a :class:`CryptoStep`, inline or off the loop as
-    :func:`run_crypto` decides.
-
-    Raises:
-        PayloadTooLargeError: the message would need more than 2**32 segments.
-    """
-
-    def work() -> bytes:
-        sealed = seal_many(
-            key.material,
-            key.key_type,
-            key.segment_size,
-            (data,),
-            (associated_data,),
-            backend,
-            scheme=key.scheme,
-        )[0]
-        if isinstance(sealed, PayloadTooLargeError):
-            raise sealed
-        return sealed
-
-    return await run_timed(backend, "encrypt", "sealed", len(data), inline_max, work)
-
-
-async def open_whole(
-    backend: aescore.Backend,
-    keys: DecryptionKeys,
-    associated_data: bytes,
-    data: bytes,
-    *,
-    inline_max: int,
-) -> tuple[bytes, int]:
-    """Open ``data``, one whole sealed message, under ``keys`` (newest first, then ``keys.more`` once, as a
-    :class:`SealedDecryptor` does), in one call of the batch routes' crypto
-    (:func:`~app.formats.sealed.open_many`).
-
-    Counted and timed as ``decrypt``/``sealed``; a trial over several versions counts as :func:`trial_work`
-    and runs under :func:`trial_limiter` when it leaves the loop, as a :class:`CryptoStep`'s does.
-
-    Returns:
-        The plaintext and the key version that verified it.
-
-    Raises:
-        SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext).
-    """
-    first = keys.first
-    candidates = [(key.version, key.material) for key in keys.candidates]
-
-    def work() -> tuple[bytes, int]:
-        opened = open_many(
-            candidates,
-            first.key_type,
-            first.segment_size,
-            (data,),
-            (associated_data,),
-            backend,
-            more_candidates=keys.more,
-            scheme=first.scheme,
-        )[0]
-        if isinstance(opened, SealedDecryptionError):
-            raise opened
-        return opened
-
-    several = len(candidates) > 1
-    return await run_timed(
-        backend,
-        "decrypt",
-        "sealed",
-        len(data),
-        inline_max,
-        work,
-        cost=trial_work(len(data), first.segment_size, len(candidates)) if several else None,
-        limiter=trial_limiter() if several else None,
     )

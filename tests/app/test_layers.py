@@ -126,6 +126,16 @@ def test_the_crypto_packages_never_import_the_service(package: str) -> None:
             assert not [n for n in names if n.split(".")[0] == "app"], f"{path} imports app"
 
 
+ROUTES = "app.api.routes"
+
+
+@pytest.mark.parametrize("name", [name for name in app_modules() if name.startswith(ROUTES + ".")])
+def test_route_modules_do_not_import_each_other(name: str) -> None:
+    """What two routes share lives below them (a service, params, deps), never in one of the routes."""
+    others = sorted(imported for imported in internal_imports(name) if imported.startswith(ROUTES + "."))
+    assert not others, f"{name} imports the route modules {others}"
+
+
 def test_the_checker_sees_a_web_import_through_another_module() -> None:
     """The transitive check follows app's own imports: the API layer reaches starlette through a route."""
     chain = reaches_web("app.main")

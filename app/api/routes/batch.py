@@ -12,21 +12,18 @@ that opened under the key's latest version with their own associated data, as an
 plaintext stays in the server.
 
 Per batch: the body is decoded once (:mod:`app.api.batch_json`), each item's base64 decoded and checked
-here, and all items sealed or opened by one call (:mod:`app.formats.sealed.batch`: native C for ``aesni``).
-That call runs on the event loop up to ``inline_crypto_max_bytes`` (a 100 x 1 KiB batch is ~0.2 ms of C,
-cheaper than a thread hand-off) and in a worker thread beyond, where the C code releases the GIL so the
-loop keeps serving.
+here, and all items sealed or opened by one call of :mod:`app.services.sealing` (native C where the backend
+has a native sealer), which also decides whether that call runs on the event loop or in a worker thread.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-import aescore
 from app.api import paths
 from app.api.batch_json import (
     DecryptBatch,
@@ -48,11 +45,9 @@ from app.api.params import (
     refuse_repeated_query,
 )
 from app.api.state import ServiceState
-from app.errors import KeystreamError, PayloadTooLargeError
-from app.formats.sealed import SealedDecryptionError, native_isa, open_many, seal_many
-from app.keycache import ResolvedKey
-from app.services.crypto_step import run_timed, trial_limiter, trial_work
-from app.services.keys import DecryptionKeys, decryption_keys, encryption_key, rewrap_target
+from app.errors import KeystreamError
+from app.services.keys import decryption_keys, encryption_key, rewrap_target
+from app.services.sealing import open_messages, seal_messages
 
 #: Every batch route refuses a repeated query parameter (FastAPI would take the last ``backend``).
 router = APIRouter(tags=["batch"], dependencies=[Depends(refuse_repeated_query)])
@@ -64,14 +59,8 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"description": "the batch buffer budget stayed full (Retry-After says when to retry)"},
 }
 
-T = TypeVar("T")
 #: A batch route's endpoint, as FastAPI calls it (by keyword).
 Endpoint = Callable[..., Awaitable[Response]]
-
-#: Without the native core, batches of up to this many items and bytes run on the event loop; others in a
-#: thread.
-PYTHON_INLINE_MAX_ITEMS = 4
-PYTHON_INLINE_MAX_BYTES = 16 * 1024
 
 
 def _item_error(exc: KeystreamError, reference: str | None) -> dict[str, Any]:
@@ -133,63 +122,6 @@ def _results(
     return results
 
 
-async def _run(
-    state: ServiceState,
-    backend: aescore.Backend,
-    scheme: str,
-    operation: str,
-    data: list[bytes],
-    work: Callable[[], T],
-    *,
-    segment_size: int = 0,
-    candidates: int = 1,
-) -> T:
-    nbytes = sum(map(len, data))
-    # A decrypt without key_version tries each item's first segment under every candidate version.
-    cost = sum(trial_work(len(item), segment_size, candidates) for item in data) if candidates > 1 else nbytes
-    # Native batches run inline up to inline_crypto_max_bytes. The per-item Python path (aesni without the
-    # native core) costs tens of microseconds per item: inline only for a handful of small items. Backends
-    # that do not run inline leave the loop whatever inline_max says.
-    if native_isa(backend, scheme) is not None:
-        inline_max = state.settings.inline_crypto_max_bytes
-    else:
-        inline_max = PYTHON_INLINE_MAX_BYTES if len(data) <= PYTHON_INLINE_MAX_ITEMS else -1
-    limiter = trial_limiter() if candidates > 1 else None
-    return await run_timed(backend, operation, "sealed", nbytes, inline_max, work, cost=cost, limiter=limiter)
-
-
-async def seal_items(
-    state: ServiceState,
-    backend: aescore.Backend,
-    resolved: ResolvedKey,
-    data: list[bytes],
-    associated_data: list[bytes],
-) -> list[bytes | PayloadTooLargeError]:
-    """Seal each of ``data`` (with the associated data at the same index) under ``resolved``, in the key's
-    scheme: the one sealing path of the JSON routes (batch encrypt and data keys), counted and timed as
-    ``encrypt`` in the crypto metrics, inline or in a thread as :func:`_run` decides.
-
-    Returns:
-        Per item its sealed message, or the error of an item that would need more than 2**32 segments.
-    """
-    return await _run(
-        state,
-        backend,
-        resolved.scheme,
-        "encrypt",
-        data,
-        lambda: seal_many(
-            resolved.material,
-            resolved.key_type,
-            resolved.segment_size,
-            data,
-            associated_data,
-            backend,
-            scheme=resolved.scheme,
-        ),
-    )
-
-
 @router.post(
     paths.BATCH_PATHS["encrypt"],
     dependencies=[JsonBody],
@@ -224,7 +156,7 @@ async def encrypt_batch(
     data, ads, errors = _inputs(
         state, [item.plaintext for item in items], [item.associated_data for item in items], "plaintext"
     )
-    sealed = await seal_items(state, chosen, resolved, data, ads)
+    sealed = await seal_messages(state.settings, chosen, resolved, data, ads)
     data.clear()  # the inputs are no longer needed while the response is built
     version = resolved.version
     outputs = ((output, version) if isinstance(output, bytes) else output for output in sealed)
@@ -265,47 +197,11 @@ async def decrypt_batch(
     data, ads, errors = _inputs(
         state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
     )
-    opened = await open_items(state, chosen, keys, data, ads)
+    opened = await open_messages(state.settings, chosen, keys, data, ads)
     data.clear()
     references = [item.reference for item in items]
     del items
     return json_response(_results(references, errors, opened, "plaintext"))
-
-
-async def open_items(
-    state: ServiceState,
-    backend: aescore.Backend,
-    keys: DecryptionKeys,
-    data: list[bytes],
-    associated_data: list[bytes],
-) -> list[tuple[bytes, int] | SealedDecryptionError]:
-    """Open each of ``data`` (with the associated data at the same index) under ``keys``: the one opening
-    path of the JSON routes (batch decrypt and rewrap), counted and timed as ``decrypt``.
-
-    Returns:
-        Per item its ``(plaintext, key version)``, or the error saying why it did not open.
-    """
-    first = keys.first
-    candidates = [(key.version, key.material) for key in keys.candidates]
-    return await _run(
-        state,
-        backend,
-        first.scheme,
-        "decrypt",
-        data,
-        lambda: open_many(
-            candidates,
-            first.key_type,
-            first.segment_size,
-            data,
-            associated_data,
-            backend,
-            more_candidates=keys.more,
-            scheme=first.scheme,
-        ),
-        segment_size=first.segment_size,
-        candidates=len(candidates),
-    )
 
 
 @router.post(
@@ -341,11 +237,11 @@ async def rewrap_batch(
     data, ads, errors = _inputs(
         state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
     )
-    opened = await open_items(state, chosen, keys, data, ads)
+    opened = await open_messages(state.settings, chosen, keys, data, ads)
     data.clear()
     plaintexts = [out[0] for out in opened if not isinstance(out, KeystreamError)]
     kept_ads = [ad for out, ad in zip(opened, ads, strict=True) if not isinstance(out, KeystreamError)]
-    sealed = iter(await seal_items(state, chosen, target, plaintexts, kept_ads))
+    sealed = iter(await seal_messages(state.settings, chosen, target, plaintexts, kept_ads))
     plaintexts.clear()
     version = target.version
     outputs: list[tuple[bytes, int] | KeystreamError] = []

@@ -29,7 +29,7 @@ from app.api.state import ServiceState
 from app.api.streaming import DuplexStreamingResponse, OctetsResponse
 from app.errors import BadRequestError, ForbiddenError
 from app.formats.raw import check_range, format_iv, new_iv, parse_iv
-from app.services.crypto_step import open_whole, raw_step, seal_whole, sealed_step
+from app.services.crypto_step import raw_step, sealed_step
 from app.services.keys import (
     decryption_keys,
     encryption_key,
@@ -37,6 +37,7 @@ from app.services.keys import (
     sealed_encryptor,
     sealed_rewrapper,
 )
+from app.services.sealing import open_message, seal_message
 
 
 async def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoParams]:
@@ -103,7 +104,7 @@ async def encrypt(request: Request) -> Response:
         except ClientDisconnect:
             return disconnected()
         if body is not None:  # one call seals it (natively on aesni): no encryptor, no stream
-            ciphertext = await seal_whole(chosen, key, ad, body, inline_max=inline_max)
+            ciphertext = await seal_message(state.settings, chosen, key, ad, body)
             return OctetsResponse(ciphertext, headers)
         encryptor = sealed_encryptor(key, ad, chosen)
         step = sealed_step(chosen, "encrypt", encryptor, key.segment_size, inline_max=inline_max)
@@ -151,7 +152,7 @@ async def decrypt(request: Request) -> Response:
     except ClientDisconnect:
         return disconnected()
     if body is not None:  # one call opens it (natively on aesni): no decryptor, no stream
-        plaintext, version = await open_whole(chosen, keys, ad, body, inline_max=inline_max)
+        plaintext, version = await open_message(state.settings, chosen, keys, ad, body)
         headers["Keystream-Key-Version"] = str(version)
         return OctetsResponse(plaintext, headers)
     decryptor = keys.sealed_decryptor(ad, chosen)

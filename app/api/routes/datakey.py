@@ -3,7 +3,8 @@
 Like AWS KMS ``GenerateDataKey`` / ``GenerateDataKeyWithoutPlaintext`` and Vault Transit's
 ``datakey/plaintext`` / ``datakey/wrapped``: the service draws ``type``'s size of random bytes (16 for
 ``aes128``, 32 for ``aes256``, from :func:`secrets.token_bytes`) and seals them under the key's latest
-version, in the key's scheme, through the batch encrypt route's sealing call (:func:`seal_items`). The
+version, in the key's scheme, through the sealing service batch encrypt uses
+(:func:`app.services.sealing.seal_messages`). The
 ``ciphertext`` is therefore an ordinary sealed message: ``POST /v1/keys/{name}/decrypt`` and
 ``/decrypt/batch`` open it (with the same ``associated_data``).
 
@@ -28,9 +29,9 @@ from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.middleware.audit import note
 from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, check_associated_data, decode_base64
-from app.api.routes.batch import seal_items
 from app.errors import KeystreamError
 from app.services.keys import encryption_key
+from app.services.sealing import seal_messages
 
 router = APIRouter(tags=["datakey"])
 
@@ -100,7 +101,7 @@ async def datakey(
         associated_data=associated,
     )
     data_key = secrets.token_bytes(DATA_KEY_SIZES[body.type])
-    (sealed,) = await seal_items(state, backend, resolved, [data_key], [associated])
+    (sealed,) = await seal_messages(state.settings, backend, resolved, [data_key], [associated])
     if isinstance(sealed, KeystreamError):  # cannot happen for 32 bytes; never a 500 if it did
         raise sealed
     response.headers["Cache-Control"] = "no-store"
