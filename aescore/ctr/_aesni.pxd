@@ -51,6 +51,7 @@ cdef extern from "aesni_gcm.h" nogil:
         pass
 
     unsigned ks_gcm_cpu_isas()
+    int ks_gcm_xmm_vex()
     ks_status ks_ghash_init(const uint8_t *h, ks_ghash_key *out)
     ks_status ks_gcm_init(const uint8_t *key, size_t key_len, ks_gcm_key *out)
     ks_status ks_ghash(const ks_ghash_key *key, ks_isa isa, const uint8_t *aad, size_t aad_len,

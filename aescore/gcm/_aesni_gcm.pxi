@@ -25,6 +25,14 @@ def gcm_isa(name=None):
     return _NAME_BY_ISA[_gcm_path(isa)]
 
 
+def gcm_xmm_encoding():
+    """How the ``aesni`` GCM path is encoded here: ``"vex"`` (AVX present; three-operand forms) or ``"sse"``.
+
+    Same instructions and results either way; ``KEYSTREAM_GCM_XMM=sse`` forces the legacy-SSE build.
+    """
+    return "vex" if ks_gcm_xmm_vex() else "sse"
+
+
 cdef int _get_associated(object value, Py_buffer *view) except -1:
     """0: ``value`` is None (no view taken); 1: ``view`` holds its buffer."""
     if value is None:

@@ -46,6 +46,10 @@ typedef struct {
 /* Bit mask of ks_isa paths that can run GCM here: ks_cpu_isas() plus PCLMULQDQ (aesni) or VPCLMULQDQ. */
 unsigned ks_gcm_cpu_isas(void);
 
+/* 1 if the aesni (xmm) path runs its VEX-encoded build (AVX present and enabled by the OS, and the environment
+ * variable KEYSTREAM_GCM_XMM not "sse"), 0 if its legacy-SSE build. Same results either way. */
+int ks_gcm_xmm_vex(void);
+
 /* Prepare GHASH under the 16-byte hash key h. Requires KS_ISA_AESNI in ks_gcm_cpu_isas(). */
 ks_status ks_ghash_init(const uint8_t h[KS_BLOCK_SIZE], ks_ghash_key *out);
 

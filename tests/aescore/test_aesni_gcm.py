@@ -5,8 +5,12 @@ The backend-independent contract (vectors, errors, hypothesis) runs on every pat
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -19,6 +23,68 @@ if _aesni.unavailable_reason() is not None:
     pytest.skip(f"aesni backend unavailable: {_aesni.unavailable_reason()}", allow_module_level=True)
 
 MIB = 1 << 20
+ROOT = Path(__file__).resolve().parents[2]
+# The aesni path's batch is 8 blocks (AES of batch i stitched with GHASH of batch i-1 when encrypting, of
+# batch i when decrypting), the VAES paths' 16 blocks: lengths at, around and between their edges.
+EDGE_LENGTHS = sorted(
+    {0, 1, 15, 16, 17, 127, 128, 129}
+    | {128 * k + d for k in (1, 2, 3, 4, 8) for d in (-1, 0, 1)}
+    | {256 * k + d for k in (1, 2, 3) for d in (-1, 0, 1)}
+)
+EDGE_AAD_LENGTHS = (0, 20, 129)
+
+
+def check_batch_edges(isa: str) -> int:
+    """Seal and open EDGE_LENGTHS x EDGE_AAD_LENGTHS x key sizes on ``isa`` against cryptography, tamper with
+    each sealed message, and return how many messages were checked (also run in a subprocess, below)."""
+    rng = random.Random(f"gcm batch edges {isa}")
+    backend = _aesni.AesniBackend(isa=isa, threads=1)
+    checked = 0
+    for key_size in (16, 24, 32):
+        key = rng.randbytes(key_size)
+        ours, theirs = backend.gcm_key(key), AESGCM(key)
+        for length in EDGE_LENGTHS:
+            for aad_length in EDGE_AAD_LENGTHS:
+                nonce, data = rng.randbytes(12), rng.randbytes(length)
+                aad = rng.randbytes(aad_length) if aad_length else None
+                sealed = ours.encrypt(nonce, data, aad)
+                assert sealed == theirs.encrypt(nonce, data, aad), (isa, key_size, length, aad_length)
+                assert ours.decrypt(nonce, sealed, aad) == data
+                out = bytearray(length)
+                ours.decrypt_into(nonce, sealed, aad, out)
+                assert out == data
+                # Tamper with the first and last ciphertext bytes, the tag and the associated data.
+                for position in {0, length - 1, length} if length else {0}:
+                    forged = bytearray(sealed)
+                    forged[position] ^= 0x80
+                    out = bytearray(b"\xaa" * length)
+                    with pytest.raises(aescore.InvalidTag):
+                        ours.decrypt_into(nonce, forged, aad, out)
+                    assert out == bytes(length)  # no unauthenticated plaintext left behind
+                with pytest.raises(aescore.InvalidTag):
+                    ours.decrypt(nonce, sealed, (aad or b"") + b"\x00")
+                checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("isa", ["aesni", "vaes256", "vaes512"])
+def test_batch_edges_against_cryptography(isa: str) -> None:
+    if isa not in _aesni.supported_isas() or _aesni.gcm_isa(isa) != isa:
+        pytest.skip(f"no {isa} GCM path on this CPU")
+    assert check_batch_edges(isa) == 3 * len(EDGE_LENGTHS) * len(EDGE_AAD_LENGTHS)
+
+
+def test_aesni_path_legacy_sse_build_is_forced_by_the_environment() -> None:
+    """The aesni path runs VEX-encoded where AVX is enabled; KEYSTREAM_GCM_XMM=sse forces the SSE build."""
+    assert _aesni.gcm_xmm_encoding() in ("vex", "sse")
+    code = (
+        "from aescore.ctr import _aesni; from tests.aescore.test_aesni_gcm import check_batch_edges; "
+        "print(_aesni.gcm_xmm_encoding(), check_batch_edges('aesni'))"
+    )
+    env = {**os.environ, "KEYSTREAM_GCM_XMM": "sse"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["sse", str(3 * len(EDGE_LENGTHS) * len(EDGE_AAD_LENGTHS))]
 
 
 def test_gcm_follows_the_isa_setting_down_to_a_path_with_carry_less_multiply() -> None:

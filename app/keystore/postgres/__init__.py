@@ -8,8 +8,8 @@
 Modules, named as in :mod:`app.keystore.sqlite` for the same jobs: :mod:`.store` (the
 :class:`PostgresKeyStore`), :mod:`.connections` (pool, retries, outage errors, with the circuit breaker of
 :mod:`.breaker`), :mod:`.schema` (migrations under an advisory lock, master-key check), :mod:`.keys` and
-:mod:`.tokens` (SQL), :mod:`.changes` (the ordered change log) and :mod:`.watch` (``LISTEN`` for change hints);
-:mod:`app.core.database_url` keeps URLs out of messages.
+:mod:`.tokens` (SQL), :mod:`.changes` (the ordered change log) and :mod:`.watch` (``LISTEN`` for change
+hints); :mod:`app.core.database_url` keeps URLs out of messages.
 Importing this package does not import psycopg; opening a store does.
 """
 
