@@ -21,13 +21,31 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from app.core.schemes import DEFAULT_SCHEME
+from app.core.secret_memory import random_secret
+from app.errors import DeletionNotAllowedError, KeyNotFoundError, TokenNotFoundError
 from app.seal import Seal
 from app.seal.keyring import Keyring
 
 from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
-from .checks import DEFAULT_SEGMENT_SIZE
-from .records import KeyExport, KeyInfo, TokenRecord
-from .rotation import MIN_AUTO_ROTATE_PERIOD
+from .checks import (
+    DEFAULT_SEGMENT_SIZE,
+    KEY_TYPES,
+    check_bool,
+    check_integer,
+    check_key_name,
+    check_key_type,
+    check_min_decryption_version,
+    check_scheme,
+    check_segment_size,
+    check_token_expiry,
+    check_token_id,
+    check_token_record,
+    check_trim_version,
+    check_version_material,
+    key_type_for_material,
+)
+from .records import KeyExport, KeyInfo, TokenRecord, new_key_info, utc_now
+from .rotation import MIN_AUTO_ROTATE_PERIOD, check_auto_rotate_period, is_due
 
 if TYPE_CHECKING:
     from .generations import MasterRotationStatus
@@ -47,7 +65,6 @@ class KeyStore(abc.ABC):
     #: Shortest ``auto_rotate_period`` accepted (set at open; lowered only by tests).
     auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD
 
-    @abc.abstractmethod
     def create_key(
         self,
         name: str,
@@ -69,8 +86,13 @@ class KeyStore(abc.ABC):
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
+        check_key_name(name)
+        check_key_type(key_type)
+        info = self._new_info(
+            name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period, False
+        )
+        return self._insert_key(info, random_secret(KEY_TYPES[key_type]).readonly())
 
-    @abc.abstractmethod
     def import_key(
         self,
         name: str,
@@ -89,8 +111,13 @@ class KeyStore(abc.ABC):
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
+        check_key_name(name)
+        key_type, data = key_type_for_material(material)
+        info = self._new_info(
+            name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period, True
+        )
+        return self._insert_key(info, data)
 
-    @abc.abstractmethod
     def get_key(self, name: str) -> KeyInfo:
         """Return the metadata of key ``name``.
 
@@ -98,20 +125,24 @@ class KeyStore(abc.ABC):
             BadRequestError: invalid name.
             KeyNotFoundError: no such key.
         """
+        check_key_name(name)
+        return self._read_key(name)
 
     @abc.abstractmethod
     def list_keys(self) -> list[KeyInfo]:
         """Return the metadata of every key, ordered by name."""
 
-    @abc.abstractmethod
     def rotate_key(self, name: str) -> KeyInfo:
         """Add a new random version to key ``name``; it becomes ``latest_version``.
 
         Raises:
             KeyNotFoundError: no such key.
         """
+        check_key_name(name)
+        rotated = self._add_version(name, _random_version, imported=False)
+        assert rotated is not None  # _random_version always gives material
+        return rotated
 
-    @abc.abstractmethod
     def due_for_rotation(self) -> list[str]:
         """Names of the keys whose automatic rotation is due now (:func:`~app.keystore.rotation.is_due`).
 
@@ -120,8 +151,9 @@ class KeyStore(abc.ABC):
         Raises:
             ServiceUnavailableError: the database cannot serve now.
         """
+        now = utc_now()
+        return [name for name, period, last in self._rotation_schedule() if is_due(period, last, now)]
 
-    @abc.abstractmethod
     def rotate_if_due(self, name: str) -> KeyInfo | None:
         """Rotate key ``name`` as :meth:`rotate_key` does if its automatic rotation is due; else return None.
 
@@ -133,8 +165,20 @@ class KeyStore(abc.ABC):
             BadRequestError: invalid name.
             ServiceUnavailableError: the database cannot serve now.
         """
+        check_key_name(name)
 
-    @abc.abstractmethod
+        def if_due(info: KeyInfo) -> memoryview | None:
+            return (
+                _random_version(info)
+                if is_due(info.auto_rotate_period, info.last_rotated, utc_now())
+                else None
+            )
+
+        try:
+            return self._add_version(name, if_due, imported=False)
+        except KeyNotFoundError:
+            return None
+
     def import_key_version(self, name: str, material: bytes | memoryview) -> KeyInfo:
         """Add ``material`` as a new version of key ``name``; it becomes ``latest_version``, as a rotation.
 
@@ -146,8 +190,13 @@ class KeyStore(abc.ABC):
                 (:func:`~app.keystore.checks.check_version_material`).
             KeyNotFoundError: no such key.
         """
+        check_key_name(name)
+        imported = self._add_version(
+            name, lambda info: check_version_material(name, info.key_type, material), imported=True
+        )
+        assert imported is not None  # check_version_material gives material or raises
+        return imported
 
-    @abc.abstractmethod
     def trim_key(self, name: str, min_available_version: int) -> KeyInfo:
         """Delete, for good, every version of key ``name`` below ``min_available_version``.
 
@@ -159,8 +208,12 @@ class KeyStore(abc.ABC):
                 (:func:`~app.keystore.checks.check_trim_version`).
             KeyNotFoundError: no such key.
         """
+        check_key_name(name)
+        check_integer("min_available_version", min_available_version)
+        return self._trim_key(
+            name, lambda info: check_trim_version(name, min_available_version, info.min_decryption_version)
+        )
 
-    @abc.abstractmethod
     def update_key(
         self,
         name: str,
@@ -179,8 +232,33 @@ class KeyStore(abc.ABC):
             BadRequestError: ``min_decryption_version`` outside 1..``latest_version``, an invalid
                 ``auto_rotate_period``, or wrong types.
         """
+        check_key_name(name)
+        if min_decryption_version is not None:
+            check_integer("min_decryption_version", min_decryption_version)
+        if deletion_allowed is not None:
+            check_bool("deletion_allowed", deletion_allowed)
+        period = (
+            None
+            if auto_rotate_period is None
+            else check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
+        )
+        if min_decryption_version is None and deletion_allowed is None and period is None:
+            return self.get_key(name)
 
-    @abc.abstractmethod
+        def policy(info: KeyInfo) -> tuple[int, bool, int]:
+            new_min = (
+                info.min_decryption_version if min_decryption_version is None else min_decryption_version
+            )
+            if new_min != info.min_decryption_version:
+                check_min_decryption_version(name, new_min, info.latest_version, info.versions[0].version)
+            return (
+                new_min,
+                info.deletion_allowed if deletion_allowed is None else deletion_allowed,
+                info.auto_rotate_period if period is None else period,
+            )
+
+        return self._update_policy(name, policy)
+
     def delete_key(self, name: str) -> None:
         """Delete key ``name`` and every version of it; its name keeps a tombstone for ``tombstone_seconds``.
 
@@ -188,8 +266,9 @@ class KeyStore(abc.ABC):
             KeyNotFoundError: no such key.
             DeletionNotAllowedError: the key's ``deletion_allowed`` is false.
         """
+        check_key_name(name)
+        self._delete_key(name, _check_deletion_allowed)
 
-    @abc.abstractmethod
     def key_material(self, name: str, version: int) -> memoryview:
         """Return the unwrapped material of one version of a key.
 
@@ -202,6 +281,9 @@ class KeyStore(abc.ABC):
             KeyVersionNotFoundError: the key has no such version.
             KeyUnwrapError: the stored material does not authenticate under the master key.
         """
+        check_key_name(name)
+        check_integer("key version", version)
+        return self._key_material(name, version)
 
     @property
     @abc.abstractmethod
@@ -305,7 +387,6 @@ class KeyStore(abc.ABC):
         For :mod:`app.keystore.copy`; the material stays wrapped. Callers keep it out of logs and errors.
         """
 
-    @abc.abstractmethod
     def insert_copied(self, copied_keys: Sequence[KeyExport], copied_tokens: Sequence[TokenRecord]) -> None:
         """Store ``copied_keys`` (wrapped material, versions, policies, times) and ``copied_tokens`` as given.
 
@@ -319,8 +400,8 @@ class KeyStore(abc.ABC):
             ConflictError: a token with that id exists (nothing is written).
             BadRequestError: a token record is malformed.
         """
+        self._insert_copied(copied_keys, [check_token_record(record) for record in copied_tokens])
 
-    @abc.abstractmethod
     def create_token(self, record: TokenRecord) -> None:
         """Store a token.
 
@@ -328,20 +409,24 @@ class KeyStore(abc.ABC):
             BadRequestError: invalid token id or field types.
             ConflictError: a token with that id exists.
         """
+        self._insert_token(check_token_record(record))
 
-    @abc.abstractmethod
     def get_token(self, token_id: str) -> TokenRecord:
         """Return the token ``token_id``.
 
         Raises:
             TokenNotFoundError: no such token.
         """
+        check_token_id(token_id)
+        record = self._read_token(token_id)
+        if record is None:
+            raise TokenNotFoundError(f"token {token_id!r} not found")
+        return record
 
     @abc.abstractmethod
     def list_tokens(self) -> list[TokenRecord]:
         """Return every token, oldest first."""
 
-    @abc.abstractmethod
     def renew_token(self, token_id: str, expires_at: datetime) -> TokenRecord:
         """Move the token's ``expires_at`` to ``expires_at`` and return the updated record.
 
@@ -352,14 +437,21 @@ class KeyStore(abc.ABC):
                 ``expires_at`` is after its ``max_expires_at``.
             TokenNotFoundError: no such token.
         """
+        check_token_id(token_id)
+        record = self._renew_token(token_id, lambda stored: check_token_expiry(stored, expires_at))
+        if record is None:
+            raise TokenNotFoundError(f"token {token_id!r} not found")
+        return record
 
-    @abc.abstractmethod
     def delete_token(self, token_id: str) -> None:
         """Delete the token ``token_id``.
 
         Raises:
             TokenNotFoundError: no such token.
         """
+        check_token_id(token_id)
+        if not self._delete_token(token_id):
+            raise TokenNotFoundError(f"token {token_id!r} not found")
 
     @abc.abstractmethod
     def count_tokens(self) -> int:
@@ -402,6 +494,154 @@ class KeyStore(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections. Idempotent; other methods raise ``ServiceUnavailableError`` afterwards."""
+
+    # -- storage: what each store implements, one transaction per call ------------------------------------
+
+    def _new_info(
+        self,
+        name: str,
+        key_type: str,
+        segment_size: int,
+        deletion_allowed: bool,
+        scheme: str,
+        auto_rotate_period: int | str,
+        imported: bool,
+    ) -> KeyInfo:
+        """The checked metadata of a key to create (version 1, now).
+
+        Raises:
+            BadRequestError: invalid segment size, deletion_allowed, scheme or auto_rotate_period.
+        """
+        check_segment_size(segment_size)
+        check_bool("deletion_allowed", deletion_allowed)
+        check_scheme(scheme)
+        period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
+        return new_key_info(name, key_type, scheme, segment_size, deletion_allowed, imported, period)
+
+    @abc.abstractmethod
+    def _insert_key(self, info: KeyInfo, material: memoryview) -> KeyInfo:
+        """Store the new key ``info`` with ``material`` as version 1, wrapped under the newest master key
+        generation, and append a ``key_created`` (or, when ``info.imported``, ``key_imported``) change.
+
+        Raises:
+            KeyExistsError: a key of that name exists.
+            KeyRecentlyDeletedError: the name's tombstone has not expired.
+        """
+
+    @abc.abstractmethod
+    def _read_key(self, name: str) -> KeyInfo:
+        """Key ``name`` with its versions, in one snapshot.
+
+        Raises:
+            KeyNotFoundError: no such key.
+        """
+
+    @abc.abstractmethod
+    def _add_version(
+        self, name: str, choose: Callable[[KeyInfo], memoryview | None], *, imported: bool
+    ) -> KeyInfo | None:
+        """In one write transaction that holds key ``name``: store ``choose(info)`` as its next version
+        (wrapped under the newest generation; ``imported`` also sets the key's flag), append a ``key_rotated``
+        change and return the key as it is then; when ``choose`` gives ``None``, write nothing and return
+        ``None``. ``choose`` runs inside the transaction, so what it decides on cannot change under it.
+
+        Raises:
+            KeyNotFoundError: no such key.
+            Exception: whatever ``choose`` raised; nothing was written.
+        """
+
+    @abc.abstractmethod
+    def _trim_key(self, name: str, check: Callable[[KeyInfo], int]) -> KeyInfo:
+        """In one write transaction that holds key ``name``: delete its versions below ``check(info)``,
+        append a ``key_updated`` change when any went, and return the key as it is then.
+
+        Raises:
+            KeyNotFoundError: no such key.
+            Exception: whatever ``check`` raised; nothing was written.
+        """
+
+    @abc.abstractmethod
+    def _update_policy(self, name: str, policy: Callable[[KeyInfo], tuple[int, bool, int]]) -> KeyInfo:
+        """In one write transaction that holds key ``name``: set its ``(min_decryption_version,
+        deletion_allowed, auto_rotate_period)`` to ``policy(info)``, append a ``key_updated`` change and
+        return the key as it is then.
+
+        Raises:
+            KeyNotFoundError: no such key.
+            Exception: whatever ``policy`` raised; nothing was written.
+        """
+
+    @abc.abstractmethod
+    def _delete_key(self, name: str, check: Callable[[KeyInfo], None]) -> None:
+        """In one write transaction that holds key ``name``: after ``check(info)``, delete it and its
+        versions, keep its name's tombstone for :attr:`tombstone_seconds` and append a ``key_deleted`` change.
+
+        Raises:
+            KeyNotFoundError: no such key.
+            Exception: whatever ``check`` raised; nothing was written.
+        """
+
+    @abc.abstractmethod
+    def _key_material(self, name: str, version: int) -> memoryview:
+        """The unwrapped material of one version (see :meth:`key_material`).
+
+        Raises:
+            KeyNotFoundError, KeyVersionNotFoundError, KeyUnwrapError: as :meth:`key_material`.
+        """
+
+    @abc.abstractmethod
+    def _rotation_schedule(self) -> list[tuple[str, int, datetime]]:
+        """``(name, auto_rotate_period, latest version's created_at)`` of every key with a period, by name."""
+
+    @abc.abstractmethod
+    def _insert_copied(self, copied_keys: Sequence[KeyExport], checked_tokens: Sequence[TokenRecord]) -> None:
+        """:meth:`insert_copied` once the token records are checked.
+
+        Raises:
+            KeyExistsError, KeyRecentlyDeletedError, ConflictError: as :meth:`insert_copied`.
+        """
+
+    @abc.abstractmethod
+    def _insert_token(self, record: TokenRecord) -> None:
+        """Store the checked ``record`` and append a ``token_created`` change.
+
+        Raises:
+            ConflictError: a token with that id exists.
+        """
+
+    @abc.abstractmethod
+    def _read_token(self, token_id: str) -> TokenRecord | None:
+        """The token ``token_id``, or ``None``."""
+
+    @abc.abstractmethod
+    def _renew_token(self, token_id: str, check: Callable[[TokenRecord], datetime]) -> TokenRecord | None:
+        """In one write transaction that holds the token: move its ``expires_at`` to ``check(record)``,
+        append a ``token_renewed`` change and return the updated record; ``None`` when there is no such token.
+
+        Raises:
+            Exception: whatever ``check`` raised; nothing was written.
+        """
+
+    @abc.abstractmethod
+    def _delete_token(self, token_id: str) -> bool:
+        """Delete the token and append a ``token_deleted`` change; False (nothing written) if none."""
+
+
+def _random_version(info: KeyInfo) -> memoryview:
+    """Fresh random material for a new version of ``info`` (``getrandom``, into locked memory)."""
+    return random_secret(KEY_TYPES[info.key_type]).readonly()
+
+
+def _check_deletion_allowed(info: KeyInfo) -> None:
+    """Refuse to delete a key whose policy keeps it.
+
+    Raises:
+        DeletionNotAllowedError: ``info.deletion_allowed`` is false.
+    """
+    if not info.deletion_allowed:
+        raise DeletionNotAllowedError(
+            f"key {info.name!r} cannot be deleted: set deletion_allowed to true first"
+        )
 
 
 def _no_listener() -> None:

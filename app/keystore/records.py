@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["KeyExport", "KeyInfo", "KeyVersionInfo", "TokenRecord", "utc_now"]
+__all__ = ["KeyExport", "KeyInfo", "KeyVersionInfo", "TokenRecord", "new_key_info", "utc_now"]
 
 
 def utc_now() -> datetime:
@@ -80,6 +80,33 @@ class KeyInfo:
             "updated_at": _iso(self.updated_at),
             "versions": [version.to_json() for version in self.versions],
         }
+
+
+def new_key_info(
+    name: str,
+    key_type: str,
+    scheme: str,
+    segment_size: int,
+    deletion_allowed: bool,
+    imported: bool,
+    auto_rotate_period: int,
+) -> KeyInfo:
+    """The metadata of a key about to be created: version 1, created now (what a store inserts)."""
+    now = utc_now()
+    return KeyInfo(
+        name=name,
+        key_type=key_type,
+        scheme=scheme,
+        segment_size=segment_size,
+        deletion_allowed=deletion_allowed,
+        min_decryption_version=1,
+        latest_version=1,
+        imported=imported,
+        created_at=now,
+        updated_at=now,
+        versions=(KeyVersionInfo(1, now),),
+        auto_rotate_period=auto_rotate_period,
+    )
 
 
 @dataclass(frozen=True)

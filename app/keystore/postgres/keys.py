@@ -23,24 +23,20 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import KeyNotFoundError
 
-from ..records import KeyExport, KeyInfo, KeyVersionInfo, utc_now
+from ..records import KeyExport, KeyInfo, KeyVersionInfo
 from ..tombstones import recently_deleted
 
 if TYPE_CHECKING:
     from .connections import Connection
 
 __all__ = [
-    "LockedKey",
     "check_tombstone",
     "delete_key",
     "delete_versions_below",
     "export_keys",
     "insert_exported",
-    "insert_key",
     "insert_version",
     "lock_key",
-    "new_info",
-    "oldest_version",
     "read_key",
     "read_keys",
     "read_wrapped",
@@ -86,33 +82,6 @@ def _info(row: Sequence[Any]) -> KeyInfo:
     )
 
 
-def new_info(
-    name: str,
-    key_type: str,
-    scheme: str,
-    segment_size: int,
-    deletion_allowed: bool,
-    imported: bool,
-    auto_rotate_period: int = 0,
-) -> KeyInfo:
-    """The metadata of a key about to be created: version 1, created now."""
-    now = utc_now()
-    return KeyInfo(
-        name=name,
-        key_type=key_type,
-        scheme=scheme,
-        segment_size=segment_size,
-        deletion_allowed=deletion_allowed,
-        min_decryption_version=1,
-        latest_version=1,
-        imported=imported,
-        created_at=now,
-        updated_at=now,
-        versions=(KeyVersionInfo(1, now),),
-        auto_rotate_period=auto_rotate_period,
-    )
-
-
 def read_key(conn: Connection, name: str) -> KeyInfo:
     """Key ``name`` with its versions.
 
@@ -154,18 +123,6 @@ def _insert_row(conn: Connection, info: KeyInfo) -> bool:
     return row is not None
 
 
-def insert_key(
-    conn: Connection,
-    info: KeyInfo,
-    wrapped: bytes,
-) -> bool:
-    """Insert ``info`` (version 1 only) with its wrapped material; False when the name is taken."""
-    if not _insert_row(conn, info):
-        return False
-    insert_version(conn, info.name, 1, wrapped, info.created_at)
-    return True
-
-
 def export_keys(conn: Connection) -> list[KeyExport]:
     """Every key with its versions' wrapped blobs, by name, in one statement (one snapshot)."""
     rows = conn.execute(_EXPORT_SELECT + ' GROUP BY k.name ORDER BY k.name COLLATE "C"').fetchall()
@@ -188,41 +145,15 @@ def insert_exported(conn: Connection, key: KeyExport) -> bool:
     return True
 
 
-class LockedKey:
-    """The row of a key locked ``FOR UPDATE`` until the transaction ends."""
-
-    __slots__ = (
-        "auto_rotate_period",
-        "deletion_allowed",
-        "key_type",
-        "latest_version",
-        "min_decryption_version",
-        "name",
-    )
-
-    def __init__(self, row: Sequence[Any]) -> None:
-        self.name: str = row[0]
-        self.key_type: str = row[1]
-        self.latest_version = int(row[2])
-        self.min_decryption_version = int(row[3])
-        self.deletion_allowed = bool(row[4])
-        self.auto_rotate_period = int(row[5])
-
-
-def lock_key(conn: Connection, name: str) -> LockedKey:
-    """Lock key ``name``'s row for the rest of the transaction and return it.
+def lock_key(conn: Connection, name: str) -> KeyInfo:
+    """Lock key ``name``'s row for the rest of the transaction and return the key with its versions.
 
     Raises:
         KeyNotFoundError: no such key.
     """
-    row = conn.execute(
-        "SELECT name, key_type, latest_version, min_decryption_version, deletion_allowed, auto_rotate_period "
-        "FROM keys WHERE name = %s FOR UPDATE",
-        (name,),
-    ).fetchone()
-    if row is None:
+    if conn.execute("SELECT 1 FROM keys WHERE name = %s FOR UPDATE", (name,)).fetchone() is None:
         raise KeyNotFoundError(f"key {name!r} not found")
-    return LockedKey(row)
+    return read_key(conn, name)
 
 
 def insert_version(
@@ -252,12 +183,6 @@ def delete_versions_below(conn: Connection, name: str, min_available_version: in
     if deleted:
         conn.execute("UPDATE keys SET updated_at = %s WHERE name = %s", (now, name))
     return int(deleted)
-
-
-def oldest_version(conn: Connection, name: str) -> int:
-    """The key's oldest remaining version (above 1 once older ones were trimmed)."""
-    row = conn.execute("SELECT min(version) FROM key_versions WHERE key_name = %s", (name,)).fetchone()
-    return int(row[0]) if row is not None and row[0] is not None else 1
 
 
 def update_policy(

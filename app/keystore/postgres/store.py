@@ -15,15 +15,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.core.database_url import check_database_url
-from app.core.schemes import DEFAULT_SCHEME
-from app.core.secret_memory import random_secret
 from app.errors import (
     ConflictError,
-    DeletionNotAllowedError,
     KeyExistsError,
     KeyNotFoundError,
     KeyVersionNotFoundError,
-    TokenNotFoundError,
 )
 from app.seal import Seal
 from app.seal.keyring import Keyring, KeyringState
@@ -31,23 +27,6 @@ from app.seal.keyring import Keyring, KeyringState
 from .. import generations
 from ..base import KeyStore
 from ..changes import Change, ChangeBatch
-from ..checks import (
-    DEFAULT_SEGMENT_SIZE,
-    KEY_TYPES,
-    check_bool,
-    check_integer,
-    check_key_name,
-    check_key_type,
-    check_min_decryption_version,
-    check_scheme,
-    check_segment_size,
-    check_token_expiry,
-    check_token_id,
-    check_token_record,
-    check_trim_version,
-    check_version_material,
-    key_type_for_material,
-)
 from ..generations import MasterRotationStatus
 from ..master import (
     AUDIT_KEYS_ROW,
@@ -62,8 +41,6 @@ from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
     check_auto_rotate_min_period,
-    check_auto_rotate_period,
-    is_due,
 )
 from ..tombstones import check_tombstone_seconds
 from . import changes, keys, schema, tokens
@@ -164,12 +141,14 @@ class PostgresKeyStore(KeyStore):
         self._database.close()
         self._keyring.close()
 
-    # -- keys ---------------------------------------------------------------------------------------------
+    # -- keys: the template's storage methods (:class:`~app.keystore.base.KeyStore`) -----------------------
 
-    def _insert(self, info: KeyInfo, material: bytes | memoryview) -> KeyInfo:
+    def _insert_key(self, info: KeyInfo, material: memoryview) -> KeyInfo:
+        """See :meth:`KeyStore._insert_key`: the tombstone is checked after the insert (see :mod:`.keys`)."""
+
         def work(conn: Connection) -> None:
             wrapped = wrap_key_material(self._wrapping(conn), info.name, 1, material)
-            if not keys.insert_key(conn, info, wrapped):
+            if not keys.insert_exported(conn, KeyExport(info, (wrapped,))):
                 raise KeyExistsError(f"key {info.name!r} already exists")
             keys.check_tombstone(conn, info.name)
             kind = "key_imported" if info.imported else "key_created"
@@ -178,181 +157,60 @@ class PostgresKeyStore(KeyStore):
         self._database.write(work)
         return info
 
-    def create_key(
-        self,
-        name: str,
-        key_type: str = "aes256",
-        segment_size: int = DEFAULT_SEGMENT_SIZE,
-        deletion_allowed: bool = False,
-        *,
-        scheme: str = DEFAULT_SCHEME,
-        auto_rotate_period: int | str = 0,
-    ) -> KeyInfo:
-        """See :meth:`KeyStore.create_key`."""
-        check_key_name(name)
-        check_key_type(key_type)
-        check_segment_size(segment_size)
-        check_bool("deletion_allowed", deletion_allowed)
-        check_scheme(scheme)
-        period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        material = random_secret(KEY_TYPES[key_type]).readonly()
-        info = keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, False, period)
-        return self._insert(info, material)
-
-    def import_key(
-        self,
-        name: str,
-        material: bytes | memoryview,
-        segment_size: int = DEFAULT_SEGMENT_SIZE,
-        deletion_allowed: bool = False,
-        *,
-        scheme: str = DEFAULT_SCHEME,
-        auto_rotate_period: int | str = 0,
-    ) -> KeyInfo:
-        """See :meth:`KeyStore.import_key`."""
-        check_key_name(name)
-        key_type, data = key_type_for_material(material)
-        check_segment_size(segment_size)
-        check_bool("deletion_allowed", deletion_allowed)
-        check_scheme(scheme)
-        period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        return self._insert(
-            keys.new_info(name, key_type, scheme, segment_size, deletion_allowed, True, period), data
-        )
-
-    def get_key(self, name: str) -> KeyInfo:
-        """See :meth:`KeyStore.get_key`."""
-        check_key_name(name)
+    def _read_key(self, name: str) -> KeyInfo:
         return self._database.read(lambda conn: keys.read_key(conn, name))
 
     def list_keys(self) -> list[KeyInfo]:
         """See :meth:`KeyStore.list_keys`."""
         return self._database.read(keys.read_keys)
 
-    def rotate_key(self, name: str) -> KeyInfo:
-        """See :meth:`KeyStore.rotate_key`."""
-        check_key_name(name)
-
-        return self._database.write(lambda conn: self._rotate(conn, keys.lock_key(conn, name)))
-
-    def _rotate(self, conn: Connection, key: keys.LockedKey) -> KeyInfo:
-        """The one rotation path, manual or automatic (the caller holds the row lock): a random next version
-        and a ``key_rotated`` change."""
-        version = key.latest_version + 1
-        material = random_secret(KEY_TYPES[key.key_type]).readonly()
-        wrapped = wrap_key_material(self._wrapping(conn), key.name, version, material)
-        keys.insert_version(conn, key.name, version, wrapped, utc_now())
-        info = keys.read_key(conn, key.name)
-        changes.append_change(conn, "key_rotated", key_name=key.name)
-        return info
-
-    def due_for_rotation(self) -> list[str]:
-        """See :meth:`KeyStore.due_for_rotation`."""
-        schedule = self._database.read(keys.rotation_schedule)
-        now = utc_now()
-        return [name for name, period, last in schedule if is_due(period, last, now)]
-
-    def rotate_if_due(self, name: str) -> KeyInfo | None:
-        """See :meth:`KeyStore.rotate_if_due`: decided under the key's row lock (``FOR UPDATE``)."""
-        check_key_name(name)
+    def _add_version(
+        self, name: str, choose: Callable[[KeyInfo], memoryview | None], *, imported: bool
+    ) -> KeyInfo | None:
+        """See :meth:`KeyStore._add_version`: decided under the key's row lock (``FOR UPDATE``)."""
 
         def work(conn: Connection) -> KeyInfo | None:
-            try:
-                key = keys.lock_key(conn, name)
-            except KeyNotFoundError:
+            info = keys.lock_key(conn, name)
+            material = choose(info)
+            if material is None:
                 return None
-            info = keys.read_key(conn, name)
-            if not is_due(info.auto_rotate_period, info.last_rotated, utc_now()):
-                return None
-            return self._rotate(conn, key)
-
-        return self._database.write(work)
-
-    def import_key_version(self, name: str, material: bytes | memoryview) -> KeyInfo:
-        """See :meth:`KeyStore.import_key_version`: a rotation with the given material, under the row lock."""
-        check_key_name(name)
-
-        def work(conn: Connection) -> KeyInfo:
-            key = keys.lock_key(conn, name)
-            data = check_version_material(name, key.key_type, material)
-            version = key.latest_version + 1
-            wrapped = wrap_key_material(self._wrapping(conn), name, version, data)
-            keys.insert_version(conn, name, version, wrapped, utc_now(), imported=True)
-            info = keys.read_key(conn, name)
+            version = info.latest_version + 1
+            wrapped = wrap_key_material(self._wrapping(conn), name, version, material)
+            keys.insert_version(conn, name, version, wrapped, utc_now(), imported=imported)
             changes.append_change(conn, "key_rotated", key_name=name)
-            return info
+            return keys.read_key(conn, name)
 
         return self._database.write(work)
 
-    def trim_key(self, name: str, min_available_version: int) -> KeyInfo:
-        """See :meth:`KeyStore.trim_key`: checked against the policy read under the row lock."""
-        check_key_name(name)
-        check_integer("min_available_version", min_available_version)
+    def _rotation_schedule(self) -> list[tuple[str, int, datetime]]:
+        return self._database.read(keys.rotation_schedule)
 
+    def _trim_key(self, name: str, check: Callable[[KeyInfo], int]) -> KeyInfo:
         def work(conn: Connection) -> KeyInfo:
-            key = keys.lock_key(conn, name)
-            check_trim_version(name, min_available_version, key.min_decryption_version)
-            if keys.delete_versions_below(conn, name, min_available_version, utc_now()):
+            below = check(keys.lock_key(conn, name))
+            if keys.delete_versions_below(conn, name, below, utc_now()):
                 changes.append_change(conn, "key_updated", key_name=name)
             return keys.read_key(conn, name)
 
         return self._database.write(work)
 
-    def update_key(
-        self,
-        name: str,
-        *,
-        min_decryption_version: int | None = None,
-        deletion_allowed: bool | None = None,
-        auto_rotate_period: int | str | None = None,
-    ) -> KeyInfo:
-        """See :meth:`KeyStore.update_key`."""
-        check_key_name(name)
-        if min_decryption_version is not None:
-            check_integer("min_decryption_version", min_decryption_version)
-        if deletion_allowed is not None:
-            check_bool("deletion_allowed", deletion_allowed)
-        period = (
-            None
-            if auto_rotate_period is None
-            else check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        )
-        if min_decryption_version is None and deletion_allowed is None and period is None:
-            return self.get_key(name)
-
+    def _update_policy(self, name: str, policy: Callable[[KeyInfo], tuple[int, bool, int]]) -> KeyInfo:
         def work(conn: Connection) -> KeyInfo:
-            key = keys.lock_key(conn, name)
-            new_min = key.min_decryption_version if min_decryption_version is None else min_decryption_version
-            if new_min != key.min_decryption_version:
-                oldest = keys.oldest_version(conn, name)
-                check_min_decryption_version(name, new_min, key.latest_version, oldest)
-            new_deletion = key.deletion_allowed if deletion_allowed is None else deletion_allowed
-            new_period = key.auto_rotate_period if period is None else period
-            keys.update_policy(conn, name, new_min, new_deletion, new_period, utc_now())
-            info = keys.read_key(conn, name)
+            keys.update_policy(conn, name, *policy(keys.lock_key(conn, name)), utc_now())
             changes.append_change(conn, "key_updated", key_name=name)
-            return info
+            return keys.read_key(conn, name)
 
         return self._database.write(work)
 
-    def delete_key(self, name: str) -> None:
-        """See :meth:`KeyStore.delete_key`."""
-        check_key_name(name)
-
+    def _delete_key(self, name: str, check: Callable[[KeyInfo], None]) -> None:
         def work(conn: Connection) -> None:
-            if not keys.lock_key(conn, name).deletion_allowed:
-                raise DeletionNotAllowedError(
-                    f"key {name!r} cannot be deleted: set deletion_allowed to true first"
-                )
+            check(keys.lock_key(conn, name))
             keys.delete_key(conn, name, self.tombstone_seconds)
             changes.append_change(conn, "key_deleted", key_name=name)
 
         self._database.write(work)
 
-    def key_material(self, name: str, version: int) -> memoryview:
-        """See :meth:`KeyStore.key_material`."""
-        check_key_name(name)
-        check_integer("key version", version)
+    def _key_material(self, name: str, version: int) -> memoryview:
         found = self._database.read(lambda conn: keys.read_wrapped(conn, name, version))
         if found is None:
             raise KeyNotFoundError(f"key {name!r} not found")
@@ -467,9 +325,8 @@ class PostgresKeyStore(KeyStore):
         """See :meth:`KeyStore.export_keys`."""
         return self._database.read(keys.export_keys)
 
-    def insert_copied(self, copied_keys: Sequence[KeyExport], copied_tokens: Sequence[TokenRecord]) -> None:
+    def _insert_copied(self, copied_keys: Sequence[KeyExport], checked_tokens: Sequence[TokenRecord]) -> None:
         """See :meth:`KeyStore.insert_copied`: one transaction, appends serialized by the change-log lock."""
-        checked = [check_token_record(record) for record in copied_tokens]
 
         def work(conn: Connection) -> None:
             for key in copied_keys:
@@ -477,63 +334,50 @@ class PostgresKeyStore(KeyStore):
                     raise KeyExistsError(f"key {key.info.name!r} already exists")
                 keys.check_tombstone(conn, key.info.name)
                 changes.append_change(conn, "key_created", key_name=key.info.name)
-            for record in checked:
-                if not tokens.insert_token(conn, record):
-                    raise ConflictError(f"token {record.token_id!r} already exists")
-                changes.append_change(conn, "token_created", token_id=record.token_id)
+            for record in checked_tokens:
+                self._insert_token_in(conn, record)
 
         self._database.write(work)
 
     # -- tokens -------------------------------------------------------------------------------------------
 
-    def create_token(self, record: TokenRecord) -> None:
-        """See :meth:`KeyStore.create_token`."""
-        checked = check_token_record(record)
+    def _insert_token_in(self, conn: Connection, record: TokenRecord) -> None:
+        if not tokens.insert_token(conn, record):
+            raise ConflictError(f"token {record.token_id!r} already exists")
+        changes.append_change(conn, "token_created", token_id=record.token_id)
 
-        def work(conn: Connection) -> None:
-            if not tokens.insert_token(conn, checked):
-                raise ConflictError(f"token {checked.token_id!r} already exists")
-            changes.append_change(conn, "token_created", token_id=checked.token_id)
+    def _insert_token(self, record: TokenRecord) -> None:
+        self._database.write(lambda conn: self._insert_token_in(conn, record))
 
-        self._database.write(work)
-
-    def get_token(self, token_id: str) -> TokenRecord:
-        """See :meth:`KeyStore.get_token`."""
-        check_token_id(token_id)
-        record = self._database.read(lambda conn: tokens.read_token(conn, token_id))
-        if record is None:
-            raise TokenNotFoundError(f"token {token_id!r} not found")
-        return record
+    def _read_token(self, token_id: str) -> TokenRecord | None:
+        return self._database.read(lambda conn: tokens.read_token(conn, token_id))
 
     def list_tokens(self) -> list[TokenRecord]:
         """See :meth:`KeyStore.list_tokens`."""
         return self._database.read(tokens.read_tokens)
 
-    def renew_token(self, token_id: str, expires_at: datetime) -> TokenRecord:
-        """See :meth:`KeyStore.renew_token`: the row is locked while the new expiry is checked and written."""
-        check_token_id(token_id)
+    def _renew_token(self, token_id: str, check: Callable[[TokenRecord], datetime]) -> TokenRecord | None:
+        """The token's row is locked while the new expiry is checked and written."""
 
-        def work(conn: Connection) -> TokenRecord:
+        def work(conn: Connection) -> TokenRecord | None:
             record = tokens.read_token_for_update(conn, token_id)
             if record is None:
-                raise TokenNotFoundError(f"token {token_id!r} not found")
-            moment = check_token_expiry(record, expires_at)
+                return None
+            moment = check(record)
             tokens.set_expiry(conn, token_id, moment)
             changes.append_change(conn, "token_renewed", token_id=token_id)
             return dataclasses.replace(record, expires_at=moment)
 
         return self._database.write(work)
 
-    def delete_token(self, token_id: str) -> None:
-        """See :meth:`KeyStore.delete_token`."""
-        check_token_id(token_id)
-
-        def work(conn: Connection) -> None:
+    def _delete_token(self, token_id: str) -> bool:
+        def work(conn: Connection) -> bool:
             if not tokens.delete_token(conn, token_id):
-                raise TokenNotFoundError(f"token {token_id!r} not found")
+                return False
             changes.append_change(conn, "token_deleted", token_id=token_id)
+            return True
 
-        self._database.write(work)
+        return self._database.write(work)
 
     def count_tokens(self) -> int:
         """See :meth:`KeyStore.count_tokens`."""

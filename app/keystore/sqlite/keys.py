@@ -1,5 +1,5 @@
 """The SQL of the ``keys`` and ``key_versions`` tables; every function runs on a connection inside the
-caller's transaction (:class:`~app.keystore.sqlite.store.SqliteKeyStore` validates arguments first).
+caller's transaction (the template, :class:`~app.keystore.base.KeyStore`, validates arguments first).
 
 Key material is stored wrapped under the master key (:mod:`app.keystore.master`), bound to its key name and
 version; it is unwrapped only by :func:`key_material`.
@@ -12,15 +12,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from app.errors import (
-    DeletionNotAllowedError,
-    KeyExistsError,
-    KeyNotFoundError,
-    KeyVersionNotFoundError,
-)
+from app.errors import KeyExistsError, KeyNotFoundError, KeyVersionNotFoundError
 from app.seal.keyring import Keyring
 
-from ..checks import check_min_decryption_version
 from ..master import unwrap_key_material, wrap_key_material
 from ..records import KeyExport, KeyInfo, KeyVersionInfo, utc_now
 from .schema import from_text, to_text
@@ -51,49 +45,6 @@ def require_key(conn: sqlite3.Connection, name: str) -> KeyInfo:
     if info is None:
         raise KeyNotFoundError(f"key {name!r} not found")
     return info
-
-
-def insert_key(
-    conn: sqlite3.Connection,
-    seal: Keyring,
-    name: str,
-    key_type: str,
-    scheme: str,
-    material: bytes | memoryview,
-    segment_size: int,
-    deletion_allowed: bool,
-    imported: bool,
-    auto_rotate_period: int = 0,
-) -> KeyInfo:
-    """Store a new key with ``material`` as version 1.
-
-    Raises:
-        KeyExistsError: a key called ``name`` exists.
-    """
-    now = to_text(utc_now())
-    if conn.execute("SELECT 1 FROM keys WHERE name = ?", (name,)).fetchone() is not None:
-        raise KeyExistsError(f"key {name!r} already exists")
-    conn.execute(
-        "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at, auto_rotate_period) "
-        "VALUES (?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?)",
-        (
-            name,
-            key_type,
-            scheme,
-            segment_size,
-            int(deletion_allowed),
-            int(imported),
-            now,
-            now,
-            auto_rotate_period,
-        ),
-    )
-    conn.execute(
-        "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, 1, ?, ?)",
-        (name, wrap_key_material(seal, name, 1, material), now),
-    )
-    return require_key(conn, name)
 
 
 def export_keys(conn: sqlite3.Connection) -> list[KeyExport]:
@@ -204,40 +155,23 @@ def delete_versions_below(conn: sqlite3.Connection, name: str, min_available_ver
 
 def update_policy(
     conn: sqlite3.Connection,
-    info: KeyInfo,
+    name: str,
     min_decryption_version: int,
     deletion_allowed: bool,
     auto_rotate_period: int,
 ) -> KeyInfo:
-    """Set key ``info``'s ``min_decryption_version``, ``deletion_allowed`` and ``auto_rotate_period``.
-
-    Raises:
-        BadRequestError: ``min_decryption_version`` is outside the oldest remaining .. the latest version.
-    """
-    if min_decryption_version != info.min_decryption_version:
-        check_min_decryption_version(
-            info.name, min_decryption_version, info.latest_version, info.versions[0].version
-        )
+    """Set key ``name``'s ``min_decryption_version``, ``deletion_allowed`` and ``auto_rotate_period`` (checked
+    by the caller) and return the key."""
     conn.execute(
         "UPDATE keys SET min_decryption_version = ?, deletion_allowed = ?, auto_rotate_period = ?, "
         "updated_at = ? WHERE name = ?",
-        (min_decryption_version, int(deletion_allowed), auto_rotate_period, to_text(utc_now()), info.name),
+        (min_decryption_version, int(deletion_allowed), auto_rotate_period, to_text(utc_now()), name),
     )
-    return require_key(conn, info.name)
+    return require_key(conn, name)
 
 
 def delete_key(conn: sqlite3.Connection, name: str) -> None:
-    """Delete key ``name`` and every version of it.
-
-    Raises:
-        KeyNotFoundError: no such key.
-        DeletionNotAllowedError: the key's ``deletion_allowed`` is false.
-    """
-    row = conn.execute("SELECT deletion_allowed FROM keys WHERE name = ?", (name,)).fetchone()
-    if row is None:
-        raise KeyNotFoundError(f"key {name!r} not found")
-    if not row[0]:
-        raise DeletionNotAllowedError(f"key {name!r} cannot be deleted: set deletion_allowed to true first")
+    """Delete key ``name`` and every version of it (the caller checked that it may)."""
     conn.execute("DELETE FROM key_versions WHERE key_name = ?", (name,))
     conn.execute("DELETE FROM keys WHERE name = ?", (name,))
 

@@ -11,40 +11,21 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from app.core.schemes import DEFAULT_SCHEME
-from app.core.secret_memory import random_secret
-from app.errors import BadRequestError
 from app.seal import Seal
 from app.seal.keyring import Keyring, KeyringState
 
 from .. import generations
 from ..base import KeyStore
 from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
-from ..checks import (
-    DEFAULT_SEGMENT_SIZE,
-    KEY_TYPES,
-    check_bool,
-    check_integer,
-    check_key_name,
-    check_key_type,
-    check_scheme,
-    check_segment_size,
-    check_token_id,
-    check_trim_version,
-    check_version_material,
-    key_type_for_material,
-)
 from ..errors import KeystoreUnavailableError
 from ..generations import MasterRotationStatus
-from ..master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
+from ..master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material, wrap_key_material
 from ..migrations import Migration
-from ..records import KeyExport, KeyInfo, TokenRecord, utc_now
+from ..records import KeyExport, KeyInfo, TokenRecord
 from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
     check_auto_rotate_min_period,
-    check_auto_rotate_period,
-    is_due,
 )
 from ..tombstones import check_tombstone_seconds
 from . import changes, keys, tokens
@@ -136,80 +117,19 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._connection() as conn:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
-    # -- keys ---------------------------------------------------------------------------------------------
+    # -- keys: the template's storage methods (:class:`~app.keystore.base.KeyStore`) -----------------------
 
-    def _insert_key(
-        self,
-        name: str,
-        key_type: str,
-        scheme: str,
-        material: bytes | memoryview,
-        segment_size: int,
-        deletion_allowed: bool,
-        imported: bool,
-        auto_rotate_period: int,
-    ) -> KeyInfo:
+    def _insert_key(self, info: KeyInfo, material: memoryview) -> KeyInfo:
         with self._write() as conn:
-            changes.check_tombstone(conn, name)
-            info = keys.insert_key(
-                conn,
-                self._wrapping(conn),
-                name,
-                key_type,
-                scheme,
-                material,
-                segment_size,
-                deletion_allowed,
-                imported,
-                auto_rotate_period,
+            changes.check_tombstone(conn, info.name)
+            wrapped = wrap_key_material(self._wrapping(conn), info.name, 1, material)
+            keys.insert_exported(conn, KeyExport(info, (wrapped,)))
+            changes.append_change(
+                conn, "key_imported" if info.imported else "key_created", key_name=info.name
             )
-            changes.append_change(conn, "key_imported" if imported else "key_created", key_name=name)
-            return info
+        return info
 
-    def create_key(
-        self,
-        name: str,
-        key_type: str = "aes256",
-        segment_size: int = DEFAULT_SEGMENT_SIZE,
-        deletion_allowed: bool = False,
-        *,
-        scheme: str = DEFAULT_SCHEME,
-        auto_rotate_period: int | str = 0,
-    ) -> KeyInfo:
-        """See :meth:`KeyStore.create_key`."""
-        check_key_name(name)
-        check_key_type(key_type)
-        check_segment_size(segment_size)
-        check_bool("deletion_allowed", deletion_allowed)
-        check_scheme(scheme)
-        period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        material = random_secret(KEY_TYPES[key_type]).readonly()
-        return self._insert_key(
-            name, key_type, scheme, material, segment_size, deletion_allowed, False, period
-        )
-
-    def import_key(
-        self,
-        name: str,
-        material: bytes | memoryview,
-        segment_size: int = DEFAULT_SEGMENT_SIZE,
-        deletion_allowed: bool = False,
-        *,
-        scheme: str = DEFAULT_SCHEME,
-        auto_rotate_period: int | str = 0,
-    ) -> KeyInfo:
-        """See :meth:`KeyStore.import_key`."""
-        check_key_name(name)
-        key_type, data = key_type_for_material(material)
-        check_segment_size(segment_size)
-        check_bool("deletion_allowed", deletion_allowed)
-        check_scheme(scheme)
-        period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        return self._insert_key(name, key_type, scheme, data, segment_size, deletion_allowed, True, period)
-
-    def get_key(self, name: str) -> KeyInfo:
-        """See :meth:`KeyStore.get_key`."""
-        check_key_name(name)
+    def _read_key(self, name: str) -> KeyInfo:
         with self._read() as conn:
             return keys.require_key(conn, name)
 
@@ -218,106 +138,46 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             return keys.list_keys(conn)
 
-    def rotate_key(self, name: str) -> KeyInfo:
-        """See :meth:`KeyStore.rotate_key`."""
-        check_key_name(name)
+    def _add_version(
+        self, name: str, choose: Callable[[KeyInfo], memoryview | None], *, imported: bool
+    ) -> KeyInfo | None:
+        """See :meth:`KeyStore._add_version`: decided under ``BEGIN IMMEDIATE`` (one writer per file)."""
         with self._write() as conn:
-            return self._rotate(conn, keys.require_key(conn, name))
-
-    def _rotate(self, conn: sqlite3.Connection, info: KeyInfo) -> KeyInfo:
-        """The one rotation path, manual or automatic: a random next version and a ``key_rotated`` change."""
-        material = random_secret(KEY_TYPES[info.key_type]).readonly()
-        rotated = keys.add_version(conn, self._wrapping(conn), info, material)
-        changes.append_change(conn, "key_rotated", key_name=info.name)
-        return rotated
-
-    def due_for_rotation(self) -> list[str]:
-        """See :meth:`KeyStore.due_for_rotation`."""
-        with self._read() as conn:
-            schedule = keys.rotation_schedule(conn)
-        now = utc_now()
-        return [name for name, period, last in schedule if is_due(period, last, now)]
-
-    def rotate_if_due(self, name: str) -> KeyInfo | None:
-        """See :meth:`KeyStore.rotate_if_due`: decided under ``BEGIN IMMEDIATE`` (one writer per file)."""
-        check_key_name(name)
-        with self._write() as conn:
-            info = keys.key_info(conn, name)
-            if info is None or not is_due(info.auto_rotate_period, info.last_rotated, utc_now()):
+            info = keys.require_key(conn, name)
+            material = choose(info)
+            if material is None:
                 return None
-            return self._rotate(conn, info)
-
-    def import_key_version(self, name: str, material: bytes | memoryview) -> KeyInfo:
-        """See :meth:`KeyStore.import_key_version`."""
-        check_key_name(name)
-        with self._write() as conn:
-            info = keys.require_key(conn, name)
-            data = check_version_material(name, info.key_type, material)
-            imported = keys.add_version(conn, self._wrapping(conn), info, data, imported=True)
+            added = keys.add_version(conn, self._wrapping(conn), info, material, imported=imported)
             changes.append_change(conn, "key_rotated", key_name=name)
-            return imported
+            return added
 
-    def trim_key(self, name: str, min_available_version: int) -> KeyInfo:
-        """See :meth:`KeyStore.trim_key`."""
-        check_key_name(name)
-        check_integer("min_available_version", min_available_version)
+    def _rotation_schedule(self) -> list[tuple[str, int, datetime]]:
+        with self._read() as conn:
+            return keys.rotation_schedule(conn)
+
+    def _trim_key(self, name: str, check: Callable[[KeyInfo], int]) -> KeyInfo:
         with self._write() as conn:
             info = keys.require_key(conn, name)
-            check_trim_version(name, min_available_version, info.min_decryption_version)
-            if not keys.delete_versions_below(conn, name, min_available_version):
+            if not keys.delete_versions_below(conn, name, check(info)):
                 return info
             changes.append_change(conn, "key_updated", key_name=name)
             return keys.require_key(conn, name)
 
-    def update_key(
-        self,
-        name: str,
-        *,
-        min_decryption_version: int | None = None,
-        deletion_allowed: bool | None = None,
-        auto_rotate_period: int | str | None = None,
-    ) -> KeyInfo:
-        """See :meth:`KeyStore.update_key`."""
-        check_key_name(name)
-        if min_decryption_version is not None and (
-            isinstance(min_decryption_version, bool) or not isinstance(min_decryption_version, int)
-        ):
-            raise BadRequestError(
-                f"min_decryption_version must be an integer, got {type(min_decryption_version).__name__}"
-            )
-        if deletion_allowed is not None:
-            check_bool("deletion_allowed", deletion_allowed)
-        period = (
-            None
-            if auto_rotate_period is None
-            else check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        )
+    def _update_policy(self, name: str, policy: Callable[[KeyInfo], tuple[int, bool, int]]) -> KeyInfo:
         with self._write() as conn:
             info = keys.require_key(conn, name)
-            if min_decryption_version is None and deletion_allowed is None and period is None:
-                return info
-            new_min = (
-                info.min_decryption_version if min_decryption_version is None else min_decryption_version
-            )
-            new_deletion = info.deletion_allowed if deletion_allowed is None else deletion_allowed
-            new_period = info.auto_rotate_period if period is None else period
-            updated = keys.update_policy(conn, info, new_min, new_deletion, new_period)
+            updated = keys.update_policy(conn, name, *policy(info))
             changes.append_change(conn, "key_updated", key_name=name)
             return updated
 
-    def delete_key(self, name: str) -> None:
-        """See :meth:`KeyStore.delete_key`."""
-        check_key_name(name)
+    def _delete_key(self, name: str, check: Callable[[KeyInfo], None]) -> None:
         with self._write() as conn:
+            check(keys.require_key(conn, name))
             keys.delete_key(conn, name)
             changes.add_tombstone(conn, name, self.tombstone_seconds)
             changes.append_change(conn, "key_deleted", key_name=name)
 
-    def key_material(self, name: str, version: int) -> memoryview:
-        """See :meth:`KeyStore.key_material`."""
-        check_key_name(name)
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise BadRequestError(f"key version must be an integer, got {type(version).__name__}")
+    def _key_material(self, name: str, version: int) -> memoryview:
         with self._read() as conn:
             return keys.key_material(conn, self._keyring, name, version)
 
@@ -410,53 +270,48 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             return keys.export_keys(conn)
 
-    def insert_copied(self, copied_keys: Sequence[KeyExport], copied_tokens: Sequence[TokenRecord]) -> None:
+    def _insert_copied(self, copied_keys: Sequence[KeyExport], checked_tokens: Sequence[TokenRecord]) -> None:
         """See :meth:`KeyStore.insert_copied`: one ``BEGIN IMMEDIATE`` transaction."""
-        for record in copied_tokens:
-            tokens.token_values(record)  # a malformed record is refused before the write lock is taken
         with self._write() as conn:
             for key in copied_keys:
                 changes.check_tombstone(conn, key.info.name)
                 keys.insert_exported(conn, key)
                 changes.append_change(conn, "key_created", key_name=key.info.name)
-            for record in copied_tokens:
+            for record in checked_tokens:
                 tokens.insert_token(conn, record)
                 changes.append_change(conn, "token_created", token_id=record.token_id)
 
     # -- tokens -------------------------------------------------------------------------------------------
 
-    def create_token(self, record: TokenRecord) -> None:
-        """See :meth:`KeyStore.create_token`."""
-        tokens.token_values(record)  # a malformed record is refused before the write lock is taken
+    def _insert_token(self, record: TokenRecord) -> None:
         with self._write() as conn:
             tokens.insert_token(conn, record)
             changes.append_change(conn, "token_created", token_id=record.token_id)
 
-    def get_token(self, token_id: str) -> TokenRecord:
-        """See :meth:`KeyStore.get_token`."""
-        check_token_id(token_id)
+    def _read_token(self, token_id: str) -> TokenRecord | None:
         with self._connection() as conn:
-            return tokens.get_token(conn, token_id)
+            return tokens.read_token(conn, token_id)
 
     def list_tokens(self) -> list[TokenRecord]:
         """See :meth:`KeyStore.list_tokens`."""
         with self._connection() as conn:
             return tokens.list_tokens(conn)
 
-    def renew_token(self, token_id: str, expires_at: datetime) -> TokenRecord:
-        """See :meth:`KeyStore.renew_token`."""
-        check_token_id(token_id)
+    def _renew_token(self, token_id: str, check: Callable[[TokenRecord], datetime]) -> TokenRecord | None:
         with self._write() as conn:
-            record = tokens.renew_token(conn, token_id, expires_at)
+            record = tokens.read_token(conn, token_id)
+            if record is None:
+                return None
+            renewed = tokens.set_expiry(conn, record, check(record))
             changes.append_change(conn, "token_renewed", token_id=token_id)
-            return record
+            return renewed
 
-    def delete_token(self, token_id: str) -> None:
-        """See :meth:`KeyStore.delete_token`."""
-        check_token_id(token_id)
+    def _delete_token(self, token_id: str) -> bool:
         with self._write() as conn:
-            tokens.delete_token(conn, token_id)
+            if not tokens.delete_token(conn, token_id):
+                return False
             changes.append_change(conn, "token_deleted", token_id=token_id)
+            return True
 
     def count_tokens(self) -> int:
         """See :meth:`KeyStore.count_tokens`."""

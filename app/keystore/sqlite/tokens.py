@@ -5,15 +5,16 @@ Each function runs on a connection inside the caller's transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from app.errors import ConflictError, TokenNotFoundError
+from app.errors import ConflictError
 
-from ..checks import check_token_expiry, check_token_record
+from ..checks import check_token_record
 from ..records import TokenRecord
 from .schema import from_text, to_text
 
@@ -40,16 +41,10 @@ def insert_token(conn: sqlite3.Connection, record: TokenRecord) -> None:
     )
 
 
-def get_token(conn: sqlite3.Connection, token_id: str) -> TokenRecord:
-    """The record of ``token_id``.
-
-    Raises:
-        TokenNotFoundError: no such token.
-    """
+def read_token(conn: sqlite3.Connection, token_id: str) -> TokenRecord | None:
+    """The record of ``token_id``, or ``None``."""
     row = conn.execute(_SELECT + " WHERE token_id = ?", (token_id,)).fetchone()
-    if row is None:
-        raise TokenNotFoundError(f"token {token_id!r} not found")
-    return _token_from_row(row)
+    return None if row is None else _token_from_row(row)
 
 
 def list_tokens(conn: sqlite3.Connection) -> list[TokenRecord]:
@@ -58,27 +53,17 @@ def list_tokens(conn: sqlite3.Connection) -> list[TokenRecord]:
     return [_token_from_row(row) for row in rows]
 
 
-def renew_token(conn: sqlite3.Connection, token_id: str, expires_at: datetime) -> TokenRecord:
-    """Move the expiry of ``token_id`` to ``expires_at`` (checked against its ``max_expires_at``).
-
-    Raises:
-        BadRequestError: the token has no lifetime, or ``expires_at`` is past its ``max_expires_at``.
-        TokenNotFoundError: no such token.
-    """
-    record = get_token(conn, token_id)
-    moment = check_token_expiry(record, expires_at)
-    conn.execute("UPDATE tokens SET expires_at = ? WHERE token_id = ?", (to_text(moment), token_id))
-    return get_token(conn, token_id)
+def set_expiry(conn: sqlite3.Connection, record: TokenRecord, expires_at: datetime) -> TokenRecord:
+    """Move the expiry of ``record`` to ``expires_at`` (checked by the caller); return the updated record."""
+    conn.execute(
+        "UPDATE tokens SET expires_at = ? WHERE token_id = ?", (to_text(expires_at), record.token_id)
+    )
+    return dataclasses.replace(record, expires_at=expires_at)
 
 
-def delete_token(conn: sqlite3.Connection, token_id: str) -> None:
-    """Delete ``token_id``.
-
-    Raises:
-        TokenNotFoundError: no such token.
-    """
-    if conn.execute("DELETE FROM tokens WHERE token_id = ?", (token_id,)).rowcount == 0:
-        raise TokenNotFoundError(f"token {token_id!r} not found")
+def delete_token(conn: sqlite3.Connection, token_id: str) -> bool:
+    """Delete ``token_id``; False when there was none."""
+    return conn.execute("DELETE FROM tokens WHERE token_id = ?", (token_id,)).rowcount == 1
 
 
 def count_tokens(conn: sqlite3.Connection) -> int:
