@@ -25,9 +25,7 @@ from app.api import paths
 from app.api.middleware.audit import note
 from app.api.params import CryptoParams, check_associated_data, decode_base64, wanted_headers
 from app.api.pump import respond
-from app.api.state import ServiceState
 from app.errors import BadRequestError, ForbiddenError
-from app.formats.raw import check_range, format_iv, new_iv, parse_iv
 from app.services.crypto_step import CryptoStep, raw_step, sealed_step
 from app.services.keys import (
     decryption_keys,
@@ -36,7 +34,9 @@ from app.services.keys import (
     sealed_encryptor,
     sealed_rewrapper,
 )
+from app.services.raw import check_range, format_iv, new_iv, parse_iv
 from app.services.sealing import Opening, seal_message
+from app.state import ServiceState
 
 
 async def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoParams]:
