@@ -2,7 +2,7 @@
 
 ``create_app(settings)`` builds the app; its lifespan opens the keystore (master key from settings or
 ``data_dir/master.key``), the key cache, the token verifier and the enabled backends
-(:func:`app.api.state.open_state`), and closes them again.
+(:func:`app.state.open_state`), and closes them again.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
 from app.api.paths import BATCH_PATHS
 from app.api.routes import audit, batch, crypto, datakey, keys, ops, sys, tokens
-from app.api.state import close_state, open_state, wipe_secrets
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
+from app.state import close_state, open_state, wipe_secrets
 
 logger = logging.getLogger("keystream")
 

@@ -11,9 +11,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.api.middleware.body_limit import VERIFIED_PRINCIPAL
-from app.api.state import ServiceState
 from app.errors import UnsupportedMediaTypeError
 from app.services.security import Principal
+from app.state import ServiceState
 
 
 async def get_state(request: Request) -> ServiceState:

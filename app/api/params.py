@@ -16,9 +16,9 @@ from typing import Annotated, Any, NamedTuple
 from pydantic import BeforeValidator, Field
 from starlette.requests import Request
 
-from aescore import MAX_STREAM_LENGTH
 from app.api.paths import STREAMING_PATHS
 from app.errors import BadRequestError, PayloadTooLargeError, UnsupportedMediaTypeError, ValidationError
+from app.services.raw import MAX_OFFSET
 
 
 class CryptoParams(NamedTuple):
@@ -69,7 +69,7 @@ class CryptoParams(NamedTuple):
             backend=query.get("backend") or None,
             key_version=_integer("key_version", version_text, 1, None) if version_text else None,
             iv=_one_value("iv", query.get("iv"), headers.get(b"keystream-iv")),
-            offset=_integer("offset", offset, 0, MAX_STREAM_LENGTH - 1) if "offset" in query else 0,
+            offset=_integer("offset", offset, 0, MAX_OFFSET) if "offset" in query else 0,
             associated_data=headers.get(b"keystream-associated-data") or None,
             content_length=int(declared) if declared is not None and is_ascii_integer(declared) else None,
         )
@@ -266,7 +266,7 @@ OPENAPI_PARAMETERS = [
         "offset",
         "query",
         "raw format: stream position of the body",
-        {"type": "integer", "minimum": 0, "maximum": MAX_STREAM_LENGTH - 1},
+        {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
     ),
     _parameter(
         "Keystream-Associated-Data",

@@ -11,7 +11,7 @@ memory stays flat and backpressure reaches the client through TCP. Small bodies 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -91,13 +91,29 @@ def disconnected() -> Response:
 
 
 async def respond(
-    request: Request, params: CryptoParams, step: CryptoStep, headers: dict[str, str], limit: int
+    request: Request,
+    params: CryptoParams,
+    headers: dict[str, str],
+    limit: int,
+    stream: Callable[[], CryptoStep],
+    *,
+    whole: Callable[[bytes], Awaitable[bytes]] | None = None,
+    key_version: Callable[[], int | None] | None = None,
 ) -> Response:
     """Transform the body: in one call when small, else as a stream that starts once the first output exists.
 
     Everything before this call (token, parameters, key) is checked without touching the body, so a refused
     ``Expect: 100-continue`` request gets its final answer at once; the first body read sends
     ``100 Continue``.
+
+    Args:
+        request, params: the request and its parsed parameters (``params.content_length`` says how big).
+        headers: the response's headers.
+        limit: the most bytes a small body has (``small_body_max_bytes``).
+        stream: makes the crypto step for a body that is not small (called only then).
+        whole: transforms a small body in one call; by default the step's :meth:`CryptoStep.run_whole`.
+        key_version: the key version that produced the output, asked once the first output exists (a
+            sealed decrypt learns it from the segment that verified); it becomes ``Keystream-Key-Version``.
 
     Raises:
         KeystreamError: a small body or the stream's first output failed to transform (a clean 4xx; nothing
@@ -108,15 +124,26 @@ async def respond(
     except ClientDisconnect:
         return disconnected()
     if body is not None:
-        return OctetsResponse(await step.run_whole(body), headers)
+        output = await (whole(body) if whole is not None else stream().run_whole(body))
+        _name_version(headers, key_version)
+        return OctetsResponse(output, headers)
+    step = stream()
     # Read before the response starts: the server answers ``Expect: 100-continue`` only when the body is
     # asked for and forgets it once a response has started (curl then waits 1 s before every upload).
     chunks = request.stream()
-    started = await first_output(step, chunks)
+    started = await first_output(step, chunks)  # a sealed decrypt's bad first segment is a clean 400
     if started is None:
         return disconnected()
     ready, finished = started
+    _name_version(headers, key_version)
     return DuplexStreamingResponse(pump(step, chunks, ready, finished), headers=headers)
+
+
+def _name_version(headers: dict[str, str], key_version: Callable[[], int | None] | None) -> None:
+    """Set ``Keystream-Key-Version`` from ``key_version`` when it names one."""
+    version = key_version() if key_version is not None else None
+    if version is not None:
+        headers["Keystream-Key-Version"] = str(version)
 
 
 async def first_output(

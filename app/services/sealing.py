@@ -24,9 +24,9 @@ from typing import TypeVar
 import aescore
 from app.core.config import Settings
 from app.errors import PayloadTooLargeError
-from app.formats.sealed import SealedDecryptionError, native_isa, open_many, seal_many
+from app.formats.sealed import SealedDecryptionError, SealedDecryptor, native_isa, open_many, seal_many
 from app.keycache import ResolvedKey
-from app.services.crypto_step import run_timed, trial_limiter, trial_work
+from app.services.crypto_step import CryptoStep, run_timed, sealed_step, trial_limiter, trial_work
 from app.services.keys import DecryptionKeys
 
 T = TypeVar("T")
@@ -171,3 +171,42 @@ async def open_message(
     if isinstance(opened, SealedDecryptionError):
         raise opened
     return opened
+
+
+class Opening:
+    """A streaming route's sealed decrypt of one body: opened whole when small (:func:`open_message`), else
+    streamed through a decryptor's crypto step; and the key version that verified it, once output exists
+    (for ``Keystream-Key-Version``)."""
+
+    def __init__(
+        self, settings: Settings, backend: aescore.Backend, keys: DecryptionKeys, associated_data: bytes
+    ) -> None:
+        self._settings = settings
+        self._backend = backend
+        self._keys = keys
+        self._associated_data = associated_data
+        self._version: int | None = None
+        self._decryptor: SealedDecryptor | None = None
+
+    async def whole(self, body: bytes) -> bytes:
+        """Open a small body in one call (natively on aesni): no decryptor, no stream."""
+        plaintext, self._version = await open_message(
+            self._settings, self._backend, self._keys, self._associated_data, body
+        )
+        return plaintext
+
+    def stream(self) -> CryptoStep:
+        """A step over a decryptor that tries the candidate versions on the first segment."""
+        self._decryptor = self._keys.sealed_decryptor(self._associated_data, self._backend)
+        return sealed_step(
+            self._backend,
+            "decrypt",
+            self._decryptor,
+            self._keys.first.segment_size,
+            inline_max=self._settings.inline_crypto_max_bytes,
+            candidates=len(self._keys.candidates),
+        )
+
+    def key_version(self) -> int | None:
+        """The version that verified the body (the first segment, when streamed)."""
+        return self._decryptor.version if self._decryptor is not None else self._version

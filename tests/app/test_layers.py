@@ -17,7 +17,8 @@ APP = ROOT / "app"
 WEB = ("fastapi", "starlette")
 
 #: Which of app's layered packages each may import (besides itself). Arrows point down only:
-#: routes -> services -> formats / keycache -> keystore -> seal -> core; errors and core are the bottom.
+#: api -> state (the composition root) -> services -> formats / keycache -> keystore -> seal -> core; errors
+#: and core are the bottom. The API reaches formats, the key cache and aescore through services only.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "core": set(),
@@ -27,10 +28,11 @@ ALLOWED: dict[str, set[str]] = {
     "audit": {"errors", "core", "formats", "seal"},
     "keycache": {"errors", "core", "keystore"},
     "services": {"errors", "core", "keystore", "keycache", "formats"},
-    "api": {"errors", "core", "keystore", "keycache", "formats", "services", "audit", "seal"},
+    "state": {"errors", "core", "keystore", "keycache", "services", "audit", "seal"},
+    "api": {"errors", "core", "keystore", "services", "audit", "seal", "state"},
 }
 #: Layers that must not reach fastapi/starlette, even through another app module.
-NO_WEB = ("errors", "core", "seal", "keystore", "formats", "keycache", "services", "audit")
+NO_WEB = ("errors", "core", "seal", "keystore", "formats", "keycache", "services", "audit", "state")
 
 
 def module_name(path: Path) -> str:
@@ -127,6 +129,12 @@ def test_the_crypto_packages_never_import_the_service(package: str) -> None:
 
 
 ROUTES = "app.api.routes"
+
+
+@pytest.mark.parametrize("name", [name for name in app_modules() if layer_of(name) == "api"])
+def test_the_api_reaches_aescore_through_services_only(name: str) -> None:
+    wrong = sorted(imported for imported in imports_of(name) if imported.split(".")[0] == "aescore")
+    assert not wrong, f"{name} imports {wrong}"
 
 
 @pytest.mark.parametrize("name", [name for name in app_modules() if name.startswith(ROUTES + ".")])

@@ -31,9 +31,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import error_response, keystream_error_response
 from app.api.params import is_ascii_integer
 from app.api.paths import BATCH_ROUTE, NO_TOKEN_PATHS, STREAMING_ROUTE, V1
-from app.api.state import ServiceState
 from app.errors import BadRequestError, KeystreamError
 from app.services.budget import ByteBudget, OverloadedError
+from app.state import ServiceState
 
 #: Key in the ASGI ``scope["state"]`` under which this middleware leaves the verified
 #: :class:`~app.services.security.Principal`, so the route's dependency does not verify it a second time.

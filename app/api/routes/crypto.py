@@ -16,7 +16,7 @@ backpressure).
 
 from __future__ import annotations
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import Scope
@@ -24,12 +24,9 @@ from starlette.types import Scope
 from app.api import paths
 from app.api.middleware.audit import note
 from app.api.params import CryptoParams, check_associated_data, decode_base64, wanted_headers
-from app.api.pump import disconnected, first_output, pump, respond, small_body
-from app.api.state import ServiceState
-from app.api.streaming import DuplexStreamingResponse, OctetsResponse
+from app.api.pump import respond
 from app.errors import BadRequestError, ForbiddenError
-from app.formats.raw import check_range, format_iv, new_iv, parse_iv
-from app.services.crypto_step import raw_step, sealed_step
+from app.services.crypto_step import CryptoStep, raw_step, sealed_step
 from app.services.keys import (
     decryption_keys,
     encryption_key,
@@ -37,7 +34,9 @@ from app.services.keys import (
     sealed_encryptor,
     sealed_rewrapper,
 )
-from app.services.sealing import open_message, seal_message
+from app.services.raw import check_range, format_iv, new_iv, parse_iv
+from app.services.sealing import Opening, seal_message
+from app.state import ServiceState
 
 
 async def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoParams]:
@@ -99,15 +98,18 @@ async def encrypt(request: Request) -> Response:
         note(request.scope, format="sealed", scheme=key.scheme, backend=chosen.name, associated_data=ad)
         headers["Keystream-Key-Version"] = str(key.version)
         headers["Keystream-Backend"] = chosen.name
-        try:
-            body = await small_body(request, params, state.settings.small_body_max_bytes)
-        except ClientDisconnect:
-            return disconnected()
-        if body is not None:  # one call seals it (natively on aesni): no encryptor, no stream
-            ciphertext = await seal_message(state.settings, chosen, key, ad, body)
-            return OctetsResponse(ciphertext, headers)
-        encryptor = sealed_encryptor(key, ad, chosen)
-        step = sealed_step(chosen, "encrypt", encryptor, key.segment_size, inline_max=inline_max)
+
+        async def seal_whole(body: bytes) -> bytes:
+            # One call seals a small body (natively on aesni): no encryptor, no stream.
+            return await seal_message(state.settings, chosen, key, ad, body)
+
+        def sealed_stream() -> CryptoStep:
+            encryptor = sealed_encryptor(key, ad, chosen)
+            return sealed_step(chosen, "encrypt", encryptor, key.segment_size, inline_max=inline_max)
+
+        return await respond(
+            request, params, headers, state.settings.small_body_max_bytes, sealed_stream, whole=seal_whole
+        )
     else:
         _raw_only(params)
         key = await encryption_key(state.keycache, name, chosen, params.key_version)
@@ -118,7 +120,7 @@ async def encrypt(request: Request) -> Response:
         headers["Keystream-IV"] = format_iv(iv)
         headers["Keystream-Key-Version"] = str(key.version)
         headers["Keystream-Backend"] = chosen.name
-    return await respond(request, params, step, headers, state.settings.small_body_max_bytes)
+    return await respond(request, params, headers, state.settings.small_body_max_bytes, lambda: step)
 
 
 async def decrypt(request: Request) -> Response:
@@ -141,36 +143,22 @@ async def decrypt(request: Request) -> Response:
         iv = parse_iv(params.iv)
         step = raw_step(chosen, "decrypt", key.expanded, iv, params.offset, inline_max=inline_max)
         headers["Keystream-Key-Version"] = str(key.version)
-        return await respond(request, params, step, headers, state.settings.small_body_max_bytes)
+        return await respond(request, params, headers, state.settings.small_body_max_bytes, lambda: step)
 
     _sealed_only(params)
     ad = _associated_data(state, params)
     keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
     note(request.scope, format="sealed", scheme=keys.first.scheme, backend=chosen.name, associated_data=ad)
-    try:
-        body = await small_body(request, params, state.settings.small_body_max_bytes)
-    except ClientDisconnect:
-        return disconnected()
-    if body is not None:  # one call opens it (natively on aesni): no decryptor, no stream
-        plaintext, version = await open_message(state.settings, chosen, keys, ad, body)
-        headers["Keystream-Key-Version"] = str(version)
-        return OctetsResponse(plaintext, headers)
-    decryptor = keys.sealed_decryptor(ad, chosen)
-    step = sealed_step(
-        chosen,
-        "decrypt",
-        decryptor,
-        keys.first.segment_size,
-        inline_max=inline_max,
-        candidates=len(keys.candidates),
+    opening = Opening(state.settings, chosen, keys, ad)
+    return await respond(
+        request,
+        params,
+        headers,
+        state.settings.small_body_max_bytes,
+        opening.stream,
+        whole=opening.whole,
+        key_version=opening.key_version,
     )
-    chunks = request.stream()
-    started = await first_output(step, chunks)  # a bad first segment is a clean 400
-    if started is None:
-        return disconnected()
-    ready, finished = started
-    headers["Keystream-Key-Version"] = str(decryptor.version)
-    return DuplexStreamingResponse(pump(step, chunks, ready, finished), headers=headers)
 
 
 async def rewrap(request: Request) -> Response:
@@ -200,7 +188,7 @@ async def rewrap(request: Request) -> Response:
         candidates=len(keys.candidates),
     )
     headers = {"Keystream-Backend": chosen.name, "Keystream-Key-Version": str(target.version)}
-    return await respond(request, params, step, headers, state.settings.small_body_max_bytes)
+    return await respond(request, params, headers, state.settings.small_body_max_bytes, lambda: step)
 
 
 #: Plain Starlette routes: FastAPI's routing and dependency solving cost more than the AES work of a 1 KiB

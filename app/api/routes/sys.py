@@ -39,7 +39,6 @@ from app.api import paths
 from app.api.deps import AdminDep, StateDep
 from app.api.middleware.audit import write_operator_record
 from app.api.openapi import errors
-from app.api.state import ServiceState, start_unsealed, stop_sealed
 from app.audit import AuditUnavailableError
 from app.core.master_key_format import MasterKeyError
 from app.errors import BadRequestError, InvalidShareError, TooManyRequestsError, ValidationError
@@ -48,6 +47,7 @@ from app.seal import SealError
 from app.seal.handover import RESET, SEALED, SHARE, UNSEALED
 from app.seal.shamir import ShamirSeal
 from app.seal.shares import InvalidShareError as ShareRefused
+from app.state import ServiceState, start_unsealed, stop_sealed
 
 logger = logging.getLogger("keystream")
 router = APIRouter(tags=["sys"])

@@ -3,7 +3,7 @@
 As root (CI runs the suite as root): ``gcore`` attaches with root's ptrace, so the server keeps its default,
 core dumps off (``PR_SET_DUMPABLE`` 0); ``KEYSTREAM_ALLOW_CORE_DUMPS`` is not set. ``SIGUSR2`` is the
 testing-only trigger (``KEYSTREAM_TESTING_WIPE_ON_SIGUSR2``) for what sealing does to memory
-(:func:`app.api.state.wipe_secrets`) under the file seal, which cannot be sealed online; the shamir seal is
+(:func:`app.state.wipe_secrets`) under the file seal, which cannot be sealed online; the shamir seal is
 sealed with the real ``POST /v1/sys/seal``. See ``bench/core_image.py`` for what is measured.
 """
 
