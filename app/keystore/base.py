@@ -50,10 +50,16 @@ from .checks import (
     key_type_for_material,
 )
 from .generations import MasterRotationStatus
-from .master import AUDIT_KEYS_ROW, open_audit_key_material
+from .master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
 from .records import KeyExport, KeyInfo, TokenRecord, new_key_info, utc_now
 from .reseal import reseal_rows
-from .rotation import MIN_AUTO_ROTATE_PERIOD, check_auto_rotate_period, is_due
+from .rotation import (
+    MIN_AUTO_ROTATE_PERIOD,
+    check_auto_rotate_min_period,
+    check_auto_rotate_period,
+    is_due,
+)
+from .tombstones import check_tombstone_seconds
 
 __all__ = ["KeyStore"]
 
@@ -550,6 +556,25 @@ class KeyStore(abc.ABC):
         """Release connections. Idempotent; other methods raise ``ServiceUnavailableError`` afterwards."""
 
     # -- storage: what each store implements, one transaction per call ------------------------------------
+
+    def _take_seal(self, seal: Seal | bytes, tombstone_seconds: float, auto_rotate_min_period: int) -> None:
+        """Take the seal and the two policies every store is opened with; a store's ``__init__`` calls this
+        before it touches its database.
+
+        Args:
+            seal: wraps every stored key version (:mod:`app.seal`; 32 bytes stand for a file seal).
+            tombstone_seconds: how long a deleted key's name cannot be re-created
+                (:mod:`app.keystore.tombstones`).
+            auto_rotate_min_period: the shortest ``auto_rotate_period`` accepted (1 hour; tests lower it).
+
+        Raises:
+            BadRequestError: ``tombstone_seconds`` is negative or ``auto_rotate_min_period`` outside 1..3600.
+            MasterKeyError: ``seal`` is bytes not 32 long.
+        """
+        self._seal = as_seal(seal)
+        self._keyring = Keyring(self._seal)
+        self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
+        self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
 
     @abc.abstractmethod
     def _run_write(self, work: Callable[[generations.Connection], T]) -> T:

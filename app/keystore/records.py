@@ -7,11 +7,20 @@ without importing one another.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["KeyExport", "KeyInfo", "KeyVersionInfo", "TokenRecord", "new_key_info", "utc_now"]
+__all__ = [
+    "KeyExport",
+    "KeyInfo",
+    "KeyVersionInfo",
+    "TokenRecord",
+    "key_info_from_row",
+    "new_key_info",
+    "utc_now",
+]
 
 
 def utc_now() -> datetime:
@@ -80,6 +89,29 @@ class KeyInfo:
             "updated_at": _iso(self.updated_at),
             "versions": [version.to_json() for version in self.versions],
         }
+
+
+def key_info_from_row(
+    row: Sequence[Any], versions: Iterable[KeyVersionInfo], to_time: Callable[[Any], datetime]
+) -> KeyInfo:
+    """The :class:`KeyInfo` of a ``keys`` row as both stores select it (``name, key_type, scheme,
+    segment_size, deletion_allowed, min_decryption_version, latest_version, imported, created_at, updated_at,
+    auto_rotate_period``), with its ``versions``; ``to_time`` reads a stored time as an aware UTC datetime."""
+    name, key_type, scheme, segment_size, deletion_allowed, min_dv, latest, imported = row[:8]
+    return KeyInfo(
+        name=name,
+        key_type=key_type,
+        scheme=scheme,
+        segment_size=int(segment_size),
+        deletion_allowed=bool(deletion_allowed),
+        min_decryption_version=int(min_dv),
+        latest_version=int(latest),
+        imported=bool(imported),
+        created_at=to_time(row[8]),
+        updated_at=to_time(row[9]),
+        versions=tuple(versions),
+        auto_rotate_period=int(row[10]),
+    )
 
 
 def new_key_info(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import KeyNotFoundError
 
-from ..records import KeyExport, KeyInfo, KeyVersionInfo
+from ..records import KeyExport, KeyInfo, KeyVersionInfo, key_info_from_row
 from ..tombstones import recently_deleted
 
 if TYPE_CHECKING:
@@ -62,24 +62,8 @@ def _utc(moment: datetime) -> datetime:
 
 
 def _info(row: Sequence[Any]) -> KeyInfo:
-    name, key_type, scheme, segment_size, deletion_allowed, min_dv, latest, imported, created, updated = row[
-        :10
-    ]
-    period, numbers, times = row[10], row[11], row[12]
-    return KeyInfo(
-        name=name,
-        key_type=key_type,
-        scheme=scheme,
-        segment_size=int(segment_size),
-        deletion_allowed=bool(deletion_allowed),
-        min_decryption_version=int(min_dv),
-        latest_version=int(latest),
-        imported=bool(imported),
-        created_at=_utc(created),
-        updated_at=_utc(updated),
-        versions=tuple(KeyVersionInfo(int(n), _utc(t)) for n, t in zip(numbers, times, strict=True)),
-        auto_rotate_period=int(period),
-    )
+    versions = (KeyVersionInfo(int(n), _utc(t)) for n, t in zip(row[11], row[12], strict=True))
+    return key_info_from_row(row, versions, _utc)
 
 
 def read_key(conn: Connection, name: str) -> KeyInfo:

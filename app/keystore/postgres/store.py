@@ -22,13 +22,11 @@ from app.errors import (
     KeyVersionNotFoundError,
 )
 from app.seal import Seal
-from app.seal.keyring import Keyring
 
 from .. import generations
 from ..base import KeyStore
 from ..changes import Change, ChangeBatch
 from ..master import (
-    as_seal,
     unwrap_key_material,
     wrap_key_material,
 )
@@ -36,9 +34,7 @@ from ..migrations import Migration
 from ..records import KeyExport, KeyInfo, TokenRecord, utc_now
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
-    check_auto_rotate_min_period,
 )
-from ..tombstones import check_tombstone_seconds
 from . import changes, keys, schema, tokens
 from .connections import Database
 from .watch import ChangeListener
@@ -79,12 +75,10 @@ class PostgresKeyStore(KeyStore):
         wait_timeout: seconds a call waits for a free connection before ``KeystoreUnavailableError``.
         connect_timeout: seconds one connection attempt may take.
         migrations: the schema steps to apply (tests pass extra ones).
-        tombstone_seconds: how long a deleted key's name cannot be re-created
-            (:mod:`app.keystore.tombstones`).
-        auto_rotate_min_period: the shortest ``auto_rotate_period`` accepted (1 hour; tests lower it).
+        tombstone_seconds, auto_rotate_min_period: see :meth:`~app.keystore.base.KeyStore._take_seal`.
 
     Raises:
-        BadRequestError: ``tombstone_seconds`` is negative or ``auto_rotate_min_period`` outside 1..3600.
+        BadRequestError: see :meth:`~app.keystore.base.KeyStore._take_seal`.
         ValueError: ``url`` is not a PostgreSQL URL.
         MasterKeyError: ``seal`` is bytes not 32 long, or the database was created with another seal.
         KeystoreSchemaError: the database comes from a newer release.
@@ -103,10 +97,7 @@ class PostgresKeyStore(KeyStore):
         tombstone_seconds: float = 0.0,
         auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
     ) -> None:
-        self._seal = as_seal(seal)
-        self._keyring = Keyring(self._seal)
-        self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
-        self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
+        self._take_seal(seal, tombstone_seconds, auto_rotate_min_period)
         check_database_url(url)
         # Migrations run on a connection of their own while the pool fills in the background: an unreachable
         # database fails the start at once, with the reason, instead of after the pool's retries.

@@ -16,7 +16,7 @@ from app.errors import KeyExistsError, KeyNotFoundError, KeyVersionNotFoundError
 from app.seal.keyring import Keyring
 
 from ..master import unwrap_key_material, wrap_key_material
-from ..records import KeyExport, KeyInfo, KeyVersionInfo, utc_now
+from ..records import KeyExport, KeyInfo, KeyVersionInfo, key_info_from_row, utc_now
 from .schema import from_text, to_text
 
 
@@ -204,30 +204,4 @@ def key_material(conn: sqlite3.Connection, seal: Keyring, name: str, version: in
 
 
 def _info_from_row(row: Sequence[Any], versions: list[KeyVersionInfo]) -> KeyInfo:
-    (
-        name,
-        key_type,
-        scheme,
-        segment_size,
-        deletion_allowed,
-        min_dv,
-        latest,
-        imported,
-        created,
-        updated,
-        period,
-    ) = row
-    return KeyInfo(
-        name=name,
-        key_type=key_type,
-        scheme=scheme,
-        segment_size=int(segment_size),
-        deletion_allowed=bool(deletion_allowed),
-        min_decryption_version=int(min_dv),
-        latest_version=int(latest),
-        imported=bool(imported),
-        created_at=from_text(created),
-        updated_at=from_text(updated),
-        versions=tuple(versions),
-        auto_rotate_period=int(period),
-    )
+    return key_info_from_row(row, versions, from_text)

@@ -13,20 +13,17 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 from app.seal import Seal
-from app.seal.keyring import Keyring
 
 from .. import generations
 from ..base import KeyStore
 from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..errors import KeystoreUnavailableError
-from ..master import as_seal, wrap_key_material
+from ..master import wrap_key_material
 from ..migrations import Migration
 from ..records import KeyExport, KeyInfo, TokenRecord
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
-    check_auto_rotate_min_period,
 )
-from ..tombstones import check_tombstone_seconds
 from . import changes, keys, tokens
 from .connections import SqliteConnections, logger, prepare_database_file
 from .schema import MIGRATIONS, from_text, migrate, to_text
@@ -50,12 +47,10 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             ``ServiceUnavailableError``.
         pool_size: idle connections kept for reuse.
         migrations: the schema steps to apply (tests pass extra ones).
-        tombstone_seconds: how long a deleted key's name cannot be re-created
-            (:mod:`app.keystore.tombstones`).
-        auto_rotate_min_period: the shortest ``auto_rotate_period`` accepted (1 hour; tests lower it).
+        tombstone_seconds, auto_rotate_min_period: see :meth:`~app.keystore.base.KeyStore._take_seal`.
 
     Raises:
-        BadRequestError: ``tombstone_seconds`` is negative or ``auto_rotate_min_period`` outside 1..3600.
+        BadRequestError: see :meth:`~app.keystore.base.KeyStore._take_seal`.
         MasterKeyError: ``seal`` is bytes not 32 long, or is not the seal this database was created with.
         KeystoreSchemaError: the database comes from a newer release.
         KeystoreUnavailableError: the file cannot be opened or stays locked longer than ``busy_timeout``.
@@ -73,10 +68,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
     ) -> None:
         super().__init__(path, busy_timeout, pool_size)
-        self._seal = as_seal(seal)
-        self._keyring = Keyring(self._seal)
-        self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
-        self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
+        self._take_seal(seal, tombstone_seconds, auto_rotate_min_period)
         try:
             prepare_database_file(self.path)
         except OSError as exc:
