@@ -1,16 +1,20 @@
-"""The keystore interface: the abstract :class:`KeyStore` (its records are in :mod:`app.keystore.records`).
+"""The keystore template: :class:`KeyStore`, its public methods over a few storage methods per store.
 
 A keystore keeps named AES keys with numbered versions (rotation adds a version; old versions keep decrypting
 down to ``min_decryption_version``) and the service's API tokens. Material is stored only wrapped under the
 master key (see :mod:`app.keystore.master`) and leaves the store unwrapped only through
 :meth:`KeyStore.key_material`. Token secrets are stored only as hashes.
 
-The interface is deliberately small so that a second implementation (PostgreSQL, for several replicas) needs
-nothing but these methods; every change also appends to an ordered change log (:mod:`app.keystore.changes`)
-read with :meth:`KeyStore.changes_since`, which keeps the caches of several workers or replicas coherent, and
-a deleted key's name is held by a tombstone (:mod:`app.keystore.tombstones`). Validation lives in
-:mod:`app.keystore.checks`, in plain functions, so every implementation applies the same rules and raises the
-same errors.
+A template method, as Django's database backends: the public methods are written here once (validation with
+:mod:`app.keystore.checks`, fresh material, a new key's :class:`~app.keystore.records.KeyInfo`, when a key is
+due or may be deleted, the master key's rotation and the reseal through the SQL both stores share,
+:mod:`app.keystore.generations` and :mod:`app.keystore.reseal`), so every store applies the same rules and
+raises the same errors; a store (:mod:`app.keystore.sqlite`, :mod:`app.keystore.postgres`) implements only
+the storage methods below the public ones: one transaction each, with its own SQL and locking, and a
+:class:`~app.keystore.generations.Dialect` for the shared SQL. Every change also appends to an ordered change
+log (:mod:`app.keystore.changes`) read with :meth:`KeyStore.changes_since`, which keeps the caches of several
+workers or replicas coherent, and a deleted key's name is held by a tombstone
+(:mod:`app.keystore.tombstones`). The records live in :mod:`app.keystore.records`.
 """
 
 from __future__ import annotations
@@ -18,15 +22,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from app.core.schemes import DEFAULT_SCHEME
 from app.core.secret_memory import random_secret
 from app.errors import DeletionNotAllowedError, KeyNotFoundError, TokenNotFoundError
 from app.seal import Seal
-from app.seal.keyring import Keyring
+from app.seal.keyring import Keyring, KeyringState
 
-from .changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
+from . import generations
+from .changes import MASTER_KEY_ROTATED, MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
@@ -44,21 +49,31 @@ from .checks import (
     check_version_material,
     key_type_for_material,
 )
+from .generations import MasterRotationStatus
+from .master import AUDIT_KEYS_ROW, open_audit_key_material
 from .records import KeyExport, KeyInfo, TokenRecord, new_key_info, utc_now
+from .reseal import reseal_rows
 from .rotation import MIN_AUTO_ROTATE_PERIOD, check_auto_rotate_period, is_due
 
-if TYPE_CHECKING:
-    from .generations import MasterRotationStatus
-
 __all__ = ["KeyStore"]
+
+T = TypeVar("T")
 
 
 class KeyStore(abc.ABC):
     """Named AES keys with versions, and API tokens. Thread-safe; every change is one transaction.
 
-    Implementations validate with the ``check_*`` functions of :mod:`app.keystore.checks` and raise the
-    errors of :mod:`app.errors` named below. No error message, log line or ``repr`` contains key material.
+    The public methods validate with the ``check_*`` functions of :mod:`app.keystore.checks` and raise the
+    errors of :mod:`app.errors` named below; a store implements the abstract methods (the storage ones start
+    with ``_``). No error message, log line or ``repr`` contains key material.
     """
+
+    #: How this store's SQL differs for the SQL the stores share (:mod:`app.keystore.generations`,
+    #: :mod:`app.keystore.reseal`).
+    _dialect: generations.Dialect
+    #: The seal and the master key generations the store wraps with (set by the store when it opens).
+    _seal: Seal
+    _keyring: Keyring
 
     #: Seconds a deleted key's name cannot be re-created (set at open; 0 = no tombstone).
     tombstone_seconds: float = 0.0
@@ -286,17 +301,16 @@ class KeyStore(abc.ABC):
         return self._key_material(name, version)
 
     @property
-    @abc.abstractmethod
     def seal(self) -> Seal:
         """The seal this keystore wraps and unwraps with (the one it was opened with)."""
+        return self._seal
 
     @property
-    @abc.abstractmethod
     def keyring(self) -> Keyring:
         """The master key generations this keystore wraps with (:mod:`app.seal.keyring`): the newest for new
         blobs, each blob's own for unwrapping."""
+        return self._keyring
 
-    @abc.abstractmethod
     def begin_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
         """Make a new master key generation and wrap new blobs under it, or resume a rotation that did not
         finish; take the rotation's lease for ``owner`` (:func:`app.keystore.generations.begin`). A new
@@ -308,7 +322,16 @@ class KeyStore(abc.ABC):
             ServiceUnavailableError: the database cannot serve now.
         """
 
-    @abc.abstractmethod
+        def work(conn: generations.Connection) -> MasterRotationStatus:
+            status, created = generations.begin(conn, self._dialect, self._keyring, owner, lease_seconds)
+            if created:
+                self._append_change(conn, MASTER_KEY_ROTATED)
+            return status
+
+        status = self._run_write(work)
+        self._keyring.invalidate()
+        return status
+
     def rewrap_master_batch(
         self, owner: str, after: tuple[str, int] | None, limit: int, lease_seconds: float
     ) -> tuple[str, int] | None:
@@ -321,8 +344,12 @@ class KeyStore(abc.ABC):
             KeyUnwrapError: a version does not unwrap; the batch wrote nothing.
             ServiceUnavailableError: the database cannot serve now.
         """
+        return self._run_write(
+            lambda conn: generations.rewrap_batch(
+                conn, self._dialect, self._keyring, owner, after, limit, lease_seconds
+            )[0]
+        )
 
-    @abc.abstractmethod
     def finish_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
         """Rewrap the audit keys' material and retire the older generations once no blob uses them
         (:func:`app.keystore.generations.finish`); still ``rotating`` when one was found. Retiring appends a
@@ -333,15 +360,24 @@ class KeyStore(abc.ABC):
             ServiceUnavailableError: the database cannot serve now.
         """
 
-    @abc.abstractmethod
+        def work(conn: generations.Connection) -> tuple[MasterRotationStatus, list[int]]:
+            status, retired = generations.finish(conn, self._dialect, self._keyring, owner, lease_seconds)
+            if not status.rotating:
+                self._append_change(conn, MASTER_KEY_ROTATED)
+            return status, retired
+
+        status, retired = self._run_write(work)
+        generations.destroy_retired(self._keyring, retired)
+        return status
+
     def master_rotation_status(self) -> MasterRotationStatus:
         """Where the master key's rotation stands.
 
         Raises:
             ServiceUnavailableError: the database cannot serve now.
         """
+        return self._run_read(lambda conn: generations.read_status(conn, self._dialect))
 
-    @abc.abstractmethod
     def audit_key_material(self) -> memoryview | None:
         """The audit keys' 64 bytes stored wrapped under the seal, in locked memory (a read-only view, zeroed
         once dropped), or ``None`` when the seal derives them.
@@ -351,7 +387,13 @@ class KeyStore(abc.ABC):
             ServiceUnavailableError: the database cannot serve now.
         """
 
-    @abc.abstractmethod
+        def read(conn: generations.Connection) -> bytes | None:
+            row = conn.execute(self._dialect.sql("SELECT value FROM meta WHERE name = ?"), (AUDIT_KEYS_ROW,))
+            found = row.fetchone()
+            return None if found is None else bytes(found[0])
+
+        return open_audit_key_material(self._keyring, self._run_read(read))
+
     def reseal(
         self,
         target: Seal,
@@ -379,6 +421,18 @@ class KeyStore(abc.ABC):
                 connection broke while committing (PostgreSQL cannot tell then).
             Exception: whatever ``before_commit`` raised; nothing was written.
         """
+
+        def work(conn: generations.Connection) -> int:
+            count = reseal_rows(conn, self._dialect, self._keyring, target, audit_material)
+            if before_commit is not None:
+                before_commit()
+            return count
+
+        count = self._run_write(work)
+        self._keyring.close()
+        self._seal = target
+        self._keyring = Keyring(target, self._load_keyring)
+        return count
 
     @abc.abstractmethod
     def export_keys(self) -> list[KeyExport]:
@@ -496,6 +550,35 @@ class KeyStore(abc.ABC):
         """Release connections. Idempotent; other methods raise ``ServiceUnavailableError`` afterwards."""
 
     # -- storage: what each store implements, one transaction per call ------------------------------------
+
+    @abc.abstractmethod
+    def _run_write(self, work: Callable[[generations.Connection], T]) -> T:
+        """Run ``work`` in one write transaction on one of the store's connections and return its result;
+        committed when it returns, rolled back when it raises.
+
+        Raises:
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
+    @abc.abstractmethod
+    def _run_read(self, work: Callable[[generations.Connection], T]) -> T:
+        """Run ``work`` on one of the store's connections in one snapshot and return its result.
+
+        Raises:
+            ServiceUnavailableError: the database cannot serve now.
+        """
+
+    @abc.abstractmethod
+    def _append_change(self, conn: generations.Connection, kind: str) -> None:
+        """Append a change of ``kind`` that names no key or token, inside ``conn``'s write transaction."""
+
+    def _load_keyring(self) -> KeyringState:
+        """The stored master key generations (the keyring calls this when it meets a newer one)."""
+        return self._run_read(lambda conn: generations.read_keyring(conn, self._dialect))
+
+    def _wrapping(self, conn: generations.Connection) -> Keyring:
+        """The keyring at the newest generation, for a key write in ``conn``'s transaction."""
+        return generations.writing_keyring(conn, self._dialect, self._keyring)
 
     def _new_info(
         self,

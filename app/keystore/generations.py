@@ -55,6 +55,7 @@ __all__ = [
     "GENERATIONS_SCHEMA_VERSION",
     "LEASE_SECONDS",
     "MASTER_KEY_ROTATED",
+    "Connection",
     "Dialect",
     "MasterRotation",
     "MasterRotationRunningError",
@@ -117,8 +118,12 @@ class MasterRotationStatus:
         }
 
 
-class _Connection(Protocol):
+class Connection(Protocol):
+    """What the shared SQL needs of a store's connection (``sqlite3`` and psycopg ones both have it)."""
+
     def execute(self, query: Any, params: Any = ..., /) -> Any: ...
+
+    def cursor(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,8 @@ class Dialect:
     ``key_share_lock`` is added to the read of the state row in every key write: PostgreSQL's
     ``FOR KEY SHARE`` lets key writes run together but makes :func:`begin`'s ``FOR UPDATE`` wait for them, so
     no key write that read the old newest generation commits after a new one was made. SQLite serializes
-    writers anyway (empty strings).
+    writers anyway (empty strings). ``reseal_lock`` is a statement run first in a reseal's transaction, so
+    that no other process adds a version under the old seal meanwhile (none for SQLite: one writer already).
     """
 
     placeholder: str
@@ -137,6 +143,7 @@ class Dialect:
     key_share_lock: str = ""
     update_lock: str = ""
     lease_lock: str = ""
+    reseal_lock: str = ""
 
     def sql(self, text: str, lock: str = "") -> str:
         """``text`` with ``?`` placeholders in this dialect, followed by the row ``lock`` clause if any."""
@@ -159,7 +166,7 @@ def has_generations(migrations: Sequence[Migration]) -> bool:
     return bool(migrations) and migrations[-1].version >= GENERATIONS_SCHEMA_VERSION
 
 
-def read_keyring(conn: _Connection, dialect: Dialect, lock: str = "") -> KeyringState:
+def read_keyring(conn: Connection, dialect: Dialect, lock: str = "") -> KeyringState:
     """The keystore's keyring: the newest generation and every generation >= 2's stored form."""
     current = int(conn.execute(dialect.sql(_READ_GENERATION, lock)).fetchone()[0])
     rows = conn.execute(
@@ -168,7 +175,7 @@ def read_keyring(conn: _Connection, dialect: Dialect, lock: str = "") -> Keyring
     return KeyringState(current, [(int(generation), bytes(stored)) for generation, stored in rows])
 
 
-def writing_keyring(conn: _Connection, dialect: Dialect, keyring: Keyring) -> Keyring:
+def writing_keyring(conn: Connection, dialect: Dialect, keyring: Keyring) -> Keyring:
     """``keyring``, brought up to the newest generation this transaction sees, for a key write to wrap with.
 
     Call inside the write transaction, before wrapping: the state row's read takes
@@ -180,7 +187,7 @@ def writing_keyring(conn: _Connection, dialect: Dialect, keyring: Keyring) -> Ke
     return keyring
 
 
-def read_status(conn: _Connection, dialect: Dialect, lock: str = "") -> MasterRotationStatus:
+def read_status(conn: Connection, dialect: Dialect, lock: str = "") -> MasterRotationStatus:
     """The rotation's state row."""
     row = conn.execute(dialect.sql(_READ_STATE, lock)).fetchone()
     return MasterRotationStatus(
@@ -193,7 +200,7 @@ def read_status(conn: _Connection, dialect: Dialect, lock: str = "") -> MasterRo
     )
 
 
-def _claim(conn: _Connection, dialect: Dialect, owner: str, lock: str) -> tuple[Any, datetime]:
+def _claim(conn: Connection, dialect: Dialect, owner: str, lock: str) -> tuple[Any, datetime]:
     """The state row, locked, after checking that no other rotation holds the lease.
 
     Raises:
@@ -212,7 +219,7 @@ def _claim(conn: _Connection, dialect: Dialect, owner: str, lock: str) -> tuple[
 
 
 def begin(
-    conn: _Connection, dialect: Dialect, keyring: Keyring, owner: str, lease_seconds: float
+    conn: Connection, dialect: Dialect, keyring: Keyring, owner: str, lease_seconds: float
 ) -> tuple[MasterRotationStatus, bool]:
     """Start a rotation (a new generation) or resume one that did not finish; take the lease.
 
@@ -254,7 +261,7 @@ def _needs_rewrap(blob: bytes, generation: int) -> bool:
 
 
 def rewrap_batch(
-    conn: _Connection,
+    conn: Connection,
     dialect: Dialect,
     keyring: Keyring,
     owner: str,
@@ -303,7 +310,7 @@ def rewrap_batch(
 
 
 def finish(
-    conn: _Connection, dialect: Dialect, keyring: Keyring, owner: str, lease_seconds: float
+    conn: Connection, dialect: Dialect, keyring: Keyring, owner: str, lease_seconds: float
 ) -> tuple[MasterRotationStatus, list[int]]:
     """Rewrap the audit keys' material, then retire the older generations if no blob uses them any more.
 
@@ -356,7 +363,7 @@ def destroy_retired(keyring: Keyring, retired: list[int]) -> None:
         keyring.root.destroy_generation(generation)
 
 
-def reset(conn: _Connection, dialect: Dialect) -> None:
+def reset(conn: Connection, dialect: Dialect) -> None:
     """Forget every generation >= 2 (``migrate-seal`` rewrapped all under the new seal's generation 1)."""
     conn.execute("DELETE FROM master_key_generations")
     conn.execute(

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from app.seal import Seal
 from app.seal.keyring import Keyring
 
+from . import generations
 from .master import (
     AUDIT_KEYS_ASSOCIATED_DATA,
     AUDIT_KEYS_ROW,
@@ -33,7 +34,7 @@ from .master import (
     wrap_key_material,
 )
 
-__all__ = ["resealed_meta", "rewrap_versions"]
+__all__ = ["reseal_rows", "resealed_meta", "rewrap_versions"]
 
 
 def rewrap_versions(
@@ -70,3 +71,43 @@ def resealed_meta(target: Seal, audit_material: bytes | memoryview) -> dict[str,
         AUDIT_KEYS_ROW: target.wrap(audit_material, AUDIT_KEYS_ASSOCIATED_DATA),
         SEAL_PARAMETERS_ROW: target.public_parameters(),
     }
+
+
+def reseal_rows(
+    conn: generations.Connection,
+    dialect: generations.Dialect,
+    source: Keyring,
+    target: Seal,
+    audit_material: bytes | memoryview,
+) -> int:
+    """Rewrite, in the caller's write transaction, every key version and ``meta`` row from ``source`` to
+    ``target`` (:func:`rewrap_versions`, :func:`resealed_meta`) and forget the generations of earlier
+    rotations; return how many key versions were rewrapped.
+
+    Raises:
+        KeyUnwrapError: a version does not unwrap under ``source``; nothing was written.
+        SealError: a seal's device fails.
+    """
+    if dialect.reseal_lock:
+        conn.execute(dialect.reseal_lock)
+    stored = conn.execute("SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2").fetchall()
+    rewrapped = rewrap_versions(
+        source, target, [(name, version, bytes(blob)) for name, version, blob in stored]
+    )
+    conn.cursor().executemany(
+        dialect.sql("UPDATE key_versions SET wrapped = ? WHERE key_name = ? AND version = ?"),
+        [(blob, name, version) for name, version, blob in rewrapped],
+    )
+    for name, value in resealed_meta(target, audit_material).items():
+        if value is None:
+            conn.execute(dialect.sql("DELETE FROM meta WHERE name = ?"), (name,))
+            continue
+        conn.execute(
+            dialect.sql(
+                "INSERT INTO meta (name, value) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+            ),
+            (name, value),
+        )
+    generations.reset(conn, dialect)
+    return len(rewrapped)

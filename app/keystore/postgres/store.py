@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from app.core.database_url import check_database_url
 from app.errors import (
@@ -22,22 +22,18 @@ from app.errors import (
     KeyVersionNotFoundError,
 )
 from app.seal import Seal
-from app.seal.keyring import Keyring, KeyringState
+from app.seal.keyring import Keyring
 
 from .. import generations
 from ..base import KeyStore
 from ..changes import Change, ChangeBatch
-from ..generations import MasterRotationStatus
 from ..master import (
-    AUDIT_KEYS_ROW,
     as_seal,
-    open_audit_key_material,
     unwrap_key_material,
     wrap_key_material,
 )
 from ..migrations import Migration
 from ..records import KeyExport, KeyInfo, TokenRecord, utc_now
-from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
     check_auto_rotate_min_period,
@@ -50,17 +46,22 @@ from .watch import ChangeListener
 if TYPE_CHECKING:
     from .connections import Connection
 
+T = TypeVar("T")
+
 __all__ = ["PostgresKeyStore"]
 
-#: The master key rotation's SQL in PostgreSQL's words (:mod:`app.keystore.generations`): key writes share
-#: the rotation state's row (``FOR KEY SHARE``), which a new generation locks ``FOR UPDATE``.
-_ROTATION_SQL = generations.Dialect(
+#: The shared SQL in PostgreSQL's words (:mod:`app.keystore.generations`): key writes share the rotation
+#: state's row (``FOR KEY SHARE``), which a new generation locks ``FOR UPDATE``; a reseal locks the tables
+#: ``EXCLUSIVE``: other replicas still read, but none adds a version under the old seal meanwhile.
+_POSTGRES_SQL = generations.Dialect(
     "%s",
     lambda moment: moment,
     lambda stored: stored.astimezone(UTC),
     key_share_lock="FOR KEY SHARE",
     update_lock="FOR UPDATE",
     lease_lock="FOR NO KEY UPDATE",
+    reseal_lock="LOCK TABLE keys, key_versions, meta, master_key_generations, master_key_rotation "
+    "IN EXCLUSIVE MODE",
 )
 
 
@@ -117,17 +118,21 @@ class PostgresKeyStore(KeyStore):
             with self._database.connect() as conn:
                 schema.migrate(conn, self._seal, self._database.description, migrations)
                 if not self._seal.sealed and generations.has_generations(migrations):
-                    self._keyring.install(generations.read_keyring(conn, _ROTATION_SQL))
+                    self._keyring.install(generations.read_keyring(conn, self._dialect))
         except BaseException:
             self._database.close()
             raise
 
-    def _load_keyring(self) -> KeyringState:
-        return self._database.read(lambda conn: generations.read_keyring(conn, _ROTATION_SQL))
+    _dialect = _POSTGRES_SQL
 
-    def _wrapping(self, conn: Connection) -> Keyring:
-        """The keyring at the newest generation, for a key write in ``conn``'s transaction."""
-        return generations.writing_keyring(conn, _ROTATION_SQL, self._keyring)
+    def _run_write(self, work: Callable[[generations.Connection], T]) -> T:
+        return self._database.write(work)
+
+    def _run_read(self, work: Callable[[generations.Connection], T]) -> T:
+        return self._database.read(work)
+
+    def _append_change(self, conn: generations.Connection, kind: str) -> None:
+        changes.append_change(cast("Connection", conn), kind)
 
     def __repr__(self) -> str:
         return f"<PostgresKeyStore {self._database.description}>"
@@ -220,104 +225,6 @@ class PostgresKeyStore(KeyStore):
                 f"key {name!r} has no version {version} (versions {oldest} to {latest})"
             )
         return unwrap_key_material(self._keyring, name, version, wrapped)
-
-    @property
-    def seal(self) -> Seal:
-        """See :attr:`KeyStore.seal`."""
-        return self._seal
-
-    def audit_key_material(self) -> memoryview | None:
-        """See :meth:`KeyStore.audit_key_material`."""
-        stored = self._database.read(lambda conn: schema.read_meta(conn, AUDIT_KEYS_ROW))
-        return open_audit_key_material(self._keyring, stored)
-
-    @property
-    def keyring(self) -> Keyring:
-        """See :attr:`KeyStore.keyring`."""
-        return self._keyring
-
-    def begin_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
-        """See :meth:`KeyStore.begin_master_rotation`."""
-
-        def work(conn: Connection) -> MasterRotationStatus:
-            status, created = generations.begin(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
-            if created:
-                changes.append_change(conn, generations.MASTER_KEY_ROTATED)
-            return status
-
-        status = self._database.write(work)
-        self._keyring.invalidate()
-        return status
-
-    def rewrap_master_batch(
-        self, owner: str, after: tuple[str, int] | None, limit: int, lease_seconds: float
-    ) -> tuple[str, int] | None:
-        """See :meth:`KeyStore.rewrap_master_batch`."""
-        return self._database.write(
-            lambda conn: generations.rewrap_batch(
-                conn, _ROTATION_SQL, self._keyring, owner, after, limit, lease_seconds
-            )[0]
-        )
-
-    def finish_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
-        """See :meth:`KeyStore.finish_master_rotation`."""
-
-        def work(conn: Connection) -> tuple[MasterRotationStatus, list[int]]:
-            status, retired = generations.finish(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
-            if not status.rotating:
-                changes.append_change(conn, generations.MASTER_KEY_ROTATED)
-            return status, retired
-
-        status, retired = self._database.write(work)
-        generations.destroy_retired(self._keyring, retired)
-        return status
-
-    def master_rotation_status(self) -> MasterRotationStatus:
-        """See :meth:`KeyStore.master_rotation_status`."""
-        return self._database.read(lambda conn: generations.read_status(conn, _ROTATION_SQL))
-
-    def reseal(
-        self,
-        target: Seal,
-        audit_material: bytes | memoryview,
-        before_commit: Callable[[], None] | None = None,
-    ) -> int:
-        """See :meth:`KeyStore.reseal`."""
-
-        def work(conn: Connection) -> int:
-            # EXCLUSIVE: other replicas still read, but none adds a version under the old seal meanwhile.
-            conn.execute(
-                "LOCK TABLE keys, key_versions, meta, master_key_generations, master_key_rotation "
-                "IN EXCLUSIVE MODE"
-            )
-            stored: Any = conn.execute(
-                "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2"
-            ).fetchall()
-            rewrapped = rewrap_versions(self._keyring, target, [(n, v, bytes(w)) for n, v, w in stored])
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "UPDATE key_versions SET wrapped = %s WHERE key_name = %s AND version = %s",
-                    [(blob, name, version) for name, version, blob in rewrapped],
-                )
-            for name, value in resealed_meta(target, audit_material).items():
-                if value is None:
-                    conn.execute("DELETE FROM meta WHERE name = %s", (name,))
-                    continue
-                conn.execute(
-                    "INSERT INTO meta (name, value) VALUES (%s, %s) "
-                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                    (name, value),
-                )
-            generations.reset(conn, _ROTATION_SQL)
-            if before_commit is not None:
-                before_commit()
-            return len(rewrapped)
-
-        count = self._database.write(work)
-        self._keyring.close()
-        self._seal = target
-        self._keyring = Keyring(target, self._load_keyring)
-        return count
 
     # -- copying between keystores -------------------------------------------------------------------------
 

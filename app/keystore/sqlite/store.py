@@ -10,19 +10,18 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar, cast
 
 from app.seal import Seal
-from app.seal.keyring import Keyring, KeyringState
+from app.seal.keyring import Keyring
 
 from .. import generations
 from ..base import KeyStore
 from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..errors import KeystoreUnavailableError
-from ..generations import MasterRotationStatus
-from ..master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material, wrap_key_material
+from ..master import as_seal, wrap_key_material
 from ..migrations import Migration
 from ..records import KeyExport, KeyInfo, TokenRecord
-from ..reseal import resealed_meta, rewrap_versions
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
     check_auto_rotate_min_period,
@@ -30,13 +29,15 @@ from ..rotation import (
 from ..tombstones import check_tombstone_seconds
 from . import changes, keys, tokens
 from .connections import SqliteConnections, logger, prepare_database_file
-from .schema import MIGRATIONS, from_text, migrate, read_meta, to_text
+from .schema import MIGRATIONS, from_text, migrate, to_text
 from .watch import DataVersionWatcher
+
+T = TypeVar("T")
 
 __all__ = ["SqliteKeyStore"]
 
-#: The master key rotation's SQL in SQLite's words (:mod:`app.keystore.generations`): one writer at a time.
-_ROTATION_SQL = generations.Dialect("?", to_text, from_text)
+#: The shared SQL in SQLite's words (:mod:`app.keystore.generations`): one writer at a time, so no row locks.
+_SQLITE_SQL = generations.Dialect("?", to_text, from_text)
 
 
 class SqliteKeyStore(SqliteConnections, KeyStore):
@@ -91,18 +92,23 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             with self._write() as conn:
                 migrate(conn, self.path, self._seal, migrations)
                 if not self._seal.sealed and generations.has_generations(migrations):
-                    self._keyring.install(generations.read_keyring(conn, _ROTATION_SQL))
+                    self._keyring.install(generations.read_keyring(conn, self._dialect))
         except BaseException:
             self.close()
             raise
 
-    def _load_keyring(self) -> KeyringState:
-        with self._read() as conn:
-            return generations.read_keyring(conn, _ROTATION_SQL)
+    _dialect = _SQLITE_SQL
 
-    def _wrapping(self, conn: sqlite3.Connection) -> Keyring:
-        """The keyring at the newest generation, for a key write in ``conn``'s transaction."""
-        return generations.writing_keyring(conn, _ROTATION_SQL, self._keyring)
+    def _run_write(self, work: Callable[[generations.Connection], T]) -> T:
+        with self._write() as conn:
+            return work(conn)
+
+    def _run_read(self, work: Callable[[generations.Connection], T]) -> T:
+        with self._read() as conn:
+            return work(conn)
+
+    def _append_change(self, conn: generations.Connection, kind: str) -> None:
+        changes.append_change(cast(sqlite3.Connection, conn), kind)
 
     def __repr__(self) -> str:
         return f"<SqliteKeyStore path={str(self.path)!r}>"
@@ -180,88 +186,6 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
     def _key_material(self, name: str, version: int) -> memoryview:
         with self._read() as conn:
             return keys.key_material(conn, self._keyring, name, version)
-
-    @property
-    def seal(self) -> Seal:
-        """See :attr:`KeyStore.seal`."""
-        return self._seal
-
-    def audit_key_material(self) -> memoryview | None:
-        """See :meth:`KeyStore.audit_key_material`."""
-        with self._read() as conn:
-            stored = read_meta(conn, AUDIT_KEYS_ROW)
-        return open_audit_key_material(self._keyring, stored)
-
-    @property
-    def keyring(self) -> Keyring:
-        """See :attr:`KeyStore.keyring`."""
-        return self._keyring
-
-    def begin_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
-        """See :meth:`KeyStore.begin_master_rotation`."""
-        with self._write() as conn:
-            status, created = generations.begin(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
-            if created:
-                changes.append_change(conn, generations.MASTER_KEY_ROTATED)
-        self._keyring.invalidate()
-        return status
-
-    def rewrap_master_batch(
-        self, owner: str, after: tuple[str, int] | None, limit: int, lease_seconds: float
-    ) -> tuple[str, int] | None:
-        """See :meth:`KeyStore.rewrap_master_batch`."""
-        with self._write() as conn:
-            last, _ = generations.rewrap_batch(
-                conn, _ROTATION_SQL, self._keyring, owner, after, limit, lease_seconds
-            )
-            return last
-
-    def finish_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus:
-        """See :meth:`KeyStore.finish_master_rotation`."""
-        with self._write() as conn:
-            status, retired = generations.finish(conn, _ROTATION_SQL, self._keyring, owner, lease_seconds)
-            if not status.rotating:
-                changes.append_change(conn, generations.MASTER_KEY_ROTATED)
-        generations.destroy_retired(self._keyring, retired)
-        return status
-
-    def master_rotation_status(self) -> MasterRotationStatus:
-        """See :meth:`KeyStore.master_rotation_status`."""
-        with self._read() as conn:
-            return generations.read_status(conn, _ROTATION_SQL)
-
-    def reseal(
-        self,
-        target: Seal,
-        audit_material: bytes | memoryview,
-        before_commit: Callable[[], None] | None = None,
-    ) -> int:
-        """See :meth:`KeyStore.reseal`."""
-        with self._write() as conn:
-            stored = conn.execute(
-                "SELECT key_name, version, wrapped FROM key_versions ORDER BY 1, 2"
-            ).fetchall()
-            rewrapped = rewrap_versions(self._keyring, target, stored)
-            conn.executemany(
-                "UPDATE key_versions SET wrapped = ? WHERE key_name = ? AND version = ?",
-                [(blob, name, version) for name, version, blob in rewrapped],
-            )
-            for name, value in resealed_meta(target, audit_material).items():
-                if value is None:
-                    conn.execute("DELETE FROM meta WHERE name = ?", (name,))
-                    continue
-                conn.execute(
-                    "INSERT INTO meta (name, value) VALUES (?, ?) "
-                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                    (name, value),
-                )
-            generations.reset(conn, _ROTATION_SQL)
-            if before_commit is not None:
-                before_commit()
-        self._keyring.close()
-        self._seal = target
-        self._keyring = Keyring(target, self._load_keyring)
-        return len(rewrapped)
 
     # -- copying between keystores -------------------------------------------------------------------------
 
