@@ -41,8 +41,8 @@ from app.api.batch_json import (
 from app.api.deps import JsonBody, PrincipalDep, StateDep, get_principal, get_state, require_json
 from app.api.errors import error_body
 from app.api.middleware.audit import note
+from app.api.openapi import BACKEND_DESCRIPTION
 from app.api.params import (
-    BACKEND_DESCRIPTION,
     KeyVersion,
     check_associated_data,
     decode_base64,
