@@ -24,7 +24,7 @@ through no middleware (no metrics, no audit record).
 Everything else goes through FastAPI: other paths, other methods on these paths (405 with ``Allow``: the
 routes stay in FastAPI's router), rewrap, an app with a ``root_path``, and every request while an
 OpenTelemetry provider is configured (FastAPI's telemetry then wraps each request). The OpenAPI entries of
-the streaming routes come from :func:`app.api.params.openapi_paths`, those of the batch routes from their
+the streaming routes come from :func:`app.api.openapi.openapi_paths`, those of the batch routes from their
 FastAPI declarations.
 """
 

@@ -12,7 +12,8 @@ a route, so :func:`build_openapi` completes it in one place:
 * the ``name`` path parameter carries the key-name pattern, ``token_id`` the token-id pattern (but not
   ``self``), ``backend``
   the backends this service accepts;
-* the streaming routes (plain Starlette routes) come from :func:`app.api.params.openapi_paths`.
+* the streaming routes (plain Starlette routes, which FastAPI does not list) come from :func:`openapi_paths`,
+  which documents the parameters :class:`app.api.params.CryptoParams` parses.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app.api.params import openapi_paths
-from app.api.paths import NO_TOKEN_PATHS, V1
+from app.api.params import BASE64_PATTERN, MAX_INTEGER_PARAMETER
+from app.api.paths import NO_TOKEN_PATHS, STREAMING_PATHS, V1
 from app.keystore import KEY_NAME_PATTERN
 from app.keystore.checks import TOKEN_ID_PATTERN
+from app.services.raw import MAX_OFFSET
 
 #: The one error body of the service (see :mod:`app.api.errors`).
 ERROR_SCHEMA: dict[str, Any] = {
@@ -141,3 +143,97 @@ def build_openapi(app: FastAPI, backends: Sequence[str], batch_paths: Sequence[s
         schemas.pop(unused, None)
     schemas["Error"] = ERROR_SCHEMA
     return schema
+
+
+def _parameter(name: str, where: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": False, "description": description, "schema": schema}
+
+
+#: Description of the ``backend`` parameter, shared with the batch routes.
+BACKEND_DESCRIPTION = (
+    "backend to use; default from settings. `python` is NOT constant-time (table-based AES, "
+    "cache-timing exposure on shared hosts): disable it with KEYSTREAM_ENABLED_BACKENDS"
+)
+
+_KEY_VERSION_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_INTEGER_PARAMETER}
+_IV_SCHEMA = {"type": "string", "pattern": "^[0-9A-Fa-f]{32}$"}
+#: The error statuses of encrypt/decrypt besides those every ``/v1`` route has (see :func:`build_openapi`).
+_ERROR_STATUSES = ("403", "404", "415", "422")
+
+#: The parameters of encrypt/decrypt for the OpenAPI schema (parsed by :class:`CryptoParams`).
+OPENAPI_PARAMETERS = [
+    _parameter(
+        "format", "query", "sealed (Tink streaming AEAD, default) or raw CTR", {"enum": ["sealed", "raw"]}
+    ),
+    _parameter("backend", "query", BACKEND_DESCRIPTION, {"type": "string"}),
+    _parameter("key_version", "query", "key version (default: latest / try all)", _KEY_VERSION_SCHEMA),
+    _parameter(
+        "iv",
+        "query",
+        "raw format: 32 hex digits. On encrypt it needs the decrypt scope too (CTR encrypt with a "
+        "chosen IV is decrypt); omit it to get a fresh random IV",
+        _IV_SCHEMA,
+    ),
+    _parameter(
+        "offset",
+        "query",
+        "raw format: stream position of the body",
+        {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET},
+    ),
+    _parameter(
+        "Keystream-Associated-Data",
+        "header",
+        "sealed: associated data, base64",
+        {"type": "string", "pattern": BASE64_PATTERN},
+    ),
+    _parameter(
+        "Keystream-IV", "header", "raw: same as iv= (if both are given they must be equal)", _IV_SCHEMA
+    ),
+    _parameter(
+        "Keystream-Key-Version",
+        "header",
+        "same as key_version= (if both are given they must be equal)",
+        _KEY_VERSION_SCHEMA,
+    ),
+]
+
+
+#: The parameters of rewrap: decrypt's for sealed messages (``key_version``: the version the body was sealed
+#: under; the output is always sealed under the latest version).
+_REWRAP_PARAMETERS = [
+    parameter
+    for parameter in OPENAPI_PARAMETERS
+    if parameter["name"] not in ("format", "iv", "offset", "Keystream-IV")
+]
+_SUMMARIES = {
+    "encrypt": ("Encrypt a stream", OPENAPI_PARAMETERS),
+    "decrypt": ("Decrypt a stream", OPENAPI_PARAMETERS),
+    "rewrap": (
+        "Rewrap a sealed stream under the key's latest version (scope rewrap; the plaintext never leaves the "
+        "server). key_version and Keystream-Key-Version name the version the body was sealed under",
+        _REWRAP_PARAMETERS,
+    ),
+}
+
+
+def openapi_paths() -> dict[str, Any]:
+    """OpenAPI entries for the streaming routes (plain Starlette routes, which FastAPI does not list)."""
+    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    octets = {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+    paths: dict[str, Any] = {}
+    for operation, (summary, parameters) in _SUMMARIES.items():
+        paths[STREAMING_PATHS[operation]] = {
+            "post": {
+                "tags": ["crypto"],
+                "summary": summary,
+                "operationId": f"{operation}_stream",
+                "parameters": [name, *parameters],
+                "requestBody": octets,
+                "responses": {
+                    "200": {"description": "the transformed stream", **octets},
+                    **{status: {"description": status} for status in _ERROR_STATUSES},
+                },
+                "security": [{"bearer": []}],
+            }
+        }
+    return paths

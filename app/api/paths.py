@@ -33,7 +33,7 @@ KEY_IMPORT_VERSION = f"{KEY}/import_version"
 KEY_TRIM = f"{KEY}/trim"
 DATAKEY = f"{KEY}/datakey"
 
-#: The streaming routes, by operation (their bodies are never buffered whole).
+#: The streaming routes, by operation (only bodies up to ``small_body_max_bytes`` are read whole).
 ENCRYPT = f"{KEY}/encrypt"
 DECRYPT = f"{KEY}/decrypt"
 REWRAP = f"{KEY}/rewrap"

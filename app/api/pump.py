@@ -1,11 +1,12 @@
 """The streaming pump: request body in, transformed body out, through a
 :class:`~app.services.crypto_step.CryptoStep`.
 
-Bodies are never buffered whole. Work that leaves the event loop (sealed segments, slow backends) runs in a
-three-stage :func:`~app.services.pipeline.pipeline` (receive, transform in a worker thread, send), each stage
-holding about one segment; inline work (raw AES-NI) transforms each chunk before the next is read. Either way
-memory stays flat and backpressure reaches the client through TCP. Small bodies (Content-Length up to
-``small_body_max_bytes``) skip the machinery and are transformed in one call.
+A small body (Content-Length up to ``small_body_max_bytes``, 64 KiB by default) is read whole and transformed
+in one call: for 1 KiB messages the streaming machinery costs more than the crypto. Any other body is never
+buffered whole. Work that leaves the event loop (sealed segments, slow backends) runs in a three-stage
+:func:`~app.services.pipeline.pipeline` (receive, transform in a worker thread, send), each stage holding
+about one segment; inline work (raw AES-NI) transforms each chunk before the next is read. Either way memory
+stays flat and backpressure reaches the client through TCP.
 """
 
 from __future__ import annotations

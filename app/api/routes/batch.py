@@ -14,6 +14,10 @@ plaintext stays in the server.
 Per batch: the body is decoded once (:mod:`app.api.batch_json`), each item's base64 decoded and checked
 here, and all items sealed or opened by one call of :mod:`app.services.sealing` (native C where the backend
 has a native sealer), which also decides whether that call runs on the event loop or in a worker thread.
+
+Without a query string a batch request skips FastAPI's router and dependency solving: the fast dispatcher
+(:mod:`app.api.hotpath`) calls the endpoint through :func:`request_handler`; with one (``backend``,
+``key_version``) it goes through FastAPI, whose parameter validation answers.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from app.api.batch_json import (
 from app.api.deps import JsonBody, PrincipalDep, StateDep, get_principal, get_state, require_json
 from app.api.errors import error_body
 from app.api.middleware.audit import note
+from app.api.openapi import BACKEND_DESCRIPTION
 from app.api.params import (
-    BACKEND_DESCRIPTION,
     KeyVersion,
     check_associated_data,
     decode_base64,

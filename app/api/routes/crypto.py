@@ -1,9 +1,12 @@
 """``POST /v1/keys/{name}/encrypt``, ``/decrypt`` and ``/rewrap``: streaming AES-CTR over bodies of any size.
 
-Bodies are ``application/octet-stream`` (Content-Length or chunked) and are never buffered whole: parameters
-are parsed by :mod:`app.api.params`, keys resolved by :mod:`app.services.keys`, the crypto runs in a
+Bodies are ``application/octet-stream`` (Content-Length or chunked). One whose Content-Length is at most
+``small_body_max_bytes`` (64 KiB by default) is read whole and transformed in one call (sealed: by
+:mod:`app.services.sealing`); any other is never buffered whole: parameters are parsed by
+:mod:`app.api.params`, keys resolved by :mod:`app.services.keys`, the crypto runs in a
 :class:`~app.services.crypto_step.CryptoStep` and :mod:`app.api.pump` streams it (see there for memory and
-backpressure).
+backpressure). ``POST`` on encrypt and decrypt is served by the fast dispatcher (:mod:`app.api.hotpath`),
+rewrap and other methods by FastAPI's router.
 
 * ``format=sealed`` (default): Tink ``AesCtrHmacStreaming``; decrypt releases a segment only after its tag
   verified. A bad first segment is a 400 JSON error before any output; a failure later aborts the connection.
@@ -193,7 +196,9 @@ async def rewrap(request: Request) -> Response:
 
 #: Plain Starlette routes: FastAPI's routing and dependency solving cost more than the AES work of a 1 KiB
 #: message (the 1 KiB encrypt went from ~4x to ~2x the server time of ``/healthz``). Auth and parameters
-#: are handled above by hand; errors still go through the app's exception handlers.
+#: are handled above by hand. Through FastAPI (rewrap, or a request the dispatcher leaves to it) errors go
+#: through the app's exception handlers; on the fast dispatcher (:mod:`app.api.hotpath`) they do not: its own
+#: last step answers them with the same :mod:`app.api.errors` responses.
 class TemplateRoute(Route):
     """A Starlette route that records itself as ``scope["route"]``, as FastAPI's routes do, so the request
     metrics are labelled with its path template."""
