@@ -1,9 +1,9 @@
 """The PostgreSQL keystore: one database shared by every replica of the service.
 
-Validation, wrapping and errors are the SQLite keystore's (the ``check_*`` functions of
-:mod:`app.keystore.base`, :mod:`app.keystore.master`); what differs is where the rows live and who
-serializes writers: PostgreSQL's row locks (:mod:`.keys`), not a file lock. Every change is one transaction
-that also appends to the change log (:mod:`.changes`). Connection loss becomes
+Validation, wrapping and errors are the template's (:class:`~app.keystore.base.KeyStore`, with
+:mod:`app.keystore.checks` and :mod:`app.keystore.master`), as for SQLite; what this store adds is where the
+rows live and who serializes writers: PostgreSQL's row locks (:mod:`.keys`), not a file lock. Every change is
+one transaction that also appends to the change log (:mod:`.changes`). Connection loss becomes
 :class:`~app.keystore.errors.KeystoreUnavailableError` and heals by itself (:mod:`.connections`).
 """
 

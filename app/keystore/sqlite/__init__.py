@@ -22,8 +22,9 @@ Every change appends to the change log in its own transaction, and a delete leav
 (:mod:`.changes`).
 
 The package: :mod:`.schema` (migrations), :mod:`.connections` (the pool and transactions), :mod:`.keys`,
-:mod:`.tokens` and :mod:`.changes` (the SQL of each table) and :mod:`.store` (:class:`SqliteKeyStore`, which
-validates arguments and puts the pieces together).
+:mod:`.tokens` and :mod:`.changes` (the SQL of each table), :mod:`.watch` (change hints) and :mod:`.store`
+(:class:`SqliteKeyStore`, the storage methods of the :class:`~app.keystore.base.KeyStore` template, which
+validates arguments). :mod:`app.keystore.postgres` uses the same module names for the same jobs.
 """
 
 from __future__ import annotations

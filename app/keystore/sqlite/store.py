@@ -1,7 +1,9 @@
-""":class:`SqliteKeyStore`: the :class:`~app.keystore.base.KeyStore` interface over one SQLite file.
+""":class:`SqliteKeyStore`: the storage methods of the :class:`~app.keystore.base.KeyStore` template over one
+SQLite file.
 
-It validates arguments, opens one transaction per call (:mod:`.connections`) and leaves the SQL to
-:mod:`.keys` and :mod:`.tokens`. The concurrency model is described in :mod:`app.keystore.sqlite`.
+The template validates arguments; this opens one transaction per call (:mod:`.connections`) and leaves the SQL
+to :mod:`.keys`, :mod:`.tokens` and :mod:`.changes`. The concurrency model is described in
+:mod:`app.keystore.sqlite`.
 """
 
 from __future__ import annotations
