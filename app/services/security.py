@@ -37,6 +37,7 @@ from anyio.lowlevel import RunVar
 from app.core.token_format import MIN_TOKEN_TTL_SECONDS, TOKEN_PREFIX, parse_token
 from app.errors import (
     BadRequestError,
+    ConflictError,
     ForbiddenError,
     TokenExpiredError,
     TokenNotFoundError,
@@ -225,16 +226,23 @@ def install_root_token(keystore: KeyStore, token: str | None) -> str | None:
             ):
                 return None
             keystore.delete_token(token_id)
-        keystore.create_token(
-            TokenRecord(
-                token_id=token_id,
-                secret_hash=wanted,
-                scopes=SCOPES,
-                key_patterns=("*",),
-                description=ROOT_TOKEN_DESCRIPTION,
-                created_at=token_clock(),
+        try:
+            keystore.create_token(
+                TokenRecord(
+                    token_id=token_id,
+                    secret_hash=wanted,
+                    scopes=SCOPES,
+                    key_patterns=("*",),
+                    description=ROOT_TOKEN_DESCRIPTION,
+                    created_at=token_clock(),
+                )
             )
-        )
+        except ConflictError:
+            # Replicas starting together on one database: another one installed the same token between
+            # the read above and this write. Its record is this one, or the start is refused as before.
+            installed = keystore.get_token(token_id)
+            if not hmac.compare_digest(installed.secret_hash, wanted) or set(installed.scopes) != set(SCOPES):
+                raise
         return None
     if keystore.count_tokens() > 0:
         return None

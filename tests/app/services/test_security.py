@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 
 from app.core.token_format import parse_token
-from app.errors import BadRequestError, ForbiddenError, TokenExpiredError, UnauthorizedError
-from app.keystore import KeyStore, open_keystore
+from app.errors import (
+    BadRequestError,
+    ConflictError,
+    ForbiddenError,
+    TokenExpiredError,
+    TokenNotFoundError,
+    UnauthorizedError,
+)
+from app.keystore import KeyStore, TokenRecord, open_keystore
 from app.services import security
 from app.services.security import (
     SCOPES,
@@ -108,6 +115,38 @@ def test_explicit_root_token_is_installed_and_replaced(keystore: KeyStore) -> No
     assert keystore.count_tokens() == 1
     with pytest.raises(ValueError, match="ks_"):
         install_root_token(keystore, "nope")
+
+
+def test_a_replica_starting_at_the_same_time_installs_the_same_root_token(
+    keystore: KeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replicas on one database both read "no such token", then both insert it: the second finds the
+    first's (identical) record and starts; another secret under that id is still refused."""
+    token = "ks_abcd1234_same-secret-0123456789"
+    real_get = keystore.get_token
+    calls = {"n": 0}
+
+    def first_read_misses(token_id: str) -> TokenRecord:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            install_root_token(keystore, token)  # the other replica wins the race here
+            raise TokenNotFoundError(token_id)
+        return real_get(token_id)
+
+    monkeypatch.setattr(keystore, "get_token", first_read_misses)
+    assert install_root_token(keystore, token) is None
+    assert keystore.count_tokens() == 1
+    calls["n"] = 0
+
+    def other_secret_raced(token_id: str) -> TokenRecord:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise TokenNotFoundError(token_id)
+        return real_get(token_id)
+
+    monkeypatch.setattr(keystore, "get_token", other_secret_raced)
+    with pytest.raises(ConflictError):
+        install_root_token(keystore, "ks_abcd1234_another-secret-0123456789")
 
 
 def test_root_token_never_expires(keystore: KeyStore) -> None:
