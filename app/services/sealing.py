@@ -24,7 +24,14 @@ from typing import TypeVar
 import aescore
 from app.core.config import Settings
 from app.errors import PayloadTooLargeError
-from app.formats.sealed import SealedDecryptionError, SealedDecryptor, native_isa, open_many, seal_many
+from app.formats.sealed import (
+    KeyParameters,
+    SealedDecryptionError,
+    SealedDecryptor,
+    native_isa,
+    open_many,
+    seal_many,
+)
 from app.keycache import ResolvedKey
 from app.services.crypto_step import CryptoStep, run_timed, sealed_step, trial_limiter, trial_work
 from app.services.keys import DecryptionKeys
@@ -49,24 +56,24 @@ def _inline_max(settings: Settings, backend: aescore.Backend, scheme: str, count
 async def _run(
     settings: Settings,
     backend: aescore.Backend,
-    scheme: str,
+    parameters: KeyParameters,
     operation: str,
     data: Sequence[bytes],
     work: Callable[[], T],
     *,
     whole: bool,
-    segment_size: int = 0,
     candidates: int = 1,
 ) -> T:
     nbytes = sum(map(len, data))
     several = candidates > 1
+    segment_size = parameters.segment_size
     cost = sum(trial_work(len(item), segment_size, candidates) for item in data) if several else nbytes
     return await run_timed(
         backend,
         operation,
         "sealed",
         nbytes,
-        _inline_max(settings, backend, scheme, len(data), whole),
+        _inline_max(settings, backend, parameters.scheme, len(data), whole),
         work,
         cost=cost,
         limiter=trial_limiter() if several else None,
@@ -92,12 +99,10 @@ async def seal_messages(
     return await _run(
         settings,
         backend,
-        key.scheme,
+        key.parameters,
         "encrypt",
         data,
-        lambda: seal_many(
-            key.material, key.key_type, key.segment_size, data, associated_data, backend, scheme=key.scheme
-        ),
+        lambda: seal_many(key.material, key.parameters, data, associated_data, backend),
         whole=whole,
     )
 
@@ -118,26 +123,16 @@ async def open_messages(
         Per message its ``(plaintext, key version)``, or the error saying why it did not open (the
         decryptor's wording; no plaintext of it).
     """
-    first = keys.first
-    candidates = [(key.version, key.material) for key in keys.candidates]
+    parameters = keys.first.parameters
+    candidates = keys.materials
     return await _run(
         settings,
         backend,
-        first.scheme,
+        parameters,
         "decrypt",
         data,
-        lambda: open_many(
-            candidates,
-            first.key_type,
-            first.segment_size,
-            data,
-            associated_data,
-            backend,
-            more_candidates=keys.more,
-            scheme=first.scheme,
-        ),
+        lambda: open_many(candidates, parameters, data, associated_data, backend, more_candidates=keys.more),
         whole=whole,
-        segment_size=first.segment_size,
         candidates=len(candidates),
     )
 
@@ -202,7 +197,7 @@ class Opening:
             self._backend,
             "decrypt",
             self._decryptor,
-            self._keys.first.segment_size,
+            self._keys.first.parameters.segment_size,
             inline_max=self._settings.inline_crypto_max_bytes,
             candidates=len(self._keys.candidates),
         )

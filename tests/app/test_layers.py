@@ -17,7 +17,7 @@ APP = ROOT / "app"
 WEB = ("fastapi", "starlette")
 
 #: Which of app's layered packages each may import (besides itself). Arrows point down only:
-#: api -> state (the composition root) -> services -> formats / keycache -> keystore -> seal -> core; errors
+#: api -> state (the composition root) -> services -> keycache -> formats / keystore -> seal -> core; errors
 #: and core are the bottom. The API reaches formats, the key cache and aescore through services only.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "keystore": {"errors", "core", "seal"},
     "formats": {"errors", "core"},
     "audit": {"errors", "core", "formats", "seal"},
-    "keycache": {"errors", "core", "keystore"},
+    "keycache": {"errors", "core", "keystore", "formats"},
     "services": {"errors", "core", "keystore", "keycache", "formats"},
     "state": {"errors", "core", "keystore", "keycache", "services", "audit", "seal"},
     "api": {"errors", "core", "keystore", "services", "audit", "seal", "state"},
