@@ -170,7 +170,7 @@ def _fresh_candidates(
     once per instance.
 
     Called on the event loop (crypto small enough to run inline), it reads nothing and raises
-    :class:`~app.keycache.CacheMissError`: :func:`app.services.crypto_step.run_timed` then runs the whole
+    :class:`~app.keycache.CacheMissError`: :func:`app.services.crypto_work.run_timed` then runs the whole
     (repeatable) work again in a worker thread, where the read may wait for the database. The streaming
     routes never call it on the loop (:class:`app.services.crypto_step.CryptoStep` runs a call that may
     need it in a thread).

@@ -5,14 +5,14 @@ Every route that holds whole messages comes here: the streaming routes' small bo
 format's batch crypto (:func:`app.formats.sealed.seal_many` / ``open_many``: one native call on a backend
 with a native sealer, a :class:`~app.formats.sealed.SealedEncryptor` or ``SealedDecryptor`` per message
 otherwise), whose bytes are those the streaming encryptor writes. It is counted and timed as ``encrypt`` or
-``decrypt`` / ``sealed`` in the crypto metrics (:func:`app.services.crypto_step.run_timed`).
+``decrypt`` / ``sealed`` in the crypto metrics (:func:`app.services.crypto_work.run_timed`).
 
 Where it runs (:func:`_inline_max`): on the event loop up to ``inline_crypto_max_bytes`` when the backend
 seals the scheme natively (a 100 x 1 KiB batch is ~0.2 ms of C, cheaper than a thread hand-off) or for one
 small body (as a streaming segment would run); else the per-message Python path costs tens of microseconds
 per message, so only a handful of small messages stay on the loop. A decrypt without ``key_version`` tries
 each message's first segment under every candidate version: that trial counts as crypto work
-(:func:`~app.services.crypto_step.trial_work`) and leaves the loop under the trial limiter when it is large.
+(:func:`~app.services.crypto_work.trial_work`) and leaves the loop under the trial limiter when it is large.
 Backends that do not run inline leave the loop whatever these limits say.
 """
 
@@ -33,7 +33,8 @@ from app.formats.sealed import (
     seal_many,
 )
 from app.keycache import ResolvedKey
-from app.services.crypto_step import CryptoStep, run_timed, sealed_step, trial_limiter, trial_work
+from app.services.crypto_step import CryptoStep, sealed_step
+from app.services.crypto_work import run_timed, trial_limiter, trial_work
 from app.services.keys import DecryptionKeys
 
 T = TypeVar("T")

@@ -12,16 +12,8 @@ from prometheus_client import REGISTRY
 
 import aescore
 from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor, SealedRewrapper
-from app.services.crypto_step import (
-    TRIAL_OVERHEAD_BYTES,
-    TRIAL_THREADS,
-    CryptoStep,
-    raw_step,
-    run_timed,
-    sealed_step,
-    trial_limiter,
-    trial_work,
-)
+from app.services.crypto_step import CryptoStep, raw_step, sealed_step
+from app.services.crypto_work import TRIAL_OVERHEAD_BYTES, TRIAL_THREADS, run_timed, trial_limiter, trial_work
 from app.services.offload import ProcessOffloadBackend, run_crypto
 
 PYTHON = aescore.get_backend("python")
