@@ -96,7 +96,7 @@ async def datakey(
     note(
         request.scope,
         format="sealed",
-        scheme=resolved.scheme,
+        scheme=resolved.parameters.scheme,
         backend=backend.name,
         key_version=resolved.version,
         associated_data=associated,

@@ -20,6 +20,9 @@ Version 3 adds each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stor
 before it get; see :mod:`app.keystore.rotation`). Version 6 adds the master key's generations and its
 rotation's state (:mod:`app.keystore.generations`; a keystore from before it is at generation 1, the seal's
 own key) and lets the change log record ``master_key_rotated``, a row naming neither a key nor a token.
+Version 7 adds the login roles (``auth_roles``: a role's policy and its method's bindings as JSON text) and
+the auth methods' configurations (``auth_methods``), each token's ``metadata`` (``{}`` for tokens stored
+before it), and a ``role_name`` column to the change log for the ``role_*`` kinds.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 from app.seal import Seal
 
+from ..changes import NAMELESS_KINDS
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 from ..master import SEAL_ROWS, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
@@ -45,12 +49,16 @@ __all__ = ["MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate", "read_me
 MIGRATION_LOCK = int.from_bytes(b"keystrea", "big") >> 1
 
 _KEY_TYPES_SQL = ", ".join(f"'{key_type}'" for key_type in KEY_TYPES)
-#: The change kinds before schema version 6 (which added ``master_key_rotated``) and 4 (``token_renewed``).
-_KINDS_BEFORE_6 = tuple(kind for kind in CHANGE_KINDS if kind != MASTER_KEY_ROTATED)
+#: The change kinds before schema version 7 (which added the role and auth config kinds), 6 (which added
+#: ``master_key_rotated``) and 4 (``token_renewed``).
+_KINDS_BEFORE_7 = CHANGE_KINDS[: CHANGE_KINDS.index(MASTER_KEY_ROTATED) + 1]
+_KINDS_BEFORE_6 = tuple(kind for kind in _KINDS_BEFORE_7 if kind != MASTER_KEY_ROTATED)
 _KINDS_BEFORE_4 = tuple(kind for kind in _KINDS_BEFORE_6 if kind != "token_renewed")
 _KINDS_V1_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_4)
 _KINDS_V4_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_6)
+_KINDS_V6_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_7)
 _KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
+_NAMELESS_SQL = ", ".join(f"'{kind}'" for kind in NAMELESS_KINDS)
 _SCHEMES_SQL = ", ".join(f"'{scheme}'" for scheme in SCHEMES)
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -170,11 +178,38 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
             "INSERT INTO master_key_rotation (generation, finished, rewrapped) VALUES (1, true, 0)",
             "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
-            f"ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check CHECK (kind IN ({_KINDS_SQL}))",
+            "ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check "
+            f"CHECK (kind IN ({_KINDS_V6_SQL}))",
             "ALTER TABLE key_changes DROP CONSTRAINT key_changes_check",
             f"""ALTER TABLE key_changes ADD CONSTRAINT key_changes_check CHECK (
                 (key_name IS NULL) <> (token_id IS NULL)
                 OR (kind = '{MASTER_KEY_ROTATED}' AND key_name IS NULL AND token_id IS NULL))""",
+        ),
+    ),
+    Migration(
+        7,
+        "login roles and auth method configurations; token metadata; the change log names roles",
+        (
+            """CREATE TABLE auth_roles (
+                name       text PRIMARY KEY,
+                method     text NOT NULL,
+                policy     text NOT NULL,
+                created_at timestamptz NOT NULL,
+                updated_at timestamptz NOT NULL
+            )""",
+            """CREATE TABLE auth_methods (
+                method     text PRIMARY KEY,
+                config     text NOT NULL,
+                updated_at timestamptz NOT NULL
+            )""",
+            "ALTER TABLE tokens ADD COLUMN metadata text NOT NULL DEFAULT '{}'",
+            "ALTER TABLE key_changes ADD COLUMN role_name text",
+            "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
+            f"ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check CHECK (kind IN ({_KINDS_SQL}))",
+            "ALTER TABLE key_changes DROP CONSTRAINT key_changes_check",
+            f"""ALTER TABLE key_changes ADD CONSTRAINT key_changes_check CHECK (
+                (key_name IS NOT NULL)::int + (token_id IS NOT NULL)::int + (role_name IS NOT NULL)::int
+                = (CASE WHEN kind IN ({_NAMELESS_SQL}) THEN 0 ELSE 1 END))""",
         ),
     ),
 )
