@@ -16,14 +16,16 @@ from dataclasses import dataclass
 
 from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 
-from .changes import CHANGE_KINDS, MASTER_KEY_ROTATED
+from .changes import CHANGE_KINDS, MASTER_KEY_ROTATED, NAMELESS_KINDS
 
 __all__ = [
     "CHANGE_KINDS_SQL",
     "CHANGE_KINDS_V1_SQL",
     "CHANGE_KINDS_V4_SQL",
+    "CHANGE_KINDS_V6_SQL",
     "KEY_AUTO_ROTATE_PERIOD",
     "KEY_SCHEME",
+    "NAMELESS_KINDS_SQL",
     "SCHEMES_SQL",
     "KeystoreSchemaError",
     "Migration",
@@ -36,15 +38,21 @@ def sql_list(values: Iterable[str]) -> str:
     return ", ".join(f"'{value}'" for value in values)
 
 
-#: The change kinds before schema version 6 (which added ``master_key_rotated``) and 4 (``token_renewed``).
-_KINDS_BEFORE_6 = tuple(kind for kind in CHANGE_KINDS if kind != MASTER_KEY_ROTATED)
+#: The change kinds before schema version 7 (which added the role and auth config kinds), 6 (which added
+#: ``master_key_rotated``) and 4 (``token_renewed``).
+_KINDS_BEFORE_7 = CHANGE_KINDS[: CHANGE_KINDS.index(MASTER_KEY_ROTATED) + 1]
+_KINDS_BEFORE_6 = tuple(kind for kind in _KINDS_BEFORE_7 if kind != MASTER_KEY_ROTATED)
 _KINDS_BEFORE_4 = tuple(kind for kind in _KINDS_BEFORE_6 if kind != "token_renewed")
 #: The change log's allowed kinds from its creation (schema version 1 on PostgreSQL, 2 on SQLite) to 3.
 CHANGE_KINDS_V1_SQL = sql_list(_KINDS_BEFORE_4)
 #: ... from schema version 4 to 5.
 CHANGE_KINDS_V4_SQL = sql_list(_KINDS_BEFORE_6)
-#: ... from schema version 6.
+#: ... at schema version 6.
+CHANGE_KINDS_V6_SQL = sql_list(_KINDS_BEFORE_7)
+#: ... from schema version 7.
 CHANGE_KINDS_SQL = sql_list(CHANGE_KINDS)
+#: The kinds whose change-log row names neither a key nor a token (schema version 7 on).
+NAMELESS_KINDS_SQL = sql_list(NAMELESS_KINDS)
 #: A key's allowed schemes (schema version 3 on).
 SCHEMES_SQL = sql_list(SCHEMES)
 

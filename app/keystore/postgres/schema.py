@@ -20,6 +20,9 @@ Version 3 adds each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stor
 before it get; see :mod:`app.keystore.rotation`). Version 6 adds the master key's generations and its
 rotation's state (:mod:`app.keystore.generations`; a keystore from before it is at generation 1, the seal's
 own key) and lets the change log record ``master_key_rotated``, a row naming neither a key nor a token.
+Version 7 adds the login roles (``auth_roles``: a role's policy and its method's bindings as JSON text) and
+the auth methods' configurations (``auth_methods``), each token's ``metadata`` (``{}`` for tokens stored
+before it), and a ``role_name`` column to the change log for the ``role_*`` kinds.
 """
 
 from __future__ import annotations
@@ -150,11 +153,38 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO master_key_rotation (generation, finished, rewrapped) VALUES (1, true, 0)",
             "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
             "ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check "
-            f"CHECK (kind IN ({shared.CHANGE_KINDS_SQL}))",
+            f"CHECK (kind IN ({shared.CHANGE_KINDS_V6_SQL}))",
             "ALTER TABLE key_changes DROP CONSTRAINT key_changes_check",
             f"""ALTER TABLE key_changes ADD CONSTRAINT key_changes_check CHECK (
                 (key_name IS NULL) <> (token_id IS NULL)
                 OR (kind = '{MASTER_KEY_ROTATED}' AND key_name IS NULL AND token_id IS NULL))""",
+        ),
+    ),
+    Migration(
+        7,
+        "login roles and auth method configurations; token metadata; the change log names roles",
+        (
+            """CREATE TABLE auth_roles (
+                name       text PRIMARY KEY,
+                method     text NOT NULL,
+                policy     text NOT NULL,
+                created_at timestamptz NOT NULL,
+                updated_at timestamptz NOT NULL
+            )""",
+            """CREATE TABLE auth_methods (
+                method     text PRIMARY KEY,
+                config     text NOT NULL,
+                updated_at timestamptz NOT NULL
+            )""",
+            "ALTER TABLE tokens ADD COLUMN metadata text NOT NULL DEFAULT '{}'",
+            "ALTER TABLE key_changes ADD COLUMN role_name text",
+            "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
+            "ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check "
+            f"CHECK (kind IN ({shared.CHANGE_KINDS_SQL}))",
+            "ALTER TABLE key_changes DROP CONSTRAINT key_changes_check",
+            f"""ALTER TABLE key_changes ADD CONSTRAINT key_changes_check CHECK (
+                (key_name IS NOT NULL)::int + (token_id IS NOT NULL)::int + (role_name IS NOT NULL)::int
+                = (CASE WHEN kind IN ({shared.NAMELESS_KINDS_SQL}) THEN 0 ELSE 1 END))""",
         ),
     ),
 )

@@ -122,8 +122,10 @@ class PostgresKeyStore(KeyStore):
     def _run_read(self, work: Callable[[generations.Connection], T]) -> T:
         return self._database.read(work)
 
-    def _append_change(self, conn: generations.Connection, kind: str) -> None:
-        changes.append_change(cast("Connection", conn), kind)
+    def _append_change(
+        self, conn: generations.Connection, kind: str, *, role_name: str | None = None
+    ) -> None:
+        changes.append_change(cast("Connection", conn), kind, role_name=role_name)
 
     def __repr__(self) -> str:
         return f"<PostgresKeyStore {self._database.description}>"

@@ -11,7 +11,10 @@ SQLite cannot change a CHECK constraint in place, so the log is rebuilt with its
 stored before it get; see :mod:`app.keystore.rotation`). Version 6 adds the master key's generations and
 its rotation's state (:mod:`app.keystore.generations`; a keystore from before it is at generation 1, the
 seal's own key) and lets the change log record ``master_key_rotated``, a row naming neither a key nor a
-token (the log is rebuilt as in version 4).
+token (the log is rebuilt as in version 4). Version 7 adds the login roles (``auth_roles``: a role's policy
+and its method's bindings as JSON) and the auth methods' configurations (``auth_methods``), each token's
+``metadata`` (what a login records: its role and subject; ``{}`` for tokens stored before it), and a
+``role_name`` column to the change log for the ``role_*`` kinds (the log is rebuilt as in version 4).
 """
 
 from __future__ import annotations
@@ -160,7 +163,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO master_key_rotation (one, generation, finished, rewrapped) VALUES (1, 1, 1, 0)",
             f"""CREATE TABLE key_changes_v6 (
                 seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-                kind     TEXT NOT NULL CHECK (kind IN ({shared.CHANGE_KINDS_SQL})),
+                kind     TEXT NOT NULL CHECK (kind IN ({shared.CHANGE_KINDS_V6_SQL})),
                 key_name TEXT,
                 token_id TEXT,
                 at       TEXT NOT NULL,
@@ -174,6 +177,42 @@ MIGRATIONS: tuple[Migration, ...] = (
             "SELECT 'key_changes_v6', seq FROM sqlite_sequence WHERE name = 'key_changes'",
             "DROP TABLE key_changes",
             "ALTER TABLE key_changes_v6 RENAME TO key_changes",
+        ),
+    ),
+    Migration(
+        7,
+        "login roles and auth method configurations; token metadata; the change log names roles",
+        (
+            """CREATE TABLE auth_roles (
+                name       TEXT PRIMARY KEY,
+                method     TEXT NOT NULL,
+                policy     TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE auth_methods (
+                method     TEXT PRIMARY KEY,
+                config     TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            "ALTER TABLE tokens ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'",
+            f"""CREATE TABLE key_changes_v7 (
+                seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind      TEXT NOT NULL CHECK (kind IN ({shared.CHANGE_KINDS_SQL})),
+                key_name  TEXT,
+                token_id  TEXT,
+                at        TEXT NOT NULL,
+                role_name TEXT,
+                CHECK ((key_name IS NOT NULL) + (token_id IS NOT NULL) + (role_name IS NOT NULL)
+                       = (CASE WHEN kind IN ({shared.NAMELESS_KINDS_SQL}) THEN 0 ELSE 1 END))
+            )""",
+            "INSERT INTO key_changes_v7 (seq, kind, key_name, token_id, at) "
+            "SELECT seq, kind, key_name, token_id, at FROM key_changes",
+            "DELETE FROM sqlite_sequence WHERE name = 'key_changes_v7'",
+            "INSERT INTO sqlite_sequence (name, seq) "
+            "SELECT 'key_changes_v7', seq FROM sqlite_sequence WHERE name = 'key_changes'",
+            "DROP TABLE key_changes",
+            "ALTER TABLE key_changes_v7 RENAME TO key_changes",
         ),
     ),
 )

@@ -101,8 +101,10 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             return work(conn)
 
-    def _append_change(self, conn: generations.Connection, kind: str) -> None:
-        changes.append_change(cast(sqlite3.Connection, conn), kind)
+    def _append_change(
+        self, conn: generations.Connection, kind: str, *, role_name: str | None = None
+    ) -> None:
+        changes.append_change(cast(sqlite3.Connection, conn), kind, role_name=role_name)
 
     def __repr__(self) -> str:
         return f"<SqliteKeyStore path={str(self.path)!r}>"
