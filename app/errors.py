@@ -71,6 +71,10 @@ class TokenNotFoundError(NotFoundError):
     code = "token_not_found"
 
 
+class RoleNotFoundError(NotFoundError):
+    code = "role_not_found"
+
+
 class ConflictError(KeystreamError):
     """The request conflicts with the stored state."""
 

@@ -1,7 +1,9 @@
 """The service layer, between the routes and the domain: what the streaming and batch routes share.
 
 - :mod:`.keys`: which key versions an encrypt or a decrypt uses (through the key cache).
-- :mod:`.crypto_step`: where each crypto call runs and its timing/metrics.
+- :mod:`.sealing`: sealing and opening whole messages (small bodies, batches, data keys).
+- :mod:`.crypto_step`: the streaming routes' crypto step over a format's ``update``/``finalize``.
+- :mod:`.crypto_work`: one piece of crypto work: what it weighs, where it runs, its metrics.
 - :mod:`.pipeline`: bounded receive/transform/send stages for streams.
 - :mod:`.offload`: the python backend in a process pool, and ``run_crypto`` (inline vs thread).
 - :mod:`.backends`: the enabled backends of a running service.

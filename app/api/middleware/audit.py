@@ -35,6 +35,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import keystream_error_response
+from app.api.middleware.layer import Layer
 from app.api.paths import PURE_ROUTE, V1
 from app.api.streaming import StreamAbortedError
 from app.audit import AuditKeys, AuditLog, AuditUnavailableError
@@ -119,11 +120,8 @@ def write_operator_record(log: AuditLog | None, record: dict[str, Any]) -> None:
         log.write({"time": _now(), "type": "operator", **record})
 
 
-class AuditMiddleware:
+class AuditMiddleware(Layer):
     """Writes the ``request`` and ``response`` lines of every ``/v1`` request (see the module docstring)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(V1):
