@@ -33,7 +33,6 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from multiprocessing import reduction
 from typing import Any
 
 from app.core.memory_protection import protect
@@ -104,11 +103,10 @@ class KeySlots:
         """True once :meth:`close` ran: leases of this region can no longer be used."""
         return not self._finalizer.alive
 
-    def for_child(self) -> Any:
-        """The region's descriptor for a worker's ``initargs``: pickled while the worker is spawned, it is
-        passed to that process (``multiprocessing``'s ``DupFd``) and unpickles there as the descriptor's
-        number, for :class:`SlotReader`."""
-        return _DescriptorForChild(self._fd)
+    @property
+    def fd(self) -> int:
+        """The region's descriptor, for the pool to pass to each worker it spawns."""
+        return self._fd
 
     def take(self, key: memoryview) -> KeyLease:
         """Copy ``key`` (16 to 32 bytes, already checked) into a free slot and return its lease.
@@ -200,26 +198,11 @@ class KeyLease:
         raise TypeError("a key lease cannot be pickled: send its index and generation")
 
 
-class _DescriptorForChild:
-    """A file descriptor that ``multiprocessing`` passes to the process being spawned when pickled."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def __reduce__(self) -> Any:
-        # DupFd registers the descriptor with the spawning Popen: the child gets it under the same number.
-        return _received_descriptor, (reduction.DupFd(self._fd),)
-
-
-def _received_descriptor(duplicate: Any) -> int:
-    return int(duplicate.detach())
-
-
 class SlotReader:
     """A worker's side of a region: reads keys in place, maps new segments as calls first name them.
 
     Args:
-        fd: the region's descriptor, as received at spawn (:meth:`KeySlots.for_child`).
+        fd: the region's descriptor, as received at spawn (:attr:`KeySlots.fd`, passed by the pool).
     """
 
     def __init__(self, fd: int) -> None:

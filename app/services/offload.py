@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import reduction
 from typing import Any, ClassVar, TypeVar
 
 from anyio import CapacityLimiter, to_thread
@@ -88,11 +89,13 @@ class ProcessOffloadBackend(aescore.Backend):
     def _get_pool(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
+                # Typed as what the worker receives: it unpickles as the descriptor's number.
+                descriptor: Any = _DescriptorForChild(self._region().fd)
                 self._pool = ProcessPoolExecutor(
                     max_workers=self._processes,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_offload_worker.attach,
-                    initargs=(self._region().for_child(), core_dumps_disabled()),
+                    initargs=(descriptor, core_dumps_disabled()),
                 )
             return self._pool
 
@@ -258,6 +261,22 @@ class ProcessOffloadBackend(aescore.Backend):
         info = dict(self._inner.info())
         info.update({"execution": "process_pool", "processes": self._processes})
         return info
+
+
+class _DescriptorForChild:
+    """A file descriptor in a worker's ``initargs``: pickled while the worker is spawned, it is passed to that
+    process (``multiprocessing``'s ``DupFd`` registers it with the spawning ``Popen``, so the child gets it
+    under the same number) and unpickles there as that number."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def __reduce__(self) -> Any:
+        return _received_descriptor, (reduction.DupFd(self._fd),)
+
+
+def _received_descriptor(duplicate: Any) -> int:
+    return int(duplicate.detach())
 
 
 def _wiped() -> ServiceUnavailableError:
