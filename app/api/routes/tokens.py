@@ -26,7 +26,7 @@ from app.api.openapi import errors
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
 from app.errors import ForbiddenError
 from app.keystore import TokenRecord
-from app.services.security import Principal, lifetime_capped, new_token, renew_token
+from app.services.security import Principal, lifetime_capped, new_token, renew_token, require_grantable
 
 #: The path segment ``self`` names the caller's own token, so no token id is read from it: ``DELETE`` on
 #: :data:`~app.api.paths.TOKEN_SELF` is not the admin's revoke route (405, ``Allow: GET``). No token can be
@@ -112,7 +112,8 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 def token_json(record: TokenRecord) -> dict[str, Any]:
-    """A token's public fields (never the secret or its hash); the lifetime fields are null without a ttl."""
+    """A token's public fields (never the secret or its hash); the lifetime fields are null without a ttl;
+    ``metadata`` says which role and subject a login issued it to (``{}`` for a token an admin created)."""
     return {
         "id": record.token_id,
         "scopes": list(record.scopes),
@@ -122,6 +123,7 @@ def token_json(record: TokenRecord) -> dict[str, Any]:
         "ttl": record.ttl_seconds,
         "expires_at": _iso(record.expires_at),
         "max_expires_at": _iso(record.max_expires_at),
+        "metadata": dict(record.metadata),
     }
 
 
@@ -140,13 +142,7 @@ async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state
     """
     scopes = tuple(dict.fromkeys(body.scopes))
     patterns = tuple(dict.fromkeys(body.key_patterns))
-    missing = [scope for scope in scopes if not principal.has_scope(scope)]
-    if missing:
-        raise ForbiddenError(f"cannot grant scopes this token does not have: {', '.join(missing)}")
-    if "*" not in principal.key_patterns:
-        wider = [pattern for pattern in patterns if pattern not in principal.key_patterns]
-        if wider:
-            raise ForbiddenError("cannot grant key patterns beyond this token's own patterns")
+    require_grantable(principal, scopes, patterns)
     not_after = None
     if principal.expires_at is not None and principal.max_expires_at is not None:
         not_after = (principal.expires_at, principal.max_expires_at)
