@@ -27,7 +27,13 @@ from typing import TypeVar
 
 from app.core.schemes import DEFAULT_SCHEME
 from app.core.secret_memory import random_secret
-from app.errors import DeletionNotAllowedError, KeyNotFoundError, RoleNotFoundError, TokenNotFoundError
+from app.errors import (
+    BadRequestError,
+    DeletionNotAllowedError,
+    KeyNotFoundError,
+    RoleNotFoundError,
+    TokenNotFoundError,
+)
 from app.seal import Seal
 from app.seal.keyring import Keyring, KeyringState
 
@@ -607,7 +613,6 @@ class KeyStore(abc.ABC):
             ServiceUnavailableError: the database cannot serve now.
         """
 
-    @abc.abstractmethod
     def trim_changes(self, keep: int) -> int:
         """Delete all but the newest ``keep`` change-log rows; return how many were deleted.
 
@@ -617,6 +622,15 @@ class KeyStore(abc.ABC):
             BadRequestError: ``keep`` is not an int >= 0.
             ServiceUnavailableError: the database cannot serve now.
         """
+        check_integer("keep", keep)
+        if keep < 0:
+            raise BadRequestError(f"keep must be >= 0, got {keep}")
+        return self._trim_changes(keep)
+
+    @abc.abstractmethod
+    def _trim_changes(self, keep: int) -> int:
+        """Storage: delete all but the newest ``keep`` (an int >= 0) change-log rows in one transaction and
+        return how many went."""
 
     def listen_for_changes(self, on_hint: Callable[[Change | None], None]) -> Callable[[], None]:
         """Call ``on_hint`` (from another thread) whenever the change log may have grown; return a stopper.

@@ -48,13 +48,14 @@ from app.api.params import (
     decode_base64,
     refuse_repeated_query,
 )
+from app.api.strict_json import StrictJsonRoute
 from app.errors import KeystreamError
 from app.services.keys import decryption_keys, encryption_key, rewrap_target
 from app.services.sealing import open_messages, seal_messages
 from app.state import ServiceState
 
 #: Every batch route refuses a repeated query parameter (FastAPI would take the last ``backend``).
-router = APIRouter(tags=["batch"], dependencies=[Depends(refuse_repeated_query)])
+router = APIRouter(route_class=StrictJsonRoute, tags=["batch"], dependencies=[Depends(refuse_repeated_query)])
 
 BackendQuery = Annotated[str | None, Query(description=BACKEND_DESCRIPTION)]
 VersionQuery = Annotated[KeyVersion | None, Query(description="key version (default: latest / try all)")]

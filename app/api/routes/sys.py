@@ -37,6 +37,7 @@ from app.api import paths
 from app.api.deps import AdminDep, StateDep
 from app.api.middleware.audit import write_operator_record
 from app.api.openapi import errors
+from app.api.strict_json import StrictJsonRoute
 from app.audit import AuditUnavailableError
 from app.core.master_key_format import MasterKeyError
 from app.errors import BadRequestError, InvalidShareError, ValidationError
@@ -49,7 +50,7 @@ from app.services.attempts import AttemptLimiter
 from app.state import ServiceState, start_unsealed, stop_sealed
 
 logger = logging.getLogger("keystream")
-router = APIRouter(tags=["sys"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["sys"])
 
 #: A share is 83 characters; room for spaces and line breaks, never a megabyte.
 MAX_SHARE_LENGTH = 512

@@ -23,6 +23,7 @@ from starlette.convertors import Convertor, register_url_convertor
 from app.api import paths
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
+from app.api.strict_json import StrictJsonRoute
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
 from app.errors import ForbiddenError
 from app.keystore import TokenRecord
@@ -48,7 +49,7 @@ class TokenIdConvertor(Convertor[str]):
 
 register_url_convertor("token_id", TokenIdConvertor())
 
-router = APIRouter(tags=["tokens"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["tokens"])
 
 Scope = Literal["admin", "encrypt", "decrypt", "rewrap"]
 #: A key pattern: a glob over key-name characters (``* ? [ ] !`` and ``A-Z a-z 0-9 _ . -``), 1-128 of them.

@@ -28,8 +28,6 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from app.errors import BadRequestError
-
 from ..changes import (
     CHANGE_KINDS,
     MASTER_KEY_ROTATED,
@@ -38,7 +36,6 @@ from ..changes import (
     ChangeBatch,
     check_since_arguments,
 )
-from ..checks import check_integer
 from ..records import utc_now
 
 if TYPE_CHECKING:
@@ -148,12 +145,8 @@ def changes_since(conn: Connection, seq: int, limit: int = MAX_CHANGES_PER_CALL)
 def trim_changes(conn: Connection, keep: int) -> int:
     """Delete all but the newest ``keep`` changes (in the caller's transaction); return how many went.
 
-    Raises:
-        BadRequestError: ``keep`` is not an int >= 0.
+    ``keep`` is an int >= 0 (:meth:`~app.keystore.base.KeyStore.trim_changes` checked it).
     """
-    check_integer("keep", keep)
-    if keep < 0:
-        raise BadRequestError(f"keep must be >= 0, got {keep}")
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
     row = conn.execute(
         """WITH cut AS (

@@ -297,13 +297,10 @@ class PostgresKeyStore(KeyStore):
         """
         return self._database.read(lambda conn: changes.changes_since(conn, seq, limit))
 
-    def trim_changes(self, keep: int) -> int:
-        """Delete all but the newest ``keep`` change-log rows; return how many were deleted.
-
-        A replica whose last applied number is below the trimmed part then gets ``trimmed=True``.
+    def _trim_changes(self, keep: int) -> int:
+        """See :meth:`KeyStore._trim_changes`.
 
         Raises:
-            BadRequestError: ``keep`` is not an int >= 0.
             KeystoreUnavailableError: the database cannot serve now.
         """
         return self._database.write(lambda conn: changes.trim_changes(conn, keep))

@@ -11,10 +11,7 @@ from __future__ import annotations
 import sqlite3
 from datetime import timedelta
 
-from app.errors import BadRequestError
-
 from ..changes import CHANGE_KINDS, Change, ChangeBatch, check_since_arguments
-from ..checks import check_integer
 from ..records import utc_now
 from ..tombstones import recently_deleted
 from .schema import from_text, to_text
@@ -65,12 +62,8 @@ def changes_since(conn: sqlite3.Connection, seq: int, limit: int) -> ChangeBatch
 def trim_changes(conn: sqlite3.Connection, keep: int) -> int:
     """Delete all but the newest ``keep`` changes (in the caller's write transaction); return how many went.
 
-    Raises:
-        BadRequestError: ``keep`` is not an int >= 0.
+    ``keep`` is an int >= 0 (:meth:`~app.keystore.base.KeyStore.trim_changes` checked it).
     """
-    check_integer("keep", keep)
-    if keep < 0:
-        raise BadRequestError(f"keep must be >= 0, got {keep}")
     row = conn.execute(
         "SELECT count(*), coalesce(max(seq), 0) FROM key_changes "
         "WHERE seq NOT IN (SELECT seq FROM key_changes ORDER BY seq DESC LIMIT ?)",

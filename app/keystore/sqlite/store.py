@@ -245,8 +245,8 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             return changes.changes_since(conn, seq, limit)
 
-    def trim_changes(self, keep: int) -> int:
-        """See :meth:`KeyStore.trim_changes`."""
+    def _trim_changes(self, keep: int) -> int:
+        """See :meth:`KeyStore._trim_changes`."""
         with self._write() as conn:
             return changes.trim_changes(conn, keep)
 
