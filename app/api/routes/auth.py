@@ -24,15 +24,16 @@ from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.api import paths
-from app.api.deps import JsonBody, StateDep
+from app.api.deps import JsonBody, StateDep, TokenAdminDep
+from app.api.grants import KeyPattern, Scope, TtlSeconds, token_json
 from app.api.middleware.audit import note
 from app.api.openapi import errors
-from app.api.routes.tokens import KeyPattern, Scope, TokenAdminDep, TtlSeconds, token_json
+from app.api.strict_json import StrictJsonRoute
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS
 from app.keystore import RoleRecord
 from app.services.identity import JwtBindings, JwtLogin, check_jwt_config, new_role
 
-router = APIRouter(tags=["auth"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["auth"])
 
 #: Default lifetimes of a role's tokens.
 DEFAULT_ROLE_TTL = 3600
