@@ -152,9 +152,12 @@ def wipe_secrets(state: ServiceState) -> None:
     master key): what sealing does to memory. The process cannot serve keys afterwards.
 
     Expanded key schedules go with the cache entries (aescore zeroes them when freed); requests still in
-    flight may keep a few alive until they finish.
+    flight may keep a few alive until they finish. The python backend's shared key slots are zeroed and its
+    worker processes stopped (their schedules are Python ints, which only their exit removes).
     """
     state.keycache.wipe()
+    if state.backends.offload is not None:
+        state.backends.offload.wipe()
     state.keystore.keyring.close()
     state.seal.close()
 
@@ -196,6 +199,8 @@ def stop_sealed(state: ServiceState) -> AuditLog | None:
         SEALED.set(1)
         state.auto_rotator.stop()
         state.keycache.wipe()
+        if state.backends.offload is not None:
+            state.backends.offload.wipe()
         log, state.audit, state.audit_keys = state.audit, None, None
         return log
 

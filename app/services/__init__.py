@@ -8,6 +8,8 @@
 - :mod:`.pipeline`: bounded receive/transform/send stages for streams.
 - :mod:`.offload`: where crypto runs (``run_crypto``: inline or a thread), and the python backend in a
   process pool.
+- :mod:`.key_slots`: the memory shared with that pool's processes in which their keys travel (locked, left
+  out of dumps, zeroed), never in a pickle.
 - :mod:`.budget`: the bytes concurrent batch requests may hold in memory at once.
 - :mod:`.backends`: the enabled backends of a running service.
 - :mod:`.security`: bearer tokens (verification, generation, the root token).
