@@ -23,7 +23,7 @@ from app.api.hotpath import KeystreamApp
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
 from app.api.paths import BATCH_PATHS
-from app.api.routes import audit, batch, crypto, datakey, keys, ops, sys, tokens
+from app.api.routes import audit, auth, batch, crypto, datakey, keys, ops, sys, tokens
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
 from app.state import close_state, open_state, wipe_secrets
@@ -86,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(datakey.router)
     app.include_router(keys.router)
     app.include_router(tokens.router)
+    app.include_router(auth.router)
     app.include_router(audit.router)
     app.include_router(sys.router)
     install_docs(app)

@@ -8,7 +8,8 @@
   the rebuilt key is checked against the keystore's check value and the server unseals. A refused share is a
   400 ``invalid_share`` naming the problem (malformed, mistyped, foreign, duplicate, wrong), with the
   progress unchanged; the share itself is never echoed, logged or audited. Attempts are rate-limited per
-  client address and worker (:class:`AttemptLimiter`: 429 ``too_many_requests`` with ``Retry-After``).
+  client address and worker (:class:`~app.services.attempts.AttemptLimiter`: 429 ``too_many_requests``
+  with ``Retry-After``).
 * ``POST /v1/sys/seal`` (admin token) wipes the master key: the server answers 503 ``sealed`` again.
 * ``POST /v1/sys/rotate-master`` (admin token; optional ``{"batch_size": N}``) begins a rotation of the
   master key (a new generation under the same seal) or resumes one that did not finish, and answers 202 with
@@ -23,10 +24,7 @@ log (the unseal's once the log can be opened: its keys are under the master key)
 from __future__ import annotations
 
 import logging
-import math
 import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -43,12 +41,13 @@ from app.api.openapi import errors
 from app.api.strict_json import StrictJsonRoute
 from app.audit import AuditUnavailableError
 from app.core.master_key_format import MasterKeyError
-from app.errors import BadRequestError, InvalidShareError, TooManyRequestsError, ValidationError
+from app.errors import BadRequestError, InvalidShareError, ValidationError
 from app.keystore.generations import DEFAULT_BATCH_SIZE, MasterRotationStatus
 from app.seal import SealError
 from app.seal.handover import RESET, SEALED, SHARE, UNSEALED
 from app.seal.shamir import ShamirSeal
 from app.seal.shares import InvalidShareError as ShareRefused
+from app.services.attempts import AttemptLimiter
 from app.state import ServiceState, start_unsealed, stop_sealed
 
 logger = logging.getLogger("keystream")
@@ -65,42 +64,9 @@ UNSEAL_TRACKED_ADDRESSES = 4096
 MAX_ROTATION_BATCH_SIZE = 10_000
 
 
-class AttemptLimiter:
-    """A token bucket per client address: ``burst`` attempts at once, then one per ``refill_seconds``.
-
-    Operators giving shares never meet it; a client guessing shares (each has a 40-bit check and an 8-byte
-    set id, so guessing is hopeless anyway) is slowed to a crawl and cannot fill the worker's memory.
-    """
-
-    def __init__(self, burst: int, refill_seconds: float, tracked: int) -> None:
-        self._burst = burst
-        self._refill = refill_seconds
-        self._tracked = tracked
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def attempt(self, address: str) -> None:
-        """Count one attempt from ``address``.
-
-        Raises:
-            TooManyRequestsError: its bucket is empty (429 with the seconds until the next attempt).
-        """
-        now = time.monotonic()
-        with self._lock:
-            tokens, since = self._buckets.pop(address, (float(self._burst), now))
-            tokens = min(float(self._burst), tokens + (now - since) / self._refill)
-            if tokens < 1.0:
-                self._buckets[address] = (tokens, now)
-                wait = math.ceil((1.0 - tokens) * self._refill)
-                raise TooManyRequestsError(
-                    f"too many unseal attempts from this address: retry in {wait} s", retry_after_seconds=wait
-                )
-            self._buckets[address] = (tokens - 1.0, now)
-            while len(self._buckets) > self._tracked:
-                self._buckets.popitem(last=False)
-
-
-_LIMITER = AttemptLimiter(UNSEAL_BURST, UNSEAL_REFILL_SECONDS, UNSEAL_TRACKED_ADDRESSES)
+_LIMITER = AttemptLimiter(
+    UNSEAL_BURST, UNSEAL_REFILL_SECONDS, UNSEAL_TRACKED_ADDRESSES, "unseal attempts from this address"
+)
 
 
 class UnsealBody(BaseModel):
