@@ -51,7 +51,8 @@ TOKEN_BY_ID = f"{TOKENS}/{{token_id:token_id}}"
 
 #: Login roles (admin) and the JWT login (no token: the JWT is the credential).
 AUTH_ROLES = "/v1/auth/roles"
-AUTH_ROLE = f"{AUTH_ROLES}/{{name}}"
+#: ``role_name``, not ``name``: the audit log records a ``name`` path parameter as the key's name.
+AUTH_ROLE = f"{AUTH_ROLES}/{{role_name}}"
 JWT_CONFIG = "/v1/auth/jwt/config"
 JWT_LOGIN = "/v1/auth/jwt/login"
 

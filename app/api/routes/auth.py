@@ -1,10 +1,10 @@
 """``/v1/auth``: login roles (admin), the JWT method's configuration (admin), and the JWT login (no token).
 
-* ``POST /v1/auth/roles/{name}`` writes (creates or replaces) a role: the scopes, key patterns, ``ttl`` and
+* ``POST /v1/auth/roles/{role_name}`` writes (creates or replaces) a role: the scopes, key patterns, ``ttl`` and
   ``max_ttl`` of the tokens it issues, and the method's bindings (for ``jwt``: ``bound_audiences``,
   ``bound_subject``, ``bound_claims``, ``user_claim``, ``claim_mappings``). Like token management it needs an
   admin token with the key pattern ``*``, and a role never grants a scope the admin lacks.
-  ``GET /v1/auth/roles`` lists roles, ``GET``/``DELETE /v1/auth/roles/{name}`` read or delete one.
+  ``GET /v1/auth/roles`` lists roles, ``GET``/``DELETE /v1/auth/roles/{role_name}`` read or delete one.
 * ``POST /v1/auth/jwt/config`` writes the JWT method's key source, ``bound_issuer`` and ``leeway``;
   ``GET`` reads it back.
 * ``POST /v1/auth/jwt/login`` ``{"role", "jwt"}`` answers a new token (201) with its id, expiry, scopes, key
@@ -90,8 +90,10 @@ class LoginBody(BaseModel):
 
 
 @router.post(paths.AUTH_ROLE, dependencies=[JsonBody], responses=errors(403, 415, 422))
-async def write_role(name: str, body: RoleBody, principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
-    """Create or replace role ``name``; it may grant no scope the caller lacks."""
+async def write_role(
+    role_name: str, body: RoleBody, principal: TokenAdminDep, state: StateDep
+) -> dict[str, Any]:
+    """Create or replace role ``role_name``; it may grant no scope the caller lacks."""
     max_ttl = (
         body.max_ttl
         if body.max_ttl is not None
@@ -109,7 +111,7 @@ async def write_role(name: str, body: RoleBody, principal: TokenAdminDep, state:
     )
     record = new_role(
         principal,
-        name,
+        role_name,
         tuple(dict.fromkeys(body.scopes)),
         tuple(dict.fromkeys(body.key_patterns)),
         body.ttl,
@@ -128,16 +130,16 @@ async def list_roles(principal: TokenAdminDep, state: StateDep) -> dict[str, Any
 
 
 @router.get(paths.AUTH_ROLE, responses=errors(403, 404))
-async def get_role(name: str, principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
+async def get_role(role_name: str, principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
     """One role."""
-    record: RoleRecord = await to_thread.run_sync(state.keystore.get_role, name)
+    record: RoleRecord = await to_thread.run_sync(state.keystore.get_role, role_name)
     return record.to_json()
 
 
 @router.delete(paths.AUTH_ROLE, status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
-async def delete_role(name: str, principal: TokenAdminDep, state: StateDep) -> Response:
+async def delete_role(role_name: str, principal: TokenAdminDep, state: StateDep) -> Response:
     """Delete a role; the tokens it issued live on until they expire or are revoked."""
-    await to_thread.run_sync(state.keystore.delete_role, name)
+    await to_thread.run_sync(state.keystore.delete_role, role_name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
