@@ -51,6 +51,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # A multi-worker server's workers unseal and seal together; a key already handed over is applied
         # before this worker serves (off the loop: unsealing reads the keystore and opens the audit log).
         await to_thread.run_sync(sys.start_handover_listener, state)
+        # A rotation of the master key that a dead process left unfinished is taken over (after its lease).
+        sys.start_rotation_watch(state)
         if settings.testing_wipe_on_sigusr2:
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, wipe_secrets, state)
         logger.info(

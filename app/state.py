@@ -208,7 +208,7 @@ def stop_sealed(state: ServiceState) -> AuditLog | None:
 def close_state(state: ServiceState) -> None:
     """Stop the automatic rotations, the change-log follower and the python-backend processes; close the
     keystore; zero the cached key versions and the master key (:func:`wipe_secrets`)."""
-    state.rotation.stop()
+    state.rotation.close()
     state.auto_rotator.stop()
     state.follower.stop()
     if state.backends.offload is not None:

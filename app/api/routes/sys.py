@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from anyio import to_thread
@@ -216,14 +217,7 @@ async def rotate_master(
     """
     batch_size = DEFAULT_BATCH_SIZE if body is None else body.batch_size
     audit = state.audit
-
-    def finished(status: MasterRotationStatus) -> None:
-        record = {"operation": "rotate_master", "phase": "finish", "generation": status.generation}
-        try:
-            write_operator_record(audit, {**record, "rewrapped": status.rewrapped})
-        except AuditUnavailableError as exc:
-            logger.error("cannot audit the end of the master key rotation: %s", exc)
-
+    finished = _rotation_finished(state)
     status = await to_thread.run_sync(state.rotation.start, state.keystore, batch_size, finished)
     record = {
         "operation": "rotate_master",
@@ -235,6 +229,47 @@ async def rotate_master(
     }
     write_operator_record(audit, record)
     return JSONResponse(status.to_json(), status_code=202)
+
+
+def _rotation_finished(state: ServiceState) -> Callable[[MasterRotationStatus], None]:
+    """What a rotation's thread calls at its end: the ``finish`` line in this worker's audit log as it is
+    then (the server may have been sealed and unsealed meanwhile)."""
+
+    def finished(status: MasterRotationStatus) -> None:
+        record = {"operation": "rotate_master", "phase": "finish", "generation": status.generation}
+        try:
+            write_operator_record(state.audit, {**record, "rewrapped": status.rewrapped})
+        except AuditUnavailableError as exc:
+            logger.error("cannot audit the end of the master key rotation: %s", exc)
+
+    return finished
+
+
+def start_rotation_watch(state: ServiceState) -> None:
+    """Resume, in the background, a rotation of the master key that a process which died left unfinished
+    (:meth:`~app.services.master_rotation.MasterRotationRunner.watch`), with its audit lines: a ``start``
+    line with ``resumed`` and ``automatic`` true, then the usual ``finish`` line."""
+
+    def resumed(status: MasterRotationStatus) -> None:
+        record = {
+            "operation": "rotate_master",
+            "phase": "start",
+            "generation": status.generation,
+            "resumed": True,
+            "automatic": True,
+        }
+        try:
+            write_operator_record(state.audit, record)
+        except AuditUnavailableError as exc:
+            logger.error("cannot audit the resumed master key rotation: %s", exc)
+
+    state.rotation.watch(
+        state.keystore,
+        batch_size=DEFAULT_BATCH_SIZE,
+        sealed=lambda: state.seal.sealed,
+        on_resume=resumed,
+        on_finish=_rotation_finished(state),
+    )
 
 
 @router.get(paths.ROTATE_MASTER, responses=errors(401, 403))
