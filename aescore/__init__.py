@@ -11,6 +11,8 @@
 Callers ask a backend what it offers through declared capabilities, never through its name:
 ``runs_inline`` (cheap enough for an event loop), ``supports_async`` (``ctr_xor_async`` overlaps a device)
 and ``sealed_batch()`` (a native :class:`SealedBatch` for whole sealed messages, or ``None``).
+``key_view(key)`` checks an AES key as every backend does and returns a view of it, never a copy: key
+material stays in the memory its owner locks and zeroes.
 
 Backends: ``aesni`` (Cython over AES-NI/VAES intrinsics; constant-time), ``python`` (pure Python T-tables;
 **not constant-time**: its table lookups depend on key and data, so do not use it where an attacker can time
@@ -32,7 +34,7 @@ from ._registry import (
     get_backend,
     register_backend,
 )
-from ._validate import MAX_STREAM_LENGTH
+from ._validate import MAX_STREAM_LENGTH, key_view
 from .errors import (
     AesCoreError,
     AesCoreTypeError,
@@ -66,5 +68,6 @@ __all__ = [
     "available_backends",
     "default_backend_name",
     "get_backend",
+    "key_view",
     "register_backend",
 ]

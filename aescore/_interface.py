@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from ._keys import ExpandedKey, GcmKey
 from ._validate import BLOCK_SIZE, KEY_SIZES, BytesLike
-from .gcm._composed import ComposedGcmKey
+from .gcm._composed import ComposedGcmKey, Ghash
 from .gcm._ghash import PythonGhash
 
 __all__ = ["Backend", "BytesLike", "ExpandedKey", "GcmKey", "SealedBatch", "SealedItemStatus"]
@@ -236,13 +236,22 @@ class Backend(abc.ABC):
 
         The default composes this backend's :meth:`ctr_xor` (one call per message, for ``AES_K(J0)`` and the
         data together) with the pure-Python GHASH, which is **not constant-time**; backends with a faster or
-        constant-time GHASH override it.
+        constant-time GHASH override it (or :meth:`ghash`).
 
         Raises:
             TypeError: ``key`` is not bytes-like (:class:`aescore.AesCoreTypeError`).
             ValueError: ``key`` has another length (:class:`aescore.AesCoreValueError`).
         """
-        return ComposedGcmKey(self, key, PythonGhash)
+        return ComposedGcmKey(self, key, self.ghash)
+
+    def ghash(self, hash_key: bytes) -> Ghash:
+        """GHASH under the 16-byte ``hash_key`` (``H = AES_K(0^128)``) on this backend's CPU path.
+
+        The default is the pure-Python table GHASH, which is **not constant-time**; ``aesni`` returns its
+        carry-less-multiply GHASH. A backend that composes AES-GCM from another core's CTR (``hwsim``: the
+        keystream on a device, GHASH on the host) asks that core for its GHASH here rather than by name.
+        """
+        return PythonGhash(hash_key)
 
     def info(self) -> dict[str, str | int | bool | None]:
         """Describe this backend (ISA path, threads, preset...) for ``/v1/backends`` and benchmarks."""

@@ -104,11 +104,19 @@ def as_readable(name: str, value: object) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
-def check_key(key: object) -> bytes:
+def key_view(key: object) -> memoryview:
+    """Return a flat byte view of the AES key ``key``, checked but not copied, or raise ``TypeError`` or
+    ``ValueError``: a key held in memory its owner zeroes (a locked secret buffer) is read in place, never
+    copied into a ``bytes`` object that would outlive it."""
     view = as_readable("key", key)
     if len(view) not in KEY_SIZES:
         raise AesCoreValueError(wrong_key_length(len(view)))
-    return bytes(view)
+    return view
+
+
+def check_key(key: object) -> bytes:
+    """Return a checked copy of the AES key ``key`` (for holders that must keep it: a simulated key slot)."""
+    return bytes(key_view(key))
 
 
 def check_counter(initial_counter: object) -> bytes:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from app.core import metrics
 from app.core.secret_memory import KeyMaterial, wipe_secret
 from app.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
+from app.formats.sealed import KeyParameters
 from app.keystore import KeyInfo, KeyStore
 
 if TYPE_CHECKING:
@@ -62,9 +63,9 @@ class ResolvedKey:
 
     name: str
     version: int
-    key_type: str
-    scheme: str
-    segment_size: int
+    #: The key's type, segment size and scheme, as the sealed format takes them (one object per version,
+    #: built and checked when the version is loaded, not per request).
+    parameters: KeyParameters
     material: KeyMaterial = field(repr=False)
     expanded: aescore.ExpandedKey
 
@@ -307,9 +308,7 @@ class KeyCache:
         resolved = ResolvedKey(
             name=info.name,
             version=version,
-            key_type=info.key_type,
-            scheme=info.scheme,
-            segment_size=info.segment_size,
+            parameters=KeyParameters(info.key_type, info.segment_size, info.scheme),
             material=material,
             expanded=backend.expand_key(material),
         )

@@ -65,7 +65,7 @@ def run(iterations: int) -> dict[str, object]:
 
             def encrypt() -> None:
                 key = warm.resolve("bench", None, backend)
-                seal_many(key.material, key.key_type, key.segment_size, (plaintext,), (b"",), backend)
+                seal_many(key.material, key.parameters, (plaintext,), (b"",), backend)
 
             encrypt()
             results = {

@@ -8,11 +8,16 @@ the images. With ``wipe``, it then sends ``SIGUSR2`` to every worker (``KEYSTREA
 the worker zeroes its cached key versions and closes its seal, which is what sealing does to memory) and
 counts again. The materials are read from the keystore by this process, which opens it with the master key.
 
+With ``backend="python"`` every encrypt and decrypt asks for ``?backend=python``: the pure-Python core runs
+in each worker's process pool (``KEYSTREAM_PYTHON_BACKEND_PROCESSES``, default 1), whose processes are imaged
+too (``pool_workers`` counts them); the wipe stops them.
+
 With ``seal="shamir"`` the server (one worker: a shamir server unseals one process) starts sealed from
 an ``operator init --shares 3 --threshold 2``, is unsealed with two shares through ``POST /v1/sys/unseal``,
 and "after" is the real ``POST /v1/sys/seal``; the master key searched for is rebuilt from the shares here.
 
-``python -m bench.core_image [--keys N] [--workers N] [--seal file|shamir] [--no-wipe]`` prints the counts
+``python -m bench.core_image [--keys N] [--workers N] [--seal file|shamir] [--backend aesni|python]
+[--no-wipe]`` prints the counts
 as JSON; run from another checkout (``PYTHONPATH=<checkout>``) it measures that code (without ``--no-wipe``
 only where the testing trigger exists). Needs root and ``gcore`` (Debian's ``gdb``).
 """
@@ -51,6 +56,8 @@ class Counts:
     master_key_found: bool
     processes: int
     image_bytes: int
+    #: Of ``processes``, the python backend's pool workers (``multiprocessing`` spawn children).
+    pool_workers: int = 0
 
 
 def _server_processes(server: Server) -> list[int]:
@@ -60,11 +67,40 @@ def _server_processes(server: Server) -> list[int]:
     return [process.pid for process in processes if process.status() != psutil.STATUS_ZOMBIE]
 
 
-def _workers(server: Server) -> list[int]:
-    """The processes serving requests: the children, or the server process itself with one worker."""
+def _pool_workers(server: Server, workers: int) -> list[int]:
+    """The python backend's pool processes: ``multiprocessing`` spawn children of the serving workers (the
+    workers themselves are spawn children of the supervisor; each pool's resource tracker is not counted)."""
+    pool = []
+    for worker in _workers(server, workers):
+        for child in psutil.Process(worker).children():
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
+                    pool.append(child.pid)
+            except psutil.NoSuchProcess:
+                continue
+    return pool
+
+
+def _wait_for_pool_exit(server: Server, workers: int, timeout: float = 20.0) -> None:
+    """Wait until the pool workers a wipe stopped have exited (it stops them without waiting).
+
+    Raises:
+        RuntimeError: some are still running after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while _pool_workers(server, workers):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the python backend's pool workers did not exit after the wipe")
+        time.sleep(0.1)
+
+
+def _workers(server: Server, count: int) -> list[int]:
+    """The ``count`` processes serving requests: the supervisor's children, or with one worker the server
+    process itself (whose children are then its python-backend pool)."""
+    if count == 1:
+        return [server.process.pid]
     children = psutil.Process(server.process.pid).children()
-    alive = [child.pid for child in children if child.status() != psutil.STATUS_ZOMBIE]
-    return alive or [server.process.pid]
+    return [child.pid for child in children if child.status() != psutil.STATUS_ZOMBIE]
 
 
 def take_images(pids: list[int], directory: Path) -> list[Path]:
@@ -125,8 +161,11 @@ def find_needles(data: bytes | bytearray | memoryview | mmap.mmap, needles: list
     return found
 
 
-def count_in_images(images: list[Path], materials: list[bytes], master_key: bytes) -> Counts:
-    """How many of ``materials`` (and whether ``master_key``) appear byte for byte in any of ``images``."""
+def count_in_images(
+    images: list[Path], materials: list[bytes], master_key: bytes, pool_workers: int = 0
+) -> Counts:
+    """How many of ``materials`` (and whether ``master_key``) appear byte for byte in any of ``images``
+    (``pool_workers`` of which are python-backend pool processes)."""
     found: set[int] = set()
     total = 0
     needles = [*materials, master_key]
@@ -135,11 +174,12 @@ def count_in_images(images: list[Path], materials: list[bytes], master_key: byte
         with image.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             found |= find_needles(data, needles)
     master = len(materials) in found
-    return Counts(len(found - {len(materials)}), len(materials), master, len(images), total)
+    return Counts(len(found - {len(materials)}), len(materials), master, len(images), total, pool_workers)
 
 
-def _use_keys(server: Server, names: list[str]) -> None:
-    """Create each key, then encrypt and decrypt a small and a streamed message with it."""
+def _use_keys(server: Server, names: list[str], backend: str) -> None:
+    """Create each key, then encrypt and decrypt a small and a streamed message with it on ``backend``."""
+    params = {"backend": backend}
     with server.client() as client:
         for index, name in enumerate(names):
             key_type = ("aes256", "aes128")[index % 2]
@@ -147,9 +187,9 @@ def _use_keys(server: Server, names: list[str]) -> None:
             assert created.status_code == 201, created.text
             for size in (PLAINTEXT_SMALL, PLAINTEXT_STREAMED):
                 plaintext = os.urandom(size)
-                sealed = client.post(f"/v1/keys/{name}/encrypt", content=plaintext)
+                sealed = client.post(f"/v1/keys/{name}/encrypt", params=params, content=plaintext)
                 assert sealed.status_code == 200, sealed.text
-                opened = client.post(f"/v1/keys/{name}/decrypt", content=sealed.content)
+                opened = client.post(f"/v1/keys/{name}/decrypt", params=params, content=sealed.content)
                 assert opened.status_code == 200 and opened.content == plaintext, opened.text
 
 
@@ -195,14 +235,23 @@ def _shamir_init(data_dir: Path) -> tuple[list[str], bytes]:
 
 
 def measure(
-    workdir: Path, *, keys: int = 100, workers: int = 2, wipe: bool = True, seal: str = "file"
+    workdir: Path,
+    *,
+    keys: int = 100,
+    workers: int = 2,
+    wipe: bool = True,
+    seal: str = "file",
+    backend: str = "aesni",
 ) -> dict[str, Counts]:
     """Counts ``before`` (keys in use) and, with ``wipe``, ``after`` every worker wiped its secrets.
 
     Raises:
-        RuntimeError: the server did not start or unseal, or ``gcore`` failed.
+        RuntimeError: the server did not start or unseal, ``gcore`` failed, or the pool workers did not
+            exit after the wipe.
     """
     env = {"KEYSTREAM_WORKERS": str(workers), "KEYSTREAM_KEY_CACHE_SIZE": str(max(1024, keys))}
+    if backend != "aesni":
+        env["KEYSTREAM_ENABLED_BACKENDS"] = f"aesni,{backend}"
     shares: list[str] = []
     if seal == "shamir":
         shares, master_key = _shamir_init(workdir / "data")
@@ -221,7 +270,7 @@ def measure(
                 if unsealed.status_code != 200:
                     raise RuntimeError(f"unseal failed: {unsealed.text}")
         names = [f"core-image-{index:03d}" for index in range(keys)]
-        _use_keys(server, names)
+        _use_keys(server, names, backend)
         materials = _known_materials(workdir / "data", master_key, names, seal)
         for moment in ("before", "after") if wipe else ("before",):
             if moment == "after" and seal == "shamir":
@@ -230,13 +279,17 @@ def measure(
                     if sealed.status_code != 200:
                         raise RuntimeError(f"seal failed: {sealed.text}")
             elif moment == "after":
-                for pid in _workers(server):
+                for pid in _workers(server, int(env["KEYSTREAM_WORKERS"])):
                     os.kill(pid, signal.SIGUSR2)
                 time.sleep(1.0)  # the handler runs on each worker's event loop at once
+            if moment == "after":
+                _wait_for_pool_exit(server, int(env["KEYSTREAM_WORKERS"]))
             images_dir = Path(tempfile.mkdtemp(prefix=f"images-{moment}-", dir=workdir))
             try:
-                images = take_images(_server_processes(server), images_dir)
-                results[moment] = count_in_images(images, materials, master_key)
+                pids = _server_processes(server)
+                pool_workers = len(set(_pool_workers(server, int(env["KEYSTREAM_WORKERS"]))) & set(pids))
+                images = take_images(pids, images_dir)
+                results[moment] = count_in_images(images, materials, master_key, pool_workers)
             finally:
                 shutil.rmtree(images_dir, ignore_errors=True)
     finally:
@@ -249,11 +302,17 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seal", choices=("file", "shamir"), default="file")
+    parser.add_argument("--backend", choices=("aesni", "python"), default="aesni")
     parser.add_argument("--no-wipe", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="core-image-") as workdir:
         results = measure(
-            Path(workdir), keys=args.keys, workers=args.workers, wipe=not args.no_wipe, seal=args.seal
+            Path(workdir),
+            keys=args.keys,
+            workers=args.workers,
+            wipe=not args.no_wipe,
+            seal=args.seal,
+            backend=args.backend,
         )
     print(json.dumps({moment: counts.__dict__ for moment, counts in results.items()}, indent=2))
 

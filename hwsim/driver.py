@@ -33,7 +33,6 @@ from aescore._interface import Backend, BytesLike, ExpandedKey, GcmKey
 from aescore._validate import as_readable, as_writable, check_counter, check_key, check_length, check_offset
 from aescore.errors import AesCoreTypeError
 from aescore.gcm._composed import ComposedGcmKey, Ghash
-from aescore.gcm._ghash import PythonGhash
 
 from .analysis import crossover_size, fit_linear
 from .device import Device, DeviceBusyError, Job, JobSpec
@@ -303,14 +302,7 @@ class HwsimBackend(Backend):
         return ComposedGcmKey(self, key, self._host_ghash)
 
     def _host_ghash(self, hash_key: bytes) -> Ghash:
-        inner: Ghash
-        if self._core.name == "aesni":
-            from aescore.ctr._aesni import AesniGhash
-
-            inner = AesniGhash(hash_key)
-        else:
-            inner = PythonGhash(hash_key)
-        return _HostGhash(inner, self.driver)
+        return _HostGhash(self._core.ghash(hash_key), self.driver)
 
     def _prepare(
         self, expanded_key: ExpandedKey, initial_counter: BytesLike, data: BytesLike, offset: int

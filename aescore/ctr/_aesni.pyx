@@ -499,6 +499,10 @@ cdef class AesniBackend:
 
         return native_sealed_batch(_NAME_BY_ISA.get(self._isa if self._isa != KS_ISA_NONE else _isa, "none"))
 
+    def ghash(self, hash_key):
+        """GHASH with the carry-less multiply (constant-time; see :meth:`aescore.Backend.ghash`)."""
+        return AesniGhash(hash_key)
+
     def gcm_key(self, key):
         """Prepare a 16, 24 or 32-byte key for AES-GCM: round keys and H^1..H^16, once per key.
 

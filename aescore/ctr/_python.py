@@ -31,10 +31,10 @@ from .._validate import (
     as_readable,
     as_writable,
     check_counter,
-    check_key,
     check_length,
     check_offset,
     foreign_key,
+    key_view,
 )
 from ..errors import AesCoreTypeError
 from . import _python_bulk
@@ -111,8 +111,8 @@ def _round(state: int, round_key: int) -> int:
     return result
 
 
-def _expand(key: bytes) -> list[int]:
-    """FIPS-197 5.2 key expansion into 4 * (rounds + 1) big-endian 32-bit words."""
+def _expand(key: memoryview) -> list[int]:
+    """FIPS-197 5.2 key expansion into 4 * (rounds + 1) big-endian 32-bit words (``key`` read in place)."""
     nk = len(key) // 4
     words = [int.from_bytes(key[4 * i : 4 * i + 4], "big") for i in range(nk)]
     rcon = 1
@@ -139,7 +139,13 @@ def _expand(key: bytes) -> list[int]:
 
 
 class PythonExpandedKey(ExpandedKey):
-    """Round keys of the ``python`` backend as 128-bit ints. Its repr shows no key material."""
+    """Round keys of the ``python`` backend as 128-bit ints. Its repr shows no key material.
+
+    The key is read in place and never copied into ``bytes``: round keys 0 and 1 are the key itself, and a
+    ``bytes`` object holding them would lie byte for byte in freed memory after the key's owner zeroed its
+    copy. The ints (30-bit digits) and tables are the pure-Python core's nature; they cannot be zeroed and go
+    when the object is freed.
+    """
 
     __slots__ = (
         "_bulk",
@@ -148,11 +154,11 @@ class PythonExpandedKey(ExpandedKey):
         "_keys",
         "_last",
         "_last_full",
-        "_round_key_bytes",
+        "_round_keys",
         "_rounds",
     )
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: memoryview) -> None:
         words = _expand(key)
         self._key_size = len(key)
         self._rounds = len(words) // 4 - 1
@@ -164,7 +170,7 @@ class PythonExpandedKey(ExpandedKey):
         self._keys = tuple(keys[:-2]) + (0,) * (15 - len(keys))
         self._last_full = _shift_rows(keys[-2])
         self._last = keys[-1].to_bytes(16, "big")
-        self._round_key_bytes = tuple(k.to_bytes(16, "big") for k in keys)
+        self._round_keys = tuple(keys)
         self._bulk: _python_bulk.KeyTables | None = None
         # Round 1, column 0 as a function of the counter's last byte (the AddRoundKey of round 0 folded in).
         first = _TE[3]
@@ -175,7 +181,7 @@ class PythonExpandedKey(ExpandedKey):
         """The bulk path's translation tables, built on first use (a benign race: both results are equal)."""
         tables = self._bulk
         if tables is None:
-            tables = self._bulk = _python_bulk.bulk_tables(self._round_key_bytes, _SBOX_BYTES)
+            tables = self._bulk = _python_bulk.bulk_tables(self._round_keys, _SBOX_BYTES)
         return tables
 
     @property
@@ -336,7 +342,7 @@ class PythonBackend(Backend):
             TypeError: ``key`` is not bytes-like (:class:`aescore.AesCoreTypeError`).
             ValueError: ``key`` has another length (:class:`aescore.AesCoreValueError`).
         """
-        return PythonExpandedKey(check_key(key))
+        return PythonExpandedKey(key_view(key))
 
     def ctr_xor(
         self,

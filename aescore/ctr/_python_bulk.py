@@ -49,11 +49,19 @@ def _sub_tables(sbox: bytes) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
     return tuple(table.translate(sbox) for table in xor), xor
 
 
-def bulk_tables(round_keys: Sequence[bytes], sbox: bytes) -> KeyTables:
-    """The translation tables of one key (see :data:`KeyTables`) from its Nr + 1 round keys."""
+def _byte(round_key: int, position: int) -> int:
+    """Byte ``position`` (0 = first) of a 128-bit big-endian round key."""
+    return (round_key >> (8 * (15 - position))) & 0xFF
+
+
+def bulk_tables(round_keys: Sequence[int], sbox: bytes) -> KeyTables:
+    """The translation tables of one key (see :data:`KeyTables`) from its Nr + 1 round keys (128-bit ints:
+    never ``bytes``, whose first one or two would be the key itself)."""
     substitute, xor = _sub_tables(sbox)
-    rounds = tuple(tuple(substitute[key[source]] for source in _SHIFT_ROWS_SOURCE) for key in round_keys[:-1])
-    return rounds, tuple(xor[byte] for byte in round_keys[-1])
+    rounds = tuple(
+        tuple(substitute[_byte(key, source)] for source in _SHIFT_ROWS_SOURCE) for key in round_keys[:-1]
+    )
+    return rounds, tuple(xor[_byte(round_keys[-1], position)] for position in range(16))
 
 
 def _periodic(pattern: bytes, blocks: int) -> int:

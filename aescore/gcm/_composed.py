@@ -23,7 +23,7 @@ from .._validate import (
     BytesLike,
     as_readable,
     as_writable,
-    check_key,
+    key_view,
     not_bytes_like_or_none,
     out_too_small,
     too_long_for_gcm,
@@ -146,7 +146,7 @@ class ComposedGcmKey(GcmKey):
     __slots__ = ("_backend", "_expanded_key", "_ghash", "_key_size")
 
     def __init__(self, backend: CtrCore, key: BytesLike, ghash: Callable[[bytes], Ghash]) -> None:
-        material = check_key(key)
+        material = key_view(key)
         self._backend = backend
         self._key_size = len(material)
         self._expanded_key = backend.expand_key(material)

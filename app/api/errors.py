@@ -15,7 +15,8 @@ gives each class its status::
     ├── NotFoundError                       404 not_found
     │   ├── KeyNotFoundError                404 key_not_found
     │   ├── KeyVersionNotFoundError         404 key_version_not_found
-    │   └── TokenNotFoundError              404 token_not_found
+    │   ├── TokenNotFoundError              404 token_not_found
+    │   └── RoleNotFoundError               404 role_not_found
     ├── ConflictError                       409 conflict
     │   ├── KeyExistsError                  409 key_exists
     │   ├── KeyRecentlyDeletedError         409 key_recently_deleted + Retry-After (the tombstone's rest)
@@ -32,10 +33,12 @@ gives each class its status::
         ├── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
         ├── AuditUnavailableError           503 audit_unavailable + Retry-After (app.audit.log)
         ├── SealedError                     503 sealed + Retry-After (the server awaits its unseal shares)
+        ├── IdentityProviderUnavailableError 503 identity_provider_unavailable + Retry-After (no JWKS)
         └── KeystoreUnavailableError        503 keystore_unavailable + Retry-After (app.keystore.errors)
 
 A subclass without an entry of its own takes its nearest ancestor's status. Besides the hierarchy, FastAPI's
-request validation and any malformed JSON body (including bytes that are not UTF-8) become 422
+request validation and any malformed JSON body (including bytes that are not UTF-8, a UTF-16 body and
+``NaN``/``Infinity``: :mod:`app.api.strict_json`) become 422
 ``validation_error``, Starlette's ``HTTPException`` (404 for unknown paths,
 405...) keeps its status, and any other exception becomes 500 ``internal_error`` without a traceback
 (:class:`~app.api.middleware.errors.UnexpectedErrorMiddleware`). Messages never contain key material, tokens
@@ -56,6 +59,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
+from app.api.strict_json import NonJsonNumberError
 from app.audit import AuditUnavailableError
 from app.errors import (
     BackendRestartingError,
@@ -63,6 +67,7 @@ from app.errors import (
     ConflictError,
     DecryptionFailedError,
     ForbiddenError,
+    IdentityProviderUnavailableError,
     KeyRecentlyDeletedError,
     KeystreamError,
     NotFoundError,
@@ -149,6 +154,7 @@ def keystream_error_response(exc: KeystreamError) -> Response:
         | BackendRestartingError
         | AuditUnavailableError
         | SealedError
+        | IdentityProviderUnavailableError
         | TooManyRequestsError,
     ):
         headers["Retry-After"] = str(exc.retry_after_seconds)
@@ -194,15 +200,20 @@ def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
     ]
 
 
-def malformed_json_error(exc: UnicodeDecodeError | RecursionError) -> RequestValidationError:
+def malformed_json_error(
+    exc: UnicodeDecodeError | RecursionError | NonJsonNumberError,
+) -> RequestValidationError:
     """The validation error for a JSON body that a parser refused outside its grammar checks: bytes that are
-    not UTF-8 (RFC 8259 requires it) or nesting deeper than the parser's recursion limit.
+    not UTF-8 (RFC 8259 requires it), nesting deeper than the parser's recursion limit, or ``NaN`` and
+    ``Infinity``, which Python's reader takes and JSON does not have (:mod:`app.api.strict_json`).
 
     FastAPI's routes and the batch routes' decoder raise these rather than a JSON decode error; both
     become the same 422 as any other malformed JSON. The message never quotes the offending bytes.
     """
     if isinstance(exc, UnicodeDecodeError):
         message = "JSON decode error: the body is not valid UTF-8"
+    elif isinstance(exc, NonJsonNumberError):
+        message = f"JSON decode error: {exc}"
     else:
         message = "JSON decode error: nested too deeply"
     return RequestValidationError([{"loc": ("body",), "msg": message, "type": "json_invalid"}])
@@ -211,7 +222,7 @@ def malformed_json_error(exc: UnicodeDecodeError | RecursionError) -> RequestVal
 def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     cause = exc.__cause__
-    if exc.status_code == 400 and isinstance(cause, UnicodeDecodeError | RecursionError):
+    if exc.status_code == 400 and isinstance(cause, UnicodeDecodeError | RecursionError | NonJsonNumberError):
         # FastAPI's body parsing turns every error but json.JSONDecodeError into a generic 400
         return validation_error_response(malformed_json_error(cause))
     code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")

@@ -28,12 +28,12 @@ import atexit
 import ctypes
 import logging
 import mmap
-import resource
 import threading
 from functools import lru_cache
 from typing import Any, TypeAlias
 
-from app.core import metrics
+from app.core import memory_protection, metrics
+from app.core.memory_protection import core_dumps_disabled, disable_core_dumps
 
 __all__ = [
     "SLOT_SIZE",
@@ -42,6 +42,7 @@ __all__ = [
     "core_dumps_disabled",
     "disable_core_dumps",
     "memory_locked",
+    "note_unlocked",
     "random_secret",
     "secret_buffer",
     "secret_copy",
@@ -59,33 +60,9 @@ SLOT_SIZE = 64
 #: Pages mapped, locked and left out of dumps at once; a chunk holds ``CHUNK_SIZE // SLOT_SIZE`` slots.
 CHUNK_SIZE = 4 * mmap.PAGESIZE
 
-_PR_GET_DUMPABLE = 3
-_PR_SET_DUMPABLE = 4
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.mlock.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-_libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 _libc.getrandom.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)
 _libc.getrandom.restype = ctypes.c_ssize_t
-
-
-def disable_core_dumps() -> None:
-    """Make this process non-dumpable and set its core size limit (soft and hard) to 0.
-
-    Non-dumpable: no core file on a crash, ``/proc/<pid>/mem`` and ptrace (``gcore``, ``gdb -p``) refused to
-    anyone but root, and the limit cannot be raised again. ``KEYSTREAM_ALLOW_CORE_DUMPS=true`` skips the call.
-
-    Raises:
-        OSError: ``prctl`` refused (never expected on Linux).
-    """
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, "prctl(PR_SET_DUMPABLE, 0) failed")
-
-
-def core_dumps_disabled() -> bool:
-    """True when this process is not dumpable (``prctl(PR_GET_DUMPABLE)`` is 0)."""
-    return int(_libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)) == 0
 
 
 class _Chunk:
@@ -95,11 +72,7 @@ class _Chunk:
 
     def __init__(self) -> None:
         self.memory = mmap.mmap(-1, CHUNK_SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.memory.madvise(mmap.MADV_DONTDUMP)
-        probe = ctypes.c_char.from_buffer(self.memory)
-        address = ctypes.addressof(probe)
-        del probe  # its buffer export would keep the mapping from ever being closed
-        self.locked = _libc.mlock(address, CHUNK_SIZE) == 0
+        self.locked = memory_protection.protect(self.memory)
         self.free = list(range(CHUNK_SIZE // SLOT_SIZE - 1, -1, -1))
 
     def zero(self, slot: int) -> None:
@@ -127,17 +100,21 @@ class _Arena:
             chunk = _Chunk()
             self._chunks.append(chunk)
             if not chunk.locked:
-                self.all_locked = False
-                metrics.SECRET_MEMORY_UNLOCKED.inc(CHUNK_SIZE)
-                if not self._warned:
-                    self._warned = True
-                    logger.warning(
-                        "cannot lock memory for key material (mlock refused: RLIMIT_MEMLOCK too small or "
-                        "no CAP_IPC_LOCK); it may be swapped to disk. It is still left out of core dumps "
-                        "and zeroed when freed. Raise the limit (ulimit -l, LimitMEMLOCK=, "
-                        "--ulimit memlock=) to lock it"
-                    )
+                self.note_unlocked(CHUNK_SIZE)
             return chunk, chunk.free.pop()
+
+    def note_unlocked(self, nbytes: int) -> None:
+        """Count ``nbytes`` of key memory that ``mlock`` refused, and warn the first time."""
+        self.all_locked = False
+        metrics.SECRET_MEMORY_UNLOCKED.inc(nbytes)
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "cannot lock memory for key material (mlock refused: RLIMIT_MEMLOCK too small or "
+                "no CAP_IPC_LOCK); it may be swapped to disk. It is still left out of core dumps "
+                "and zeroed when freed. Raise the limit (ulimit -l, LimitMEMLOCK=, "
+                "--ulimit memlock=) to lock it"
+            )
 
     def give_back(self, chunk: _Chunk, slot: int) -> None:
         chunk.zero(slot)
@@ -152,6 +129,13 @@ class _Arena:
 
 _ARENA = _Arena()
 atexit.register(_ARENA.zero_everything)
+
+
+def note_unlocked(nbytes: int) -> None:
+    """Report ``nbytes`` of key material memory mapped elsewhere (the python backend's key slots) that
+    :func:`app.core.memory_protection.protect` could not lock: the same WARNING (once), metric and
+    :func:`memory_locked` as this module's own memory."""
+    _ARENA.note_unlocked(nbytes)
 
 
 def memory_locked() -> bool:

@@ -45,7 +45,7 @@ from .master import (
     read_master_key_file,
 )
 from .migrations import KeystoreSchemaError, Migration
-from .records import KeyInfo, KeyVersionInfo, TokenRecord
+from .records import KeyInfo, KeyVersionInfo, RoleRecord, TokenRecord
 from .rotation import MAX_AUTO_ROTATE_PERIOD, MIN_AUTO_ROTATE_PERIOD, check_auto_rotate_period
 from .sqlite import DATABASE_FILE, SCHEMA_VERSION, SqliteKeyStore
 
@@ -75,6 +75,7 @@ __all__ = [
     "KeystoreUnavailableError",
     "MasterKeyError",
     "Migration",
+    "RoleRecord",
     "SqliteKeyStore",
     "TokenRecord",
     "check_auto_rotate_period",

@@ -1,9 +1,10 @@
 """The keystore template: :class:`KeyStore`, its public methods over a few storage methods per store.
 
 A keystore keeps named AES keys with numbered versions (rotation adds a version; old versions keep decrypting
-down to ``min_decryption_version``) and the service's API tokens. Material is stored only wrapped under the
-master key (see :mod:`app.keystore.master`) and leaves the store unwrapped only through
-:meth:`KeyStore.key_material`. Token secrets are stored only as hashes.
+down to ``min_decryption_version``), the service's API tokens and the login roles that issue tokens
+(:mod:`app.keystore.roles`). Material is stored only wrapped under the master key (see
+:mod:`app.keystore.master`) and leaves the store unwrapped only through :meth:`KeyStore.key_material`. Token
+secrets are stored only as hashes.
 
 A template method, as Django's database backends: the public methods are written here once (validation with
 :mod:`app.keystore.checks`, fresh material, a new key's :class:`~app.keystore.records.KeyInfo`, when a key is
@@ -26,12 +27,18 @@ from typing import TypeVar
 
 from app.core.schemes import DEFAULT_SCHEME
 from app.core.secret_memory import random_secret
-from app.errors import DeletionNotAllowedError, KeyNotFoundError, TokenNotFoundError
+from app.errors import (
+    BadRequestError,
+    DeletionNotAllowedError,
+    KeyNotFoundError,
+    RoleNotFoundError,
+    TokenNotFoundError,
+)
 from app.seal import Seal
 from app.seal.keyring import Keyring, KeyringState
 
-from . import generations
-from .changes import MASTER_KEY_ROTATED, MAX_CHANGES_PER_CALL, Change, ChangeBatch
+from . import generations, roles
+from .changes import AUTH_CONFIG_WRITTEN, MASTER_KEY_ROTATED, MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import (
     DEFAULT_SEGMENT_SIZE,
     KEY_TYPES,
@@ -51,7 +58,7 @@ from .checks import (
 )
 from .generations import MasterRotationStatus
 from .master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
-from .records import KeyExport, KeyInfo, TokenRecord, new_key_info, utc_now
+from .records import KeyExport, KeyInfo, RoleRecord, TokenRecord, new_key_info, utc_now
 from .reseal import reseal_rows
 from .rotation import (
     MIN_AUTO_ROTATE_PERIOD,
@@ -338,6 +345,17 @@ class KeyStore(abc.ABC):
         self._keyring.invalidate()
         return status
 
+    def resume_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus | None:
+        """Take the lease of a rotation that did not finish for ``owner``
+        (:func:`app.keystore.generations.resume`); ``None``, and nothing written, when every rotation
+        finished, so a caller that only means to resume never starts a new one.
+
+        Raises:
+            MasterRotationRunningError: another owner's lease has not expired.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+        return self._run_write(lambda conn: generations.resume(conn, self._dialect, owner, lease_seconds))
+
     def rewrap_master_batch(
         self, owner: str, after: tuple[str, int] | None, limit: int, lease_seconds: float
     ) -> tuple[str, int] | None:
@@ -513,6 +531,82 @@ class KeyStore(abc.ABC):
         if not self._delete_token(token_id):
             raise TokenNotFoundError(f"token {token_id!r} not found")
 
+    def write_role(self, record: RoleRecord) -> RoleRecord:
+        """Create the login role ``record.name``, or replace it (its ``created_at`` stays); return the role.
+
+        Appends a ``role_written`` change naming the role (:mod:`app.keystore.roles`).
+
+        Raises:
+            BadRequestError: a malformed record (:func:`~app.keystore.roles.check_role_record`).
+        """
+        checked = roles.check_role_record(record)
+
+        def work(conn: generations.Connection) -> RoleRecord:
+            stored = roles.write_role(conn, self._dialect, checked)
+            self._append_change(conn, "role_written", role_name=checked.name)
+            return stored
+
+        return self._run_write(work)
+
+    def get_role(self, name: str) -> RoleRecord:
+        """The login role ``name``.
+
+        Raises:
+            BadRequestError: invalid name.
+            RoleNotFoundError: no such role.
+        """
+        roles.check_role_name(name)
+        record = self._run_read(lambda conn: roles.read_role(conn, self._dialect, name))
+        if record is None:
+            raise RoleNotFoundError(f"role {name!r} not found")
+        return record
+
+    def list_roles(self) -> list[RoleRecord]:
+        """Every login role, ordered by name."""
+        return self._run_read(lambda conn: roles.list_roles(conn, self._dialect))
+
+    def delete_role(self, name: str) -> None:
+        """Delete the login role ``name`` (tokens it issued stay valid until they expire or are revoked).
+
+        Raises:
+            BadRequestError: invalid name.
+            RoleNotFoundError: no such role.
+        """
+        roles.check_role_name(name)
+
+        def work(conn: generations.Connection) -> bool:
+            if not roles.delete_role(conn, self._dialect, name):
+                return False
+            self._append_change(conn, "role_deleted", role_name=name)
+            return True
+
+        if not self._run_write(work):
+            raise RoleNotFoundError(f"role {name!r} not found")
+
+    def write_auth_config(self, method: str, config: dict[str, object]) -> None:
+        """Store (or replace) the configuration of auth ``method``; appends an ``auth_config_written`` change.
+
+        Raises:
+            BadRequestError: an unknown method, or ``config`` not a bounded JSON object.
+        """
+        roles.check_auth_method(method)
+        checked = roles.check_auth_config(config)
+
+        def work(conn: generations.Connection) -> None:
+            roles.write_auth_config(conn, self._dialect, method, checked, utc_now())
+            self._append_change(conn, AUTH_CONFIG_WRITTEN)
+
+        self._run_write(work)
+
+    def read_auth_config(self, method: str) -> dict[str, object] | None:
+        """The configuration of auth ``method``, or ``None`` when none was written.
+
+        Raises:
+            BadRequestError: an unknown method.
+        """
+        roles.check_auth_method(method)
+        return self._run_read(lambda conn: roles.read_auth_config(conn, self._dialect, method))
+
     @abc.abstractmethod
     def count_tokens(self) -> int:
         """Return the number of stored tokens (0 on first start: the service then creates the root token)."""
@@ -530,7 +624,6 @@ class KeyStore(abc.ABC):
             ServiceUnavailableError: the database cannot serve now.
         """
 
-    @abc.abstractmethod
     def trim_changes(self, keep: int) -> int:
         """Delete all but the newest ``keep`` change-log rows; return how many were deleted.
 
@@ -540,6 +633,15 @@ class KeyStore(abc.ABC):
             BadRequestError: ``keep`` is not an int >= 0.
             ServiceUnavailableError: the database cannot serve now.
         """
+        check_integer("keep", keep)
+        if keep < 0:
+            raise BadRequestError(f"keep must be >= 0, got {keep}")
+        return self._trim_changes(keep)
+
+    @abc.abstractmethod
+    def _trim_changes(self, keep: int) -> int:
+        """Storage: delete all but the newest ``keep`` (an int >= 0) change-log rows in one transaction and
+        return how many went."""
 
     def listen_for_changes(self, on_hint: Callable[[Change | None], None]) -> Callable[[], None]:
         """Call ``on_hint`` (from another thread) whenever the change log may have grown; return a stopper.
@@ -594,8 +696,11 @@ class KeyStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def _append_change(self, conn: generations.Connection, kind: str) -> None:
-        """Append a change of ``kind`` that names no key or token, inside ``conn``'s write transaction."""
+    def _append_change(
+        self, conn: generations.Connection, kind: str, *, role_name: str | None = None
+    ) -> None:
+        """Append a change of ``kind`` that names no key or token (but ``role_name`` when given), inside
+        ``conn``'s write transaction."""
 
     def _load_keyring(self) -> KeyringState:
         """The stored master key generations (the keyring calls this when it meets a newer one)."""

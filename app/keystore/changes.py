@@ -1,6 +1,7 @@
 """The change log's records, shared by both keystores: what :meth:`KeyStore.changes_since` returns.
 
-Every change to a key or token (create, import, rotate, PATCH, delete, token create/revoke/renew), and each
+Every change to a key, token or login role (create, import, rotate, PATCH, delete, token create/revoke/renew,
+role write/delete), every write of an auth method's configuration (``auth_config_written``), and each
 start and end of a master key rotation (``master_key_rotated``: a row naming neither a key nor a token; other
 processes reload their keyring, :mod:`app.keystore.generations`), appends one row to an ordered log in the
 change's own transaction, so a change and its row commit together or not at all.
@@ -20,15 +21,17 @@ from app.errors import BadRequestError
 from .checks import check_integer
 
 __all__ = [
+    "AUTH_CONFIG_WRITTEN",
     "CHANGE_KINDS",
     "MASTER_KEY_ROTATED",
     "MAX_CHANGES_PER_CALL",
+    "NAMELESS_KINDS",
     "Change",
     "ChangeBatch",
     "check_since_arguments",
 ]
 
-#: What a change did; ``key_*`` rows name a key, ``token_*`` rows a token id.
+#: What a change did; ``key_*`` rows name a key, ``token_*`` rows a token id, ``role_*`` rows a login role.
 CHANGE_KINDS: tuple[str, ...] = (
     "key_created",
     "key_imported",
@@ -39,22 +42,35 @@ CHANGE_KINDS: tuple[str, ...] = (
     "token_deleted",
     "token_renewed",
     "master_key_rotated",
+    "role_written",
+    "role_deleted",
+    "auth_config_written",
 )
-#: The kind of change that names neither a key nor a token.
+#: A change that names neither a key nor a token: a master key generation made or retired.
 MASTER_KEY_ROTATED = "master_key_rotated"
+#: A change that names nothing either: an auth method's configuration was written.
+AUTH_CONFIG_WRITTEN = "auth_config_written"
+#: The kinds whose rows name nothing; every other row names exactly one key, token or role.
+NAMELESS_KINDS: tuple[str, ...] = (MASTER_KEY_ROTATED, AUTH_CONFIG_WRITTEN)
 #: Most changes one ``changes_since`` call returns.
 MAX_CHANGES_PER_CALL = 10_000
 
 
 @dataclass(frozen=True)
 class Change:
-    """One change: its sequence number, what happened, to which key or token, and when (UTC)."""
+    """One change: its sequence number, what happened, to which key, token or role, and when (UTC)."""
 
     seq: int
     kind: str
     key_name: str | None
     token_id: str | None
     at: datetime
+    role_name: str | None = None
+
+    def names_what_its_kind_needs(self) -> bool:
+        """True when the row names exactly one key, token or role, or nothing for a nameless kind."""
+        named = sum(name is not None for name in (self.key_name, self.token_id, self.role_name))
+        return named == (0 if self.kind in NAMELESS_KINDS else 1)
 
 
 class ChangeBatch(NamedTuple):

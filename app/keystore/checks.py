@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from app.core.schemes import SCHEMES
@@ -21,6 +22,8 @@ __all__ = [
     "DEFAULT_SEGMENT_SIZE",
     "KEY_NAME_PATTERN",
     "KEY_TYPES",
+    "MAX_METADATA_ENTRIES",
+    "MAX_METADATA_VALUE_LENGTH",
     "MAX_SEGMENT_SIZE",
     "MIN_SEGMENT_SIZE",
     "TOKEN_ID_PATTERN",
@@ -28,6 +31,7 @@ __all__ = [
     "check_integer",
     "check_key_name",
     "check_key_type",
+    "check_metadata",
     "check_min_decryption_version",
     "check_scheme",
     "check_segment_size",
@@ -53,6 +57,10 @@ ALLOWED_SEGMENT_SIZES = range(MIN_SEGMENT_SIZE, MAX_SEGMENT_SIZE + 1)
 
 #: Key names: safe in URLs, file names and logs.
 KEY_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+#: Most entries a token's ``metadata`` holds, and the longest key and value (characters).
+MAX_METADATA_ENTRIES = 32
+MAX_METADATA_KEY_LENGTH = 64
+MAX_METADATA_VALUE_LENGTH = 512
 #: Token ids (the public half of a token): URL-safe base64 alphabet plus ``.``, at most 128 characters.
 TOKEN_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
@@ -247,6 +255,31 @@ def _optional_time(field_name: str, value: object) -> datetime | None:
     return _utc(value)
 
 
+def check_metadata(metadata: object) -> dict[str, str]:
+    """Return ``metadata`` as a dict if it maps at most :data:`MAX_METADATA_ENTRIES` short str keys to str
+    values (a token's ``metadata``: its login role, subject and mapped claims).
+
+    Raises:
+        BadRequestError: not a mapping, too many entries, or a key or value that is not a short string.
+    """
+    if not isinstance(metadata, Mapping):
+        raise BadRequestError(f"metadata must be a mapping of strings, got {type(metadata).__name__}")
+    if len(metadata) > MAX_METADATA_ENTRIES:
+        raise BadRequestError(
+            f"metadata may hold at most {MAX_METADATA_ENTRIES} entries, got {len(metadata)}"
+        )
+    checked: dict[str, str] = {}
+    for name, value in metadata.items():
+        if not isinstance(name, str) or not 1 <= len(name) <= MAX_METADATA_KEY_LENGTH:
+            raise BadRequestError(f"metadata keys must be strings of 1..{MAX_METADATA_KEY_LENGTH} characters")
+        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_LENGTH:
+            raise BadRequestError(
+                f"metadata {name!r} must be a string of at most {MAX_METADATA_VALUE_LENGTH} characters"
+            )
+        checked[name] = value
+    return checked
+
+
 def check_token_expiry(record: TokenRecord, expires_at: object) -> datetime:
     """Return ``expires_at`` in UTC if ``record`` may be renewed to it.
 
@@ -274,7 +307,8 @@ def check_token_record(record: TokenRecord) -> TokenRecord:
     Raises:
         BadRequestError: invalid token id, an empty or non-bytes ``secret_hash``, scopes or key patterns that
             are not sequences of str, a non-str description, a non-datetime ``created_at``, or a partial or
-            inconsistent lifetime. The message names the field, never the hash.
+            inconsistent lifetime, or bad ``metadata`` (:func:`check_metadata`). The message names the field,
+            never the hash.
     """
     check_token_id(record.token_id)
     if not isinstance(record.secret_hash, bytes | bytearray) or not record.secret_hash:
@@ -310,4 +344,5 @@ def check_token_record(record: TokenRecord) -> TokenRecord:
         created_at=_utc(record.created_at),
         expires_at=expires_at,
         max_expires_at=max_expires_at,
+        metadata=check_metadata(record.metadata),
     )

@@ -1,4 +1,4 @@
-"""The keystore's records: key and version metadata, token records and exported keys, and the clock.
+"""The keystore's records: key and version metadata, token and login role records, exported keys, the clock.
 
 Plain frozen dataclasses with no behaviour beyond their API shapes, so that the interface
 (:mod:`app.keystore.base`), the validation rules (:mod:`app.keystore.checks`) and both stores import them
@@ -7,7 +7,7 @@ without importing one another.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +16,7 @@ __all__ = [
     "KeyExport",
     "KeyInfo",
     "KeyVersionInfo",
+    "RoleRecord",
     "TokenRecord",
     "key_info_from_row",
     "new_key_info",
@@ -148,7 +149,9 @@ class TokenRecord:
     The keystore stores and returns these fields as given; what they mean (hash function, scope names,
     pattern syntax) is decided by ``app.services.security``. A token with a lifetime has all three of
     ``ttl_seconds`` (the lifetime given at creation, what a renewal grants by default), ``expires_at`` and
-    ``max_expires_at`` (no renewal goes beyond it); a token without one has none of them.
+    ``max_expires_at`` (no renewal goes beyond it); a token without one has none of them. ``metadata`` says
+    where a token came from when a login issued it (its ``role`` and ``subject``, and the role's claim
+    mappings): short strings, never a credential.
     """
 
     token_id: str
@@ -160,6 +163,43 @@ class TokenRecord:
     ttl_seconds: int | None = None
     expires_at: datetime | None = None
     max_expires_at: datetime | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoleRecord:
+    """A login role: what a token issued through it may do, and how a caller must prove who it is.
+
+    ``method`` names the auth method (``jwt``) whose login uses the role, and ``bindings`` holds that method's
+    rules as a JSON object (for ``jwt``: audiences, subject, claims, the claim naming the user, claim
+    mappings); the keystore stores them as given, :mod:`app.services.identity` decides what they mean. A
+    token issued through the role gets its ``scopes`` and ``key_patterns``, expires ``ttl_seconds`` after the
+    login and is renewable until ``max_ttl_seconds`` after it.
+    """
+
+    name: str
+    method: str
+    scopes: tuple[str, ...]
+    key_patterns: tuple[str, ...]
+    ttl_seconds: int
+    max_ttl_seconds: int
+    bindings: Mapping[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """The API shape of the role (times as ISO-8601 UTC with a ``Z``; the bindings at the top level)."""
+        return {
+            "name": self.name,
+            "method": self.method,
+            "scopes": list(self.scopes),
+            "key_patterns": list(self.key_patterns),
+            "ttl": self.ttl_seconds,
+            "max_ttl": self.max_ttl_seconds,
+            **self.bindings,
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
+        }
 
 
 @dataclass(frozen=True)

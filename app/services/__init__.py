@@ -1,13 +1,24 @@
 """The service layer, between the routes and the domain: what the streaming and batch routes share.
 
 - :mod:`.keys`: which key versions an encrypt or a decrypt uses (through the key cache).
-- :mod:`.crypto_step`: where each crypto call runs and its timing/metrics.
+- :mod:`.raw`: raw CTR's IV and keystream range, as the streaming routes take them.
+- :mod:`.sealing`: sealing and opening whole messages (small bodies, batches, data keys).
+- :mod:`.crypto_step`: the streaming routes' crypto step over a format's ``update``/``finalize``.
+- :mod:`.crypto_work`: one piece of crypto work: what it weighs, where it runs, its metrics.
 - :mod:`.pipeline`: bounded receive/transform/send stages for streams.
-- :mod:`.offload`: the python backend in a process pool, and ``run_crypto`` (inline vs thread).
+- :mod:`.offload`: where crypto runs (``run_crypto``: inline or a thread), and the python backend in a
+  process pool.
+- :mod:`.key_slots`: the memory shared with that pool's processes in which their keys travel (locked, left
+  out of dumps, zeroed), never in a pickle.
+- :mod:`.budget`: the bytes concurrent batch requests may hold in memory at once.
 - :mod:`.backends`: the enabled backends of a running service.
 - :mod:`.security`: bearer tokens (verification, generation, the root token).
+- :mod:`.identity`: login roles and the JWT login that turns a verified JWT into a token.
+- :mod:`.jwks`: JWT issuers' key sets fetched over HTTPS and cached.
+- :mod:`.attempts`: attempt limits for the routes called without a token (unseal, login).
 - :mod:`.coherence`: following the keystore's change log to keep caches coherent.
 - :mod:`.auto_rotate`: rotating keys whose ``auto_rotate_period`` elapsed (the keystore decides who does).
+- :mod:`.master_rotation`: a rotation of the master key run in the background of one worker.
 
 Nothing here imports fastapi or starlette; errors are :mod:`app.errors`.
 """

@@ -1,35 +1,29 @@
-"""The per-request crypto step: where each call runs (event loop, thread, process) and how long it took.
+"""The streaming routes' crypto step: a format's ``update``/``finalize`` driven chunk by chunk.
 
-:class:`CryptoStep` wraps a format's ``update``/``finalize`` for the streaming routes; :func:`run_timed`
-runs one synchronous piece of work the same way (whole sealed messages: :mod:`app.services.sealing`). Both
-time the crypto alone into ``keystream_crypto_seconds`` and count ``keystream_crypto_bytes_total`` through
-:func:`crypto_metrics`, the one place those metrics are labelled.
+:class:`CryptoStep` wraps a format object (:func:`raw_step`, :func:`sealed_step`) and works out, per call,
+how much crypto it does (a sealed format only buffers until a segment is complete; a trial over several key
+versions weighs more) and so where it may run: the call goes through
+:func:`app.services.offload.run_crypto` (event loop, thread or the python backend's process pool), timed and
+counted with :mod:`app.services.crypto_work`'s metrics, as whole messages are (:mod:`app.services.sealing`).
 """
 
 from __future__ import annotations
 
-import functools
-import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
-from anyio import CapacityLimiter, to_thread
-from anyio.lowlevel import RunVar
-from prometheus_client import Counter, Histogram
+from anyio import CapacityLimiter
 
 import aescore
-from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
 from app.formats.raw import AsyncRawCipher, RawCipher
 from app.formats.sealed import (
     SealedDecryptor,
     SealedEncryptor,
     SealedRewrapper,
 )
-from app.keycache import CacheMissError
+from app.services.crypto_work import crypto_metrics, timed, timed_async, trial_limiter, trial_work
 from app.services.offload import run_crypto
 from app.services.pipeline import Pieces, send_pieces
 
-T = TypeVar("T")
 #: A sealed format object the streaming routes drive.
 SealedCipher = SealedEncryptor | SealedDecryptor | SealedRewrapper
 
@@ -37,96 +31,6 @@ SealedCipher = SealedEncryptor | SealedDecryptor | SealedRewrapper
 PIPELINE_MIN_BYTES = 1 << 20
 #: Safety margin for estimating buffered bytes: more than a header (40 bytes) plus a few tags.
 HEADER_MAX_BYTES = 256
-#: What trying one more key version on a first segment costs besides its HMAC over the segment (HKDF in
-#: Python, ~30 us), counted as bytes of segment work (HMAC-SHA256: ~1 ns per byte) against the inline budget.
-TRIAL_OVERHEAD_BYTES = 32 * 1024
-
-
-#: Trials that leave the event loop run at most this many at a time per worker process: two garbage clients
-#: each keeping a thread busy on a 2-CPU host left the loop one CPU to share with both (measured under load:
-#: /healthz p99 58-63 ms with two trial threads, 20-50 ms with one, and more decrypts per second, too).
-TRIAL_THREADS = 1
-_trial_limiter: RunVar[CapacityLimiter] = RunVar("keystream_trial_limiter")
-
-
-def trial_limiter() -> CapacityLimiter:
-    """This event loop's limiter for trial decryptions over several key versions (:data:`TRIAL_THREADS`)."""
-    try:
-        return _trial_limiter.get()
-    except LookupError:
-        limiter = CapacityLimiter(TRIAL_THREADS)
-        _trial_limiter.set(limiter)
-        return limiter
-
-
-def trial_work(nbytes: int, first_segment_bytes: int, candidates: int) -> int:
-    """The crypto to count for ``nbytes`` whose first ``first_segment_bytes`` are tried under ``candidates``
-    key versions (a sealed decrypt without ``key_version``): each candidate costs an HKDF and an HMAC over
-    the first segment, so a trial over many versions leaves the event loop like any other big work.
-    """
-    if candidates <= 1:
-        return nbytes
-    first = min(nbytes, first_segment_bytes)
-    return nbytes + (candidates - 1) * first + candidates * TRIAL_OVERHEAD_BYTES
-
-
-@functools.lru_cache(maxsize=64)
-def crypto_metrics(backend: str, operation: str, fmt: str) -> tuple[Histogram, Counter]:
-    """The labelled ``keystream_crypto_seconds`` / ``_bytes_total`` children (``labels()`` is not free)."""
-    return (
-        CRYPTO_SECONDS.labels(backend=backend, operation=operation, format=fmt),
-        CRYPTO_BYTES.labels(backend=backend, operation=operation),
-    )
-
-
-def timed(seconds: Histogram, work: Callable[[], T]) -> T:
-    """Run ``work`` and observe its duration in ``seconds`` (also when it raises)."""
-    start = time.perf_counter()
-    try:
-        return work()
-    finally:
-        seconds.observe(time.perf_counter() - start)
-
-
-async def timed_async(seconds: Histogram, work: Awaitable[T]) -> T:
-    """Await ``work`` and observe its duration in ``seconds`` (also when it raises)."""
-    start = time.perf_counter()
-    try:
-        return await work
-    finally:
-        seconds.observe(time.perf_counter() - start)
-
-
-async def run_timed(
-    backend: aescore.Backend,
-    operation: str,
-    fmt: str,
-    nbytes: int,
-    inline_max: int,
-    work: Callable[[], T],
-    *,
-    cost: int | None = None,
-    limiter: CapacityLimiter | None = None,
-) -> T:
-    """Count ``nbytes``, then run ``work`` timed, inline or off the loop as :func:`run_crypto` decides.
-
-    ``cost``: the bytes of work that decision weighs when they differ from ``nbytes`` (a trial over
-    several key versions, :func:`trial_work`); ``limiter``: as :func:`run_crypto` (:func:`trial_limiter`).
-    ``work`` must be repeatable: if it ran on the loop and raised :class:`~app.keycache.CacheMissError` (it
-    needs a keystore read), it runs again in a worker thread.
-
-    Raises:
-        Exception: whatever ``work`` raises.
-    """
-    seconds, counter = crypto_metrics(backend.name, operation, fmt)
-    counter.inc(nbytes)
-    weight = nbytes if cost is None else cost
-    try:
-        return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work), limiter)
-    except CacheMissError:
-        # It ran on the loop and needs the keystore (a ciphertext no cached version opens: the key's versions
-        # are read again, :func:`app.services.keys.decryption_keys`): run it again where the read may wait.
-        return await to_thread.run_sync(lambda: timed(seconds, work), limiter=limiter)
 
 
 class CryptoStep:

@@ -103,7 +103,8 @@ class DecryptionKeys:
     """The versions a ciphertext of one key may be decrypted with, newest first, and how to find more.
 
     Attributes:
-        candidates: at least one resolved version; all share ``key_type``, ``scheme`` and ``segment_size``.
+        candidates: at least one resolved version; all share their ``parameters`` (type, segment size and
+            scheme).
         more: for a :class:`~app.formats.sealed.SealedDecryptor`'s ``more_candidates`` (``None`` when an
             explicit version was asked for). It re-reads the key's versions at most once per instance, however
             many messages (a batch) call it, and never on the event loop (it raises
@@ -112,6 +113,11 @@ class DecryptionKeys:
 
     candidates: list[ResolvedKey]
     more: Callable[[], list[tuple[int, KeyMaterial]]] | None
+
+    @property
+    def materials(self) -> list[tuple[int, KeyMaterial]]:
+        """``(version, material)`` of every candidate, newest first, as the sealed format takes them."""
+        return [(key.version, key.material) for key in self.candidates]
 
     @property
     def first(self) -> ResolvedKey:
@@ -125,13 +131,7 @@ class DecryptionKeys:
             TypeError, ValueError: as :class:`~app.formats.sealed.SealedDecryptor`.
         """
         return SealedDecryptor(
-            [(key.version, key.material) for key in self.candidates],
-            self.first.key_type,
-            self.first.segment_size,
-            associated_data,
-            backend,
-            more_candidates=self.more,
-            scheme=self.first.scheme,
+            self.materials, self.first.parameters, associated_data, backend, more_candidates=self.more
         )
 
 
@@ -170,7 +170,7 @@ def _fresh_candidates(
     once per instance.
 
     Called on the event loop (crypto small enough to run inline), it reads nothing and raises
-    :class:`~app.keycache.CacheMissError`: :func:`app.services.crypto_step.run_timed` then runs the whole
+    :class:`~app.keycache.CacheMissError`: :func:`app.services.crypto_work.run_timed` then runs the whole
     (repeatable) work again in a worker thread, where the read may wait for the database. The streaming
     routes never call it on the loop (:class:`app.services.crypto_step.CryptoStep` runs a call that may
     need it in a thread).
@@ -191,9 +191,7 @@ def sealed_encryptor(key: ResolvedKey, associated_data: bytes, backend: aescore.
     Raises:
         TypeError, ValueError: as :class:`~app.formats.sealed.SealedEncryptor`.
     """
-    return SealedEncryptor(
-        key.material, key.key_type, key.segment_size, associated_data, backend, scheme=key.scheme
-    )
+    return SealedEncryptor(key.material, key.parameters, associated_data, backend)
 
 
 def sealed_rewrapper(

@@ -5,14 +5,14 @@ Every route that holds whole messages comes here: the streaming routes' small bo
 format's batch crypto (:func:`app.formats.sealed.seal_many` / ``open_many``: one native call on a backend
 with a native sealer, a :class:`~app.formats.sealed.SealedEncryptor` or ``SealedDecryptor`` per message
 otherwise), whose bytes are those the streaming encryptor writes. It is counted and timed as ``encrypt`` or
-``decrypt`` / ``sealed`` in the crypto metrics (:func:`app.services.crypto_step.run_timed`).
+``decrypt`` / ``sealed`` in the crypto metrics (:func:`app.services.crypto_work.run_timed`).
 
 Where it runs (:func:`_inline_max`): on the event loop up to ``inline_crypto_max_bytes`` when the backend
 seals the scheme natively (a 100 x 1 KiB batch is ~0.2 ms of C, cheaper than a thread hand-off) or for one
 small body (as a streaming segment would run); else the per-message Python path costs tens of microseconds
 per message, so only a handful of small messages stay on the loop. A decrypt without ``key_version`` tries
 each message's first segment under every candidate version: that trial counts as crypto work
-(:func:`~app.services.crypto_step.trial_work`) and leaves the loop under the trial limiter when it is large.
+(:func:`~app.services.crypto_work.trial_work`) and leaves the loop under the trial limiter when it is large.
 Backends that do not run inline leave the loop whatever these limits say.
 """
 
@@ -24,9 +24,17 @@ from typing import TypeVar
 import aescore
 from app.core.config import Settings
 from app.errors import PayloadTooLargeError
-from app.formats.sealed import SealedDecryptionError, SealedDecryptor, native_isa, open_many, seal_many
+from app.formats.sealed import (
+    KeyParameters,
+    SealedDecryptionError,
+    SealedDecryptor,
+    native_isa,
+    open_many,
+    seal_many,
+)
 from app.keycache import ResolvedKey
-from app.services.crypto_step import CryptoStep, run_timed, sealed_step, trial_limiter, trial_work
+from app.services.crypto_step import CryptoStep, sealed_step
+from app.services.crypto_work import run_timed, trial_limiter, trial_work
 from app.services.keys import DecryptionKeys
 
 T = TypeVar("T")
@@ -49,24 +57,24 @@ def _inline_max(settings: Settings, backend: aescore.Backend, scheme: str, count
 async def _run(
     settings: Settings,
     backend: aescore.Backend,
-    scheme: str,
+    parameters: KeyParameters,
     operation: str,
     data: Sequence[bytes],
     work: Callable[[], T],
     *,
     whole: bool,
-    segment_size: int = 0,
     candidates: int = 1,
 ) -> T:
     nbytes = sum(map(len, data))
     several = candidates > 1
+    segment_size = parameters.segment_size
     cost = sum(trial_work(len(item), segment_size, candidates) for item in data) if several else nbytes
     return await run_timed(
         backend,
         operation,
         "sealed",
         nbytes,
-        _inline_max(settings, backend, scheme, len(data), whole),
+        _inline_max(settings, backend, parameters.scheme, len(data), whole),
         work,
         cost=cost,
         limiter=trial_limiter() if several else None,
@@ -92,12 +100,10 @@ async def seal_messages(
     return await _run(
         settings,
         backend,
-        key.scheme,
+        key.parameters,
         "encrypt",
         data,
-        lambda: seal_many(
-            key.material, key.key_type, key.segment_size, data, associated_data, backend, scheme=key.scheme
-        ),
+        lambda: seal_many(key.material, key.parameters, data, associated_data, backend),
         whole=whole,
     )
 
@@ -118,26 +124,16 @@ async def open_messages(
         Per message its ``(plaintext, key version)``, or the error saying why it did not open (the
         decryptor's wording; no plaintext of it).
     """
-    first = keys.first
-    candidates = [(key.version, key.material) for key in keys.candidates]
+    parameters = keys.first.parameters
+    candidates = keys.materials
     return await _run(
         settings,
         backend,
-        first.scheme,
+        parameters,
         "decrypt",
         data,
-        lambda: open_many(
-            candidates,
-            first.key_type,
-            first.segment_size,
-            data,
-            associated_data,
-            backend,
-            more_candidates=keys.more,
-            scheme=first.scheme,
-        ),
+        lambda: open_many(candidates, parameters, data, associated_data, backend, more_candidates=keys.more),
         whole=whole,
-        segment_size=first.segment_size,
         candidates=len(candidates),
     )
 
@@ -202,7 +198,7 @@ class Opening:
             self._backend,
             "decrypt",
             self._decryptor,
-            self._keys.first.segment_size,
+            self._keys.first.parameters.segment_size,
             inline_max=self._settings.inline_crypto_max_bytes,
             candidates=len(self._keys.candidates),
         )

@@ -62,3 +62,21 @@ def test_item_status_values_are_the_native_codes() -> None:
         pytest.skip("the native sealed core is not built here")
     for status in SealedItemStatus:
         assert getattr(_sealed, f"ITEM_{status.name}") == status.value
+
+
+def test_ghash_is_each_backends_own_and_agrees_with_the_python_tables() -> None:
+    """``Backend.ghash`` names the GHASH a composed AES-GCM uses: the tables by default (not constant-time),
+    the carry-less multiply on aesni; both give the same digests."""
+    from aescore.gcm._ghash import PythonGhash
+
+    hash_key = bytes(range(16, 32))
+    ad, ciphertext = b"header bytes", bytes(range(200))
+    default = aescore.get_backend("python").ghash(hash_key)
+    assert isinstance(default, PythonGhash)
+    expected = default.digest(ad, ciphertext)
+    reason = aescore.available_backends().get("aesni")
+    if reason is not None:
+        pytest.skip(f"aesni unavailable: {reason}")
+    native = aescore.get_backend("aesni").ghash(hash_key)
+    assert not isinstance(native, PythonGhash)
+    assert native.digest(ad, ciphertext) == expected

@@ -19,6 +19,7 @@ from app.errors import (
     KeyVersionNotFoundError,
     ServiceUnavailableError,
 )
+from app.formats.sealed import KeyParameters
 from app.keycache import CacheMissError, KeyCache, ResolvedKey
 from app.keystore import KeyStore, SqliteKeyStore, open_keystore
 
@@ -140,11 +141,10 @@ def test_resolve_returns_material_and_an_expanded_key(
 ) -> None:
     real_store.create_key("orders", "aes128", segment_size=4096)
     resolved = cache.resolve("orders", None, backend)  # type: ignore[arg-type]
-    assert (resolved.name, resolved.version, resolved.key_type, resolved.segment_size) == (
+    assert (resolved.name, resolved.version, resolved.parameters) == (
         "orders",
         1,
-        "aes128",
-        4096,
+        KeyParameters("aes128", 4096),
     )
     material = real_store.key_material("orders", 1)
     assert resolved.material == material
@@ -237,7 +237,7 @@ def test_material_never_in_repr(real_store: SqliteKeyStore, cache: KeyCache, bac
 
 def test_resolved_key_is_frozen() -> None:
     resolved = ResolvedKey(
-        "k", 1, "aes128", "ctr-hmac", 4096, bytes(16), aescore.get_backend("python").expand_key(bytes(16))
+        "k", 1, KeyParameters("aes128", 4096), bytes(16), aescore.get_backend("python").expand_key(bytes(16))
     )
     with pytest.raises(AttributeError):
         resolved.material = b"other"  # type: ignore[misc]
@@ -408,7 +408,7 @@ def test_a_key_recreated_by_another_worker_gets_its_new_material(
     clock.advance(1.5)
     new = cache.resolve("orders", 1, backend)  # type: ignore[arg-type]
     assert new.material == real_store.key_material("orders", 1) != old.material
-    assert new.key_type == "aes128"
+    assert new.parameters.key_type == "aes128"
 
 
 # -- decryption candidates ---------------------------------------------------------------------------------

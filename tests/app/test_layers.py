@@ -17,7 +17,7 @@ APP = ROOT / "app"
 WEB = ("fastapi", "starlette")
 
 #: Which of app's layered packages each may import (besides itself). Arrows point down only:
-#: api -> state (the composition root) -> services -> formats / keycache -> keystore -> seal -> core; errors
+#: api -> state (the composition root) -> services -> keycache -> formats / keystore -> seal -> core; errors
 #: and core are the bottom. The API reaches formats, the key cache and aescore through services only.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "keystore": {"errors", "core", "seal"},
     "formats": {"errors", "core"},
     "audit": {"errors", "core", "formats", "seal"},
-    "keycache": {"errors", "core", "keystore"},
+    "keycache": {"errors", "core", "keystore", "formats"},
     "services": {"errors", "core", "keystore", "keycache", "formats"},
     "state": {"errors", "core", "keystore", "keycache", "services", "audit", "seal"},
     "api": {"errors", "core", "keystore", "services", "audit", "seal", "state"},
@@ -142,6 +142,35 @@ def test_route_modules_do_not_import_each_other(name: str) -> None:
     """What two routes share lives below them (a service, params, deps), never in one of the routes."""
     others = sorted(imported for imported in internal_imports(name) if imported.startswith(ROUTES + "."))
     assert not others, f"{name} imports the route modules {others}"
+
+
+#: What a process pool is made of: only :mod:`app.services.offload` (and its worker module) may import it.
+POOL = ("multiprocessing", "concurrent", "app.services._offload_worker")
+POOL_HOME = ("app.services.offload", "app.services._offload_worker")
+
+
+@pytest.mark.parametrize("name", [name for name in app_modules() if layer_of(name) == "services"])
+def test_the_python_backends_process_pool_lives_in_offload_only(name: str) -> None:
+    """The crypto step, whole-message sealing and the rest of the services reach the pool through
+    ``offload.run_crypto`` alone, so the step keeps one job."""
+    if name in POOL_HOME:
+        return
+    wrong = sorted(
+        imported
+        for imported in imports_of(name)
+        if imported.split(".")[0] in POOL[:2] or imported.startswith(POOL[2])
+    )
+    assert not wrong, f"{name} imports pool code {wrong}"
+
+
+@pytest.mark.parametrize("name", list(app_modules()))
+def test_the_crypto_metrics_are_labelled_in_crypto_work_only(name: str) -> None:
+    """``keystream_crypto_seconds`` and ``_bytes_total`` get their labels in one place
+    (``services/crypto_work.py``), for the streaming step and whole messages alike."""
+    if name == "app.services.crypto_work":
+        return
+    metrics = {"app.core.metrics.CRYPTO_SECONDS", "app.core.metrics.CRYPTO_BYTES"}
+    assert not imports_of(name) & metrics, f"{name} imports {sorted(imports_of(name) & metrics)}"
 
 
 def test_the_checker_sees_a_web_import_through_another_module() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 import aescore
@@ -39,3 +40,16 @@ def test_python_core_uses_the_pure_python_ghash() -> None:
     assert gcm.encrypt(NONCE, b"abc", None) == AESGCM(KEY[:16]).encrypt(NONCE, b"abc", None)
     assert backend.snapshot().host_ghash_calls == 1
     assert str(backend.info()["gcm"]).endswith("(python)")
+
+
+def test_the_host_ghash_is_the_software_cores_own() -> None:
+    """hwsim asks its software core for GHASH (``Backend.ghash``) instead of testing the core's name."""
+    from aescore.gcm._ghash import PythonGhash
+
+    reason = aescore.available_backends().get("aesni")
+    if reason is not None:
+        pytest.skip(f"aesni unavailable: {reason}")
+    backend = HwsimBackend("pcie-offload", software="aesni")
+    host = backend._host_ghash(bytes(16))
+    assert type(host._inner) is type(aescore.get_backend("aesni").ghash(bytes(16)))
+    assert not isinstance(host._inner, PythonGhash)

@@ -14,7 +14,8 @@ Outermost first:
 :func:`middleware` is the list: :func:`app.main.create_app` hands it to FastAPI, which puts it between its
 own outer error layer and its exception handlers. :func:`wrap` composes the same list around another ASGI
 app: the fast dispatcher (:mod:`app.api.hotpath`) runs its routes inside it, so both ways to a route pass
-the same layers in the same order.
+the same layers in the same order. The layers that wrap nothing but the next app share their constructor
+(:class:`~app.api.middleware.layer.Layer`).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import keystream_error_response
+from app.api.middleware.layer import Layer
 from app.api.paths import PURE_ROUTE, V1
 from app.api.streaming import StreamAbortedError
 from app.audit import AuditKeys, AuditLog, AuditUnavailableError
@@ -46,6 +47,10 @@ REQUEST_ID_HEADER = b"keystream-request-id"
 
 
 _second: list[Any] = [-1, ""]  # the last whole second formatted, and its text
+
+
+#: What a login route notes (:func:`note`) for its ``response`` line; never the JWT itself.
+LOGIN_FACTS = ("role", "subject", "issued_token_id")
 
 
 def _now() -> str:
@@ -119,11 +124,8 @@ def write_operator_record(log: AuditLog | None, record: dict[str, Any]) -> None:
         log.write({"time": _now(), "type": "operator", **record})
 
 
-class AuditMiddleware:
+class AuditMiddleware(Layer):
     """Writes the ``request`` and ``response`` lines of every ``/v1`` request (see the module docstring)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(V1):
@@ -281,6 +283,8 @@ class _Audited:
             "outcome": outcome,
             "remote_address": self.remote,
         }
+        # A login's facts (its role, the subject the JWT named, the token issued), only on its lines.
+        record.update({name: facts[name] for name in LOGIN_FACTS if name in facts})
         self.log.write(record)
         self.recorded = True
 

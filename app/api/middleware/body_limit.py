@@ -6,8 +6,8 @@ the rule, so no route can read the first while another reads the last).
 FastAPI reads and parses a route's whole JSON body before it resolves any dependency, auth included, so
 without this an anonymous client could make the server buffer any amount (and get 415/422 schema feedback
 instead of 401). :class:`BodyLimitMiddleware` runs before routing and, for ``/v1`` paths other than the
-streaming ``/v1/keys/{name}/encrypt``, ``/decrypt`` and ``/rewrap`` (which authenticate first themselves and
-never buffer):
+streaming ``/v1/keys/{name}/encrypt``, ``/decrypt`` and ``/rewrap`` (which authenticate first themselves, then
+read a body of up to ``small_body_max_bytes`` whole and stream any other):
 
 1. verifies the bearer token (401 in the service's JSON error shape, body unread, when it is missing or
    invalid); the route still checks scopes and key patterns. ``/v1/sys/seal-status`` and ``/unseal`` take

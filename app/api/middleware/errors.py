@@ -7,12 +7,13 @@ maps errors to HTTP. What reaches this layer is a bug.
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.api.errors import unexpected_error_response
+from app.api.middleware.layer import Layer
 
 
-class UnexpectedErrorMiddleware:
+class UnexpectedErrorMiddleware(Layer):
     """An unexpected exception becomes a 500 JSON error without traceback.
 
     The log line names the exception type and the route and carries the traceback's frames, never the
@@ -20,9 +21,6 @@ class UnexpectedErrorMiddleware:
     exception is re-raised so the server aborts the connection: a client must never see a cleanly ended body
     after a failure (the sealed-decrypt rule).
     """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

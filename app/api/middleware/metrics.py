@@ -10,16 +10,14 @@ import functools
 import time
 
 from prometheus_client import Histogram
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
+from app.api.middleware.layer import Layer
 from app.core.metrics import HTTP_REQUEST_SECONDS, INFLIGHT_REQUESTS
 
 
-class HttpMetricsMiddleware:
+class HttpMetricsMiddleware(Layer):
     """Counts in-flight requests and times each one, from first byte received to last byte sent."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

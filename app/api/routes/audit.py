@@ -13,9 +13,10 @@ from app.api import paths
 from app.api.deps import AdminDep, JsonBody, StateDep
 from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, decode_base64
+from app.api.strict_json import StrictJsonRoute
 from app.errors import SealedError
 
-router = APIRouter(tags=["audit"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["audit"])
 
 
 class AuditHashRequest(BaseModel):

@@ -48,13 +48,14 @@ from app.api.params import (
     decode_base64,
     refuse_repeated_query,
 )
+from app.api.strict_json import StrictJsonRoute
 from app.errors import KeystreamError
 from app.services.keys import decryption_keys, encryption_key, rewrap_target
 from app.services.sealing import open_messages, seal_messages
 from app.state import ServiceState
 
 #: Every batch route refuses a repeated query parameter (FastAPI would take the last ``backend``).
-router = APIRouter(tags=["batch"], dependencies=[Depends(refuse_repeated_query)])
+router = APIRouter(route_class=StrictJsonRoute, tags=["batch"], dependencies=[Depends(refuse_repeated_query)])
 
 BackendQuery = Annotated[str | None, Query(description=BACKEND_DESCRIPTION)]
 VersionQuery = Annotated[KeyVersion | None, Query(description="key version (default: latest / try all)")]
@@ -153,7 +154,7 @@ async def encrypt_batch(
     note(
         request.scope,
         format="sealed",
-        scheme=resolved.scheme,
+        scheme=resolved.parameters.scheme,
         backend=chosen.name,
         key_version=resolved.version,
     )
@@ -196,7 +197,11 @@ async def decrypt_batch(
     # trigger one fresh read of the key's versions for the whole batch, not one per item.
     keys = await decryption_keys(state.keycache, name, chosen, key_version)
     note(
-        request.scope, format="sealed", scheme=keys.first.scheme, backend=chosen.name, key_version=key_version
+        request.scope,
+        format="sealed",
+        scheme=keys.first.parameters.scheme,
+        backend=chosen.name,
+        key_version=key_version,
     )
     data, ads, errors = _inputs(
         state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
@@ -236,7 +241,11 @@ async def rewrap_batch(
     keys = await decryption_keys(state.keycache, name, chosen, key_version)
     target = await rewrap_target(state.keycache, name, chosen)
     note(
-        request.scope, format="sealed", scheme=target.scheme, backend=chosen.name, key_version=target.version
+        request.scope,
+        format="sealed",
+        scheme=target.parameters.scheme,
+        backend=chosen.name,
+        key_version=target.version,
     )
     data, ads, errors = _inputs(
         state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"

@@ -98,7 +98,8 @@ async def encrypt(request: Request) -> Response:
         _sealed_only(params)
         ad = _associated_data(state, params)
         key = await encryption_key(state.keycache, name, chosen, params.key_version)
-        note(request.scope, format="sealed", scheme=key.scheme, backend=chosen.name, associated_data=ad)
+        scheme = key.parameters.scheme
+        note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
         headers["Keystream-Key-Version"] = str(key.version)
         headers["Keystream-Backend"] = chosen.name
 
@@ -108,7 +109,9 @@ async def encrypt(request: Request) -> Response:
 
         def sealed_stream() -> CryptoStep:
             encryptor = sealed_encryptor(key, ad, chosen)
-            return sealed_step(chosen, "encrypt", encryptor, key.segment_size, inline_max=inline_max)
+            return sealed_step(
+                chosen, "encrypt", encryptor, key.parameters.segment_size, inline_max=inline_max
+            )
 
         return await respond(
             request, params, headers, state.settings.small_body_max_bytes, sealed_stream, whole=seal_whole
@@ -116,7 +119,7 @@ async def encrypt(request: Request) -> Response:
     else:
         _raw_only(params)
         key = await encryption_key(state.keycache, name, chosen, params.key_version)
-        note(request.scope, format="raw", scheme=key.scheme, backend=chosen.name)
+        note(request.scope, format="raw", scheme=key.parameters.scheme, backend=chosen.name)
         _check_declared_range(params)
         iv = parse_iv(params.iv) if params.iv else new_iv()
         step = raw_step(chosen, "encrypt", key.expanded, iv, params.offset, inline_max=inline_max)
@@ -142,7 +145,7 @@ async def decrypt(request: Request) -> Response:
             )
         _check_declared_range(params)
         key = (await decryption_keys(state.keycache, name, chosen, params.key_version)).first
-        note(request.scope, format="raw", scheme=key.scheme, backend=chosen.name)
+        note(request.scope, format="raw", scheme=key.parameters.scheme, backend=chosen.name)
         iv = parse_iv(params.iv)
         step = raw_step(chosen, "decrypt", key.expanded, iv, params.offset, inline_max=inline_max)
         headers["Keystream-Key-Version"] = str(key.version)
@@ -151,7 +154,8 @@ async def decrypt(request: Request) -> Response:
     _sealed_only(params)
     ad = _associated_data(state, params)
     keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
-    note(request.scope, format="sealed", scheme=keys.first.scheme, backend=chosen.name, associated_data=ad)
+    scheme = keys.first.parameters.scheme
+    note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
     opening = Opening(state.settings, chosen, keys, ad)
     return await respond(
         request,
@@ -180,13 +184,14 @@ async def rewrap(request: Request) -> Response:
     ad = _associated_data(state, params)
     keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
     target = await rewrap_target(state.keycache, name, chosen)
-    note(request.scope, format="sealed", scheme=target.scheme, backend=chosen.name, associated_data=ad)
+    scheme = target.parameters.scheme
+    note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
     rewrapper = sealed_rewrapper(keys, target, ad, chosen)
     step = sealed_step(
         chosen,
         "rewrap",
         rewrapper,
-        target.segment_size,
+        target.parameters.segment_size,
         inline_max=state.settings.inline_crypto_max_bytes,
         candidates=len(keys.candidates),
     )

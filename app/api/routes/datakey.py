@@ -29,11 +29,12 @@ from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.middleware.audit import note
 from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, check_associated_data, decode_base64
+from app.api.strict_json import StrictJsonRoute
 from app.errors import KeystreamError
 from app.services.keys import encryption_key
 from app.services.sealing import seal_messages
 
-router = APIRouter(tags=["datakey"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["datakey"])
 
 #: The data key types and their sizes in bytes.
 DATA_KEY_SIZES: dict[str, int] = {"aes128": 16, "aes256": 32}
@@ -95,7 +96,7 @@ async def datakey(
     note(
         request.scope,
         format="sealed",
-        scheme=resolved.scheme,
+        scheme=resolved.parameters.scheme,
         backend=backend.name,
         key_version=resolved.version,
         associated_data=associated,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api import paths
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
+from app.api.strict_json import StrictJsonRoute
 from app.core.master_key_format import decode_secret_base64
 from app.core.schemes import DEFAULT_SCHEME, Scheme
 from app.errors import BadRequestError, ForbiddenError
@@ -29,7 +30,7 @@ from app.keystore import (
     MIN_SEGMENT_SIZE,
 )
 
-router = APIRouter(tags=["keys"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["keys"])
 
 #: Base64 of 16, 24 or 32 bytes (what import accepts; documented in the schema, checked by decoding).
 KEY_MATERIAL_BASE64 = r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=)$"

@@ -15,13 +15,14 @@ from app.api import paths
 from app.api.deps import PrincipalDep, StateDep
 from app.api.openapi import errors
 from app.api.streaming import DuplexStreamingResponse
+from app.api.strict_json import StrictJsonRoute
 from app.audit import AuditUnavailableError
 from app.core.secret_memory import core_dumps_disabled, memory_locked
 from app.core.telemetry import render_metrics
 from app.errors import SealedError, ServiceUnavailableError
 
-router = APIRouter(tags=["ops"])
-echo_router = APIRouter(tags=["bench"])
+router = APIRouter(route_class=StrictJsonRoute, tags=["ops"])
+echo_router = APIRouter(route_class=StrictJsonRoute, tags=["bench"])
 
 
 @router.get(paths.HEALTHZ)

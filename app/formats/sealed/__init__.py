@@ -32,7 +32,8 @@ with ``aes_key = HKDF-SHA256(ikm, salt, info = associated data)`` of ``D`` bytes
 ``header_length + 16 + 1``. The decryptor releases a segment's plaintext only after its GCM tag verifies
 (aescore's ``AesGcm.decrypt`` returns none otherwise).
 
-The package: :mod:`.format` (sizes, header, nonces, HKDF, the format's errors), :mod:`.segments` (per-message
+The package: :mod:`.format` (sizes, header, nonces, HKDF, the format's errors), :mod:`.parameters` (a key's
+type, segment size and scheme, checked once and passed as one object), :mod:`.segments` (per-message
 keys and the segment buffer), :mod:`.encryptor` and :mod:`.decryptor`, :mod:`.rewrap` (the two chained: a
 stream sealed again as it flows), :mod:`.messages` (what a failed decryption says) and :mod:`.batch` (whole
 messages, many per native call). Import from here.
@@ -64,6 +65,7 @@ from .format import (
     tag_size_of,
     validate_segment_size,
 )
+from .parameters import KeyParameters
 from .rewrap import SealedRewrapper
 
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
     "TAG_SIZE",
     "TAG_SIZES",
     "AlreadyFinalizedError",
+    "KeyParameters",
     "SealedDecryptionError",
     "SealedDecryptor",
     "SealedEncryptor",

@@ -34,12 +34,10 @@ from .format import (
     as_key_material,
     check_ikm,
     derive_gcm_key,
-    derived_key_size_of,
-    header_length,
     tag_size_of,
     too_many_segments_message,
-    validate_segment_size,
 )
+from .parameters import KeyParameters, checked_parameters
 
 __all__ = ["native_isa", "open_many", "seal_many"]
 
@@ -65,13 +63,10 @@ def _native_sealer(backend: aescore.Backend, scheme: str) -> aescore.SealedBatch
 
 def seal_many(
     ikm: KeyMaterial,
-    key_type: str,
-    segment_size: int,
+    parameters: KeyParameters,
     plaintexts: Sequence[bytes],
     associated_data: Sequence[bytes],
     backend: aescore.Backend,
-    *,
-    scheme: str = DEFAULT_SCHEME,
 ) -> list[bytes | PayloadTooLargeError]:
     """Seal each plaintext (with the associated data at the same index) as its own sealed message.
 
@@ -79,18 +74,22 @@ def seal_many(
         Per message its ciphertext, or the error of a message that would need more than 2**32 segments.
 
     Raises:
-        TypeError, ValueError: as :class:`~.SealedEncryptor` (bad key type, scheme, material or segment size).
+        TypeError, ValueError: as :class:`~.SealedEncryptor` (bad parameters or material).
     """
-    derived_size = derived_key_size_of(key_type)
-    validate_segment_size(key_type, segment_size, scheme)
+    parameters = checked_parameters(parameters)
+    derived_size, segment_size, scheme = (
+        parameters.derived_key_size,
+        parameters.segment_size,
+        parameters.scheme,
+    )
     material = as_key_material("ikm", ikm)
     check_ikm(material, derived_size)
     sealer = _native_sealer(backend, scheme)
     if sealer is None and scheme == GCM:
-        return _seal_gcm_many(material, key_type, segment_size, plaintexts, associated_data, backend)
+        return _seal_gcm_many(material, parameters, plaintexts, associated_data, backend)
     if sealer is None:
         return [
-            _seal_one(material, key_type, segment_size, data, ad, backend, scheme)
+            _seal_one(material, parameters, data, ad, backend)
             for data, ad in zip(plaintexts, associated_data, strict=True)
         ]
     salts_and_prefixes = randomness.random_bytes((derived_size + NONCE_PREFIX_SIZE) * len(plaintexts))
@@ -110,8 +109,7 @@ _ONLY_SEGMENT = b"\x00\x00\x00\x00\x01"
 
 def _seal_gcm_many(
     ikm: KeyMaterial,
-    key_type: str,
-    segment_size: int,
+    parameters: KeyParameters,
     plaintexts: Sequence[bytes],
     associated_data: Sequence[bytes],
     backend: aescore.Backend,
@@ -123,9 +121,9 @@ def _seal_gcm_many(
     Salts and nonce prefixes of those messages come from one ``randomness.random_bytes`` call, in item
     order.
     """
-    derived_size = derived_key_size_of(key_type)
-    header_size = header_length(key_type)
-    capacity = segment_size - header_size - GCM_TAG_SIZE
+    derived_size = parameters.derived_key_size
+    header_size = parameters.header_length
+    capacity = parameters.segment_size - header_size - GCM_TAG_SIZE
     random_size = derived_size + NONCE_PREFIX_SIZE
     short = sum(1 for data in plaintexts if len(data) <= capacity)
     drawn = randomness.random_bytes(random_size * short) if short else b""
@@ -134,7 +132,7 @@ def _seal_gcm_many(
     position = 0
     for data, ad in zip(plaintexts, associated_data, strict=True):
         if len(data) > capacity:
-            sealed.append(_seal_one(ikm, key_type, segment_size, data, ad, backend, GCM))
+            sealed.append(_seal_one(ikm, parameters, data, ad, backend))
             continue
         salt_and_prefix = drawn[position : position + random_size]
         position += random_size
@@ -145,16 +143,10 @@ def _seal_gcm_many(
 
 
 def _seal_one(
-    ikm: KeyMaterial,
-    key_type: str,
-    segment_size: int,
-    data: bytes,
-    ad: bytes,
-    backend: aescore.Backend,
-    scheme: str,
+    ikm: KeyMaterial, parameters: KeyParameters, data: bytes, ad: bytes, backend: aescore.Backend
 ) -> bytes | PayloadTooLargeError:
     try:
-        sealer = SealedEncryptor(ikm, key_type, segment_size, ad, backend, scheme=scheme)
+        sealer = SealedEncryptor(ikm, parameters, ad, backend)
         return sealer.update(data) + sealer.finalize()
     except PayloadTooLargeError as exc:
         return exc
@@ -162,14 +154,12 @@ def _seal_one(
 
 def open_many(
     candidates: Sequence[tuple[int, KeyMaterial]],
-    key_type: str,
-    segment_size: int,
+    parameters: KeyParameters,
     ciphertexts: Sequence[bytes],
     associated_data: Sequence[bytes],
     backend: aescore.Backend,
     *,
     more_candidates: Callable[[], Iterable[tuple[int, KeyMaterial]]] | None = None,
-    scheme: str = DEFAULT_SCHEME,
 ) -> list[Opened]:
     """Open each ciphertext; ``candidates`` and ``more_candidates`` as :class:`~.SealedDecryptor`.
 
@@ -184,20 +174,20 @@ def open_many(
         TypeError, ValueError: as :class:`~.SealedDecryptor`.
         Exception: whatever ``more_candidates`` raises.
     """
-    derived_size = derived_key_size_of(key_type)
-    validate_segment_size(key_type, segment_size, scheme)
+    parameters = checked_parameters(parameters)
+    derived_size = parameters.derived_key_size
     if not candidates:
         raise ValueError("candidates must hold at least one (version, key material) pair")
-    sealer = _native_sealer(backend, scheme)
+    sealer = _native_sealer(backend, parameters.scheme)
     if sealer is None:
         return [
-            _open_one(candidates, key_type, segment_size, data, ad, backend, more_candidates, scheme)
+            _open_one(candidates, parameters, data, ad, backend, more_candidates)
             for data, ad in zip(ciphertexts, associated_data, strict=True)
         ]
     pairs = [(version, as_key_material("ikm", ikm)) for version, ikm in candidates]
     for _, material in pairs:
         check_ikm(material, derived_size)
-    opened = _native_open(sealer, scheme, pairs, key_type, segment_size, ciphertexts, associated_data)
+    opened = _native_open(sealer, parameters, pairs, ciphertexts, associated_data)
     missing = [i for i, result in enumerate(opened) if result is _NO_KEY]
     tried = list(pairs)
     if missing and more_candidates is not None:
@@ -212,10 +202,8 @@ def open_many(
         if fresh:
             retried = _native_open(
                 sealer,
-                scheme,
+                parameters,
                 fresh,
-                key_type,
-                segment_size,
                 [ciphertexts[i] for i in missing],
                 [associated_data[i] for i in missing],
             )
@@ -232,17 +220,13 @@ def open_many(
 
 def _open_one(
     candidates: Sequence[tuple[int, KeyMaterial]],
-    key_type: str,
-    segment_size: int,
+    parameters: KeyParameters,
     data: bytes,
     ad: bytes,
     backend: aescore.Backend,
     more_candidates: Callable[[], Iterable[tuple[int, KeyMaterial]]] | None,
-    scheme: str,
 ) -> Opened:
-    opener = SealedDecryptor(
-        candidates, key_type, segment_size, ad, backend, more_candidates=more_candidates, scheme=scheme
-    )
+    opener = SealedDecryptor(candidates, parameters, ad, backend, more_candidates=more_candidates)
     try:
         plaintext = opener.update(data) + opener.finalize()
     except SealedDecryptionError as exc:
@@ -260,18 +244,18 @@ _NO_KEY = _NoKey()
 
 def _native_open(
     sealer: aescore.SealedBatch,
-    scheme: str,
+    parameters: KeyParameters,
     pairs: Sequence[tuple[int, KeyMaterial]],
-    key_type: str,
-    segment_size: int,
     ciphertexts: Sequence[bytes],
     associated_data: Sequence[bytes],
 ) -> list[Opened | _NoKey]:
-    derived_size = derived_key_size_of(key_type)
-    header_size = header_length(key_type)
-    open_native = sealer.open_gcm if scheme == GCM else sealer.open_ctr_hmac
+    open_native = sealer.open_gcm if parameters.scheme == GCM else sealer.open_ctr_hmac
     results = open_native(
-        [material for _, material in pairs], derived_size, segment_size, ciphertexts, associated_data
+        [material for _, material in pairs],
+        parameters.derived_key_size,
+        parameters.segment_size,
+        ciphertexts,
+        associated_data,
     )
     opened: list[Opened | _NoKey] = []
     for data, (plaintext, status, segment, candidate) in zip(ciphertexts, results, strict=True):
@@ -280,28 +264,29 @@ def _native_open(
         elif status == Status.NO_KEY:
             opened.append(_NO_KEY)
         else:
-            opened.append(_failure(status, segment, data, key_type, header_size, segment_size, scheme))
+            opened.append(_failure(status, segment, data, parameters))
     return opened
 
 
-def _failure(
-    status: int, segment: int, data: bytes, key_type: str, header_size: int, segment_size: int, scheme: str
-) -> SealedDecryptionError:
+def _failure(status: int, segment: int, data: bytes, parameters: KeyParameters) -> SealedDecryptionError:
     """The error a :class:`~.SealedDecryptor` raises for the native ``status`` of one message."""
+    header_size = parameters.header_length
     if status == Status.SHORT_HEADER:
         return SealedDecryptionError(
             messages.short_header(len(data), header_size), segment_index=None, plaintext_released=False
         )
     if status == Status.BAD_HEADER:
         return SealedDecryptionError(
-            messages.bad_header(data[0], key_type, header_size), segment_index=None, plaintext_released=False
+            messages.bad_header(data[0], parameters.key_type, header_size),
+            segment_index=None,
+            plaintext_released=False,
         )
     if status == Status.MISSING_SEGMENT:
         message = messages.missing_segment(segment)
     elif status == Status.SHORT_SEGMENT:
         # Segment 0 starts after the header; segment n > 0 at n * segment_size.
-        start = segment * segment_size if segment else header_size
-        message = messages.short_segment(segment, len(data) - start, tag_size_of(scheme))
+        start = segment * parameters.segment_size if segment else header_size
+        message = messages.short_segment(segment, len(data) - start, tag_size_of(parameters.scheme))
     elif status == Status.BAD_TAG:
         message = messages.bad_tag(segment)
     else:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 import aescore
-from app.core.schemes import DEFAULT_SCHEME
 from app.core.secret_memory import KeyMaterial
 
 from . import messages
@@ -18,12 +17,10 @@ from .format import (
     as_key_material,
     as_view,
     check_ikm,
-    derived_key_size_of,
-    header_length,
     segment_nonce,
     tag_size_of,
-    validate_segment_size,
 )
+from .parameters import KeyParameters, checked_parameters
 from .segments import GcmSegmentKeys, SegmentBuffer, SegmentKeys, segment_keys
 
 __all__ = ["SealedDecryptor"]
@@ -39,20 +36,17 @@ class SealedDecryptor:
 
     Args:
         candidates: ``(version, ikm)`` pairs, newest first; at least one.
-        key_type: ``aes128``, ``aes192`` or ``aes256``.
-        segment_size: the key's ciphertext segment size (all versions of a key share it).
+        parameters: the key's type, segment size and scheme (all versions of a key share them).
         associated_data: must equal the encryptor's.
         backend: the aescore backend doing the AES work.
         more_candidates: called at most once, when the first segment verifies under none of ``candidates``
             (so before any plaintext was released); returns ``(version, ikm)`` pairs to try as well, e.g. the
             versions of a fresh read of the key's metadata when the caller's copy may be stale (another
             worker process rotated the key). Pairs already tried are skipped. Its exceptions propagate.
-        scheme: the key's scheme (:mod:`app.core.schemes`): ``ctr-hmac`` (the default) or ``gcm``.
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: no candidates, unknown ``key_type`` or ``scheme``, too short key material or unusable
-            ``segment_size``.
+        ValueError: no candidates, or too short key material.
     """
 
     __slots__ = (
@@ -79,27 +73,26 @@ class SealedDecryptor:
     def __init__(
         self,
         candidates: Sequence[tuple[int, KeyMaterial]],
-        key_type: str,
-        segment_size: int,
+        parameters: KeyParameters,
         associated_data: bytes,
         backend: aescore.Backend,
         *,
         more_candidates: Callable[[], Iterable[tuple[int, KeyMaterial]]] | None = None,
-        scheme: str = DEFAULT_SCHEME,
     ) -> None:
-        self._derived_size = derived_key_size_of(key_type)
-        validate_segment_size(key_type, segment_size, scheme)
-        self._scheme = scheme
-        self._tag_size = tag_size_of(scheme)
+        parameters = checked_parameters(parameters)
+        segment_size = parameters.segment_size
+        self._derived_size = parameters.derived_key_size
+        self._scheme = parameters.scheme
+        self._tag_size = tag_size_of(parameters.scheme)
         if not candidates:
             raise ValueError("candidates must hold at least one (version, key material) pair")
         self._candidates = self._checked(candidates)
         self._more_candidates = more_candidates
         self._associated_data = as_bytes("associated_data", associated_data)
         self._backend = backend
-        self._key_type = key_type
+        self._key_type = parameters.key_type
         self._segment_size = segment_size
-        self._header_size = header_length(key_type)
+        self._header_size = parameters.header_length
         self._first_size = segment_size - self._header_size
         self._pending = SegmentBuffer(segment_size)
         self._salt: bytes | None = None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import aescore
-from app.core.schemes import DEFAULT_SCHEME
 from app.core.secret_memory import KeyMaterial
 from app.errors import PayloadTooLargeError
 
@@ -17,11 +16,9 @@ from .format import (
     as_key_material,
     as_view,
     check_ikm,
-    derived_key_size_of,
-    header_length,
     too_many_segments_message,
-    validate_segment_size,
 )
+from .parameters import KeyParameters, checked_parameters
 from .segments import SegmentBuffer, segment_keys
 
 __all__ = ["SealedEncryptor"]
@@ -35,15 +32,13 @@ class SealedEncryptor:
 
     Args:
         ikm: the key version's material (HKDF input key material).
-        key_type: ``aes128``, ``aes192`` or ``aes256`` (derived AES key of 16, 24 or 32 bytes).
-        segment_size: the key's ciphertext segment size, tag included.
+        parameters: the key's type, segment size and scheme (checked when they were built).
         associated_data: authenticated but not encrypted; the decryptor needs the same bytes.
         backend: the aescore backend doing the AES work; the derived key is expanded once per message.
-        scheme: the key's scheme (:mod:`app.core.schemes`): ``ctr-hmac`` (the default) or ``gcm``.
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: unknown ``key_type`` or ``scheme``, too short ``ikm`` or unusable ``segment_size``.
+        ValueError: too short ``ikm``.
     """
 
     __slots__ = (
@@ -52,38 +47,34 @@ class SealedEncryptor:
         "_header",
         "_header_sent",
         "_index",
-        "_key_type",
         "_keys",
         "_later_size",
+        "_parameters",
         "_pending",
-        "_scheme",
-        "_segment_size",
     )
 
     def __init__(
         self,
         ikm: KeyMaterial,
-        key_type: str,
-        segment_size: int,
+        parameters: KeyParameters,
         associated_data: bytes,
         backend: aescore.Backend,
-        *,
-        scheme: str = DEFAULT_SCHEME,
     ) -> None:
-        derived_size = derived_key_size_of(key_type)
-        validate_segment_size(key_type, segment_size, scheme)
+        parameters = checked_parameters(parameters)
+        derived_size = parameters.derived_key_size
+        segment_size = parameters.segment_size
         material = as_key_material("ikm", ikm)
         check_ikm(material, derived_size)
         info = as_bytes("associated_data", associated_data)
         salt = randomness.random_bytes(derived_size)
         nonce_prefix = randomness.random_bytes(NONCE_PREFIX_SIZE)
-        self._keys = segment_keys(scheme, material, salt, info, derived_size, nonce_prefix, backend)
-        header_size = header_length(key_type)
+        self._keys = segment_keys(
+            parameters.scheme, material, salt, info, derived_size, nonce_prefix, backend
+        )
+        header_size = parameters.header_length
         self._header = bytes([header_size]) + salt + nonce_prefix
         self._header_sent = False
-        self._key_type = key_type
-        self._scheme = scheme
-        self._segment_size = segment_size
+        self._parameters = parameters
         tag_size = self._keys.tag_size
         self._first_size = segment_size - header_size - tag_size
         self._later_size = segment_size - tag_size
@@ -108,7 +99,7 @@ class SealedEncryptor:
 
     def _seal(self, plaintext: memoryview, last: bool, parts: list[bytes]) -> None:
         if self._index >= MAX_SEGMENTS:
-            raise PayloadTooLargeError(too_many_segments_message(self._segment_size))
+            raise PayloadTooLargeError(too_many_segments_message(self._parameters.segment_size))
         nonce = self._keys.nonce(self._index, last)
         parts += self._keys.seal(nonce, plaintext, PIECE_SIZE)
         self._index += 1
@@ -192,7 +183,7 @@ class SealedEncryptor:
 
     def __repr__(self) -> str:
         return (
-            f"<SealedEncryptor key_type={self._key_type} scheme={self._scheme} "
-            f"segment_size={self._segment_size} "
+            f"<SealedEncryptor key_type={self._parameters.key_type} scheme={self._parameters.scheme} "
+            f"segment_size={self._parameters.segment_size} "
             f"segments_sealed={self._index} finalized={self._done}>"
         )

@@ -28,8 +28,6 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from app.errors import BadRequestError
-
 from ..changes import (
     CHANGE_KINDS,
     MASTER_KEY_ROTATED,
@@ -38,7 +36,6 @@ from ..changes import (
     ChangeBatch,
     check_since_arguments,
 )
-from ..checks import check_integer
 from ..records import utc_now
 
 if TYPE_CHECKING:
@@ -66,7 +63,12 @@ CHANGE_CHANNEL = "keystream_changes"
 
 
 def append_change(
-    conn: Connection, kind: str, *, key_name: str | None = None, token_id: str | None = None
+    conn: Connection,
+    kind: str,
+    *,
+    key_name: str | None = None,
+    token_id: str | None = None,
+    role_name: str | None = None,
 ) -> int:
     """Append one change row in the caller's transaction and return its sequence number.
 
@@ -77,32 +79,33 @@ def append_change(
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
     at = utc_now()
     row = conn.execute(
-        "INSERT INTO key_changes (kind, key_name, token_id, at) VALUES (%s, %s, %s, %s) RETURNING seq",
-        (kind, key_name, token_id, at),
+        "INSERT INTO key_changes (kind, key_name, token_id, at, role_name) VALUES (%s, %s, %s, %s, %s) "
+        "RETURNING seq",
+        (kind, key_name, token_id, at, role_name),
     ).fetchone()
     assert row is not None  # INSERT ... RETURNING always returns the row
     seq = int(row[0])
-    payload = encode_change(Change(seq, kind, key_name, token_id, at))
+    payload = encode_change(Change(seq, kind, key_name, token_id, at, role_name))
     conn.execute("SELECT pg_notify(%s, %s)", (CHANGE_CHANNEL, payload))
     return seq
 
 
 def encode_change(change: Change) -> str:
     """The ``NOTIFY`` payload of ``change``: JSON, far below PostgreSQL's 8000-byte payload limit."""
-    return json.dumps([change.seq, change.kind, change.key_name, change.token_id, change.at.isoformat()])
+    return json.dumps(
+        [change.seq, change.kind, change.key_name, change.token_id, change.at.isoformat(), change.role_name]
+    )
 
 
 def decode_change(payload: str) -> Change | None:
     """The change a ``NOTIFY`` payload describes, or ``None`` if it is not one (then it is a bare hint)."""
     try:
-        seq, kind, key_name, token_id, at = json.loads(payload)
-        change = Change(int(seq), str(kind), key_name, token_id, datetime.fromisoformat(at).astimezone(UTC))
+        seq, kind, key_name, token_id, at, role_name = json.loads(payload)
+        at_time = datetime.fromisoformat(at).astimezone(UTC)
+        change = Change(int(seq), str(kind), key_name, token_id, at_time, role_name)
     except (ValueError, TypeError):
         return None
-    if kind not in CHANGE_KINDS:
-        return None
-    names_one = (key_name is None) != (token_id is None)
-    if not names_one and not (kind == MASTER_KEY_ROTATED and key_name is None and token_id is None):
+    if kind not in CHANGE_KINDS or not change.names_what_its_kind_needs():
         return None
     return change
 
@@ -119,10 +122,11 @@ def changes_since(conn: Connection, seq: int, limit: int = MAX_CHANGES_PER_CALL)
                SELECT (SELECT through FROM key_changes_trimmed) AS trimmed_through,
                       (SELECT coalesce(max(seq), 0) FROM key_changes) AS newest
            ), wanted AS (
-               SELECT seq, kind, key_name, token_id, at FROM key_changes WHERE seq > %s ORDER BY seq LIMIT %s
+               SELECT seq, kind, key_name, token_id, at, role_name FROM key_changes
+               WHERE seq > %s ORDER BY seq LIMIT %s
            )
            SELECT state.trimmed_through, state.newest, wanted.seq, wanted.kind, wanted.key_name,
-                  wanted.token_id, wanted.at
+                  wanted.token_id, wanted.at, wanted.role_name
            FROM state LEFT JOIN wanted ON true ORDER BY wanted.seq""",
         (seq, limit),
     ).fetchall()
@@ -131,7 +135,7 @@ def changes_since(conn: Connection, seq: int, limit: int = MAX_CHANGES_PER_CALL)
     if seq < trimmed_through or seq > head:
         return ChangeBatch([], head, True)
     changes = [
-        Change(int(row[2]), row[3], row[4], row[5], row[6].astimezone(UTC))
+        Change(int(row[2]), row[3], row[4], row[5], row[6].astimezone(UTC), row[7])
         for row in rows
         if row[2] is not None
     ]
@@ -141,12 +145,8 @@ def changes_since(conn: Connection, seq: int, limit: int = MAX_CHANGES_PER_CALL)
 def trim_changes(conn: Connection, keep: int) -> int:
     """Delete all but the newest ``keep`` changes (in the caller's transaction); return how many went.
 
-    Raises:
-        BadRequestError: ``keep`` is not an int >= 0.
+    ``keep`` is an int >= 0 (:meth:`~app.keystore.base.KeyStore.trim_changes` checked it).
     """
-    check_integer("keep", keep)
-    if keep < 0:
-        raise BadRequestError(f"keep must be >= 0, got {keep}")
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (CHANGE_LOCK,))
     row = conn.execute(
         """WITH cut AS (

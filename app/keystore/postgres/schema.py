@@ -20,6 +20,9 @@ Version 3 adds each key's sealed ``scheme`` (:mod:`app.core.schemes`); keys stor
 before it get; see :mod:`app.keystore.rotation`). Version 6 adds the master key's generations and its
 rotation's state (:mod:`app.keystore.generations`; a keystore from before it is at generation 1, the seal's
 own key) and lets the change log record ``master_key_rotated``, a row naming neither a key nor a token.
+Version 7 adds the login roles (``auth_roles``: a role's policy and its method's bindings as JSON text) and
+the auth methods' configurations (``auth_methods``), each token's ``metadata`` (``{}`` for tokens stored
+before it), and a ``role_name`` column to the change log for the ``role_*`` kinds.
 """
 
 from __future__ import annotations
@@ -27,14 +30,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 from app.seal import Seal
 
+from .. import migrations as shared
 from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 from ..master import SEAL_ROWS, settle_seal
-from ..migrations import KeystoreSchemaError, Migration
+from ..migrations import KeystoreSchemaError, Migration, sql_list
 from ..records import utc_now
-from .changes import CHANGE_KINDS, MASTER_KEY_ROTATED
+from .changes import MASTER_KEY_ROTATED
 
 if TYPE_CHECKING:
     from .connections import Connection
@@ -44,14 +47,7 @@ __all__ = ["MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate", "read_me
 #: ``pg_advisory_xact_lock`` key held while migrating ("keystrea" as a big-endian 64-bit number).
 MIGRATION_LOCK = int.from_bytes(b"keystrea", "big") >> 1
 
-_KEY_TYPES_SQL = ", ".join(f"'{key_type}'" for key_type in KEY_TYPES)
-#: The change kinds before schema version 6 (which added ``master_key_rotated``) and 4 (``token_renewed``).
-_KINDS_BEFORE_6 = tuple(kind for kind in CHANGE_KINDS if kind != MASTER_KEY_ROTATED)
-_KINDS_BEFORE_4 = tuple(kind for kind in _KINDS_BEFORE_6 if kind != "token_renewed")
-_KINDS_V1_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_4)
-_KINDS_V4_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_6)
-_KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
-_SCHEMES_SQL = ", ".join(f"'{scheme}'" for scheme in SCHEMES)
+_KEY_TYPES_SQL = sql_list(KEY_TYPES)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -96,7 +92,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
             f"""CREATE TABLE key_changes (
                 seq      bigserial PRIMARY KEY,
-                kind     text NOT NULL CHECK (kind IN ({_KINDS_V1_SQL})),
+                kind     text NOT NULL CHECK (kind IN ({shared.CHANGE_KINDS_V1_SQL})),
                 key_name text,
                 token_id text,
                 at       timestamptz NOT NULL,
@@ -121,14 +117,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
-    Migration(
-        3,
-        "the sealed scheme of each key (existing keys: ctr-hmac)",
-        (
-            f"""ALTER TABLE keys ADD COLUMN scheme text NOT NULL DEFAULT '{DEFAULT_SCHEME}'
-                CHECK (scheme IN ({_SCHEMES_SQL}))""",
-        ),
-    ),
+    shared.KEY_SCHEME,
     Migration(
         4,
         "token lifetimes (ttl, expiry, renewal limit); the change log records token renewals",
@@ -138,17 +127,10 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ADD COLUMN max_expires_at timestamptz""",
             "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
             "ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check "
-            f"CHECK (kind IN ({_KINDS_V4_SQL}))",
+            f"CHECK (kind IN ({shared.CHANGE_KINDS_V4_SQL}))",
         ),
     ),
-    Migration(
-        5,
-        "automatic rotation period of each key (existing keys: 0, off)",
-        (
-            "ALTER TABLE keys ADD COLUMN auto_rotate_period integer NOT NULL DEFAULT 0 "
-            "CHECK (auto_rotate_period >= 0)",
-        ),
-    ),
+    shared.KEY_AUTO_ROTATE_PERIOD,
     Migration(
         6,
         "master key generations and the rotation's state; the change log records master key rotations",
@@ -170,11 +152,39 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
             "INSERT INTO master_key_rotation (generation, finished, rewrapped) VALUES (1, true, 0)",
             "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
-            f"ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check CHECK (kind IN ({_KINDS_SQL}))",
+            "ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check "
+            f"CHECK (kind IN ({shared.CHANGE_KINDS_V6_SQL}))",
             "ALTER TABLE key_changes DROP CONSTRAINT key_changes_check",
             f"""ALTER TABLE key_changes ADD CONSTRAINT key_changes_check CHECK (
                 (key_name IS NULL) <> (token_id IS NULL)
                 OR (kind = '{MASTER_KEY_ROTATED}' AND key_name IS NULL AND token_id IS NULL))""",
+        ),
+    ),
+    Migration(
+        7,
+        "login roles and auth method configurations; token metadata; the change log names roles",
+        (
+            """CREATE TABLE auth_roles (
+                name       text PRIMARY KEY,
+                method     text NOT NULL,
+                policy     text NOT NULL,
+                created_at timestamptz NOT NULL,
+                updated_at timestamptz NOT NULL
+            )""",
+            """CREATE TABLE auth_methods (
+                method     text PRIMARY KEY,
+                config     text NOT NULL,
+                updated_at timestamptz NOT NULL
+            )""",
+            "ALTER TABLE tokens ADD COLUMN metadata text NOT NULL DEFAULT '{}'",
+            "ALTER TABLE key_changes ADD COLUMN role_name text",
+            "ALTER TABLE key_changes DROP CONSTRAINT key_changes_kind_check",
+            "ALTER TABLE key_changes ADD CONSTRAINT key_changes_kind_check "
+            f"CHECK (kind IN ({shared.CHANGE_KINDS_SQL}))",
+            "ALTER TABLE key_changes DROP CONSTRAINT key_changes_check",
+            f"""ALTER TABLE key_changes ADD CONSTRAINT key_changes_check CHECK (
+                (key_name IS NOT NULL)::int + (token_id IS NOT NULL)::int + (role_name IS NOT NULL)::int
+                = (CASE WHEN kind IN ({shared.NAMELESS_KINDS_SQL}) THEN 0 ELSE 1 END))""",
         ),
     ),
 )

@@ -122,8 +122,10 @@ class PostgresKeyStore(KeyStore):
     def _run_read(self, work: Callable[[generations.Connection], T]) -> T:
         return self._database.read(work)
 
-    def _append_change(self, conn: generations.Connection, kind: str) -> None:
-        changes.append_change(cast("Connection", conn), kind)
+    def _append_change(
+        self, conn: generations.Connection, kind: str, *, role_name: str | None = None
+    ) -> None:
+        changes.append_change(cast("Connection", conn), kind, role_name=role_name)
 
     def __repr__(self) -> str:
         return f"<PostgresKeyStore {self._database.description}>"
@@ -295,13 +297,10 @@ class PostgresKeyStore(KeyStore):
         """
         return self._database.read(lambda conn: changes.changes_since(conn, seq, limit))
 
-    def trim_changes(self, keep: int) -> int:
-        """Delete all but the newest ``keep`` change-log rows; return how many were deleted.
-
-        A replica whose last applied number is below the trimmed part then gets ``trimmed=True``.
+    def _trim_changes(self, keep: int) -> int:
+        """See :meth:`KeyStore._trim_changes`.
 
         Raises:
-            BadRequestError: ``keep`` is not an int >= 0.
             KeystoreUnavailableError: the database cannot serve now.
         """
         return self._database.write(lambda conn: changes.trim_changes(conn, keep))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -23,12 +24,12 @@ __all__ = [
 
 _SELECT = (
     "SELECT token_id, secret_hash, scopes, key_patterns, description, created_at, ttl_seconds, expires_at, "
-    "max_expires_at FROM tokens"
+    "max_expires_at, metadata FROM tokens"
 )
 
 
 def _record(row: Sequence[Any]) -> TokenRecord:
-    token_id, secret_hash, scopes, patterns, description, created, ttl, expires, max_expires = row
+    token_id, secret_hash, scopes, patterns, description, created, ttl, expires, max_expires, metadata = row
     return TokenRecord(
         token_id=token_id,
         secret_hash=bytes(secret_hash),
@@ -39,6 +40,7 @@ def _record(row: Sequence[Any]) -> TokenRecord:
         ttl_seconds=ttl,
         expires_at=None if expires is None else expires.astimezone(UTC),
         max_expires_at=None if max_expires is None else max_expires.astimezone(UTC),
+        metadata=json.loads(metadata),
     )
 
 
@@ -46,7 +48,7 @@ def insert_token(conn: Connection, record: TokenRecord) -> bool:
     """Insert a checked ``record``; False when its id is taken."""
     row = conn.execute(
         "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at, "
-        "ttl_seconds, expires_at, max_expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        "ttl_seconds, expires_at, max_expires_at, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (token_id) DO NOTHING RETURNING token_id",
         (
             record.token_id,
@@ -58,6 +60,7 @@ def insert_token(conn: Connection, record: TokenRecord) -> bool:
             record.ttl_seconds,
             record.expires_at,
             record.max_expires_at,
+            json.dumps(dict(record.metadata), sort_keys=True),
         ),
     ).fetchone()
     return row is not None

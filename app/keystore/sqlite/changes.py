@@ -11,10 +11,7 @@ from __future__ import annotations
 import sqlite3
 from datetime import timedelta
 
-from app.errors import BadRequestError
-
 from ..changes import CHANGE_KINDS, Change, ChangeBatch, check_since_arguments
-from ..checks import check_integer
 from ..records import utc_now
 from ..tombstones import recently_deleted
 from .schema import from_text, to_text
@@ -23,14 +20,19 @@ __all__ = ["add_tombstone", "append_change", "changes_since", "check_tombstone",
 
 
 def append_change(
-    conn: sqlite3.Connection, kind: str, *, key_name: str | None = None, token_id: str | None = None
+    conn: sqlite3.Connection,
+    kind: str,
+    *,
+    key_name: str | None = None,
+    token_id: str | None = None,
+    role_name: str | None = None,
 ) -> int:
     """Append one change row in the caller's write transaction and return its sequence number."""
     if kind not in CHANGE_KINDS:
         raise ValueError(f"unknown change kind {kind!r}; allowed: {', '.join(CHANGE_KINDS)}")
     cursor = conn.execute(
-        "INSERT INTO key_changes (kind, key_name, token_id, at) VALUES (?, ?, ?, ?)",
-        (kind, key_name, token_id, to_text(utc_now())),
+        "INSERT INTO key_changes (kind, key_name, token_id, at, role_name) VALUES (?, ?, ?, ?, ?)",
+        (kind, key_name, token_id, to_text(utc_now()), role_name),
     )
     assert cursor.lastrowid is not None  # an INSERT into a rowid table always sets it
     return int(cursor.lastrowid)
@@ -49,22 +51,19 @@ def changes_since(conn: sqlite3.Connection, seq: int, limit: int) -> ChangeBatch
     if seq < trimmed_through or seq > head:
         return ChangeBatch([], head, True)
     rows = conn.execute(
-        "SELECT seq, kind, key_name, token_id, at FROM key_changes WHERE seq > ? ORDER BY seq LIMIT ?",
+        "SELECT seq, kind, key_name, token_id, at, role_name FROM key_changes WHERE seq > ? "
+        "ORDER BY seq LIMIT ?",
         (seq, limit),
     ).fetchall()
-    changes = [Change(int(row[0]), row[1], row[2], row[3], from_text(row[4])) for row in rows]
+    changes = [Change(int(row[0]), row[1], row[2], row[3], from_text(row[4]), row[5]) for row in rows]
     return ChangeBatch(changes, changes[-1].seq if changes else seq, False)
 
 
 def trim_changes(conn: sqlite3.Connection, keep: int) -> int:
     """Delete all but the newest ``keep`` changes (in the caller's write transaction); return how many went.
 
-    Raises:
-        BadRequestError: ``keep`` is not an int >= 0.
+    ``keep`` is an int >= 0 (:meth:`~app.keystore.base.KeyStore.trim_changes` checked it).
     """
-    check_integer("keep", keep)
-    if keep < 0:
-        raise BadRequestError(f"keep must be >= 0, got {keep}")
     row = conn.execute(
         "SELECT count(*), coalesce(max(seq), 0) FROM key_changes "
         "WHERE seq NOT IN (SELECT seq FROM key_changes ORDER BY seq DESC LIMIT ?)",

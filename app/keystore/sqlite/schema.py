@@ -11,7 +11,10 @@ SQLite cannot change a CHECK constraint in place, so the log is rebuilt with its
 stored before it get; see :mod:`app.keystore.rotation`). Version 6 adds the master key's generations and
 its rotation's state (:mod:`app.keystore.generations`; a keystore from before it is at generation 1, the
 seal's own key) and lets the change log record ``master_key_rotated``, a row naming neither a key nor a
-token (the log is rebuilt as in version 4).
+token (the log is rebuilt as in version 4). Version 7 adds the login roles (``auth_roles``: a role's policy
+and its method's bindings as JSON) and the auth methods' configurations (``auth_methods``), each token's
+``metadata`` (what a login records: its role and subject; ``{}`` for tokens stored before it), and a
+``role_name`` column to the change log for the ``role_*`` kinds (the log is rebuilt as in version 4).
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 from app.seal import Seal
 
-from ..changes import CHANGE_KINDS, MASTER_KEY_ROTATED
+from .. import migrations as shared
+from ..changes import MASTER_KEY_ROTATED
 from ..master import SEAL_ROWS, settle_seal
 from ..migrations import KeystoreSchemaError, Migration
 from ..records import utc_now
@@ -42,14 +45,6 @@ __all__ = [
 
 logger = logging.getLogger("app.keystore.sqlite")
 
-
-#: The change kinds before schema version 6 (which added ``master_key_rotated``) and 4 (``token_renewed``).
-_KINDS_BEFORE_6 = tuple(kind for kind in CHANGE_KINDS if kind != MASTER_KEY_ROTATED)
-_KINDS_BEFORE_4 = tuple(kind for kind in _KINDS_BEFORE_6 if kind != "token_renewed")
-_KINDS_V2_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_4)
-_KINDS_V4_SQL = ", ".join(f"'{kind}'" for kind in _KINDS_BEFORE_6)
-_KINDS_SQL = ", ".join(f"'{kind}'" for kind in CHANGE_KINDS)
-_SCHEMES_SQL = ", ".join(f"'{scheme}'" for scheme in SCHEMES)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -100,7 +95,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             # AUTOINCREMENT: a number is never reused, even after the newest rows were trimmed.
             f"""CREATE TABLE key_changes (
                 seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_V2_SQL})),
+                kind     TEXT NOT NULL CHECK (kind IN ({shared.CHANGE_KINDS_V1_SQL})),
                 key_name TEXT,
                 token_id TEXT,
                 at       TEXT NOT NULL,
@@ -119,14 +114,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
-    Migration(
-        3,
-        "the sealed scheme of each key (existing keys: ctr-hmac)",
-        (
-            f"""ALTER TABLE keys ADD COLUMN scheme TEXT NOT NULL DEFAULT '{DEFAULT_SCHEME}'
-                CHECK (scheme IN ({_SCHEMES_SQL}))""",
-        ),
-    ),
+    shared.KEY_SCHEME,
     Migration(
         4,
         "token lifetimes (ttl, expiry, renewal limit); the change log records token renewals",
@@ -136,7 +124,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE tokens ADD COLUMN max_expires_at TEXT",
             f"""CREATE TABLE key_changes_v4 (
                 seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_V4_SQL})),
+                kind     TEXT NOT NULL CHECK (kind IN ({shared.CHANGE_KINDS_V4_SQL})),
                 key_name TEXT,
                 token_id TEXT,
                 at       TEXT NOT NULL,
@@ -152,14 +140,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE key_changes_v4 RENAME TO key_changes",
         ),
     ),
-    Migration(
-        5,
-        "automatic rotation period of each key (existing keys: 0, off)",
-        (
-            "ALTER TABLE keys ADD COLUMN auto_rotate_period INTEGER NOT NULL DEFAULT 0 "
-            "CHECK (auto_rotate_period >= 0)",
-        ),
-    ),
+    shared.KEY_AUTO_ROTATE_PERIOD,
     Migration(
         6,
         "master key generations and the rotation's state; the change log records master key rotations",
@@ -182,7 +163,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO master_key_rotation (one, generation, finished, rewrapped) VALUES (1, 1, 1, 0)",
             f"""CREATE TABLE key_changes_v6 (
                 seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-                kind     TEXT NOT NULL CHECK (kind IN ({_KINDS_SQL})),
+                kind     TEXT NOT NULL CHECK (kind IN ({shared.CHANGE_KINDS_V6_SQL})),
                 key_name TEXT,
                 token_id TEXT,
                 at       TEXT NOT NULL,
@@ -196,6 +177,42 @@ MIGRATIONS: tuple[Migration, ...] = (
             "SELECT 'key_changes_v6', seq FROM sqlite_sequence WHERE name = 'key_changes'",
             "DROP TABLE key_changes",
             "ALTER TABLE key_changes_v6 RENAME TO key_changes",
+        ),
+    ),
+    Migration(
+        7,
+        "login roles and auth method configurations; token metadata; the change log names roles",
+        (
+            """CREATE TABLE auth_roles (
+                name       TEXT PRIMARY KEY,
+                method     TEXT NOT NULL,
+                policy     TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            """CREATE TABLE auth_methods (
+                method     TEXT PRIMARY KEY,
+                config     TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            "ALTER TABLE tokens ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'",
+            f"""CREATE TABLE key_changes_v7 (
+                seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+                kind      TEXT NOT NULL CHECK (kind IN ({shared.CHANGE_KINDS_SQL})),
+                key_name  TEXT,
+                token_id  TEXT,
+                at        TEXT NOT NULL,
+                role_name TEXT,
+                CHECK ((key_name IS NOT NULL) + (token_id IS NOT NULL) + (role_name IS NOT NULL)
+                       = (CASE WHEN kind IN ({shared.NAMELESS_KINDS_SQL}) THEN 0 ELSE 1 END))
+            )""",
+            "INSERT INTO key_changes_v7 (seq, kind, key_name, token_id, at) "
+            "SELECT seq, kind, key_name, token_id, at FROM key_changes",
+            "DELETE FROM sqlite_sequence WHERE name = 'key_changes_v7'",
+            "INSERT INTO sqlite_sequence (name, seq) "
+            "SELECT 'key_changes_v7', seq FROM sqlite_sequence WHERE name = 'key_changes'",
+            "DROP TABLE key_changes",
+            "ALTER TABLE key_changes_v7 RENAME TO key_changes",
         ),
     ),
 )

@@ -101,8 +101,10 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             return work(conn)
 
-    def _append_change(self, conn: generations.Connection, kind: str) -> None:
-        changes.append_change(cast(sqlite3.Connection, conn), kind)
+    def _append_change(
+        self, conn: generations.Connection, kind: str, *, role_name: str | None = None
+    ) -> None:
+        changes.append_change(cast(sqlite3.Connection, conn), kind, role_name=role_name)
 
     def __repr__(self) -> str:
         return f"<SqliteKeyStore path={str(self.path)!r}>"
@@ -243,8 +245,8 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             return changes.changes_since(conn, seq, limit)
 
-    def trim_changes(self, keep: int) -> int:
-        """See :meth:`KeyStore.trim_changes`."""
+    def _trim_changes(self, keep: int) -> int:
+        """See :meth:`KeyStore._trim_changes`."""
         with self._write() as conn:
             return changes.trim_changes(conn, keep)
 

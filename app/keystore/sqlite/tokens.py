@@ -20,7 +20,7 @@ from .schema import from_text, to_text
 
 _SELECT = (
     "SELECT token_id, secret_hash, scopes, key_patterns, description, created_at, ttl_seconds, expires_at, "
-    "max_expires_at FROM tokens"
+    "max_expires_at, metadata FROM tokens"
 )
 
 
@@ -36,7 +36,7 @@ def insert_token(conn: sqlite3.Connection, record: TokenRecord) -> None:
         raise ConflictError(f"token {record.token_id!r} already exists")
     conn.execute(
         "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at, "
-        "ttl_seconds, expires_at, max_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "ttl_seconds, expires_at, max_expires_at, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         values,
     )
 
@@ -88,6 +88,7 @@ def token_values(record: TokenRecord) -> tuple[object, ...]:
         checked.ttl_seconds,
         _optional_text(checked.expires_at),
         _optional_text(checked.max_expires_at),
+        json.dumps(dict(checked.metadata), sort_keys=True),
     )
 
 
@@ -96,7 +97,7 @@ def _optional_text(moment: datetime | None) -> str | None:
 
 
 def _token_from_row(row: Sequence[Any]) -> TokenRecord:
-    token_id, secret_hash, scopes, patterns, description, created, ttl, expires, max_expires = row
+    token_id, secret_hash, scopes, patterns, description, created, ttl, expires, max_expires, metadata = row
     return TokenRecord(
         token_id=token_id,
         secret_hash=bytes(secret_hash),
@@ -107,4 +108,5 @@ def _token_from_row(row: Sequence[Any]) -> TokenRecord:
         ttl_seconds=ttl,
         expires_at=None if expires is None else from_text(expires),
         max_expires_at=None if max_expires is None else from_text(max_expires),
+        metadata=json.loads(metadata),
     )

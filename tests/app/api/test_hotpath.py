@@ -15,7 +15,7 @@ from starlette.responses import Response
 from app.api import hotpath
 from app.api.streaming import OctetsResponse
 from app.core.config import Settings
-from app.formats.sealed import SealedDecryptor, SealedEncryptor
+from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor
 from app.formats.sealed import randomness as sealed_randomness
 from tests.app.api.conftest import Api, running_api
 
@@ -180,11 +180,10 @@ async def test_small_bodies_are_the_encryptors_bytes(
     sealed = await api.encrypt("k", plaintext, headers=headers)
     assert sealed.status_code == 200, sealed.text
     fixed_randomness()
-    encryptor = SealedEncryptor(key.material, key.key_type, key.segment_size, ad, backend, scheme=scheme)
+    assert key.parameters == KeyParameters("aes256", 4096, scheme)
+    encryptor = SealedEncryptor(key.material, key.parameters, ad, backend)
     assert sealed.content == encryptor.update(plaintext) + encryptor.finalize()
-    decryptor = SealedDecryptor(
-        [(1, key.material)], key.key_type, key.segment_size, ad, backend, scheme=scheme
-    )
+    decryptor = SealedDecryptor([(1, key.material)], key.parameters, ad, backend)
     assert decryptor.update(sealed.content) + decryptor.finalize() == plaintext
     opened = await api.decrypt("k", sealed.content, headers=headers)
     assert opened.status_code == 200 and opened.content == plaintext

@@ -93,3 +93,76 @@ async def test_other_malformed_json_is_still_422(api: Api) -> None:
         response = await api.client.post(path, content=b'{"name":', headers=headers)
         assert response.status_code == 422, (path, response.text)
         assert response.json()["error"]["code"] == "validation_error"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+@pytest.mark.parametrize(
+    ("method", "path", "document"),
+    [
+        ("POST", "/v1/keys", '{"name":"wide"}'),
+        ("PATCH", "/v1/keys/utf", '{"deletion_allowed":true}'),
+        ("POST", "/v1/keys/utf/datakey", '{"type":"aes256","plaintext":false}'),
+        ("POST", "/v1/tokens", '{"scopes":["encrypt"]}'),
+    ],
+)
+async def test_fastapi_body_in_another_unicode_encoding_is_422(
+    api: Api, caplog: pytest.LogCaptureFixture, encoding: str, method: str, path: str, document: str
+) -> None:
+    """JSON exchanged between systems is UTF-8 (RFC 8259): Python's reader guessed UTF-16/32 from the zero
+    bytes and answered 201/200, where the batch routes answer 422."""
+    await api.create_key("utf")
+    headers = {**api.auth(), "Content-Type": "application/json"}
+    utf8 = await api.client.request(method, path, content=document.encode(), headers=headers)
+    assert utf8.status_code in (200, 201), utf8.text  # the same document in UTF-8 is fine
+    if path == "/v1/keys":
+        await api.client.delete("/v1/keys/wide", headers=api.auth())
+    response = await api.client.request(method, path, content=document.encode(encoding), headers=headers)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "validation_error" and "JSON decode error" in error["message"], error
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize(
+    ("path", "template"),
+    [
+        ("/v1/tokens", '{"scopes":["encrypt"],"ttl":CONSTANT}'),
+        ("/v1/keys", '{"name":"nan","auto_rotate_period":CONSTANT}'),
+        ("/v1/keys/utf/datakey", '{"type":"aes256","plaintext":false,"associated_data":CONSTANT}'),
+    ],
+)
+async def test_fastapi_body_with_nan_or_infinity_is_422(
+    api: Api, caplog: pytest.LogCaptureFixture, constant: str, path: str, template: str
+) -> None:
+    """``NaN`` and ``Infinity`` are not JSON numbers: refused where they stand, whatever the field's type."""
+    await api.create_key("utf")
+    headers = {**api.auth(), "Content-Type": "application/json"}
+    response = await api.client.post(path, content=template.replace("CONSTANT", constant), headers=headers)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "validation_error", error
+    assert f"JSON decode error: {constant} is not a JSON number" in error["message"], error
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR], caplog.text
+
+
+def test_every_fastapi_route_reads_json_strictly() -> None:
+    """A router of :mod:`app.api.routes` without :class:`StrictJsonRoute` would take UTF-16 and NaN again."""
+    import importlib
+    import pkgutil
+
+    from fastapi import APIRouter
+
+    import app.api.routes
+    from app.api.strict_json import StrictJsonRoute
+
+    routers = [
+        value
+        for module in pkgutil.iter_modules(app.api.routes.__path__)
+        for value in vars(importlib.import_module(f"app.api.routes.{module.name}")).values()
+        if isinstance(value, APIRouter)
+    ]
+    assert len(routers) >= 8
+    loose = [
+        route.path for router in routers for route in router.routes if not isinstance(route, StrictJsonRoute)
+    ]
+    assert loose == []

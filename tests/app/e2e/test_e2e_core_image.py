@@ -4,7 +4,8 @@ As root (CI runs the suite as root): ``gcore`` attaches with root's ptrace, so t
 core dumps off (``PR_SET_DUMPABLE`` 0); ``KEYSTREAM_ALLOW_CORE_DUMPS`` is not set. ``SIGUSR2`` is the
 testing-only trigger (``KEYSTREAM_TESTING_WIPE_ON_SIGUSR2``) for what sealing does to memory
 (:func:`app.state.wipe_secrets`) under the file seal, which cannot be sealed online; the shamir seal is
-sealed with the real ``POST /v1/sys/seal``. See ``bench/core_image.py`` for what is measured.
+sealed with the real ``POST /v1/sys/seal``. With ``backend=python`` the keys are used through the python
+backend's process pool, whose workers are imaged too. See ``bench/core_image.py`` for what is measured.
 """
 
 from __future__ import annotations
@@ -20,15 +21,26 @@ from bench.core_image import measure
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # core images of real servers, searched whole: alone
 
 
-@pytest.mark.parametrize("seal", ["file", "shamir"])
-def test_core_images_hold_no_master_key_and_no_version_after_the_wipe(tmp_path: Path, seal: str) -> None:
+@pytest.mark.parametrize(
+    ("seal", "backend"),
+    [("file", "aesni"), ("shamir", "aesni"), ("file", "python"), ("shamir", "python")],
+)
+def test_core_images_hold_no_master_key_and_no_version_after_the_wipe(
+    tmp_path: Path, seal: str, backend: str
+) -> None:
+    """With ``backend=python`` every request's crypto runs in the pool's worker processes, which are imaged
+    too: the key reaches them through shared slots left out of dumps, never in a pickle."""
     assert os.geteuid() == 0, "gcore needs root (ptrace of the non-dumpable workers): run the suite as root"
     assert shutil.which("gcore"), "gcore missing: scripts/install-tools.sh installs Debian's gdb"
-    counts = measure(tmp_path, keys=100, workers=2, seal=seal)
+    counts = measure(tmp_path, keys=100, workers=2, seal=seal, backend=backend)
     before, after = counts["before"], counts["after"]
-    print(f"core images, {seal} seal, 100 keys used: before {before}, after {after}")
+    print(f"core images, {seal} seal, {backend}, 100 keys used: before {before}, after {after}")
     # file: the supervisor and both workers; shamir: its one worker (the server process itself)
     assert before.processes >= (3 if seal == "file" else 1)
+    if backend == "python":
+        # a pool starts in a worker at its first python request: one client's connection reaches one worker
+        assert before.pool_workers >= 1  # imaged while in use
+        assert after.pool_workers == 0  # the wipe stopped them
     assert not before.master_key_found
     assert not after.master_key_found
     assert after.versions_found == 0

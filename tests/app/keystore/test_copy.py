@@ -18,7 +18,7 @@ import pytest
 
 import aescore
 from app.errors import KeyExistsError
-from app.formats.sealed import SealedDecryptor, SealedEncryptor
+from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor
 from app.keystore import KeyStore, KeyUnwrapError, SqliteKeyStore, TokenRecord
 from app.keystore.copy import CopyConflictError, copy_keystore
 from app.keystore.generations import MasterRotation
@@ -77,7 +77,7 @@ def _fill(store: KeyStore) -> None:
 
 def _seal(material: bytes, key_type: str, segment_size: int, scheme: str, plaintext: bytes) -> bytes:
     encryptor = SealedEncryptor(
-        material, key_type, segment_size, AD, aescore.get_backend("python"), scheme=scheme
+        material, KeyParameters(key_type, segment_size, scheme), AD, aescore.get_backend("python")
     )
     return encryptor.update(plaintext) + encryptor.finalize()
 
@@ -86,7 +86,7 @@ def _open(
     candidates: list[tuple[int, bytes]], key_type: str, segment_size: int, scheme: str, data: bytes
 ) -> bytes:
     decryptor = SealedDecryptor(
-        candidates, key_type, segment_size, AD, aescore.get_backend("python"), scheme=scheme
+        candidates, KeyParameters(key_type, segment_size, scheme), AD, aescore.get_backend("python")
     )
     return decryptor.update(data) + decryptor.finalize()
 

@@ -11,17 +11,9 @@ from anyio import CapacityLimiter
 from prometheus_client import REGISTRY
 
 import aescore
-from app.formats.sealed import SealedDecryptor, SealedEncryptor, SealedRewrapper
-from app.services.crypto_step import (
-    TRIAL_OVERHEAD_BYTES,
-    TRIAL_THREADS,
-    CryptoStep,
-    raw_step,
-    run_timed,
-    sealed_step,
-    trial_limiter,
-    trial_work,
-)
+from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor, SealedRewrapper
+from app.services.crypto_step import CryptoStep, raw_step, sealed_step
+from app.services.crypto_work import TRIAL_OVERHEAD_BYTES, TRIAL_THREADS, run_timed, trial_limiter, trial_work
 from app.services.offload import ProcessOffloadBackend, run_crypto
 
 PYTHON = aescore.get_backend("python")
@@ -105,10 +97,10 @@ async def test_a_trial_over_many_key_versions_leaves_the_event_loop(
     message count 40 HKDFs and 40 HMACs, more than the 1 MiB budget; one or two stay inline."""
     backend = InlinePython()
     candidates = [(version, os.urandom(32)) for version in range(versions, 0, -1)]
-    sealer = SealedEncryptor(candidates[-1][1], "aes128", 4096, b"", backend, scheme=scheme)
+    sealer = SealedEncryptor(candidates[-1][1], KeyParameters("aes128", 4096, scheme), b"", backend)
     message = sealer.update(b"m" * 1000) + sealer.finalize()
     decryptor = ThreadRecordingDecryptor(
-        candidates, "aes128", 4096, b"", backend, scheme=scheme, limiter=trial_limiter()
+        candidates, KeyParameters("aes128", 4096, scheme), b"", backend, limiter=trial_limiter()
     )
     step = sealed_step(backend, "decrypt", decryptor, 4096, inline_max=1 << 20, candidates=versions)
 
@@ -136,10 +128,12 @@ def test_a_rewrap_step_weighs_each_byte_twice() -> None:
     segment = 1 << 20
 
     def rewrapper() -> SealedRewrapper:
-        decryptor = SealedDecryptor([(1, material)], "aes256", segment, b"", backend)
-        return SealedRewrapper(decryptor, SealedEncryptor(material, "aes256", segment, b"", backend))
+        decryptor = SealedDecryptor([(1, material)], KeyParameters("aes256", segment), b"", backend)
+        return SealedRewrapper(
+            decryptor, SealedEncryptor(material, KeyParameters("aes256", segment), b"", backend)
+        )
 
-    encryptor = SealedEncryptor(material, "aes256", segment, b"", backend)
+    encryptor = SealedEncryptor(material, KeyParameters("aes256", segment), b"", backend)
     assert not sealed_step(backend, "encrypt", encryptor, segment, inline_max=1 << 20).offloads
     assert sealed_step(backend, "rewrap", rewrapper(), segment, inline_max=1 << 20).offloads
     assert not sealed_step(backend, "rewrap", rewrapper(), segment, inline_max=2 << 20).offloads

@@ -10,6 +10,7 @@ import pytest
 import aescore
 from aescore.sealing import _sealed
 from app.formats.sealed import (
+    KeyParameters,
     SealedDecryptionError,
     SealedDecryptor,
     SealedEncryptor,
@@ -54,14 +55,16 @@ class Randomness:
 
 
 def python_seal(ikm: bytes, key_type: str, segment_size: int, plaintext: bytes, ad: bytes) -> bytes:
-    encryptor = SealedEncryptor(ikm, key_type, segment_size, ad, aescore.get_backend("python"))
+    encryptor = SealedEncryptor(ikm, KeyParameters(key_type, segment_size), ad, aescore.get_backend("python"))
     return encryptor.update(plaintext) + encryptor.finalize()
 
 
 def python_open(
     candidates: list[tuple[int, bytes]], key_type: str, segment_size: int, data: bytes, ad: bytes
 ) -> tuple[bytes, int] | SealedDecryptionError:
-    decryptor = SealedDecryptor(candidates, key_type, segment_size, ad, aescore.get_backend("python"))
+    decryptor = SealedDecryptor(
+        candidates, KeyParameters(key_type, segment_size), ad, aescore.get_backend("python")
+    )
     try:
         plaintext = decryptor.update(data) + decryptor.finalize()
     except SealedDecryptionError as exc:
@@ -87,13 +90,15 @@ def test_native_seal_is_byte_for_byte_the_python_encryptor(
     ikm = rng.randbytes(32)
     plaintexts, ads = cases(key_type, segment_size, rng)
     monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(1))
-    native = seal_many(ikm, key_type, segment_size, plaintexts, ads, aesni)
+    native = seal_many(ikm, KeyParameters(key_type, segment_size), plaintexts, ads, aesni)
     # The batch takes salt then nonce prefix per item from one call: the same bytes in the same order.
     monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(1))
     expected = [python_seal(ikm, key_type, segment_size, p, a) for p, a in zip(plaintexts, ads, strict=True)]
     assert native == expected
     # Native open of Python-sealed messages (and so of its own) returns the plaintexts and the version.
-    opened = open_many([(3, rng.randbytes(32)), (2, ikm)], key_type, segment_size, expected, ads, aesni)
+    opened = open_many(
+        [(3, rng.randbytes(32)), (2, ikm)], KeyParameters(key_type, segment_size), expected, ads, aesni
+    )
     assert opened == [(p, 2) for p in plaintexts]
 
 
@@ -102,7 +107,7 @@ def test_python_opens_native_sealed_messages(aesni: aescore.Backend, key_type: s
     rng = random.Random(8)
     ikm = rng.randbytes(32)
     plaintexts, ads = cases(key_type, 200, rng)
-    native = seal_many(ikm, key_type, 200, plaintexts, ads, aesni)
+    native = seal_many(ikm, KeyParameters(key_type, 200), plaintexts, ads, aesni)
     assert len({bytes(c[:40]) for c in native if isinstance(c, bytes)}) == len(native)  # fresh salt per item
     for ciphertext, plaintext, ad in zip(native, plaintexts, ads, strict=True):
         assert isinstance(ciphertext, bytes)
@@ -120,7 +125,7 @@ def test_native_errors_are_the_decryptors_errors(aesni: aescore.Backend, sha_imp
         items.append(bytes(changed))
     items.append(good)
     candidates = [(4, bytes(32)), (1, ikm)]
-    native = open_many(candidates, "aes128", 100, items, [b"ad"] * len(items), aesni)
+    native = open_many(candidates, KeyParameters("aes128", 100), items, [b"ad"] * len(items), aesni)
     python = [python_open(candidates, "aes128", 100, item, b"ad") for item in items]
     assert native[-1] == python[-1] == (b"q" * 150, 1)
     for ours, theirs in zip(native[:-1], python[:-1], strict=True):
@@ -135,7 +140,7 @@ def test_every_truncation_fails_as_the_decryptor_does(aesni: aescore.Backend, pl
     ikm = bytes(range(32))
     good = python_seal(ikm, "aes128", 100, b"t" * plaintext_size, b"")
     items = [good[:cut] for cut in range(len(good))]
-    native = open_many([(1, ikm)], "aes128", 100, items, [b""] * len(items), aesni)
+    native = open_many([(1, ikm)], KeyParameters("aes128", 100), items, [b""] * len(items), aesni)
     for item, ours in zip(items, native, strict=True):
         theirs = python_open([(1, ikm)], "aes128", 100, item, b"")
         assert isinstance(ours, SealedDecryptionError) and isinstance(theirs, SealedDecryptionError)
@@ -144,8 +149,8 @@ def test_every_truncation_fails_as_the_decryptor_does(aesni: aescore.Backend, pl
 
 def test_more_candidates_is_read_once_for_the_items_no_version_opens(aesni: aescore.Backend) -> None:
     old, new = bytes(range(32)), bytes(range(1, 33))
-    by_new = seal_many(new, "aes256", 300, [b"fresh", b"also"], [b"", b""], aesni)
-    by_old = seal_many(old, "aes256", 300, [b"cached"], [b""], aesni)
+    by_new = seal_many(new, KeyParameters("aes256", 300), [b"fresh", b"also"], [b"", b""], aesni)
+    by_old = seal_many(old, KeyParameters("aes256", 300), [b"cached"], [b""], aesni)
     items = [c for c in [*by_new, *by_old] if isinstance(c, bytes)]
     calls: list[int] = []
 
@@ -154,7 +159,12 @@ def test_more_candidates_is_read_once_for_the_items_no_version_opens(aesni: aesc
         return [(1, old), (2, new)]
 
     opened = open_many(
-        [(1, old)], "aes256", 300, [*items, b"\x28" + bytes(100)], [b""] * 4, aesni, more_candidates=more
+        [(1, old)],
+        KeyParameters("aes256", 300),
+        [*items, b"\x28" + bytes(100)],
+        [b""] * 4,
+        aesni,
+        more_candidates=more,
     )
     assert opened[:3] == [(b"fresh", 2), (b"also", 2), (b"cached", 1)]
     assert isinstance(opened[3], SealedDecryptionError)
@@ -167,9 +177,9 @@ def test_more_candidates_is_read_once_for_the_items_no_version_opens(aesni: aesc
         return []
 
     cached = [c for c in by_old if isinstance(c, bytes)]
-    assert open_many([(1, old)], "aes256", 300, cached, [b""], aesni, more_candidates=never) == [
-        (b"cached", 1)
-    ]
+    assert open_many(
+        [(1, old)], KeyParameters("aes256", 300), cached, [b""], aesni, more_candidates=never
+    ) == [(b"cached", 1)]
     assert untouched == []
 
 
@@ -184,9 +194,9 @@ def test_python_backend_keeps_the_python_path(monkeypatch: pytest.MonkeyPatch) -
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(backend, "ctr_xor", counting)
-    sealed_items = seal_many(bytes(32), "aes128", 4096, [b"a", b"b"], [b"", b""], backend)
+    sealed_items = seal_many(bytes(32), KeyParameters("aes128", 4096), [b"a", b"b"], [b"", b""], backend)
     assert len(calls) == 2
-    opened = open_many([(1, bytes(32))], "aes128", 4096, sealed_items, [b"", b""], backend)  # type: ignore[arg-type]
+    opened = open_many([(1, bytes(32))], KeyParameters("aes128", 4096), sealed_items, [b"", b""], backend)  # type: ignore[arg-type]
     assert opened == [(b"a", 1), (b"b", 1)]
 
 
@@ -198,23 +208,25 @@ def test_tink_decrypts_native_batches(
     ads = [b"a", b"", b"context"]
     for key_type, derived in (("aes128", 16), ("aes256", 32)):
         tink = tink_factory([(7, ikm)], derived, 4096)
-        native = seal_many(ikm, key_type, 4096, plaintexts, ads, aesni)
+        native = seal_many(ikm, KeyParameters(key_type, 4096), plaintexts, ads, aesni)
         for ciphertext, plaintext, ad in zip(native, plaintexts, ads, strict=True):
             assert isinstance(ciphertext, bytes)
             assert tink.decrypt(ciphertext, ad) == plaintext
         from_tink = [tink.encrypt(p, a) for p, a in zip(plaintexts, ads, strict=True)]
-        assert open_many([(7, ikm)], key_type, 4096, from_tink, ads, aesni) == [(p, 7) for p in plaintexts]
+        assert open_many([(7, ikm)], KeyParameters(key_type, 4096), from_tink, ads, aesni) == [
+            (p, 7) for p in plaintexts
+        ]
 
 
 def test_format_errors_are_checked_up_front(aesni: aescore.Backend) -> None:
     with pytest.raises(ValueError, match="key_type"):
-        seal_many(bytes(32), "aes512", 4096, [], [], aesni)
+        seal_many(bytes(32), KeyParameters("aes512", 4096), [], [], aesni)
     with pytest.raises(ValueError, match="segment_size"):
-        seal_many(bytes(32), "aes128", 10, [], [], aesni)
+        seal_many(bytes(32), KeyParameters("aes128", 10), [], [], aesni)
     with pytest.raises(ValueError, match="key material"):
-        open_many([(1, bytes(8))], "aes128", 4096, [], [], aesni)
+        open_many([(1, bytes(8))], KeyParameters("aes128", 4096), [], [], aesni)
     with pytest.raises(ValueError, match="candidates"):
-        open_many([], "aes128", 4096, [], [], aesni)
+        open_many([], KeyParameters("aes128", 4096), [], [], aesni)
 
 
 # -- gcm keys: one-segment messages sealed without an encryptor --
@@ -223,7 +235,7 @@ def test_format_errors_are_checked_up_front(aesni: aescore.Backend) -> None:
 def gcm_seal(
     ikm: bytes, key_type: str, segment_size: int, plaintext: bytes, ad: bytes, backend: aescore.Backend
 ) -> bytes:
-    encryptor = SealedEncryptor(ikm, key_type, segment_size, ad, backend, scheme="gcm")
+    encryptor = SealedEncryptor(ikm, KeyParameters(key_type, segment_size, "gcm"), ad, backend)
     return encryptor.update(plaintext) + encryptor.finalize()
 
 
@@ -240,7 +252,7 @@ def test_gcm_one_segment_seal_is_byte_for_byte_the_encryptor(
     plaintexts = [rng.randbytes(n) for n in (0, 1, 100, capacity - 1, capacity)]
     ads = [rng.randbytes(n % 3 * 17) for n in range(len(plaintexts))]
     monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(5))
-    batch = seal_many(ikm, key_type, segment_size, plaintexts, ads, backend, scheme="gcm")
+    batch = seal_many(ikm, KeyParameters(key_type, segment_size, "gcm"), plaintexts, ads, backend)
     monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(5))
     expected = [
         gcm_seal(ikm, key_type, segment_size, p, a, backend) for p, a in zip(plaintexts, ads, strict=True)
@@ -256,9 +268,9 @@ def test_gcm_batch_mixes_one_segment_and_longer_messages(aesni: aescore.Backend)
     sizes = [capacity + 1, 5, 3 * segment_size, capacity, 0, capacity + 2]
     plaintexts = [rng.randbytes(n) for n in sizes]
     ads = [b"a" * (n % 5) for n in sizes]
-    sealed = seal_many(ikm, key_type, segment_size, plaintexts, ads, aesni, scheme="gcm")
+    sealed = seal_many(ikm, KeyParameters(key_type, segment_size, "gcm"), plaintexts, ads, aesni)
     assert all(isinstance(item, bytes) for item in sealed)
-    opened = open_many([(1, ikm)], key_type, segment_size, sealed, ads, aesni, scheme="gcm")  # type: ignore[arg-type]
+    opened = open_many([(1, ikm)], KeyParameters(key_type, segment_size, "gcm"), sealed, ads, aesni)  # type: ignore[arg-type]
     assert opened == [(p, 1) for p in plaintexts]
     tink = TinkStreamingAead([(1, ikm)], 16, segment_size, "gcm")
     assert [tink.decrypt(item, ad) for item, ad in zip(sealed, ads, strict=True)] == plaintexts  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 import aescore
 from aescore.sealing import _sealed
 from app.formats.sealed import (
+    KeyParameters,
     SealedDecryptionError,
     SealedDecryptor,
     SealedEncryptor,
@@ -44,7 +45,9 @@ def aesni() -> aescore.Backend:
 
 
 def per_item_seal(ikm: bytes, key_type: str, segment_size: int, plaintext: bytes, ad: bytes) -> bytes:
-    encryptor = SealedEncryptor(ikm, key_type, segment_size, ad, aescore.get_backend("python"), scheme="gcm")
+    encryptor = SealedEncryptor(
+        ikm, KeyParameters(key_type, segment_size, "gcm"), ad, aescore.get_backend("python")
+    )
     return encryptor.update(plaintext) + encryptor.finalize()
 
 
@@ -52,7 +55,7 @@ def per_item_open(
     candidates: list[tuple[int, bytes]], key_type: str, segment_size: int, data: bytes, ad: bytes
 ) -> tuple[bytes, int] | SealedDecryptionError:
     decryptor = SealedDecryptor(
-        candidates, key_type, segment_size, ad, aescore.get_backend("python"), scheme="gcm"
+        candidates, KeyParameters(key_type, segment_size, "gcm"), ad, aescore.get_backend("python")
     )
     try:
         plaintext = decryptor.update(data) + decryptor.finalize()
@@ -109,7 +112,7 @@ def test_native_gcm_seal_is_byte_for_byte_the_per_item_path_and_the_model(
         return source(n)
 
     monkeypatch.setattr(sealed_randomness, "random_bytes", recording)
-    native = seal_many(ikm, key_type, segment_size, plaintexts, ads, aesni, scheme="gcm")
+    native = seal_many(ikm, KeyParameters(key_type, segment_size, "gcm"), plaintexts, ads, aesni)
     assert drawn == [(DERIVED[key_type] + 7) * len(plaintexts)]  # one CSPRNG call, a fresh slice per item
     monkeypatch.setattr(sealed_randomness, "random_bytes", Randomness(4))
     expected = [
@@ -123,13 +126,13 @@ def test_native_gcm_seal_is_byte_for_byte_the_per_item_path_and_the_model(
         for i, (p, a) in enumerate(zip(plaintexts, ads, strict=True))
     ]
     opened = open_many(
-        [(3, rng.randbytes(32)), (2, ikm)], key_type, segment_size, expected, ads, aesni, scheme="gcm"
+        [(3, rng.randbytes(32)), (2, ikm)], KeyParameters(key_type, segment_size, "gcm"), expected, ads, aesni
     )
     assert opened == [(p, 2) for p in plaintexts]
 
 
 def test_native_gcm_salts_and_nonces_are_fresh_per_item(aesni: aescore.Backend) -> None:
-    sealed = seal_many(bytes(32), "aes256", 4096, [b"same"] * 50, [b""] * 50, aesni, scheme="gcm")
+    sealed = seal_many(bytes(32), KeyParameters("aes256", 4096, "gcm"), [b"same"] * 50, [b""] * 50, aesni)
     headers = {bytes(item[: header_length("aes256")]) for item in sealed if isinstance(item, bytes)}
     assert len(headers) == 50
 
@@ -147,7 +150,7 @@ def test_native_gcm_errors_are_the_decryptors_errors(aesni: aescore.Backend) -> 
     items += [good[:cut] for cut in range(len(good))]
     items.append(good)
     candidates = [(4, bytes(32)), (1, ikm)]
-    native = open_many(candidates, "aes128", 100, items, [b"ad"] * len(items), aesni, scheme="gcm")
+    native = open_many(candidates, KeyParameters("aes128", 100, "gcm"), items, [b"ad"] * len(items), aesni)
     reference = [per_item_open(candidates, "aes128", 100, item, b"ad") for item in items]
     assert native[-1] == reference[-1] == (b"q" * 150, 1)
     for item, ours, theirs in zip(items[:-1], native[:-1], reference[:-1], strict=True):
@@ -158,12 +161,12 @@ def test_native_gcm_errors_are_the_decryptors_errors(aesni: aescore.Backend) -> 
 def test_native_gcm_binds_the_associated_data(aesni: aescore.Backend) -> None:
     ikm = bytes(range(32))
     sealed = seal_many(
-        ikm, "aes256", 4096, [b"x", b"", b"y" * 5000], [b"ctx", b"ctx", b"ctx"], aesni, scheme="gcm"
+        ikm, KeyParameters("aes256", 4096, "gcm"), [b"x", b"", b"y" * 5000], [b"ctx", b"ctx", b"ctx"], aesni
     )
     items = [item for item in sealed if isinstance(item, bytes)]
-    wrong = open_many([(1, ikm)], "aes256", 4096, items, [b"ctY", b"", b"ctx "], aesni, scheme="gcm")
+    wrong = open_many([(1, ikm)], KeyParameters("aes256", 4096, "gcm"), items, [b"ctY", b"", b"ctx "], aesni)
     assert all(isinstance(result, SealedDecryptionError) and result.segment_index == 0 for result in wrong)
-    assert open_many([(1, ikm)], "aes256", 4096, items, [b"ctx"] * 3, aesni, scheme="gcm") == [
+    assert open_many([(1, ikm)], KeyParameters("aes256", 4096, "gcm"), items, [b"ctx"] * 3, aesni) == [
         (b"x", 1),
         (b"", 1),
         (b"y" * 5000, 1),
@@ -191,9 +194,9 @@ def test_tink_reads_native_gcm_batches_and_native_reads_tinks(
     ads = [b"a", b"", b"context"]
     for key_type in ("aes128", "aes256"):
         tink = tink_factory([(7, ikm)], DERIVED[key_type], 4096, "gcm")
-        native = seal_many(ikm, key_type, 4096, plaintexts, ads, aesni, scheme="gcm")
+        native = seal_many(ikm, KeyParameters(key_type, 4096, "gcm"), plaintexts, ads, aesni)
         assert [tink.decrypt(c, a) for c, a in zip(native, ads, strict=True)] == plaintexts  # type: ignore[arg-type]
         from_tink = [tink.encrypt(p, a) for p, a in zip(plaintexts, ads, strict=True)]
-        assert open_many([(7, ikm)], key_type, 4096, from_tink, ads, aesni, scheme="gcm") == [
+        assert open_many([(7, ikm)], KeyParameters(key_type, 4096, "gcm"), from_tink, ads, aesni) == [
             (p, 7) for p in plaintexts
         ]

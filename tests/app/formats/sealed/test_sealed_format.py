@@ -19,6 +19,7 @@ from app.formats.sealed import (
     MAX_SEGMENTS,
     TAG_SIZE,
     AlreadyFinalizedError,
+    KeyParameters,
     SealedDecryptionError,
     SealedDecryptor,
     SealedEncryptor,
@@ -59,7 +60,7 @@ def encrypt(
     associated_data: bytes = AD,
     chunk: int | None = None,
 ) -> bytes:
-    encryptor = SealedEncryptor(material, key_type, segment_size, associated_data, backend)
+    encryptor = SealedEncryptor(material, KeyParameters(key_type, segment_size), associated_data, backend)
     step = chunk or max(len(plaintext), 1)
     parts = [encryptor.update(plaintext[i : i + step]) for i in range(0, len(plaintext), step)]
     return b"".join(parts) + encryptor.finalize()
@@ -73,7 +74,7 @@ def decrypt(
     segment_size: int = SEGMENT,
     associated_data: bytes = AD,
 ) -> bytes:
-    decryptor = SealedDecryptor(candidates, key_type, segment_size, associated_data, backend)
+    decryptor = SealedDecryptor(candidates, KeyParameters(key_type, segment_size), associated_data, backend)
     return decryptor.update(ciphertext) + decryptor.finalize()
 
 
@@ -123,18 +124,42 @@ def test_sizes_follow_tinks_rules() -> None:
     with pytest.raises(ValueError, match="aes128, aes192, aes256"):
         header_length("aes512")
     with pytest.raises(ValueError, match="segment_size must be between 57"):
-        SealedEncryptor(key("aes128"), "aes128", 56, AD, aescore.get_backend("python"))
+        SealedEncryptor(key("aes128"), KeyParameters("aes128", 56), AD, aescore.get_backend("python"))
     with pytest.raises(TypeError, match="segment_size must be an int"):
         sealed.validate_segment_size("aes128", 4096.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least 32 bytes"):
-        SealedEncryptor(bytes(16), "aes256", SEGMENT, AD, aescore.get_backend("python"))
+        SealedEncryptor(bytes(16), KeyParameters("aes256", SEGMENT), AD, aescore.get_backend("python"))
     with pytest.raises(PayloadTooLargeError, match=r"4294967296 segments"):
         ciphertext_length(MAX_SEGMENTS * (SEGMENT - 32), "aes128", SEGMENT)
 
 
+def test_key_parameters_are_checked_once_and_required_as_one_object(backend: aescore.Backend) -> None:
+    """The type, segment size and scheme are checked when KeyParameters is built; the format's entry points
+    take that object and refuse anything else with a TypeError naming what they got."""
+    with pytest.raises(ValueError, match="aes128, aes192, aes256"):
+        KeyParameters("aes512", SEGMENT)
+    with pytest.raises(ValueError, match="scheme"):
+        KeyParameters("aes128", SEGMENT, "gcm-siv")
+    with pytest.raises(ValueError, match=r"segment_size must be between 41 .* scheme gcm, got 32"):
+        KeyParameters("aes128", 32, "gcm")
+    parameters = KeyParameters("aes192", SEGMENT, "gcm")
+    assert (parameters.derived_key_size, parameters.header_length) == (24, 32)
+    assert parameters == KeyParameters("aes192", SEGMENT, "gcm") != KeyParameters("aes192", SEGMENT)
+    for call in (
+        lambda: SealedEncryptor(key("aes128"), ("aes128", SEGMENT), AD, backend),  # type: ignore[arg-type]
+        lambda: SealedDecryptor([(1, key("aes128"))], "aes128", AD, backend),  # type: ignore[arg-type]
+        lambda: sealed.seal_many(key("aes128"), None, [b""], [AD], backend),  # type: ignore[arg-type]
+        lambda: sealed.open_many([(1, key("aes128"))], SEGMENT, [b""], [AD], backend),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError, match="parameters must be KeyParameters, got"):
+            call()
+
+
 def test_fresh_salt_and_nonce_prefix_per_message(backend: aescore.Backend) -> None:
     material = key("aes256")
-    headers = {SealedEncryptor(material, "aes256", SEGMENT, AD, backend).header for _ in range(20)}
+    headers = {
+        SealedEncryptor(material, KeyParameters("aes256", SEGMENT), AD, backend).header for _ in range(20)
+    }
     assert len(headers) == 20
     assert all(h[0] == 40 and len(h) == 40 for h in headers)
 
@@ -159,7 +184,7 @@ def test_random_chunking_gives_identical_ciphertext(
     whole = encrypt(material, plaintext, backend, "aes256")
     rng = random.Random(99)
     for _ in range(15):
-        encryptor = SealedEncryptor(material, "aes256", SEGMENT, AD, backend)
+        encryptor = SealedEncryptor(material, KeyParameters("aes256", SEGMENT), AD, backend)
         cuts = sorted(rng.sample(range(1, len(plaintext)), rng.randint(1, 40)))
         pieces = [plaintext[a:b] for a, b in zip([0, *cuts], [*cuts, len(plaintext)], strict=True)]
         out = [encryptor.update(bytearray(p) if i % 2 else memoryview(p)) for i, p in enumerate(pieces)]
@@ -171,7 +196,7 @@ def test_decrypt_fed_one_byte_at_a_time(backend: aescore.Backend) -> None:
     material = key("aes128")
     plaintext = data(3 * SEGMENT)
     ciphertext = encrypt(material, plaintext, backend)
-    decryptor = SealedDecryptor([(1, material)], "aes128", SEGMENT, AD, backend)
+    decryptor = SealedDecryptor([(1, material)], KeyParameters("aes128", SEGMENT), AD, backend)
     out = b"".join(decryptor.update(ciphertext[i : i + 1]) for i in range(len(ciphertext)))
     assert out + decryptor.finalize() == plaintext
 
@@ -179,7 +204,7 @@ def test_decrypt_fed_one_byte_at_a_time(backend: aescore.Backend) -> None:
 def test_encryptor_holds_at_most_one_segment(backend: aescore.Backend) -> None:
     material = key("aes128")
     first = SEGMENT - 24 - 32
-    encryptor = SealedEncryptor(material, "aes128", SEGMENT, AD, backend)
+    encryptor = SealedEncryptor(material, KeyParameters("aes128", SEGMENT), AD, backend)
     assert encryptor.update(data(first)) == encryptor.header  # segment 0 full, but it may be the last one
     out = encryptor.update(b"x")  # now it is known not to be the last
     assert len(out) == SEGMENT - 24
@@ -194,7 +219,7 @@ def test_decryptor_releases_a_segment_only_once_it_knows_whether_it_is_last(back
     material = key("aes128")
     plaintext = data(2 * SEGMENT)
     ciphertext = encrypt(material, plaintext, backend)
-    decryptor = SealedDecryptor([(1, material)], "aes128", SEGMENT, AD, backend)
+    decryptor = SealedDecryptor([(1, material)], KeyParameters("aes128", SEGMENT), AD, backend)
     assert decryptor.update(ciphertext[:SEGMENT]) == b""  # header + complete segment 0: could still be last
     assert decryptor.version is None and decryptor.segments_verified == 0
     released = decryptor.update(ciphertext[SEGMENT : SEGMENT + 1])
@@ -208,24 +233,24 @@ def test_decryptor_releases_a_segment_only_once_it_knows_whether_it_is_last(back
 
 def test_use_after_finalize_is_refused(backend: aescore.Backend) -> None:
     material = key("aes128")
-    encryptor = SealedEncryptor(material, "aes128", SEGMENT, AD, backend)
+    encryptor = SealedEncryptor(material, KeyParameters("aes128", SEGMENT), AD, backend)
     ciphertext = encryptor.finalize()
     with pytest.raises(AlreadyFinalizedError):
         encryptor.update(b"more")
     with pytest.raises(AlreadyFinalizedError):
         encryptor.finalize()
-    decryptor = SealedDecryptor([(1, material)], "aes128", SEGMENT, AD, backend)
+    decryptor = SealedDecryptor([(1, material)], KeyParameters("aes128", SEGMENT), AD, backend)
     assert decryptor.update(ciphertext) + decryptor.finalize() == b""
     with pytest.raises(AlreadyFinalizedError):
         decryptor.update(b"")
     with pytest.raises(TypeError, match="bytes-like"):
-        SealedEncryptor(material, "aes128", SEGMENT, AD, backend).update("text")  # type: ignore[arg-type]
+        SealedEncryptor(material, KeyParameters("aes128", SEGMENT), AD, backend).update("text")  # type: ignore[arg-type]
 
 
 def test_reprs_show_no_key_material(backend: aescore.Backend) -> None:
     material = bytes.fromhex("00112233445566778899aabbccddeeff")
-    encryptor = SealedEncryptor(material, "aes128", SEGMENT, AD, backend)
-    decryptor = SealedDecryptor([(1, material)], "aes128", SEGMENT, AD, backend)
+    encryptor = SealedEncryptor(material, KeyParameters("aes128", SEGMENT), AD, backend)
+    decryptor = SealedDecryptor([(1, material)], KeyParameters("aes128", SEGMENT), AD, backend)
     for text in (repr(encryptor), repr(decryptor)):
         assert material.hex() not in text and "0011" not in text
 
@@ -241,7 +266,7 @@ def failure(
     chunk: int = 1000,
 ) -> tuple[SealedDecryptionError, bytes]:
     """Decrypt in chunks; return the error and the plaintext released before it."""
-    decryptor = SealedDecryptor(candidates, "aes128", SEGMENT, associated_data, backend)
+    decryptor = SealedDecryptor(candidates, KeyParameters("aes128", SEGMENT), associated_data, backend)
     released = bytearray()
     with pytest.raises(SealedDecryptionError) as caught:
         for i in range(0, len(ciphertext), chunk):
@@ -385,7 +410,7 @@ def test_candidates_are_tried_newest_first_and_the_verifying_one_sticks(
     by_version = {version: encrypt(material, plaintext, backend) for version, material in keys.items()}
     candidates = sorted(keys.items(), reverse=True)
     for version, ciphertext in by_version.items():
-        decryptor = SealedDecryptor(candidates, "aes128", SEGMENT, AD, backend)
+        decryptor = SealedDecryptor(candidates, KeyParameters("aes128", SEGMENT), AD, backend)
         assert decryptor.update(ciphertext) + decryptor.finalize() == plaintext
         assert decryptor.version == version
     # Same salt and nonce prefix (fixed randomness): segment 0 from version 2, the rest from version 1.
@@ -396,7 +421,7 @@ def test_candidates_are_tried_newest_first_and_the_verifying_one_sticks(
 
 def test_segment_counter_never_wraps(backend: aescore.Backend) -> None:
     material = key("aes128")
-    encryptor = SealedEncryptor(material, "aes128", SEGMENT, AD, backend)
+    encryptor = SealedEncryptor(material, KeyParameters("aes128", SEGMENT), AD, backend)
     encryptor.update(b"")
     encryptor._index = MAX_SEGMENTS - 1  # pretend 2**32 - 1 segments went out (16 TiB at 4 KiB)
     encryptor.update(data(SEGMENT - 32 + 1))  # segment 2**32 - 1 is sealed: the last u32 value
@@ -407,7 +432,7 @@ def test_segment_counter_never_wraps(backend: aescore.Backend) -> None:
         sealed.segment_nonce(bytes(7), MAX_SEGMENTS, True)
 
     ciphertext = encrypt(material, data(3 * SEGMENT), backend)
-    decryptor = SealedDecryptor([(1, material)], "aes128", SEGMENT, AD, backend)
+    decryptor = SealedDecryptor([(1, material)], KeyParameters("aes128", SEGMENT), AD, backend)
     decryptor.update(ciphertext[: SEGMENT + 1])
     decryptor._index = MAX_SEGMENTS
     with pytest.raises(SealedDecryptionError, match="2\\*\\*32-segment limit") as caught:
@@ -417,11 +442,11 @@ def test_segment_counter_never_wraps(backend: aescore.Backend) -> None:
 
 def test_decryptor_rejects_bad_arguments(backend: aescore.Backend) -> None:
     with pytest.raises(ValueError, match="at least one"):
-        SealedDecryptor([], "aes128", SEGMENT, AD, backend)
+        SealedDecryptor([], KeyParameters("aes128", SEGMENT), AD, backend)
     with pytest.raises(TypeError, match="key version must be an int"):
-        SealedDecryptor([("1", key("aes128"))], "aes128", SEGMENT, AD, backend)  # type: ignore[list-item]
+        SealedDecryptor([("1", key("aes128"))], KeyParameters("aes128", SEGMENT), AD, backend)  # type: ignore[list-item]
     with pytest.raises(TypeError, match="associated_data"):
-        SealedDecryptor([(1, key("aes128"))], "aes128", SEGMENT, "ad", backend)  # type: ignore[arg-type]
+        SealedDecryptor([(1, key("aes128"))], KeyParameters("aes128", SEGMENT), "ad", backend)  # type: ignore[arg-type]
 
 
 def test_more_candidates_are_asked_once_and_only_when_no_candidate_verifies(backend: aescore.Backend) -> None:
@@ -433,12 +458,14 @@ def test_more_candidates_are_asked_once_and_only_when_no_candidate_verifies(back
         asked.append(1)
         return [(2, new), (1, old)]  # (1, old) was tried already: skipped
 
-    decryptor = SealedDecryptor([(1, old)], "aes128", SEGMENT, AD, backend, more_candidates=more)
+    decryptor = SealedDecryptor(
+        [(1, old)], KeyParameters("aes128", SEGMENT), AD, backend, more_candidates=more
+    )
     ciphertext = encrypt(new, plaintext, backend)
     assert decryptor.update(ciphertext) + decryptor.finalize() == plaintext
     assert decryptor.version == 2 and asked == [1]
     # A ciphertext of a cached version never asks.
-    quiet = SealedDecryptor([(1, old)], "aes128", SEGMENT, AD, backend, more_candidates=more)
+    quiet = SealedDecryptor([(1, old)], KeyParameters("aes128", SEGMENT), AD, backend, more_candidates=more)
     assert quiet.update(encrypt(old, plaintext, backend)) + quiet.finalize() == plaintext
     assert asked == [1]
 
@@ -450,7 +477,9 @@ def test_more_candidates_that_do_not_verify_either_fail_cleanly(backend: aescore
         asked.append(1)
         return [(2, key("aes128", seed=2))]
 
-    decryptor = SealedDecryptor([(1, key("aes128"))], "aes128", SEGMENT, AD, backend, more_candidates=more)
+    decryptor = SealedDecryptor(
+        [(1, key("aes128"))], KeyParameters("aes128", SEGMENT), AD, backend, more_candidates=more
+    )
     with pytest.raises(SealedDecryptionError, match=r"tried 2, 1\)") as caught:
         decryptor.update(encrypt(key("aes128", seed=3), data(100), backend))
         decryptor.finalize()
@@ -462,14 +491,14 @@ def test_more_candidates_that_do_not_verify_either_fail_cleanly(backend: aescore
 def test_pieces_concatenate_to_the_same_bytes(backend: aescore.Backend, segment_size: int) -> None:
     material = key("aes256")
     plaintext = data(2 * segment_size + 12_345)
-    encryptor = SealedEncryptor(material, "aes256", segment_size, AD, backend)
+    encryptor = SealedEncryptor(material, KeyParameters("aes256", segment_size), AD, backend)
     pieces = [encryptor.update_pieces(plaintext[i : i + 70_000]) for i in range(0, len(plaintext), 70_000)]
     last = encryptor.finalize_pieces()
     flat = [piece for group in pieces for piece in group] + last
     assert all(0 < len(piece) <= sealed.PIECE_SIZE for piece in flat)
     ciphertext = b"".join(flat)
     assert len(ciphertext) == ciphertext_length(len(plaintext), "aes256", segment_size)
-    decryptor = SealedDecryptor([(1, material)], "aes256", segment_size, AD, backend)
+    decryptor = SealedDecryptor([(1, material)], KeyParameters("aes256", segment_size), AD, backend)
     assert decryptor.buffered == 0
     opened = decryptor.update_pieces(ciphertext[:-1])
     assert decryptor.buffered > 0 and all(len(piece) <= sealed.PIECE_SIZE for piece in opened)
@@ -479,7 +508,7 @@ def test_pieces_concatenate_to_the_same_bytes(backend: aescore.Backend, segment_
 
 
 def test_buffered_counts_the_held_plaintext(backend: aescore.Backend) -> None:
-    encryptor = SealedEncryptor(key("aes128"), "aes128", SEGMENT, AD, backend)
+    encryptor = SealedEncryptor(key("aes128"), KeyParameters("aes128", SEGMENT), AD, backend)
     assert encryptor.buffered == 0
     encryptor.update(bytes(100))
     assert encryptor.buffered == 100

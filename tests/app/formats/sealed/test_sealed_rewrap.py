@@ -13,6 +13,7 @@ import pytest
 
 import aescore
 from app.formats.sealed import (
+    KeyParameters,
     SealedDecryptionError,
     SealedDecryptor,
     SealedEncryptor,
@@ -28,16 +29,16 @@ OLD, NEW = os.urandom(32), os.urandom(32)
 
 
 def _seal(material: bytes, plaintext: bytes, backend: aescore.Backend, scheme: str) -> bytes:
-    encryptor = SealedEncryptor(material, "aes256", SEGMENT, AD, backend, scheme=scheme)
+    encryptor = SealedEncryptor(material, KeyParameters("aes256", SEGMENT, scheme), AD, backend)
     return encryptor.update(plaintext) + encryptor.finalize()
 
 
 def _rewrapper(
     backend: aescore.Backend, scheme: str, encryptor: SealedEncryptor | None = None
 ) -> SealedRewrapper:
-    decryptor = SealedDecryptor([(2, NEW), (1, OLD)], "aes256", SEGMENT, AD, backend, scheme=scheme)
+    decryptor = SealedDecryptor([(2, NEW), (1, OLD)], KeyParameters("aes256", SEGMENT, scheme), AD, backend)
     return SealedRewrapper(
-        decryptor, encryptor or SealedEncryptor(NEW, "aes256", SEGMENT, AD, backend, scheme=scheme)
+        decryptor, encryptor or SealedEncryptor(NEW, KeyParameters("aes256", SEGMENT, scheme), AD, backend)
     )
 
 

@@ -18,6 +18,7 @@ import aescore
 from app.formats import sealed
 from app.formats.sealed import (
     GCM_TAG_SIZE,
+    KeyParameters,
     SealedDecryptionError,
     SealedDecryptor,
     SealedEncryptor,
@@ -63,7 +64,7 @@ def chunks(data: bytes) -> list[bytes]:
 def ours_encrypt(
     material: bytes, key_type: str, segment_size: int, plaintext: bytes, ad: bytes, backend: aescore.Backend
 ) -> bytes:
-    encryptor = SealedEncryptor(material, key_type, segment_size, ad, backend, scheme=GCM)
+    encryptor = SealedEncryptor(material, KeyParameters(key_type, segment_size, GCM), ad, backend)
     return b"".join([*(encryptor.update(part) for part in chunks(plaintext)), encryptor.finalize()])
 
 
@@ -75,7 +76,7 @@ def ours_decrypt(
     ad: bytes,
     backend: aescore.Backend,
 ) -> tuple[bytes, int | None]:
-    decryptor = SealedDecryptor(candidates, key_type, segment_size, ad, backend, scheme=GCM)
+    decryptor = SealedDecryptor(candidates, KeyParameters(key_type, segment_size, GCM), ad, backend)
     parts = [decryptor.update(part) for part in chunks(ciphertext)]
     parts.append(decryptor.finalize())
     return b"".join(parts), decryptor.version
@@ -139,7 +140,7 @@ def test_tink_ciphertext_fed_byte_by_byte(tink_factory: TinkFactory, backend: ae
     tink_aead = tink_factory([(1, material)], 16, 4096, GCM)
     plaintext = plaintext_of(4096 * 3 - 24 - 3 * 16)  # ends exactly on a segment boundary
     ciphertext = tink_aead.encrypt(plaintext, ASSOCIATED_DATA, write_size=1000)
-    decryptor = SealedDecryptor([(1, material)], "aes128", 4096, ASSOCIATED_DATA, backend, scheme=GCM)
+    decryptor = SealedDecryptor([(1, material)], KeyParameters("aes128", 4096, GCM), ASSOCIATED_DATA, backend)
     recovered = b"".join(decryptor.update(ciphertext[i : i + 1]) for i in range(len(ciphertext)))
     assert recovered + decryptor.finalize() == plaintext
     assert decryptor.segments_verified == 3
@@ -165,7 +166,7 @@ def test_no_plaintext_of_a_tampered_segment(tink_factory: TinkFactory, backend: 
     plaintext = plaintext_of(3 * 4096)
     ciphertext = bytearray(tink_factory([(1, material)], 16, 4096, GCM).encrypt(plaintext, ASSOCIATED_DATA))
     ciphertext[4096 + 100] ^= 0x80  # segment 1
-    decryptor = SealedDecryptor([(1, material)], "aes128", 4096, ASSOCIATED_DATA, backend, scheme=GCM)
+    decryptor = SealedDecryptor([(1, material)], KeyParameters("aes128", 4096, GCM), ASSOCIATED_DATA, backend)
     assert decryptor.update(bytes(ciphertext[:4096])) == b""  # segment 0 complete, but maybe the last: held
     released = decryptor.update(bytes(ciphertext[4096:4097]))  # not the last: verified and released
     assert released == plaintext[: 4096 - 24 - 16]
@@ -178,9 +179,9 @@ def test_a_ctr_hmac_ciphertext_does_not_open_as_gcm_nor_the_reverse(backend: aes
     material = material_for("aes256", seed=4)
     plaintext = plaintext_of(5000)
     for written, read in (("ctr-hmac", GCM), (GCM, "ctr-hmac")):
-        encryptor = SealedEncryptor(material, "aes256", 4096, b"", backend, scheme=written)
+        encryptor = SealedEncryptor(material, KeyParameters("aes256", 4096, written), b"", backend)
         ciphertext = encryptor.update(plaintext) + encryptor.finalize()
-        decryptor = SealedDecryptor([(1, material)], "aes256", 4096, b"", backend, scheme=read)
+        decryptor = SealedDecryptor([(1, material)], KeyParameters("aes256", 4096, read), b"", backend)
         with pytest.raises(SealedDecryptionError, match="segment 0 does not authenticate"):
             decryptor.update(ciphertext)
             decryptor.finalize()

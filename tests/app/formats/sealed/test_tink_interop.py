@@ -10,7 +10,14 @@ import pytest
 
 import aescore
 from app.formats import sealed
-from app.formats.sealed import TAG_SIZE, SealedDecryptor, SealedEncryptor, ciphertext_length, header_length
+from app.formats.sealed import (
+    TAG_SIZE,
+    KeyParameters,
+    SealedDecryptor,
+    SealedEncryptor,
+    ciphertext_length,
+    header_length,
+)
 
 #: conftest's ``tink_factory``: (keys as (key id, material), derived key size, segment size) -> Tink wrapper.
 TinkFactory = Callable[..., Any]
@@ -42,7 +49,7 @@ def boundary_sizes(key_type: str, segment_size: int, later_boundaries: int) -> l
 def keystream_encrypt(
     material: bytes, key_type: str, segment_size: int, plaintext: bytes, backend: aescore.Backend
 ) -> bytes:
-    encryptor = SealedEncryptor(material, key_type, segment_size, ASSOCIATED_DATA, backend)
+    encryptor = SealedEncryptor(material, KeyParameters(key_type, segment_size), ASSOCIATED_DATA, backend)
     rng = random.Random(len(plaintext))
     parts, position = [], 0
     while position < len(plaintext):  # uneven chunks, as an HTTP body arrives
@@ -60,7 +67,7 @@ def keystream_decrypt(
     ciphertext: bytes,
     backend: aescore.Backend,
 ) -> tuple[bytes, int | None]:
-    decryptor = SealedDecryptor(candidates, key_type, segment_size, ASSOCIATED_DATA, backend)
+    decryptor = SealedDecryptor(candidates, KeyParameters(key_type, segment_size), ASSOCIATED_DATA, backend)
     rng = random.Random(len(ciphertext))
     parts, position = [], 0
     while position < len(ciphertext):
@@ -116,7 +123,7 @@ def test_tink_ciphertext_written_in_small_pieces_decrypts_fed_byte_by_byte(
     tink_aead = tink_factory([(1, material)], 16, 4096)
     plaintext = plaintext_of(4096 * 3 - 56 - 3 * 32)  # ends exactly on a segment boundary
     ciphertext = tink_aead.encrypt(plaintext, ASSOCIATED_DATA, write_size=1000)
-    decryptor = SealedDecryptor([(1, material)], "aes128", 4096, ASSOCIATED_DATA, backend)
+    decryptor = SealedDecryptor([(1, material)], KeyParameters("aes128", 4096), ASSOCIATED_DATA, backend)
     recovered = b"".join(decryptor.update(ciphertext[i : i + 1]) for i in range(len(ciphertext)))
     assert recovered + decryptor.finalize() == plaintext
     assert decryptor.segments_verified == 3

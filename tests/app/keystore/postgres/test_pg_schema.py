@@ -24,9 +24,9 @@ def versions(raw: Raw) -> list[int]:
 
 
 def test_schema_version_is_recorded(pg_store: PostgresKeyStore, raw: Raw) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 6
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 7
     assert pg_store.schema_version() == SCHEMA_VERSION
-    assert versions(raw) == [1, 2, 3, 4, 5, 6]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7]
     tables = {
         row[0] for row in raw.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     }
@@ -53,7 +53,7 @@ def test_replicas_starting_together_migrate_once(pg_url: str, master_key: bytes,
         thread.join(timeout=60)
     try:
         assert errors == [] and len(stores) == count
-        assert versions(raw) == [1, 2, 3, 4, 5, 6]
+        assert versions(raw) == [1, 2, 3, 4, 5, 6, 7]
         assert raw.execute("SELECT count(*) FROM meta").fetchone() == (1,)
         stores[0].create_key("orders")
         assert stores[-1].get_key("orders").latest_version == 1
@@ -76,18 +76,18 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     pg_url: str, master_key: bytes, raw: Raw
 ) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    step = Migration(7, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
+    step = Migration(8, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
     for _ in range(2):
         upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
         try:
-            assert upgraded.schema_version() == 7
+            assert upgraded.schema_version() == 8
             upgraded.create_key(f"k{secrets.token_hex(4)}")
         finally:
             upgraded.close()
-    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7, 8]
     assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 7, newer than this release supports \\(6\\)"
+        KeystoreSchemaError, match="schema version 8, newer than this release supports \\(7\\)"
     ) as caught:
         PostgresKeyStore(pg_url, master_key)
     assert "upgrade Keystream" in str(caught.value) and "database 'postgres' on 127.0.0.1:" in str(
@@ -191,7 +191,7 @@ def test_migration_5_gives_existing_keys_no_automatic_rotation(
         assert "auto_rotate_period" not in columns
     store = PostgresKeyStore(url, master_key, auto_rotate_min_period=1)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 6
+        assert store.schema_version() == SCHEMA_VERSION == 7
         assert store.get_key("old").auto_rotate_period == 0
         assert store.due_for_rotation() == []
         assert store.update_key("old", auto_rotate_period="2s").auto_rotate_period == 2
@@ -209,10 +209,10 @@ def test_migration_5_gives_existing_keys_no_automatic_rotation(
 
 def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key: bytes, raw: Raw) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    broken = Migration(7, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
+    broken = Migration(8, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
     with pytest.raises(psycopg.errors.SyntaxError):
         PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
-    assert versions(raw) == [1, 2, 3, 4, 5, 6]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7]
     columns = {
         row[0]
         for row in raw.execute(
@@ -254,7 +254,7 @@ def test_migration_6_starts_at_generation_1_and_lets_the_log_record_rotations(
             conn.execute("INSERT INTO key_changes (kind, at) VALUES ('master_key_rotated', now())")
     store = PostgresKeyStore(url, master_key)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 6
+        assert store.schema_version() == SCHEMA_VERSION == 7
         status = store.master_rotation_status()
         assert (status.generation, status.rotating, status.rewrapped) == (1, False, 0)
         start = store.changes_since(1 << 62).latest
@@ -266,5 +266,33 @@ def test_migration_6_starts_at_generation_1_and_lets_the_log_record_rotations(
         assert bytes(store.key_material("old", 1)) == material
         with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.errors.CheckViolation):
             conn.execute("INSERT INTO key_changes (kind, at) VALUES ('key_created', now())")  # names nothing
+    finally:
+        store.close()
+
+
+def test_migration_7_keeps_tokens_and_the_change_log_and_adds_roles(
+    pg_cluster: PgCluster, master_key: bytes
+) -> None:
+    url = pg_cluster.new_database()
+    PostgresKeyStore(url, master_key, migrations=MIGRATIONS[:6]).close()
+    with psycopg.connect(url, autocommit=True) as conn:  # as a release at schema version 6 stored a token
+        conn.execute(
+            "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at) "
+            "VALUES ('old1', '\\x00', '{admin}', '{*}', '', now())"
+        )
+        conn.execute("INSERT INTO key_changes (kind, token_id, at) VALUES ('token_created', 'old1', now())")
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("INSERT INTO key_changes (kind, at) VALUES ('auth_config_written', now())")
+    store = PostgresKeyStore(url, master_key)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert store.get_token("old1").metadata == {}
+        assert [(c.seq, c.kind, c.token_id) for c in store.changes_since(0).changes] == [
+            (1, "token_created", "old1")
+        ]
+        store.write_auth_config("jwt", {"leeway": 60})
+        assert [c.kind for c in store.changes_since(1).changes] == ["auth_config_written"]
+        with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("INSERT INTO key_changes (kind, at) VALUES ('role_written', now())")  # names nothing
     finally:
         store.close()

@@ -414,18 +414,18 @@ def test_open_database_file_is_tightened(data_dir: Path, master_key: bytes) -> N
 
 
 def test_schema_version_is_recorded(store: SqliteKeyStore) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 6
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 7
     assert store.schema_version() == SCHEMA_VERSION
     with raw_connection(store) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         rows = conn.execute("SELECT version, description FROM schema_version").fetchall()
-    assert [row[0] for row in rows] == [1, 2, 3, 4, 5, 6]
+    assert [row[0] for row in rows] == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_reopen_does_not_migrate_again(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 6
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 7
 
 
 def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(data_dir: Path, master_key: bytes) -> None:
@@ -524,7 +524,7 @@ def test_migration_5_gives_existing_keys_no_automatic_rotation(data_dir: Path, m
         with raw_connection(old) as conn:
             assert "auto_rotate_period" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
     with contextlib.closing(SqliteKeyStore(path, master_key, auto_rotate_min_period=1)) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 6
+        assert store.schema_version() == SCHEMA_VERSION == 7
         assert store.get_key("old").auto_rotate_period == 0
         assert store.due_for_rotation() == []
         assert store.update_key("old", auto_rotate_period="2s").auto_rotate_period == 2
@@ -542,11 +542,11 @@ def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: byt
     store = open_keystore(data_dir, master_key)
     store.create_key("orders")
     store.close()
-    step = Migration(7, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
+    step = Migration(8, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
     path = data_dir / "keystore.db"
     for _ in range(2):
         with contextlib.closing(SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))) as upgraded:
-            assert upgraded.schema_version() == 7
+            assert upgraded.schema_version() == 8
             assert upgraded.get_key("orders").latest_version == 1
             with raw_connection(upgraded) as conn:
                 assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [
@@ -557,22 +557,23 @@ def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: byt
                     5,
                     6,
                     7,
+                    8,
                 ]
                 assert conn.execute("SELECT label FROM keys").fetchone()[0] == ""
-    # ...and the release that only knows version 6 refuses the upgraded file instead of misreading it
+    # ...and the release that only knows version 7 refuses the upgraded file instead of misreading it
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 7, newer than this release supports \\(6\\)"
+        KeystoreSchemaError, match="schema version 8, newer than this release supports \\(7\\)"
     ):
         open_keystore(data_dir, master_key)
 
 
 def test_failed_migration_leaves_the_database_unchanged(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
-    broken = Migration(7, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
+    broken = Migration(8, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
     with pytest.raises(sqlite3.OperationalError):
         SqliteKeyStore(data_dir / "keystore.db", master_key, migrations=(*MIGRATIONS, broken))
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert store.schema_version() == 6
+        assert store.schema_version() == 7
         assert "x" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
 
 
@@ -655,7 +656,7 @@ def test_migration_6_starts_at_generation_1_and_keeps_the_change_log(
                 )
             conn.execute("DELETE FROM key_changes WHERE seq = 3")  # the counter (3) is above every row now
     with contextlib.closing(SqliteKeyStore(path, master_key)) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 6
+        assert store.schema_version() == SCHEMA_VERSION == 7
         status = store.master_rotation_status()
         assert (status.generation, status.rotating, status.rewrapped) == (1, False, 0)
         assert [change.seq for change in store.changes_since(0).changes] == [1, 2]
@@ -669,3 +670,32 @@ def test_migration_6_starts_at_generation_1_and_keeps_the_change_log(
         assert bytes(store.key_material("old", 1)) == material
         with raw_connection(store) as conn, pytest.raises(sqlite3.IntegrityError, match="CHECK"):
             conn.execute("INSERT INTO key_changes (kind, at) VALUES ('key_created', 'x')")
+
+
+def test_migration_7_keeps_tokens_and_the_change_log_and_adds_roles(
+    data_dir: Path, master_key: bytes
+) -> None:
+    path = data_dir / "keystore.db"
+    data_dir.mkdir(mode=0o700)
+    with contextlib.closing(SqliteKeyStore(path, master_key, migrations=MIGRATIONS[:6])) as old:
+        with raw_connection(old) as conn:  # as a release at schema version 6 stored a token
+            conn.execute(
+                "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at) "
+                "VALUES ('old1', x'00', '[\"admin\"]', '[\"*\"]', '', '2026-01-01T00:00:00+00:00')"
+            )
+            conn.execute(
+                "INSERT INTO key_changes (kind, token_id, at) "
+                "VALUES ('token_created', 'old1', '2026-01-01T00:00:00+00:00')"
+            )
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+                conn.execute("INSERT INTO key_changes (kind, at) VALUES ('auth_config_written', 'x')")
+    with contextlib.closing(SqliteKeyStore(path, master_key)) as store:
+        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert store.get_token("old1").metadata == {}
+        assert [(c.seq, c.kind, c.token_id) for c in store.changes_since(0).changes] == [
+            (1, "token_created", "old1")
+        ]
+        store.write_auth_config("jwt", {"leeway": 60})
+        assert [c.seq for c in store.changes_since(1).changes] == [2]
+        with raw_connection(store) as conn, pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("INSERT INTO key_changes (kind, at) VALUES ('role_written', 'x')")  # names nothing
