@@ -1,9 +1,10 @@
 """``/v1/auth``: login roles (admin), the JWT method's configuration (admin), and the JWT login (no token).
 
-* ``POST /v1/auth/roles/{role_name}`` writes (creates or replaces) a role: the scopes, key patterns, ``ttl`` and
-  ``max_ttl`` of the tokens it issues, and the method's bindings (for ``jwt``: ``bound_audiences``,
-  ``bound_subject``, ``bound_claims``, ``user_claim``, ``claim_mappings``). Like token management it needs an
-  admin token with the key pattern ``*``, and a role never grants a scope the admin lacks.
+* ``POST /v1/auth/roles/{role_name}`` writes (creates or replaces) a role: the scopes, key patterns,
+  ``ttl`` and ``max_ttl`` of the tokens it issues, and the method's bindings (for ``jwt``:
+  ``bound_audiences``, ``bound_subject``, ``bound_claims``, ``user_claim``, ``claim_mappings``). Like token
+  management it needs an admin token with the key pattern ``*``, and a role never grants a scope the admin
+  lacks.
   ``GET /v1/auth/roles`` lists roles, ``GET``/``DELETE /v1/auth/roles/{role_name}`` read or delete one.
 * ``POST /v1/auth/jwt/config`` writes the JWT method's key source, ``bound_issuer`` and ``leeway``;
   ``GET`` reads it back.
