@@ -157,6 +157,17 @@ class SealedError(ServiceUnavailableError):
         self.retry_after_seconds = retry_after_seconds
 
 
+class IdentityProviderUnavailableError(ServiceUnavailableError):
+    """An identity provider's keys (a JWKS or an OIDC discovery document) cannot be fetched and none are
+    cached: a login cannot be verified now. :attr:`retry_after_seconds` says when to try again."""
+
+    code = "identity_provider_unavailable"
+
+    def __init__(self, message: str, retry_after_seconds: int = 10) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
 class InvalidShareError(BadRequestError):
     """An unseal share is refused (malformed, mistyped, foreign, duplicate, wrong): progress is unchanged."""
 

@@ -23,7 +23,7 @@ from app.api.hotpath import KeystreamApp
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
 from app.api.paths import BATCH_PATHS
-from app.api.routes import audit, batch, crypto, datakey, keys, ops, sys, tokens
+from app.api.routes import audit, auth, batch, crypto, datakey, keys, ops, sys, tokens
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
 from app.state import close_state, open_state, wipe_secrets
@@ -51,6 +51,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # A multi-worker server's workers unseal and seal together; a key already handed over is applied
         # before this worker serves (off the loop: unsealing reads the keystore and opens the audit log).
         await to_thread.run_sync(sys.start_handover_listener, state)
+        # A rotation of the master key that a dead process left unfinished is taken over (after its lease).
+        sys.start_rotation_watch(state)
         if settings.testing_wipe_on_sigusr2:
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, wipe_secrets, state)
         logger.info(
@@ -84,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(datakey.router)
     app.include_router(keys.router)
     app.include_router(tokens.router)
+    app.include_router(auth.router)
     app.include_router(audit.router)
     app.include_router(sys.router)
     install_docs(app)

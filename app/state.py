@@ -20,10 +20,13 @@ from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
 from app.seal import Seal, open_seal
 from app.seal.handover import Handover, installed
+from app.services.attempts import AttemptLimiter
 from app.services.auto_rotate import AutoRotator
 from app.services.backends import Backends, open_backends
 from app.services.budget import ByteBudget
 from app.services.coherence import ChangeFollower
+from app.services.identity import login_limiter
+from app.services.jwks import JwksCache
 from app.services.master_rotation import MasterRotationRunner
 from app.services.security import TokenVerifier, install_root_token
 
@@ -55,6 +58,10 @@ class ServiceState:
     transitions: threading.Lock = field(default_factory=threading.Lock)
     #: The rotation of the master key this worker runs, if any (``POST /v1/sys/rotate-master``).
     rotation: MasterRotationRunner = field(default_factory=MasterRotationRunner)
+    #: The JWT issuers' key sets this worker fetched (JWT login, :mod:`app.services.identity`).
+    jwks: JwksCache = field(default_factory=JwksCache)
+    #: Login attempts per client address and role (429 beyond them).
+    login_attempts: AttemptLimiter = field(default_factory=login_limiter)
 
 
 def open_state(settings: Settings) -> ServiceState:
@@ -201,7 +208,7 @@ def stop_sealed(state: ServiceState) -> AuditLog | None:
 def close_state(state: ServiceState) -> None:
     """Stop the automatic rotations, the change-log follower and the python-backend processes; close the
     keystore; zero the cached key versions and the master key (:func:`wipe_secrets`)."""
-    state.rotation.stop()
+    state.rotation.close()
     state.auto_rotator.stop()
     state.follower.stop()
     if state.backends.offload is not None:

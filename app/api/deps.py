@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.api.middleware.body_limit import VERIFIED_PRINCIPAL
-from app.errors import UnsupportedMediaTypeError
+from app.errors import ForbiddenError, UnsupportedMediaTypeError
 from app.services.security import Principal
 from app.state import ServiceState
 
@@ -52,6 +52,25 @@ async def get_admin(principal: PrincipalDep) -> Principal:
 
 
 AdminDep = Annotated[Principal, Depends(get_admin)]
+
+
+async def get_token_admin(principal: AdminDep) -> Principal:
+    """An ``admin`` caller whose key patterns include ``*``: the only kind that may manage tokens and the
+    login roles that issue them (an admin limited to some keys could otherwise list every token and revoke
+    any, root included).
+
+    Raises:
+        ForbiddenError: the token lacks ``admin`` or is limited to some key patterns (403).
+    """
+    if "*" not in principal.key_patterns:
+        raise ForbiddenError(
+            "token management needs an admin token with the key pattern '*' "
+            "(this one is limited to some keys)"
+        )
+    return principal
+
+
+TokenAdminDep = Annotated[Principal, Depends(get_token_admin)]
 
 
 def _media_type(request: Request) -> str:

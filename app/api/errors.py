@@ -15,7 +15,8 @@ gives each class its status::
     ├── NotFoundError                       404 not_found
     │   ├── KeyNotFoundError                404 key_not_found
     │   ├── KeyVersionNotFoundError         404 key_version_not_found
-    │   └── TokenNotFoundError              404 token_not_found
+    │   ├── TokenNotFoundError              404 token_not_found
+    │   └── RoleNotFoundError               404 role_not_found
     ├── ConflictError                       409 conflict
     │   ├── KeyExistsError                  409 key_exists
     │   ├── KeyRecentlyDeletedError         409 key_recently_deleted + Retry-After (the tombstone's rest)
@@ -32,6 +33,7 @@ gives each class its status::
         ├── KeyUnwrapError                  503 key_unwrap_failed (app.keystore.master)
         ├── AuditUnavailableError           503 audit_unavailable + Retry-After (app.audit.log)
         ├── SealedError                     503 sealed + Retry-After (the server awaits its unseal shares)
+        ├── IdentityProviderUnavailableError 503 identity_provider_unavailable + Retry-After (no JWKS)
         └── KeystoreUnavailableError        503 keystore_unavailable + Retry-After (app.keystore.errors)
 
 A subclass without an entry of its own takes its nearest ancestor's status. Besides the hierarchy, FastAPI's
@@ -65,6 +67,7 @@ from app.errors import (
     ConflictError,
     DecryptionFailedError,
     ForbiddenError,
+    IdentityProviderUnavailableError,
     KeyRecentlyDeletedError,
     KeystreamError,
     NotFoundError,
@@ -151,6 +154,7 @@ def keystream_error_response(exc: KeystreamError) -> Response:
         | BackendRestartingError
         | AuditUnavailableError
         | SealedError
+        | IdentityProviderUnavailableError
         | TooManyRequestsError,
     ):
         headers["Retry-After"] = str(exc.retry_after_seconds)

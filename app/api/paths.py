@@ -49,6 +49,13 @@ TOKEN_SELF_RENEW = f"{TOKEN_SELF}/renew"
 #: One token by id, through the ``token_id`` convertor that refuses ``self``.
 TOKEN_BY_ID = f"{TOKENS}/{{token_id:token_id}}"
 
+#: Login roles (admin) and the JWT login (no token: the JWT is the credential).
+AUTH_ROLES = "/v1/auth/roles"
+#: ``role_name``, not ``name``: the audit log records a ``name`` path parameter as the key's name.
+AUTH_ROLE = f"{AUTH_ROLES}/{{role_name}}"
+JWT_CONFIG = "/v1/auth/jwt/config"
+JWT_LOGIN = "/v1/auth/jwt/login"
+
 AUDIT_HASH = "/v1/audit/hash"
 
 SEAL_STATUS = "/v1/sys/seal-status"
@@ -59,8 +66,9 @@ ROTATE_MASTER = "/v1/sys/rotate-master"
 #: What a request to a sealed server is told (503 ``sealed``).
 SEALED_MESSAGE = f"sealed: this server awaits its unseal shares (POST {UNSEAL})"
 
-#: The ``/v1`` paths served without a token (an operator holding an unseal share needs none, as with Vault).
-NO_TOKEN_PATHS = frozenset({SEAL_STATUS, UNSEAL})
+#: The ``/v1`` paths served without a token (an operator holding an unseal share needs none, as with Vault;
+#: a login presents its own credential).
+NO_TOKEN_PATHS = frozenset({SEAL_STATUS, UNSEAL, JWT_LOGIN})
 #: The paths a sealed server still serves: liveness, readiness (503 while sealed), metrics, and unsealing.
 OPEN_WHILE_SEALED = frozenset({HEALTHZ, READYZ, METRICS, SEAL_STATUS, UNSEAL})
 

@@ -345,6 +345,17 @@ class KeyStore(abc.ABC):
         self._keyring.invalidate()
         return status
 
+    def resume_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus | None:
+        """Take the lease of a rotation that did not finish for ``owner``
+        (:func:`app.keystore.generations.resume`); ``None``, and nothing written, when every rotation
+        finished, so a caller that only means to resume never starts a new one.
+
+        Raises:
+            MasterRotationRunningError: another owner's lease has not expired.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+        return self._run_write(lambda conn: generations.resume(conn, self._dialect, owner, lease_seconds))
+
     def rewrap_master_batch(
         self, owner: str, after: tuple[str, int] | None, limit: int, lease_seconds: float
     ) -> tuple[str, int] | None:

@@ -218,6 +218,25 @@ def _claim(conn: Connection, dialect: Dialect, owner: str, lock: str) -> tuple[A
     return row, now
 
 
+def resume(
+    conn: Connection, dialect: Dialect, owner: str, lease_seconds: float
+) -> MasterRotationStatus | None:
+    """Take the lease of a rotation that did not finish (``resumed`` is true); ``None`` when every rotation
+    finished (nothing is changed then).
+
+    Raises:
+        MasterRotationRunningError: another rotation holds the lease.
+    """
+    row, now = _claim(conn, dialect, owner, dialect.update_lock)
+    if bool(row[1]):
+        return None
+    conn.execute(
+        dialect.sql("UPDATE master_key_rotation SET lease_owner = ?, lease_until = ?"),
+        (owner, dialect.to_db(now + timedelta(seconds=lease_seconds))),
+    )
+    return dataclasses.replace(read_status(conn, dialect), resumed=True)
+
+
 def begin(
     conn: Connection, dialect: Dialect, keyring: Keyring, owner: str, lease_seconds: float
 ) -> tuple[MasterRotationStatus, bool]:
@@ -230,16 +249,12 @@ def begin(
         MasterRotationRunningError: another rotation holds the lease.
         SealError: the seal is sealed or cannot make a key.
     """
+    resumed = resume(conn, dialect, owner, lease_seconds)
+    if resumed is not None:
+        return resumed, False
     row, now = _claim(conn, dialect, owner, dialect.update_lock)
     lease_until = now + timedelta(seconds=lease_seconds)
-    generation, finished = int(row[0]), bool(row[1])
-    if not finished:
-        conn.execute(
-            dialect.sql("UPDATE master_key_rotation SET lease_owner = ?, lease_until = ?"),
-            (owner, dialect.to_db(lease_until)),
-        )
-        return dataclasses.replace(read_status(conn, dialect), resumed=True), False
-    generation += 1
+    generation = int(row[0]) + 1
     stored = keyring.create(generation)
     conn.execute(
         dialect.sql("INSERT INTO master_key_generations (generation, stored, created_at) VALUES (?, ?, ?)"),
@@ -378,6 +393,8 @@ def reset(conn: Connection, dialect: Dialect) -> None:
 class _RotatingStore(Protocol):
     def begin_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus: ...
 
+    def resume_master_rotation(self, owner: str, lease_seconds: float) -> MasterRotationStatus | None: ...
+
     def rewrap_master_batch(
         self, owner: str, after: tuple[str, int] | None, limit: int, lease_seconds: float
     ) -> tuple[str, int] | None: ...
@@ -419,6 +436,15 @@ class MasterRotation:
             ServiceUnavailableError: the keystore cannot serve now.
         """
         return self._store.begin_master_rotation(self.owner, self.lease_seconds)
+
+    def resume(self) -> MasterRotationStatus | None:
+        """Take over a rotation whose process died (its lease ran out); ``None`` when none is unfinished.
+
+        Raises:
+            MasterRotationRunningError: another rotation holds the lease.
+            ServiceUnavailableError: the keystore cannot serve now.
+        """
+        return self._store.resume_master_rotation(self.owner, self.lease_seconds)
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> MasterRotationStatus | None:
         """Rewrap every batch, then retire the older generations; ``None`` when ``stop()`` became true

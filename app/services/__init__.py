@@ -13,6 +13,9 @@
 - :mod:`.budget`: the bytes concurrent batch requests may hold in memory at once.
 - :mod:`.backends`: the enabled backends of a running service.
 - :mod:`.security`: bearer tokens (verification, generation, the root token).
+- :mod:`.identity`: login roles and the JWT login that turns a verified JWT into a token.
+- :mod:`.jwks`: JWT issuers' key sets fetched over HTTPS and cached.
+- :mod:`.attempts`: attempt limits for the routes called without a token (unseal, login).
 - :mod:`.coherence`: following the keystore's change log to keep caches coherent.
 - :mod:`.auto_rotate`: rotating keys whose ``auto_rotate_period`` elapsed (the keystore decides who does).
 - :mod:`.master_rotation`: a rotation of the master key run in the background of one worker.

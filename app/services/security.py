@@ -92,6 +92,21 @@ class Principal:
             raise ForbiddenError("this token may not use that key (no key pattern matches)")
 
 
+def require_grantable(principal: Principal, scopes: tuple[str, ...], key_patterns: tuple[str, ...]) -> None:
+    """Check that ``principal`` could hand out ``scopes`` on ``key_patterns``: what it creates (a token, or a
+    login role that issues tokens) never holds more than it has.
+
+    Raises:
+        ForbiddenError: a scope the caller lacks, or (for a caller limited to some key patterns) a pattern
+            that is not one of its own.
+    """
+    missing = [scope for scope in scopes if not principal.has_scope(scope)]
+    if missing:
+        raise ForbiddenError(f"cannot grant scopes this token does not have: {', '.join(missing)}")
+    if "*" not in principal.key_patterns and any(p not in principal.key_patterns for p in key_patterns):
+        raise ForbiddenError("cannot grant key patterns beyond this token's own patterns")
+
+
 def token_clock() -> datetime:
     """The current UTC time: the one clock for creating, renewing and checking token lifetimes."""
     return datetime.now(UTC)

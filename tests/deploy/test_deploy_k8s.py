@@ -186,3 +186,21 @@ def test_pkcs11_overlay_copies_the_pin_to_a_private_file() -> None:
     assert init_mounts["hsm-pin"] == mounts["hsm-pin"]
     assert spec["securityContext"]["runAsUser"] == 10001  # the copy belongs to the server's user
     assert init["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_jwt_client_example_matches_the_schema_and_the_identity_page() -> None:
+    """deploy/k8s-examples/jwt-client.yaml: valid manifests whose projected token has the audience and path
+    docs/identity.md's role and login use."""
+    path = DEPLOY / "k8s-examples" / "jwt-client.yaml"
+    docs = {doc["kind"]: doc for doc in documents(path)}
+    for doc in docs.values():
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"] == "api"
+    (source,) = pod["volumes"][0]["projected"]["sources"]
+    assert source["serviceAccountToken"]["audience"] == "keystream"
+    mount = pod["containers"][0]["volumeMounts"][0]["mountPath"]
+    script = pod["containers"][0]["args"][0]
+    assert f"--jwt-file {mount}/{source['serviceAccountToken']['path']}" in script
+    identity = (DEPLOY.parent / "docs" / "identity.md").read_text()
+    assert '"bound_audiences": ["keystream"]' in identity and "billing-api" in identity

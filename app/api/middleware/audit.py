@@ -49,6 +49,10 @@ REQUEST_ID_HEADER = b"keystream-request-id"
 _second: list[Any] = [-1, ""]  # the last whole second formatted, and its text
 
 
+#: What a login route notes (:func:`note`) for its ``response`` line; never the JWT itself.
+LOGIN_FACTS = ("role", "subject", "issued_token_id")
+
+
 def _now() -> str:
     """UTC now as ``2026-11-26T08:43:19.221506Z`` (the date part is formatted once per second)."""
     now = time.time()
@@ -279,6 +283,8 @@ class _Audited:
             "outcome": outcome,
             "remote_address": self.remote,
         }
+        # A login's facts (its role, the subject the JWT named, the token issued), only on its lines.
+        record.update({name: facts[name] for name in LOGIN_FACTS if name in facts})
         self.log.write(record)
         self.recorded = True
 

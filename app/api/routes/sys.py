@@ -8,7 +8,8 @@
   the rebuilt key is checked against the keystore's check value and the server unseals. A refused share is a
   400 ``invalid_share`` naming the problem (malformed, mistyped, foreign, duplicate, wrong), with the
   progress unchanged; the share itself is never echoed, logged or audited. Attempts are rate-limited per
-  client address and worker (:class:`AttemptLimiter`: 429 ``too_many_requests`` with ``Retry-After``).
+  client address and worker (:class:`~app.services.attempts.AttemptLimiter`: 429 ``too_many_requests``
+  with ``Retry-After``).
 * ``POST /v1/sys/seal`` (admin token) wipes the master key: the server answers 503 ``sealed`` again.
 * ``POST /v1/sys/rotate-master`` (admin token; optional ``{"batch_size": N}``) begins a rotation of the
   master key (a new generation under the same seal) or resumes one that did not finish, and answers 202 with
@@ -23,10 +24,8 @@ log (the unseal's once the log can be opened: its keys are under the master key)
 from __future__ import annotations
 
 import logging
-import math
 import threading
-import time
-from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from anyio import to_thread
@@ -42,12 +41,13 @@ from app.api.openapi import errors
 from app.api.strict_json import StrictJsonRoute
 from app.audit import AuditUnavailableError
 from app.core.master_key_format import MasterKeyError
-from app.errors import BadRequestError, InvalidShareError, TooManyRequestsError, ValidationError
+from app.errors import BadRequestError, InvalidShareError, ValidationError
 from app.keystore.generations import DEFAULT_BATCH_SIZE, MasterRotationStatus
 from app.seal import SealError
 from app.seal.handover import RESET, SEALED, SHARE, UNSEALED
 from app.seal.shamir import ShamirSeal
 from app.seal.shares import InvalidShareError as ShareRefused
+from app.services.attempts import AttemptLimiter
 from app.state import ServiceState, start_unsealed, stop_sealed
 
 logger = logging.getLogger("keystream")
@@ -64,42 +64,9 @@ UNSEAL_TRACKED_ADDRESSES = 4096
 MAX_ROTATION_BATCH_SIZE = 10_000
 
 
-class AttemptLimiter:
-    """A token bucket per client address: ``burst`` attempts at once, then one per ``refill_seconds``.
-
-    Operators giving shares never meet it; a client guessing shares (each has a 40-bit check and an 8-byte
-    set id, so guessing is hopeless anyway) is slowed to a crawl and cannot fill the worker's memory.
-    """
-
-    def __init__(self, burst: int, refill_seconds: float, tracked: int) -> None:
-        self._burst = burst
-        self._refill = refill_seconds
-        self._tracked = tracked
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def attempt(self, address: str) -> None:
-        """Count one attempt from ``address``.
-
-        Raises:
-            TooManyRequestsError: its bucket is empty (429 with the seconds until the next attempt).
-        """
-        now = time.monotonic()
-        with self._lock:
-            tokens, since = self._buckets.pop(address, (float(self._burst), now))
-            tokens = min(float(self._burst), tokens + (now - since) / self._refill)
-            if tokens < 1.0:
-                self._buckets[address] = (tokens, now)
-                wait = math.ceil((1.0 - tokens) * self._refill)
-                raise TooManyRequestsError(
-                    f"too many unseal attempts from this address: retry in {wait} s", retry_after_seconds=wait
-                )
-            self._buckets[address] = (tokens - 1.0, now)
-            while len(self._buckets) > self._tracked:
-                self._buckets.popitem(last=False)
-
-
-_LIMITER = AttemptLimiter(UNSEAL_BURST, UNSEAL_REFILL_SECONDS, UNSEAL_TRACKED_ADDRESSES)
+_LIMITER = AttemptLimiter(
+    UNSEAL_BURST, UNSEAL_REFILL_SECONDS, UNSEAL_TRACKED_ADDRESSES, "unseal attempts from this address"
+)
 
 
 class UnsealBody(BaseModel):
@@ -250,14 +217,7 @@ async def rotate_master(
     """
     batch_size = DEFAULT_BATCH_SIZE if body is None else body.batch_size
     audit = state.audit
-
-    def finished(status: MasterRotationStatus) -> None:
-        record = {"operation": "rotate_master", "phase": "finish", "generation": status.generation}
-        try:
-            write_operator_record(audit, {**record, "rewrapped": status.rewrapped})
-        except AuditUnavailableError as exc:
-            logger.error("cannot audit the end of the master key rotation: %s", exc)
-
+    finished = _rotation_finished(state)
     status = await to_thread.run_sync(state.rotation.start, state.keystore, batch_size, finished)
     record = {
         "operation": "rotate_master",
@@ -269,6 +229,47 @@ async def rotate_master(
     }
     write_operator_record(audit, record)
     return JSONResponse(status.to_json(), status_code=202)
+
+
+def _rotation_finished(state: ServiceState) -> Callable[[MasterRotationStatus], None]:
+    """What a rotation's thread calls at its end: the ``finish`` line in this worker's audit log as it is
+    then (the server may have been sealed and unsealed meanwhile)."""
+
+    def finished(status: MasterRotationStatus) -> None:
+        record = {"operation": "rotate_master", "phase": "finish", "generation": status.generation}
+        try:
+            write_operator_record(state.audit, {**record, "rewrapped": status.rewrapped})
+        except AuditUnavailableError as exc:
+            logger.error("cannot audit the end of the master key rotation: %s", exc)
+
+    return finished
+
+
+def start_rotation_watch(state: ServiceState) -> None:
+    """Resume, in the background, a rotation of the master key that a process which died left unfinished
+    (:meth:`~app.services.master_rotation.MasterRotationRunner.watch`), with its audit lines: a ``start``
+    line with ``resumed`` and ``automatic`` true, then the usual ``finish`` line."""
+
+    def resumed(status: MasterRotationStatus) -> None:
+        record = {
+            "operation": "rotate_master",
+            "phase": "start",
+            "generation": status.generation,
+            "resumed": True,
+            "automatic": True,
+        }
+        try:
+            write_operator_record(state.audit, record)
+        except AuditUnavailableError as exc:
+            logger.error("cannot audit the resumed master key rotation: %s", exc)
+
+    state.rotation.watch(
+        state.keystore,
+        batch_size=DEFAULT_BATCH_SIZE,
+        sealed=lambda: state.seal.sealed,
+        on_resume=resumed,
+        on_finish=_rotation_finished(state),
+    )
 
 
 @router.get(paths.ROTATE_MASTER, responses=errors(401, 403))

@@ -12,22 +12,19 @@ included. A token never hands out more than it has: the new token's scopes must 
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from anyio import to_thread
-from fastapi import APIRouter, Depends, Response, status
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from fastapi import APIRouter, Response, status
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.convertors import Convertor, register_url_convertor
 
 from app.api import paths
-from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
+from app.api.deps import JsonBody, PrincipalDep, StateDep, TokenAdminDep
+from app.api.grants import KeyPattern, Scope, TtlSeconds, token_json
 from app.api.openapi import errors
 from app.api.strict_json import StrictJsonRoute
-from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
-from app.errors import ForbiddenError
-from app.keystore import TokenRecord
-from app.services.security import Principal, lifetime_capped, new_token, renew_token
+from app.services.security import lifetime_capped, new_token, renew_token, require_grantable
 
 #: The path segment ``self`` names the caller's own token, so no token id is read from it: ``DELETE`` on
 #: :data:`~app.api.paths.TOKEN_SELF` is not the admin's revoke route (405, ``Allow: GET``). No token can be
@@ -50,12 +47,6 @@ class TokenIdConvertor(Convertor[str]):
 register_url_convertor("token_id", TokenIdConvertor())
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["tokens"])
-
-Scope = Literal["admin", "encrypt", "decrypt", "rewrap"]
-#: A key pattern: a glob over key-name characters (``* ? [ ] !`` and ``A-Z a-z 0-9 _ . -``), 1-128 of them.
-KeyPattern = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.*?!\[\]-]{1,128}$")]
-#: A token lifetime in seconds.
-TtlSeconds = Annotated[int, Field(ge=MIN_TOKEN_TTL_SECONDS, le=MAX_TOKEN_TTL_SECONDS)]
 
 
 class CreateTokenRequest(BaseModel):
@@ -91,41 +82,6 @@ class RenewTokenRequest(BaseModel):
     )
 
 
-async def get_token_admin(principal: AdminDep) -> Principal:
-    """An ``admin`` caller whose key patterns include ``*``: the only kind that may manage tokens.
-
-    Raises:
-        ForbiddenError: the token lacks ``admin`` or is limited to some key patterns (403).
-    """
-    if "*" not in principal.key_patterns:
-        raise ForbiddenError(
-            "token management needs an admin token with the key pattern '*' "
-            "(this one is limited to some keys)"
-        )
-    return principal
-
-
-TokenAdminDep = Annotated[Principal, Depends(get_token_admin)]
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
-
-
-def token_json(record: TokenRecord) -> dict[str, Any]:
-    """A token's public fields (never the secret or its hash); the lifetime fields are null without a ttl."""
-    return {
-        "id": record.token_id,
-        "scopes": list(record.scopes),
-        "key_patterns": list(record.key_patterns),
-        "description": record.description,
-        "created_at": _iso(record.created_at),
-        "ttl": record.ttl_seconds,
-        "expires_at": _iso(record.expires_at),
-        "max_expires_at": _iso(record.max_expires_at),
-    }
-
-
 @router.post(
     paths.TOKENS,
     status_code=status.HTTP_201_CREATED,
@@ -141,13 +97,7 @@ async def create_token(body: CreateTokenRequest, principal: TokenAdminDep, state
     """
     scopes = tuple(dict.fromkeys(body.scopes))
     patterns = tuple(dict.fromkeys(body.key_patterns))
-    missing = [scope for scope in scopes if not principal.has_scope(scope)]
-    if missing:
-        raise ForbiddenError(f"cannot grant scopes this token does not have: {', '.join(missing)}")
-    if "*" not in principal.key_patterns:
-        wider = [pattern for pattern in patterns if pattern not in principal.key_patterns]
-        if wider:
-            raise ForbiddenError("cannot grant key patterns beyond this token's own patterns")
+    require_grantable(principal, scopes, patterns)
     not_after = None
     if principal.expires_at is not None and principal.max_expires_at is not None:
         not_after = (principal.expires_at, principal.max_expires_at)

@@ -29,6 +29,7 @@ from keystream_client._calls import (
     datakey_call,
     import_key_call,
     import_version_call,
+    login_jwt_call,
     quote,
     renew_token_self_call,
     trim_call,
@@ -230,6 +231,10 @@ class AsyncKeystreamClient(BaseClient):
         """As :meth:`KeystreamClient.create_token`."""
         call = create_token_call(scopes, key_patterns, description, ttl, max_ttl)
         return parse_new_token(await self._send(call))
+
+    async def login_jwt(self, role: str, jwt: str) -> NewToken:
+        """As :meth:`KeystreamClient.login_jwt`."""
+        return parse_new_token(await self._send(login_jwt_call(role, jwt)))
 
     async def token_self(self) -> Token:
         """As :meth:`KeystreamClient.token_self`."""

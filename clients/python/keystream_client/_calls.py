@@ -114,6 +114,11 @@ def renew_token_self_call(ttl: int | None) -> Call:
     return Call("POST", "/v1/tokens/self/renew", {} if ttl is None else {"ttl": ttl})
 
 
+def login_jwt_call(role: str, jwt: str) -> Call:
+    """``POST /v1/auth/jwt/login``: trade a JWT for a token through ``role`` (no token needed)."""
+    return Call("POST", "/v1/auth/jwt/login", {"role": role, "jwt": jwt})
+
+
 def batch_call(
     key: str, operation: str, items: Sequence[BatchItem | bytes], key_version: int | None, backend: str | None
 ) -> Call:

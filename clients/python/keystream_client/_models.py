@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -93,6 +94,8 @@ class Token:
     ttl: int | None = None
     expires_at: datetime | None = None
     max_expires_at: datetime | None = None
+    #: Where a login's token came from (``role``, ``subject``, mapped claims); empty for an admin's token.
+    metadata: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The metadata as JSON-ready data."""
@@ -105,6 +108,7 @@ class Token:
             "ttl": self.ttl,
             "expires_at": _optional_text(self.expires_at),
             "max_expires_at": _optional_text(self.max_expires_at),
+            "metadata": dict(self.metadata),
         }
 
 
@@ -238,6 +242,7 @@ def _token_fields(data: Any) -> dict[str, Any]:
         "ttl": data.get("ttl"),
         "expires_at": _optional_time(data.get("expires_at")),
         "max_expires_at": _optional_time(data.get("max_expires_at")),
+        "metadata": {str(name): str(value) for name, value in (data.get("metadata") or {}).items()},
     }
 
 

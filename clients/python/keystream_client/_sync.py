@@ -18,6 +18,7 @@ from keystream_client._calls import (
     datakey_call,
     import_key_call,
     import_version_call,
+    login_jwt_call,
     quote,
     renew_token_self_call,
     trim_call,
@@ -253,6 +254,20 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         return parse_new_token(self._send(create_token_call(scopes, key_patterns, description, ttl, max_ttl)))
+
+    def login_jwt(self, role: str, jwt: str) -> NewToken:
+        """Log in with a JWT (a Kubernetes projected service-account token, an OIDC issuer's token) through
+        ``role``; no token is needed. The answer is an ordinary token whose secret is in
+        :attr:`NewToken.token` and whose :attr:`~Token.metadata` names the role and subject: use it with
+        ``KeystreamClient(token=...)``. The JWT is sent once and kept nowhere.
+
+        Raises:
+            KeystreamAPIError: 400 naming what the JWT got wrong (a role that does not exist answers as a bad
+                signature), 413 for a JWT over 16 KiB, 429 for too many attempts, 503 while the issuer's keys
+                cannot be fetched.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_new_token(self._send(login_jwt_call(role, jwt)))
 
     def token_self(self) -> Token:
         """The metadata of the token this client uses (any valid token; no admin needed).

@@ -132,6 +132,8 @@ def test_every_domain_error_has_a_status_and_the_docstring_tree_names_it() -> No
         errors.BackendUnavailableError: 503,
         errors.BackendRestartingError: 503,
         errors.SealedError: 503,
+        errors.IdentityProviderUnavailableError: 503,
+        errors.RoleNotFoundError: 404,
         KeyUnwrapError: 503,
         KeystoreUnavailableError: 503,
     }

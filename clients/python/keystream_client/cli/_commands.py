@@ -16,10 +16,14 @@ from keystream_client.cli._codes import EXIT_AUTH, EXIT_OK, EXIT_USAGE, CommandE
 from keystream_client.cli._output import duration_text, print_json, print_key, print_tokens, table
 
 
-def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> KeystreamClient:
+def make_client(
+    args: argparse.Namespace, stream_timeout: float = 120.0, *, need_token: bool = True
+) -> KeystreamClient:
     """A client from ``--url``/``--token``/``--timeout``/``--insecure``/``--cacert``/``--client-cert``/
     ``--client-key``; the client itself falls back to ``KEYSTREAM_URL`` (then its default URL),
     ``KEYSTREAM_TOKEN``, ``KEYSTREAM_CACERT`` and ``KEYSTREAM_CLIENT_CERT``/``KEYSTREAM_CLIENT_KEY``.
+
+    ``need_token=False`` is for the commands that present another credential (a login).
 
     Raises:
         CommandError: no token at all (exit code 5, as a 401 would give), or a CA bundle or client
@@ -27,7 +31,7 @@ def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> Keys
         UsageError: a URL that is not http(s), or ``--client-key`` without ``--client-cert``.
     """
     token = args.token or os.environ.get(TOKEN_ENV)
-    if not token:
+    if not token and need_token:
         raise CommandError(f"no token: pass --token or set {TOKEN_ENV}", EXIT_AUTH)
     client_cert: str | None = args.client_cert
     client_key: str | None = args.client_key
@@ -36,7 +40,7 @@ def make_client(args: argparse.Namespace, stream_timeout: float = 120.0) -> Keys
     try:
         return KeystreamClient(
             args.url or None,
-            token,
+            token or None,
             timeout=args.timeout if args.timeout is not None else 30.0,
             stream_timeout=stream_timeout,
             verify=False if args.insecure else (args.cacert or None),

@@ -29,6 +29,7 @@ from keystream_client.cli._commands import (
     cmd_tokens_self,
 )
 from keystream_client.cli._datakey import cmd_datakey
+from keystream_client.cli._login import cmd_login_jwt
 from keystream_client.cli._operator import (
     cmd_operator_rotate_master,
     cmd_operator_seal,
@@ -146,6 +147,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_datakey_command(commands, conn, as_json)
 
     _add_operator_commands(commands, conn, as_json)
+
+    login = commands.add_parser("login", help="log in with a workload identity for a token")
+    login.description = "Trade a workload identity for a token through a role (no token needed)."
+    methods = login.add_subparsers(dest="login_method", metavar="METHOD", required=True)
+    jwt = methods.add_parser("jwt", parents=[conn, as_json], help="log in with a JWT (Kubernetes, OIDC)")
+    jwt.description = (
+        "Log in with a JWT, such as a Kubernetes projected service-account token, through ROLE; the token is "
+        "printed on stdout."
+    )
+    jwt.add_argument("--role", required=True, help="the role to log in through")
+    jwt.add_argument(
+        "--jwt-file",
+        required=True,
+        help="the file holding the JWT (e.g. /var/run/secrets/tokens/keystream; - for stdin)",
+    )
+    jwt.set_defaults(handler=cmd_login_jwt)
 
     backends = commands.add_parser("backends", parents=[conn, as_json], help="list the service's backends")
     backends.description = "List the service's AES backends (for --backend): availability, ISA path, preset."

@@ -149,3 +149,28 @@ def test_moving_to_another_seal_after_rotations_forgets_the_generations(store: K
     assert store.master_rotation_status().generation == 1
     rotation = MasterRotation(store)
     assert rotation.begin().generation == 2
+
+
+def test_resume_takes_over_only_an_unfinished_rotation_and_never_starts_one(store: KeyStore) -> None:
+    before = fill(store, keys=2, versions=2)
+    assert MasterRotation(store).resume() is None  # nothing to resume: nothing is written
+    status = store.master_rotation_status()
+    assert (status.generation, status.rotating) == (1, False)
+    abandoned = MasterRotation(store, batch_size=1, lease_seconds=0.0)
+    abandoned.begin()
+    assert abandoned.run(stop=lambda: True) is None  # stopped half-way, its lease already over
+    taker = MasterRotation(store, batch_size=10)
+    resumed = taker.resume()
+    assert resumed is not None and (resumed.generation, resumed.resumed) == (2, True)
+    finished = taker.run()
+    assert finished is not None and not finished.rotating
+    assert MasterRotation(store).resume() is None  # finished: still no new generation
+    assert store.master_rotation_status().generation == 2
+    assert materials(store) == before
+
+
+def test_resume_refuses_while_a_live_rotation_holds_the_lease(store: KeyStore) -> None:
+    fill(store, keys=1, versions=2)
+    MasterRotation(store, batch_size=1, lease_seconds=30.0).begin()
+    with pytest.raises(MasterRotationRunningError):
+        MasterRotation(store).resume()

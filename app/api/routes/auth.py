@@ -1,0 +1,184 @@
+"""``/v1/auth``: login roles (admin), the JWT method's configuration (admin), and the JWT login (no token).
+
+* ``POST /v1/auth/roles/{role_name}`` writes (creates or replaces) a role: the scopes, key patterns,
+  ``ttl`` and ``max_ttl`` of the tokens it issues, and the method's bindings (for ``jwt``:
+  ``bound_audiences``, ``bound_subject``, ``bound_claims``, ``user_claim``, ``claim_mappings``). Like token
+  management it needs an admin token with the key pattern ``*``, and a role never grants a scope the admin
+  lacks.
+  ``GET /v1/auth/roles`` lists roles, ``GET``/``DELETE /v1/auth/roles/{role_name}`` read or delete one.
+* ``POST /v1/auth/jwt/config`` writes the JWT method's key source, ``bound_issuer`` and ``leeway``;
+  ``GET`` reads it back.
+* ``POST /v1/auth/jwt/login`` ``{"role", "jwt"}`` answers a new token (201) with its id, expiry, scopes, key
+  patterns and metadata (role, subject). Attempts are rate-limited per client address and role (429 with
+  ``Retry-After``); the audit line records the role, the subject and the token id, never the JWT.
+
+Every worker and replica reads roles and the configuration from the keystore at each login, so a change
+applies at the next login everywhere; the issuer's keys are cached per worker (:mod:`app.services.jwks`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from anyio import to_thread
+from fastapi import APIRouter, Request, Response, status
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from app.api import paths
+from app.api.deps import JsonBody, StateDep, TokenAdminDep
+from app.api.grants import KeyPattern, Scope, TtlSeconds, token_json
+from app.api.middleware.audit import note
+from app.api.openapi import errors
+from app.api.strict_json import StrictJsonRoute
+from app.core.token_format import MAX_TOKEN_TTL_SECONDS
+from app.keystore import RoleRecord
+from app.services.identity import JwtBindings, JwtLogin, check_jwt_config, new_role
+
+router = APIRouter(route_class=StrictJsonRoute, tags=["auth"])
+
+#: Default lifetimes of a role's tokens.
+DEFAULT_ROLE_TTL = 3600
+DEFAULT_ROLE_MAX_TTL = 86_400
+
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+#: A claim: a top-level name, or a JSON pointer such as ``/kubernetes.io/namespace``.
+ClaimPath = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+MetadataKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+RoleName = Annotated[str, StringConstraints(max_length=128)]
+
+
+class RoleBody(BaseModel):
+    """A role: what its tokens may do, and (``jwt``) what a JWT must carry to get one."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    method: Literal["jwt"]
+    scopes: list[Scope] = Field(min_length=1)
+    key_patterns: list[KeyPattern] = Field(default_factory=lambda: ["*"], min_length=1, max_length=64)
+    ttl: TtlSeconds = Field(default=DEFAULT_ROLE_TTL, description="Seconds an issued token lives.")
+    max_ttl: TtlSeconds | None = Field(
+        default=None, description="Seconds after login beyond which no renewal goes (default: 24 h, or ttl)."
+    )
+    bound_audiences: list[ShortText] = Field(min_length=1, max_length=32)
+    bound_subject: ShortText | None = None
+    bound_claims: dict[ClaimPath, ShortText | list[ShortText]] = Field(default_factory=dict, max_length=32)
+    user_claim: ClaimPath = "sub"
+    claim_mappings: dict[ClaimPath, MetadataKey] = Field(default_factory=dict, max_length=16)
+
+
+class JwtConfigBody(BaseModel):
+    """Where the JWT issuer's public keys come from (exactly one source), the issuer, the clock leeway."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    jwks_url: str | None = Field(default=None, max_length=2048)
+    jwks_ca_pem: str | None = Field(default=None, max_length=32_768)
+    oidc_discovery_url: str | None = Field(default=None, max_length=2048)
+    jwt_validation_pubkeys: list[Annotated[str, StringConstraints(max_length=8192)]] | None = Field(
+        default=None, max_length=8
+    )
+    bound_issuer: str | None = Field(default=None, max_length=2048)
+    leeway: int = Field(default=60, ge=0, le=300)
+
+
+class LoginBody(BaseModel):
+    """A JWT login: the role to log in through, and the JWT (at most 16 KiB, else 413)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    role: RoleName
+    jwt: str
+
+
+@router.post(paths.AUTH_ROLE, dependencies=[JsonBody], responses=errors(403, 415, 422))
+async def write_role(
+    role_name: str, body: RoleBody, principal: TokenAdminDep, state: StateDep
+) -> dict[str, Any]:
+    """Create or replace role ``role_name``; it may grant no scope the caller lacks."""
+    max_ttl = (
+        body.max_ttl
+        if body.max_ttl is not None
+        else min(max(body.ttl, DEFAULT_ROLE_MAX_TTL), MAX_TOKEN_TTL_SECONDS)
+    )
+    bindings = JwtBindings(
+        bound_audiences=tuple(body.bound_audiences),
+        bound_subject=body.bound_subject,
+        bound_claims={
+            path: (values,) if isinstance(values, str) else tuple(values)
+            for path, values in body.bound_claims.items()
+        },
+        user_claim=body.user_claim,
+        claim_mappings=body.claim_mappings,
+    )
+    record = new_role(
+        principal,
+        role_name,
+        tuple(dict.fromkeys(body.scopes)),
+        tuple(dict.fromkeys(body.key_patterns)),
+        body.ttl,
+        max_ttl,
+        bindings,
+    )
+    stored: RoleRecord = await to_thread.run_sync(state.keystore.write_role, record)
+    return stored.to_json()
+
+
+@router.get(paths.AUTH_ROLES, responses=errors(403))
+async def list_roles(principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
+    """Every role."""
+    records = await to_thread.run_sync(state.keystore.list_roles)
+    return {"roles": [record.to_json() for record in records]}
+
+
+@router.get(paths.AUTH_ROLE, responses=errors(403, 404))
+async def get_role(role_name: str, principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
+    """One role."""
+    record: RoleRecord = await to_thread.run_sync(state.keystore.get_role, role_name)
+    return record.to_json()
+
+
+@router.delete(paths.AUTH_ROLE, status_code=status.HTTP_204_NO_CONTENT, responses=errors(403, 404))
+async def delete_role(role_name: str, principal: TokenAdminDep, state: StateDep) -> Response:
+    """Delete a role; the tokens it issued live on until they expire or are revoked."""
+    await to_thread.run_sync(state.keystore.delete_role, role_name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(paths.JWT_CONFIG, dependencies=[JsonBody], responses=errors(403, 415, 422))
+async def write_jwt_config(body: JwtConfigBody, principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
+    """Write the JWT method's configuration (exactly one of ``jwks_url``, ``oidc_discovery_url`` and
+    ``jwt_validation_pubkeys``)."""
+    config = check_jwt_config(body.model_dump())
+    await to_thread.run_sync(state.keystore.write_auth_config, "jwt", config)
+    return config
+
+
+@router.get(paths.JWT_CONFIG, responses=errors(403, 404))
+async def read_jwt_config(principal: TokenAdminDep, state: StateDep) -> dict[str, Any]:
+    """The JWT method's configuration (``{}`` when none was written)."""
+    config = await to_thread.run_sync(state.keystore.read_auth_config, "jwt")
+    return dict(config or {})
+
+
+@router.post(
+    paths.JWT_LOGIN,
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[JsonBody],
+    responses=errors(413, 415, 422, 429, 503),
+)
+async def login_jwt(body: LoginBody, request: Request, state: StateDep) -> dict[str, Any]:
+    """Log in with a JWT through a role; the answer's ``token`` is the only time the secret is shown.
+
+    A role that does not exist and a JWT whose signature does not verify get the same 400.
+    """
+    address = request.client.host if request.client else "unknown"
+    state.login_attempts.attempt(f"{address} {body.role}")
+    login = JwtLogin(state.keystore, state.jwks)
+    token, record = await to_thread.run_sync(login.login, body.role, body.jwt)
+    note(
+        request.scope,
+        role=record.metadata["role"],
+        subject=record.metadata["subject"],
+        issued=record.token_id,
+    )
+    return {"token": token, **token_json(record)}
