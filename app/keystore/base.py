@@ -21,7 +21,7 @@ workers or replicas coherent, and a deleted key's name is held by a tombstone
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -465,20 +465,44 @@ class KeyStore(abc.ABC):
         For :mod:`app.keystore.copy`; the material stays wrapped. Callers keep it out of logs and errors.
         """
 
-    def insert_copied(self, copied_keys: Sequence[KeyExport], copied_tokens: Sequence[TokenRecord]) -> None:
-        """Store ``copied_keys`` (wrapped material, versions, policies, times) and ``copied_tokens`` as given.
+    def insert_copied(
+        self,
+        copied_keys: Sequence[KeyExport],
+        copied_tokens: Sequence[TokenRecord],
+        copied_roles: Sequence[RoleRecord] = (),
+        copied_configs: Mapping[str, dict[str, object]] | None = None,
+    ) -> None:
+        """Store ``copied_keys`` (wrapped material, versions, policies, times), ``copied_tokens``, the login
+        roles ``copied_roles`` and the auth method configurations ``copied_configs`` as given.
 
-        All or nothing: one transaction, which also appends a ``key_created`` change per key and a
-        ``token_created`` change per token, so running replicas see the copies. The caller has checked that
-        each wrapped version unwraps under this store's master key (:func:`app.keystore.copy.copy_keystore`).
+        All or nothing: one transaction, which also appends a ``key_created`` change per key, a
+        ``token_created`` change per token, a ``role_written`` change per role and an ``auth_config_written``
+        change per configuration, so running replicas see the copies. The caller has checked that each
+        wrapped version unwraps under this store's master key (:func:`app.keystore.copy.copy_keystore`).
 
         Raises:
             KeyExistsError: a key of that name exists (nothing is written).
             KeyRecentlyDeletedError: a key of that name was deleted and its tombstone has not expired.
             ConflictError: a token with that id exists (nothing is written).
-            BadRequestError: a token record is malformed.
+            BadRequestError: a token record, a role or a configuration is malformed.
         """
-        self._insert_copied(copied_keys, [check_token_record(record) for record in copied_tokens])
+        checked_roles = [roles.check_role_record(record) for record in copied_roles]
+        configs = {
+            roles.check_auth_method(method): roles.check_auth_config(config)
+            for method, config in (copied_configs or {}).items()
+        }
+
+        def write_roles(conn: generations.Connection) -> None:
+            for role in checked_roles:
+                roles.write_role(conn, self._dialect, role)
+                self._append_change(conn, "role_written", role_name=role.name)
+            for method, config in configs.items():
+                roles.write_auth_config(conn, self._dialect, method, config, utc_now())
+                self._append_change(conn, AUTH_CONFIG_WRITTEN)
+
+        self._insert_copied(
+            copied_keys, [check_token_record(record) for record in copied_tokens], write_roles
+        )
 
     def create_token(self, record: TokenRecord) -> None:
         """Store a token.
@@ -807,8 +831,14 @@ class KeyStore(abc.ABC):
         """``(name, auto_rotate_period, latest version's created_at)`` of every key with a period, by name."""
 
     @abc.abstractmethod
-    def _insert_copied(self, copied_keys: Sequence[KeyExport], checked_tokens: Sequence[TokenRecord]) -> None:
-        """:meth:`insert_copied` once the token records are checked.
+    def _insert_copied(
+        self,
+        copied_keys: Sequence[KeyExport],
+        checked_tokens: Sequence[TokenRecord],
+        then: Callable[[generations.Connection], None],
+    ) -> None:
+        """:meth:`insert_copied` once the records are checked; ``then`` runs last in the same transaction (it
+        writes the roles and configurations).
 
         Raises:
             KeyExistsError, KeyRecentlyDeletedError, ConflictError: as :meth:`insert_copied`.

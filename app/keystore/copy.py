@@ -1,4 +1,5 @@
-"""Copy every key, version and token from one keystore into another (SQLite to PostgreSQL and back).
+"""Copy every key, version, token, login role and auth method configuration from one keystore into another
+(SQLite to PostgreSQL and back).
 
 :func:`copy_keystore` reads the source, checks everything, then writes the destination in **one**
 transaction (:meth:`~app.keystore.base.KeyStore.insert_copied`), so a copy is all or nothing:
@@ -16,7 +17,9 @@ transaction (:meth:`~app.keystore.base.KeyStore.insert_copied`), so a copy is al
   every such key or token (never material) and nothing at all is written. The destination is never
   overwritten.
 
-Tokens are copied as :class:`~app.keystore.base.TokenRecord` objects, whatever fields those have, through the
+Login roles and the auth methods' configurations follow the same rules: copied when missing, skipped when
+identical (a role's times aside), a conflict when they differ. Tokens are copied as
+:class:`~app.keystore.base.TokenRecord` objects, whatever fields those have, through the
 destination's own token insert, so fields added to ``TokenRecord`` later are copied (and compared) too.
 """
 
@@ -32,7 +35,8 @@ from app.seal.keyring import Keyring
 
 from .base import KeyStore
 from .master import unwrap_key_material, wrap_key_material
-from .records import KeyExport, TokenRecord
+from .records import KeyExport, RoleRecord, TokenRecord
+from .roles import AUTH_METHODS
 
 __all__ = ["CopyConflictError", "CopySummary", "copy_keystore"]
 
@@ -62,13 +66,16 @@ class CopySummary:
     versions_copied: int
     tokens_copied: int
     tokens_skipped: int
+    roles_copied: int = 0
+    roles_skipped: int = 0
 
     def describe(self) -> str:
         """One line for the command line, e.g. ``copied 2 keys (5 versions), skipped 1 key; ...``."""
         return (
             f"copied {self.keys_copied} keys ({self.versions_copied} versions), skipped {self.keys_skipped} "
             f"keys already present; copied {self.tokens_copied} tokens, skipped {self.tokens_skipped} tokens "
-            "already present"
+            f"already present; copied {self.roles_copied} roles, skipped {self.roles_skipped} roles already "
+            "present"
         )
 
 
@@ -118,8 +125,44 @@ def _token_difference(source: TokenRecord, target: TokenRecord) -> str | None:
     return None
 
 
+def _role_difference(source: RoleRecord, target: RoleRecord) -> str | None:
+    """The first field in which two roles of one name differ (its name only; times aside), or None."""
+    for field in dataclasses.fields(RoleRecord):
+        if field.name not in ("created_at", "updated_at") and getattr(source, field.name) != getattr(
+            target, field.name
+        ):
+            return f"its {field.name} field differs"
+    return None
+
+
+def _new_roles(
+    source: KeyStore, target: KeyStore, conflicts: list[str]
+) -> tuple[list[RoleRecord], dict[str, dict[str, object]], int]:
+    """The roles and configurations ``target`` lacks, and how many roles it already has the same; a role or
+    configuration that differs is added to ``conflicts``."""
+    present = {role.name: role for role in target.list_roles()}
+    source_roles = source.list_roles()
+    new_roles: list[RoleRecord] = []
+    for role in source_roles:
+        existing = present.get(role.name)
+        if existing is None:
+            new_roles.append(role)
+        elif (difference := _role_difference(role, existing)) is not None:
+            conflicts.append(f"role {role.name!r} ({difference})")
+    configs: dict[str, dict[str, object]] = {}
+    for method in AUTH_METHODS:
+        config = source.read_auth_config(method)
+        there = target.read_auth_config(method)
+        if config is not None and there is None:
+            configs[method] = config
+        elif config is not None and there != config:
+            conflicts.append(f"the {method} auth configuration (it differs)")
+    return new_roles, configs, len(source_roles) - len(new_roles)
+
+
 def copy_keystore(source: KeyStore, target: KeyStore) -> CopySummary:
-    """Copy the keys, versions and tokens of ``source`` that ``target`` lacks, in one transaction.
+    """Copy the keys, versions, tokens, roles and auth configurations of ``source`` that ``target`` lacks, in
+    one transaction.
 
     Args:
         source: the keystore to read.
@@ -131,7 +174,8 @@ def copy_keystore(source: KeyStore, target: KeyStore) -> CopySummary:
     Raises:
         KeyUnwrapError: a version in ``source`` (or the same-named key in ``target``) does not unwrap under
             its store's seal; nothing was written.
-        CopyConflictError: keys or tokens in ``target`` differ from ``source``'s; nothing was written. The
+        CopyConflictError: keys, tokens, roles or configurations in ``target`` differ from ``source``'s;
+            nothing was written. The
             message names them and what differs, never material or hashes.
         KeyExistsError, ConflictError, KeyRecentlyDeletedError: another writer created a key or token, or
             a copied name is held by a tombstone in ``target``; nothing was written.
@@ -163,18 +207,21 @@ def copy_keystore(source: KeyStore, target: KeyStore) -> CopySummary:
         difference = _token_difference(record, present)
         if difference is not None:
             conflicts.append(f"token {record.token_id!r} ({difference})")
+    new_roles, configs, roles_skipped = _new_roles(source, target, conflicts)
     if conflicts:
         raise CopyConflictError(
             "the destination already has, with different contents: "
             + "; ".join(conflicts)
             + ". Nothing was copied; rename or remove these in one keystore and run the copy again"
         )
-    if new_keys or new_tokens:
-        target.insert_copied(new_keys, new_tokens)
+    if new_keys or new_tokens or new_roles or configs:
+        target.insert_copied(new_keys, new_tokens, new_roles, configs)
     return CopySummary(
         keys_copied=len(new_keys),
         keys_skipped=len(source_keys) - len(new_keys),
         versions_copied=sum(len(key.info.versions) for key in new_keys),
         tokens_copied=len(new_tokens),
         tokens_skipped=len(source_tokens) - len(new_tokens),
+        roles_copied=len(new_roles),
+        roles_skipped=roles_skipped,
     )

@@ -225,7 +225,12 @@ class PostgresKeyStore(KeyStore):
         """See :meth:`KeyStore.export_keys`."""
         return self._database.read(keys.export_keys)
 
-    def _insert_copied(self, copied_keys: Sequence[KeyExport], checked_tokens: Sequence[TokenRecord]) -> None:
+    def _insert_copied(
+        self,
+        copied_keys: Sequence[KeyExport],
+        checked_tokens: Sequence[TokenRecord],
+        then: Callable[[generations.Connection], None],
+    ) -> None:
         """See :meth:`KeyStore.insert_copied`: one transaction, appends serialized by the change-log lock."""
 
         def work(conn: Connection) -> None:
@@ -236,6 +241,7 @@ class PostgresKeyStore(KeyStore):
                 changes.append_change(conn, "key_created", key_name=key.info.name)
             for record in checked_tokens:
                 self._insert_token_in(conn, record)
+            then(conn)
 
         self._database.write(work)
 

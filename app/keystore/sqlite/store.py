@@ -190,7 +190,12 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             return keys.export_keys(conn)
 
-    def _insert_copied(self, copied_keys: Sequence[KeyExport], checked_tokens: Sequence[TokenRecord]) -> None:
+    def _insert_copied(
+        self,
+        copied_keys: Sequence[KeyExport],
+        checked_tokens: Sequence[TokenRecord],
+        then: Callable[[generations.Connection], None],
+    ) -> None:
         """See :meth:`KeyStore.insert_copied`: one ``BEGIN IMMEDIATE`` transaction."""
         with self._write() as conn:
             for key in copied_keys:
@@ -200,6 +205,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             for record in checked_tokens:
                 tokens.insert_token(conn, record)
                 changes.append_change(conn, "token_created", token_id=record.token_id)
+            then(conn)
 
     # -- tokens -------------------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from app.keystore import KeyStore, KeyUnwrapError, SqliteKeyStore, TokenRecord
 from app.keystore.copy import CopyConflictError, copy_keystore
 from app.keystore.generations import MasterRotation
 from app.keystore.postgres import PostgresKeyStore
-from app.keystore.records import KeyExport
+from app.keystore.records import KeyExport, RoleRecord
 from app.seal import BlobOrigin, blob_origin
 
 AD = b"orders/2026"
@@ -292,3 +292,41 @@ def test_a_rotated_source_is_copied_under_the_destination_s_own_generation(
         BlobOrigin("file", 1)
     }
     assert copy_keystore(source, target).keys_skipped == len(source.list_keys())  # compared, not copied
+
+
+def _role(name: str, scopes: tuple[str, ...] = ("encrypt",)) -> RoleRecord:
+    now = datetime(2026, 5, 1, tzinfo=UTC)
+    bindings = {"bound_audiences": ["keystream"], "bound_claims": {"/kubernetes.io/namespace": ["billing"]}}
+    return RoleRecord(name, "jwt", scopes, ("billing-*",), 600, 3600, bindings, now, now)
+
+
+def test_roles_and_auth_configurations_are_copied_once(pair: tuple[KeyStore, KeyStore]) -> None:
+    source, target = pair
+    source.write_role(_role("billing"))
+    source.write_role(_role("audit"))
+    source.write_auth_config("jwt", {"jwks_url": "https://issuer.example/keys", "leeway": 60})
+    start = target.changes_since(1 << 62).latest
+    summary = copy_keystore(source, target)
+    assert (summary.roles_copied, summary.roles_skipped) == (2, 0)
+    assert "copied 2 roles" in summary.describe()
+    assert target.list_roles() == source.list_roles()
+    assert target.read_auth_config("jwt") == source.read_auth_config("jwt")
+    kinds = [(c.kind, c.role_name) for c in target.changes_since(start).changes]
+    assert kinds == [("role_written", "audit"), ("role_written", "billing"), ("auth_config_written", None)]
+    again = copy_keystore(source, target)
+    assert (again.roles_copied, again.roles_skipped) == (0, 2)
+
+
+def test_a_differing_role_or_configuration_is_a_conflict(pair: tuple[KeyStore, KeyStore]) -> None:
+    source, target = pair
+    source.write_role(_role("billing"))
+    source.write_role(_role("audit"))
+    target.write_role(_role("billing", scopes=("encrypt", "decrypt")))
+    source.write_auth_config("jwt", {"jwks_url": "https://a.example/keys"})
+    target.write_auth_config("jwt", {"jwks_url": "https://b.example/keys"})
+    with pytest.raises(
+        CopyConflictError,
+        match=r"role 'billing' \(its scopes field differs\).*the jwt auth configuration \(it differs\)",
+    ):
+        copy_keystore(source, target)
+    assert [role.name for role in target.list_roles()] == ["billing"]  # nothing was written
