@@ -33,13 +33,14 @@ extensions = [
         extra_link_args=extra_link_args,
     ),
     # The sealed format's batches: HKDF/HMAC-SHA256 (SHA-NI or scalar), AES-CTR and AES-GCM in C, many
-    # messages a call.
+    # messages a call; and HKDF-SHA256 alone into a caller's buffer (hkdf.c, for aescore.hkdf_sha256_into).
     Extension(
         "aescore.sealing._sealed",
         sources=[
             "aescore/sealing/_sealed.pyx",
             "aescore/sealing/sealed_batch.c",
             "aescore/sealing/sha256.c",
+            "aescore/sealing/hkdf.c",
             "aescore/ctr/aesni_ctr.c",
             "aescore/gcm/aesni_gcm.c",
         ],

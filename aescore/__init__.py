@@ -12,7 +12,8 @@ Callers ask a backend what it offers through declared capabilities, never throug
 ``runs_inline`` (cheap enough for an event loop), ``supports_async`` (``ctr_xor_async`` overlaps a device)
 and ``sealed_batch()`` (a native :class:`SealedBatch` for whole sealed messages, or ``None``).
 ``key_view(key)`` checks an AES key as every backend does and returns a view of it, never a copy: key
-material stays in the memory its owner locks and zeroes.
+material stays in the memory its owner locks and zeroes. ``hkdf_sha256_into(ikm, salt, info, out)`` derives
+a key (HKDF-SHA256, in C) straight into such memory.
 
 Backends: ``aesni`` (Cython over AES-NI/VAES intrinsics; constant-time), ``python`` (pure Python T-tables;
 **not constant-time**: its table lookups depend on key and data, so do not use it where an attacker can time
@@ -45,10 +46,12 @@ from .errors import (
     UnknownBackendError,
 )
 from .gcm.aes_gcm import AesGcm
+from .kdf import HKDF_SHA256_MAX_LENGTH, hkdf_sha256_into
 from .stream import COUNTER_BITS, CtrStream
 
 __all__ = [
     "COUNTER_BITS",
+    "HKDF_SHA256_MAX_LENGTH",
     "MAX_STREAM_LENGTH",
     "AesCoreError",
     "AesCoreTypeError",
@@ -68,6 +71,7 @@ __all__ = [
     "available_backends",
     "default_backend_name",
     "get_backend",
+    "hkdf_sha256_into",
     "key_view",
     "register_backend",
 ]

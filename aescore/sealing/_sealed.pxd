@@ -1,5 +1,5 @@
 # C declarations for the sealed batch core: sealed_batch.h (seal/open many messages), sha256.h (SHA-256
-# paths) and the AES path names of aesni_ctr.h.
+# paths), hkdf.h (HKDF-SHA256 into a caller's buffer) and the AES path names of aesni_ctr.h.
 
 from libc.stdint cimport uint8_t, uint32_t
 
@@ -37,6 +37,19 @@ cdef extern from "sha256.h" nogil:
     void ks_hmac_begin(const ks_hmac_key *hmac, ks_sha256_ctx *ctx)
     void ks_hmac_end(const ks_hmac_key *hmac, ks_sha256_ctx *ctx, uint8_t *tag)
     void ks_sha256_wipe(void *pointer, size_t length)
+
+
+cdef extern from "hkdf.h" nogil:
+    ctypedef enum ks_hkdf_status:
+        KS_HKDF_OK
+        KS_HKDF_ERR_NULL
+        KS_HKDF_ERR_LENGTH
+
+    const size_t KS_HKDF_SHA256_MAX_LENGTH
+
+    ks_hkdf_status ks_hkdf_sha256(ks_sha256_compress_fn compress, const uint8_t *ikm, size_t ikm_len,
+                                  const uint8_t *salt, size_t salt_len, const uint8_t *info, size_t info_len,
+                                  uint8_t *out, size_t out_len)
 
 
 cdef extern from "sealed_batch.h" nogil:

@@ -17,7 +17,7 @@ Configuration, read at import:
 
 import os
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdlib cimport free, malloc
 from libc.stdint cimport uint8_t, uint32_t
@@ -369,3 +369,59 @@ def hmac_sha256(key, data, impl="auto"):
     ks_hmac_end(&hmac, &ctx, tag)
     ks_sha256_wipe(&hmac, sizeof(hmac))
     return PyBytes_FromStringAndSize(<char *>tag, 32)
+
+
+#: The longest HKDF-SHA256 output (RFC 5869: 255 blocks of 32 bytes).
+HKDF_SHA256_MAX_LENGTH = KS_HKDF_SHA256_MAX_LENGTH
+
+
+cdef int _borrow(str name, object value, Py_buffer *view, int flags) except -1:
+    """Borrow ``value``'s bytes in place, or raise naming ``name``."""
+    if isinstance(value, str):
+        raise AesCoreTypeError(f"{name} must be bytes-like, got str")
+    try:
+        PyObject_GetBuffer(value, view, flags)
+    except TypeError:
+        raise AesCoreTypeError(f"{name} must be bytes-like, got {type(value).__name__}") from None
+    except BufferError:
+        wanted = "a writable, contiguous buffer" if flags & PyBUF_WRITABLE else "a contiguous buffer"
+        raise AesCoreTypeError(f"{name} must be {wanted}") from None
+    return 0
+
+
+def hkdf_sha256_into(ikm, salt, info, out):
+    """HKDF-SHA256 (RFC 5869) of ``len(out)`` bytes from ``ikm``, ``salt`` and ``info``, written into ``out``.
+
+    Each argument is read or written in place (any contiguous buffer; ``out`` writable, e.g. locked memory):
+    the output exists only in ``out``, and ``hkdf.c`` zeroes its intermediate values (the pseudorandom key,
+    the HMAC states, the last block) before returning. Runs on the selected SHA-256 path, or the scalar one
+    where that is unavailable.
+
+    Raises:
+        TypeError: an argument is not bytes-like, or ``out`` is not writable (:class:`aescore.AesCoreTypeError`).
+        ValueError: ``out`` is empty or longer than :data:`HKDF_SHA256_MAX_LENGTH` (:class:`aescore.AesCoreValueError`).
+    """
+    cdef Py_buffer views[4]
+    cdef int taken = 0
+    cdef ks_hkdf_status status
+    cdef ks_sha256_impl sha = _sha if _sha != KS_SHA256_NONE else KS_SHA256_SCALAR
+    try:
+        for name, value in (("ikm", ikm), ("salt", salt), ("info", info)):
+            _borrow(name, value, &views[taken], PyBUF_SIMPLE)
+            taken += 1
+        _borrow("out", out, &views[3], PyBUF_SIMPLE | PyBUF_WRITABLE)
+        taken += 1
+        status = ks_hkdf_sha256(ks_sha256_compress_of(sha),
+                                <const uint8_t *>views[0].buf, <size_t>views[0].len,
+                                <const uint8_t *>views[1].buf, <size_t>views[1].len,
+                                <const uint8_t *>views[2].buf, <size_t>views[2].len,
+                                <uint8_t *>views[3].buf, <size_t>views[3].len)
+        if status == KS_HKDF_ERR_LENGTH:
+            raise AesCoreValueError(
+                f"out must hold 1 to {HKDF_SHA256_MAX_LENGTH} bytes (HKDF-SHA256's output), got {views[3].len}"
+            )
+        if status != KS_HKDF_OK:
+            raise AesCoreError(f"HKDF-SHA256 failed with status {<int>status}")
+    finally:
+        for index in range(taken):
+            PyBuffer_Release(&views[index])

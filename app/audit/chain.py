@@ -22,7 +22,6 @@ Each writer (a worker process) has its own chain, named by its ``chain`` member;
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import re
@@ -32,12 +31,11 @@ from typing import Any
 
 import msgspec
 
-from app.core.secret_memory import secret_buffer
+from app.formats.sealed import hmac_sha256_states
 
 #: ``prev`` of a chain's first line.
 GENESIS = "0" * 64
 _ENCODER = msgspec.json.Encoder()
-_BLOCK = 64  # SHA-256's block size
 
 
 class LineMac:
@@ -52,21 +50,7 @@ class LineMac:
     __slots__ = ("_inner", "_outer")
 
     def __init__(self, key: bytes | memoryview) -> None:
-        if len(key) > _BLOCK:
-            key = hashlib.sha256(key).digest()
-        padded = secret_buffer(_BLOCK)
-        try:
-            view = padded.view()
-            view[: len(key)] = key
-            for index in range(_BLOCK):
-                view[index] ^= 0x36
-            self._inner = hashlib.sha256(view)
-            for index in range(_BLOCK):
-                view[index] ^= 0x36 ^ 0x5C
-            self._outer = hashlib.sha256(view)
-            view.release()
-        finally:
-            padded.wipe()
+        self._inner, self._outer = hmac_sha256_states(key)
 
     def hexdigest(self, message: bytes) -> str:
         """HMAC-SHA256 of ``message``, in hex."""

@@ -18,7 +18,7 @@ import hmac
 from dataclasses import dataclass, field
 
 from app.core.secret_memory import secret_buffer
-from app.formats.sealed.format import hkdf_sha256
+from app.formats.sealed.format import derive_secret
 from app.seal import Seal
 
 #: HKDF ``info`` labels: a derived key is used for one purpose only.
@@ -71,8 +71,8 @@ def derive_audit_keys(master_key: bytes | memoryview) -> AuditKeys:
     if len(master_key) != _KEY_SIZE:
         raise ValueError(f"the master key must be {_KEY_SIZE} bytes, got {len(master_key)}")
     return _keys_of(
-        hkdf_sha256(master_key, _SALT, HASH_KEY_INFO, _KEY_SIZE),
-        hkdf_sha256(master_key, _SALT, CHAIN_KEY_INFO, _KEY_SIZE),
+        derive_secret(master_key, _SALT, HASH_KEY_INFO, _KEY_SIZE),
+        derive_secret(master_key, _SALT, CHAIN_KEY_INFO, _KEY_SIZE),
     )
 
 
@@ -82,9 +82,9 @@ def audit_keys_for(seal: Seal, stored: bytes | memoryview | None = None) -> Audi
     A keystore holds them (64 bytes: hash key, chain key, wrapped under its seal) when its seal cannot derive
     keys (the pkcs11 seal), and keeps them when it moves to another seal, so every log keeps verifying. A
     file-seal keystore that never moved derives them as before seals existed (:func:`derive_audit_keys`,
-    computed inside the seal). Either way they are kept in locked memory: stored ones are copied there from
-    the keystore's locked view (no ``bytes`` on the way); derived ones pass through the ``bytes`` OpenSSL's
-    HMAC returns, once per start or unseal.
+    computed inside the seal). Either way they are kept in locked memory, with no ``bytes`` on the way:
+    stored ones are copied there from the keystore's locked view; derived ones are written there by the seal
+    (aescore's C HKDF).
 
     Raises:
         SealError: nothing is stored and the seal cannot derive keys from its master key.
@@ -95,7 +95,9 @@ def audit_keys_for(seal: Seal, stored: bytes | memoryview | None = None) -> Audi
             raise ValueError(f"stored audit key material must be {2 * _KEY_SIZE} bytes, got {len(stored)}")
         view = memoryview(stored).cast("B")
         return _keys_of(view[:_KEY_SIZE], view[_KEY_SIZE:])
-    return _keys_of(
-        seal.derive_key(_SALT, HASH_KEY_INFO, _KEY_SIZE),
-        seal.derive_key(_SALT, CHAIN_KEY_INFO, _KEY_SIZE),
-    )
+    material = secret_buffer(2 * _KEY_SIZE)
+    view = material.view()
+    seal.derive_key_into(_SALT, HASH_KEY_INFO, view[:_KEY_SIZE])
+    seal.derive_key_into(_SALT, CHAIN_KEY_INFO, view[_KEY_SIZE:])
+    view.release()
+    return AuditKeys(material.readonly())

@@ -56,7 +56,7 @@ class Seal(abc.ABC):
 
     #: The ``KEYSTREAM_SEAL`` name of this kind of seal.
     kind: ClassVar[str]
-    #: True when :meth:`derive_key` works (the master key is in memory); other seals' keystores store the
+    #: True when :meth:`derive_key_into` works (the master key is in memory); other seals' keystores store the
     #: secrets a file seal would derive, wrapped.
     derives_keys: ClassVar[bool] = False
     #: True when the seal can be sealed and unsealed while a server runs (shamir): the server then checks
@@ -126,8 +126,9 @@ class Seal(abc.ABC):
         """
         return secret_copy(self.unwrap(blob, associated_data)).readonly()
 
-    def derive_key(self, salt: bytes, info: bytes, length: int) -> bytes:
-        """HKDF-SHA256 of the master key, for secrets derived from it rather than stored.
+    def derive_key_into(self, salt: bytes, info: bytes, out: memoryview) -> None:
+        """HKDF-SHA256 of the master key, for secrets derived from it rather than stored, written into all of
+        ``out`` (locked memory the caller owns: no ``bytes`` object holds the derived key).
 
         Only a seal whose master key is in memory can; the file seal does, so that audit logs written before
         seals existed keep verifying. Others store such secrets wrapped instead.

@@ -13,22 +13,21 @@ The master key never sits in a ``bytes`` object: it is decoded into locked memor
 builds its AES-GCM key schedule with aescore's ``aesni`` backend, which zeroes it as soon as the call is
 done (pycryptodome frees its schedules without zeroing them, leaving the master key in freed heap memory:
 it is used only on a CPU without AES-NI). :meth:`FileSeal.unwrap_secret` decrypts straight into locked
-memory, and :meth:`FileSeal.derive_key` runs HKDF with the standard library's OpenSSL HMAC, whose contexts
-are cleansed when freed.
+memory, and :meth:`FileSeal.derive_key_into` runs aescore's C HKDF into the caller's locked memory, zeroing
+its intermediate values.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
-import hmac
 import logging
 import os
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+import aescore
 from app.core.master_key_format import (
     MASTER_KEY_SIZE,
     MasterKeyError,
@@ -243,19 +242,6 @@ def load_or_create_master_key(data_dir: Path, env_value: str | None) -> memoryvi
     return _read_master_key_file(key_path)
 
 
-def _hkdf_sha256(key: memoryview, salt: bytes, info: bytes, length: int) -> bytes:
-    """HKDF-SHA256 (RFC 5869) with OpenSSL's HMAC, which cleanses its contexts; an empty salt is 32 zeros."""
-    prk = hmac.digest(salt or bytes(hashlib.sha256().digest_size), key, "sha256")
-    output = b""
-    block = b""
-    counter = 1
-    while len(output) < length:
-        block = hmac.digest(prk, block + info + bytes([counter]), "sha256")
-        output += block
-        counter += 1
-    return output[:length]
-
-
 class FileSeal(Seal):
     """The master key in locked memory; wraps with AES-256-GCM in the ``0x01`` layout (generation 1).
 
@@ -329,9 +315,14 @@ class FileSeal(Seal):
         nonce, sealed = self._parts(bytes(blob))
         return open_blob_secret(self._master(), nonce, sealed, associated_data)
 
-    def derive_key(self, salt: bytes, info: bytes, length: int) -> bytes:
-        """HKDF-SHA256 (RFC 5869) of the master key with ``salt`` and ``info``."""
-        return _hkdf_sha256(self._master(), salt, info, length)
+    def derive_key_into(self, salt: bytes, info: bytes, out: memoryview) -> None:
+        """HKDF-SHA256 (RFC 5869) of the master key with ``salt`` and ``info``, written into ``out`` by
+        aescore's C core, which zeroes its intermediate values (an empty ``salt`` is RFC 5869's default).
+
+        Raises:
+            ValueError: ``out`` is empty or longer than HKDF-SHA256 can derive.
+        """
+        aescore.hkdf_sha256_into(self._master(), salt, info, out)
 
     def close(self) -> None:
         """Zero the master key's memory and forget it; the seal is sealed afterwards (idempotent)."""

@@ -295,6 +295,7 @@ def test_shared_key_from_many_python_threads(reference_ctr: ReferenceCtr) -> Non
     assert results == expected
 
 
+@pytest.mark.serial  # a helper thread must get a CPU during the call: alone
 def test_large_calls_release_the_gil_small_calls_keep_it() -> None:
     backend = _aesni.AesniBackend(isa=_aesni.supported_isas()[-1], threads=1)  # slowest path: longest call
     expanded = backend.expand_key(bytes(16))

@@ -108,6 +108,7 @@ def test_module_isa_switch_applies_to_existing_keys() -> None:
         _aesni.set_isa(saved)
 
 
+@pytest.mark.serial  # a helper thread must get a CPU during the call: alone
 def test_large_messages_release_the_gil_small_ones_keep_it() -> None:
     key = _aesni.AesniBackend(isa=_aesni.supported_isas()[-1], threads=1).gcm_key(bytes(16))
     data = bytes(16 * MIB)

@@ -189,6 +189,7 @@ def test_argument_errors() -> None:
     assert _sealed.open_many([ikm], 16, 64, [], [], ISA) == []
 
 
+@pytest.mark.serial  # a helper thread must get a CPU during the call: alone
 def test_large_items_release_the_gil_and_still_match(sha_impl: str) -> None:
     rng = random.Random(9)
     plaintexts = [rng.randbytes(300_000), rng.randbytes(5)]

@@ -27,7 +27,8 @@ from deploy_paths import DASHBOARD, PROMETHEUS_DIR, tool
 from loadtests import run
 from loadtests.service import Service, free_port, keystream_service, stop_process, wait_for_http
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Serial: a Locust load with Prometheus scraping: alone.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.serial]
 
 #: How long the checks may wait for data to appear (scrapes, rule evaluation).
 DEADLINE_SECONDS = 60.0

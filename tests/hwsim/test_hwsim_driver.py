@@ -111,6 +111,7 @@ def test_driver_waits_for_room_in_virtual_time() -> None:
     assert driver.snapshot().ring_occupancy_max == 2
 
 
+@pytest.mark.serial  # wall-clock bounds on the modeled latency: alone
 def test_sync_realtime_blocks_for_scaled_latency() -> None:
     backend = HwsimBackend("opentitan", realtime=True, realtime_scale=20.0)
     key = backend.expand_key(KEY[:16])
@@ -130,6 +131,7 @@ def test_sync_realtime_blocks_for_scaled_latency() -> None:
     assert time.perf_counter_ns() - start < modeled * 20
 
 
+@pytest.mark.serial  # wall-clock bounds on the modeled latency: alone
 async def test_async_realtime_does_not_block_the_loop() -> None:
     backend = HwsimBackend("opentitan-masked", realtime=True, realtime_scale=20.0)
     key = backend.expand_key(KEY[:16])

@@ -16,7 +16,7 @@ import pytest
 import aescore
 from loadtests.run import REPO_ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.serial]  # a Locust load: alone
 
 KINDS = (
     "encrypt sealed",

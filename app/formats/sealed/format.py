@@ -8,11 +8,13 @@ The wire format is described in :mod:`app.formats.sealed`.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
-import hmac
+from typing import TYPE_CHECKING
 
+import aescore
 from app.core.schemes import CTR_HMAC, GCM, SCHEMES
-from app.core.secret_memory import KeyMaterial
+from app.core.secret_memory import KeyMaterial, secret_buffer
 from app.errors import DecryptionFailedError, PayloadTooLargeError
 
 #: Bytes of AES key derived per message, by key type.
@@ -34,7 +36,13 @@ MAX_SEGMENT_SIZE = 2**31 - 1
 #: Tink refuses input key material shorter than this (or than the derived key).
 MIN_IKM_SIZE = 16
 
+if TYPE_CHECKING:
+    from _hashlib import HASH
+
 SHA256 = hashlib.sha256
+SHA256_BLOCK_SIZE = 64
+_INNER_PAD = 0x3636363636363636
+_OUTER_PAD = 0x5C5C5C5C5C5C5C5C
 NONCE_SUFFIX = bytes(4)
 
 
@@ -146,22 +154,51 @@ def segment_nonce(nonce_prefix: bytes, index: int, last: bool, scheme: str = CTR
     return bytes(nonce_prefix) + index.to_bytes(4, "big") + (b"\x01" if last else b"\x00") + suffix
 
 
-def hkdf_sha256(ikm: KeyMaterial, salt: bytes, info: bytes, length: int) -> bytes:
-    """HKDF-SHA256 (RFC 5869): ``length`` bytes (at most 255 * 32) from ``ikm``, ``salt`` and ``info``."""
-    prk = hmac.digest(salt, ikm, SHA256)
-    output = bytearray()
-    block = b""
-    counter = 1
-    while len(output) < length:
-        block = hmac.digest(prk, block + info + bytes([counter]), SHA256)
-        output += block
-        counter += 1
-    return bytes(output[:length])
+def derive_secret(ikm: KeyMaterial, salt: bytes, info: bytes, length: int) -> memoryview:
+    """HKDF-SHA256 (RFC 5869) of ``length`` bytes (1 to 64) of ``ikm``, ``salt`` and ``info``, written by
+    aescore's C core straight into locked memory (:mod:`app.core.secret_memory`): a read-only view, zeroed
+    once its last view is dropped. No ``bytes`` object holds the derived key.
+
+    Raises:
+        ValueError: ``length`` is not in 1 .. 64.
+    """
+    buffer = secret_buffer(length)
+    aescore.hkdf_sha256_into(ikm, salt, info, buffer.view())
+    return buffer.readonly()
+
+
+def hmac_sha256_states(key: bytes | memoryview) -> tuple[HASH, HASH]:
+    """HMAC-SHA256's (RFC 2104) inner and outer SHA-256 states after the padded ``key``: a tag of ``message``
+    is ``outer.copy()`` updated with ``inner.copy()``'s digest after ``message``.
+
+    ``hmac.new`` takes ``bytes`` keys only; here the padded key (the key XOR a constant, as good as the key)
+    is built in locked memory and zeroed at once, and only the two hash states, from which the key cannot be
+    read back, are kept.
+    """
+    if len(key) > SHA256_BLOCK_SIZE:
+        key = SHA256(key).digest()
+    padded = secret_buffer(SHA256_BLOCK_SIZE)
+    try:
+        view = padded.view()
+        view[: len(key)] = key
+        # XORed 8 bytes at a time in place: 16 steps, not 128 (a message's set-up), and no copy of the key.
+        words = (ctypes.c_uint64 * (SHA256_BLOCK_SIZE // 8)).from_buffer(view)
+        for index in range(len(words)):
+            words[index] ^= _INNER_PAD
+        inner = SHA256(view)
+        for index in range(len(words)):
+            words[index] ^= _INNER_PAD ^ _OUTER_PAD
+        outer = SHA256(view)
+        del words
+        view.release()
+    finally:
+        padded.wipe()
+    return inner, outer
 
 
 def derive_keys(
     ikm: KeyMaterial, salt: bytes, associated_data: bytes, derived_key_size: int
-) -> tuple[bytes, bytes]:
+) -> tuple[memoryview, memoryview]:
     """``ctr-hmac``'s per-message keys as Tink derives them: one HKDF-SHA256 output of
     ``derived_key_size + 32`` bytes, split in two.
 
@@ -172,16 +209,18 @@ def derive_keys(
         derived_key_size: AES key bytes (16, 24 or 32).
 
     Returns:
-        ``(aes_key, hmac_key)``.
+        ``(aes_key, hmac_key)``: two views of one locked buffer (:func:`derive_secret`).
     """
-    output = hkdf_sha256(ikm, salt, associated_data, derived_key_size + HMAC_KEY_SIZE)
+    output = derive_secret(ikm, salt, associated_data, derived_key_size + HMAC_KEY_SIZE)
     return output[:derived_key_size], output[derived_key_size:]
 
 
-def derive_gcm_key(ikm: KeyMaterial, salt: bytes, associated_data: bytes, derived_key_size: int) -> bytes:
+def derive_gcm_key(
+    ikm: KeyMaterial, salt: bytes, associated_data: bytes, derived_key_size: int
+) -> memoryview:
     """``gcm``'s per-message AES-GCM key as Tink derives it: HKDF-SHA256 of ``derived_key_size`` bytes with
-    the header's salt and the associated data as ``info``."""
-    return hkdf_sha256(ikm, salt, associated_data, derived_key_size)
+    the header's salt and the associated data as ``info``, in locked memory (:func:`derive_secret`)."""
+    return derive_secret(ikm, salt, associated_data, derived_key_size)
 
 
 def as_bytes(name: str, value: object) -> bytes:

@@ -8,18 +8,21 @@ encryptor and decryptor use: ``nonce``, ``seal`` and ``open``; :func:`segment_ke
 from __future__ import annotations
 
 import hmac
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import aescore
 from app.core.schemes import GCM
 from app.core.secret_memory import KeyMaterial
 
+if TYPE_CHECKING:
+    from _hashlib import HASH
+
 from .format import (
     GCM_TAG_SIZE,
-    SHA256,
     TAG_SIZE,
     derive_gcm_key,
     derive_keys,
+    hmac_sha256_states,
     segment_nonce,
     tag_size_of,
 )
@@ -85,16 +88,18 @@ class SegmentKeys:
     the first segment) costs HKDF and one HMAC only.
     """
 
-    __slots__ = ("_aes_key", "_backend", "_expanded", "_mac", "_nonce_prefix")
+    __slots__ = ("_aes_key", "_backend", "_expanded", "_inner", "_nonce_prefix", "_outer")
 
     #: Tag bytes after each segment.
     tag_size = TAG_SIZE
 
-    def __init__(self, aes_key: bytes, mac_key: bytes, nonce_prefix: bytes, backend: aescore.Backend) -> None:
+    def __init__(
+        self, aes_key: memoryview, mac_key: memoryview, nonce_prefix: bytes, backend: aescore.Backend
+    ) -> None:
         self._backend = backend
         self._aes_key = aes_key
         self._expanded: aescore.ExpandedKey | None = None
-        self._mac = hmac.new(mac_key, digestmod=SHA256)
+        self._inner, self._outer = hmac_sha256_states(mac_key)
         self._nonce_prefix = nonce_prefix
 
     def _expanded_key(self) -> aescore.ExpandedKey:
@@ -117,22 +122,28 @@ class SegmentKeys:
 
     def tag(self, nonce: bytes, ciphertext: bytes | bytearray | memoryview) -> bytes:
         """HMAC-SHA256(hmac key, nonce | ciphertext), 32 bytes."""
-        mac = self._mac.copy()
-        mac.update(nonce)
-        mac.update(ciphertext)
-        return mac.digest()
+        inner = self._inner.copy()
+        inner.update(nonce)
+        inner.update(ciphertext)
+        return self._finish(inner)
+
+    def _finish(self, inner: HASH) -> bytes:
+        """The tag from the inner hash of a segment's nonce and ciphertext."""
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
 
     def seal(self, nonce: bytes, plaintext: memoryview, piece: int) -> list[bytes]:
         """Encrypt one segment: its ciphertext in pieces of at most ``piece`` bytes, then its 32-byte tag.
 
         Pieces instead of one ``bytes`` spare the copies of joining them and of cutting them again to send.
         """
-        mac = self._mac.copy()
-        mac.update(nonce)
+        inner = self._inner.copy()
+        inner.update(nonce)
         pieces = self.transform_pieces(nonce, plaintext, piece)
         for ciphertext in pieces:
-            mac.update(ciphertext)
-        pieces.append(mac.digest())
+            inner.update(ciphertext)
+        pieces.append(self._finish(inner))
         return pieces
 
     def transform_pieces(self, nonce: bytes, data: memoryview, piece: int) -> list[bytes]:
@@ -170,7 +181,7 @@ class GcmSegmentKeys:
     #: Tag bytes after each segment.
     tag_size = GCM_TAG_SIZE
 
-    def __init__(self, aes_key: bytes, nonce_prefix: bytes, backend: aescore.Backend) -> None:
+    def __init__(self, aes_key: memoryview, nonce_prefix: bytes, backend: aescore.Backend) -> None:
         # The backend's GCM key is what aescore.AesGcm wraps (same encrypt/decrypt); taken directly, a message
         # skips AesGcm's backend-type check, which cost more than the key setup itself (~8 of 9 us).
         self._gcm: aescore.GcmKey = backend.gcm_key(aes_key)

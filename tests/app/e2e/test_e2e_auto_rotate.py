@@ -25,7 +25,7 @@ import pytest
 from bench.bench_propagation import replicas
 from bench.service_process import start_server, stop_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # once per period, with a 2 s period: alone
 
 PERIOD = 2
 WATCH_SECONDS = 7.5

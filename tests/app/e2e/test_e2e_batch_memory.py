@@ -17,8 +17,11 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from bench.service_process import start_server, stop_server
+
+pytestmark = pytest.mark.serial  # the server's RSS growth under large batches, with the machine to itself
 
 MIB = 1 << 20
 #: Peak and lasting RSS growth allowed over the idle server. Measured on this project's hosts: +120-140 MiB

@@ -15,7 +15,7 @@ import pytest
 
 from bench.service_process import Server, start_server, stop_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # 1 s timeouts measured to the half second: alone
 OPEN_FILES = 256  # the server's fd limit: max_connections defaults to 256 - 64
 TIMEOUT = 1.0  # idle, header and body timeouts of the test server (max_connections: the default)
 

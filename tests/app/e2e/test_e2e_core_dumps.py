@@ -11,7 +11,7 @@ import pytest
 
 from bench.service_process import Server, start_server, stop_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # core dumps of real servers: alone
 
 
 def _core_limit(pid: int) -> tuple[str, str]:

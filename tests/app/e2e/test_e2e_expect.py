@@ -100,6 +100,7 @@ def test_rewrap_answers_100_continue_before_the_body(server: Server) -> None:
         ("/v1/keys/stream/rewrap?key_version=99", f"Bearer {ROOT_TOKEN}", b"404"),
     ],
 )
+@pytest.mark.serial  # a 1 s limit: alone
 def test_refused_expect_request_gets_its_error_without_sending_the_body(
     server: Server, path: str, authorization: str | None, status: bytes
 ) -> None:

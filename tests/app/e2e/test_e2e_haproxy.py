@@ -36,6 +36,8 @@ from bench.haproxy_process import CHECK_INTER_MS, FALL, Haproxy, start_haproxy, 
 from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
 from tests.pg_cluster import PgCluster, remove_cluster, start_cluster
 
+pytestmark = pytest.mark.serial  # recovery and rotation time limits: measured alone
+
 AUTH = {"Authorization": f"Bearer {ROOT_TOKEN}"}
 #: Client threads in the loops: each has at most one request in flight, so a kill can cut at most this many.
 THREADS = 3

@@ -20,7 +20,8 @@ import pytest
 
 from bench.service_process import Server, start_server, stop_server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Serial: a /healthz p99 limit under a flood: alone.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.serial]
 VERSIONS = 300
 ATTACK_SECONDS = 6.0
 HEALTHZ_P99_LIMIT = 0.050

@@ -42,6 +42,7 @@ def _send_head(server: Server, pad: int, chunk: int = 64 * 1024) -> tuple[bytes,
     return received, time.perf_counter() - start
 
 
+@pytest.mark.serial  # a 2 s limit: alone
 def test_huge_header_is_refused_quickly_and_healthz_stays_fast(server: Server) -> None:
     """H3: a 1 MiB header is cut off at the limit (431, connection closed) instead of stalling the loop."""
     latencies: list[float] = []

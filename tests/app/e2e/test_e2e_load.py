@@ -16,7 +16,7 @@ import pytest
 from bench.duplex_client import duplex_request
 from bench.service_process import Server, start_server, stop_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # a p99 limit under load: alone
 PROMTOOL = shutil.which("promtool") or ("/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None)
 
 

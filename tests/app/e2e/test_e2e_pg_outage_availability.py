@@ -41,6 +41,8 @@ import pytest
 from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
 from tests.pg_cluster import PgCluster, remove_cluster, start_cluster
 
+pytestmark = pytest.mark.serial  # p99 latency limits under its own load: measured alone
+
 AUTH = {"Authorization": f"Bearer {ROOT_TOKEN}"}
 WORKERS = 2
 ANONYMOUS_CLIENTS = 4

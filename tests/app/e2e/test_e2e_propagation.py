@@ -16,6 +16,8 @@ import pytest
 from bench.bench_propagation import run
 
 #: Changes per measurement here (the benchmark makes 200).
+pytestmark = pytest.mark.serial  # p50/p99 propagation limits: measured alone
+
 CHANGES = 25
 #: A poll every 100 ms: the default tombstone (10 polls, 1 s) keeps the delete/re-create cycles short.
 ENV = {"KEYSTREAM_CHANGE_POLL_INTERVAL": "0.1"}

@@ -29,7 +29,8 @@ from bench.service_process import MASTER_KEY, ROOT_TOKEN, Server, start_server, 
 from keystream_client import AsyncKeystreamClient, KeystreamClient, MasterRotation
 from tests.app.e2e.test_e2e_shamir import call, init, keystream_cli, unseal, wait_for_workers
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Serial: kills timed against a running rotation: alone.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.serial]
 
 SEAL = FileSeal(base64.b64decode(MASTER_KEY))
 

@@ -21,7 +21,7 @@ import pytest
 from bench.service_process import Server, ServerTlsFiles, start_server, stop_server
 from tls_ca import make_ca_files
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # a 3,000-connection flood and handshake timeouts: alone
 OPEN_FILES = 1024  # each worker's fd limit: max_connections defaults to 1024 - 64
 SILENT = 3000  # more than both workers' descriptors together
 HANDSHAKE_TIMEOUT = 5.0  # the default: the flood is still held (evictions needed) while the probes run

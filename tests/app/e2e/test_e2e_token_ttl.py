@@ -14,7 +14,7 @@ import pytest
 
 from bench.service_process import Server, start_server, stop_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # a 2 s token lifetime against the clock: alone
 
 
 @pytest.fixture(scope="module")

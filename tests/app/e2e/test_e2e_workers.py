@@ -15,7 +15,7 @@ import pytest
 
 from bench.service_process import Server, start_server, stop_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # bursts spread over workers by the kernel: alone
 
 
 def _workers(server: Server) -> list[psutil.Process]:

@@ -120,6 +120,7 @@ def test_random_ids_cannot_push_out_real_tokens(store: CountingStore) -> None:
     assert len(tokens._unknown) <= security.MAX_CACHED_TOKENS
 
 
+@pytest.mark.serial  # event-loop lag under 0.25 s: alone
 async def test_authenticate_reads_the_keystore_off_the_event_loop(store: CountingStore) -> None:
     """A slow keystore read (here: held for 0.5 s) must not stall the loop: a ticker keeps running."""
     tokens = verifier(store, Clock())

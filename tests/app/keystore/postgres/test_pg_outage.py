@@ -43,6 +43,7 @@ def eventually(call: Callable[[], object]) -> float:
             time.sleep(0.1)
 
 
+@pytest.mark.serial  # a 0.1 s limit per call: alone
 def test_calls_during_an_outage_get_keystore_unavailable_and_the_store_recovers(
     restarts: PgCluster, pg_url: str, master_key: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
