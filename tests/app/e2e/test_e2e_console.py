@@ -11,6 +11,8 @@ and ``localStorage``.
 from __future__ import annotations
 
 import base64
+import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,6 +180,41 @@ def test_a_person_manages_keys_data_and_tokens(page: tuple[Page, Watch], server:
     assert browser_page.evaluate("sessionStorage.length") == 0
 
     assert [url for url in watch.urls if ROOT_TOKEN in url or secret in url] == []
+    assert watch.foreign == []
+    assert watch.errors == []
+
+
+def test_the_dashboard_draws_each_backends_throughput_and_latency(
+    page: tuple[Page, Watch], server: Server
+) -> None:
+    """Under load on aesni and python, the dashboard (read from /metrics every 2 s) shows non-zero series
+    for both backends in the throughput and latency charts."""
+    browser_page, watch = page
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        client.create_key("dashboard-key")
+    sign_in(browser_page, server)
+    browser_page.goto(f"{server.url}/ui/#/dashboard")
+    expect(browser_page.locator("#chart-throughput")).to_be_visible()
+    stop = threading.Event()
+
+    def load() -> None:
+        with KeystreamClient(server.url, ROOT_TOKEN) as client:
+            while not stop.is_set():
+                for backend in ("aesni", "python"):
+                    client.encrypt("dashboard-key", bytes(64 * 1024), backend=backend)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        idle = re.compile(r"^(–|0\.00)$")
+        for chart, series in (("throughput", "aesni"), ("throughput", "python"), ("latency", "python p99")):
+            value = browser_page.locator(f"#chart-{chart} tr[data-series='{series}'] .value")
+            expect(value).not_to_have_text(idle, timeout=15_000)
+        expect(browser_page.locator("#chart-requests tr[data-series]").first).to_be_visible()
+        expect(browser_page.locator("#chart-throughput polyline")).to_have_count(2)
+    finally:
+        stop.set()
+        loader.join()
     assert watch.foreign == []
     assert watch.errors == []
 
