@@ -152,6 +152,26 @@ def test_a_person_manages_keys_data_and_tokens(page: tuple[Page, Watch], server:
     browser_page.click("#rotate")
     expect(browser_page.locator("#latest-version")).to_have_text("2")
     expect(browser_page.locator("#versions tbody tr")).to_have_count(2)
+    browser_page.fill("#min-version-input", "2")
+    browser_page.locator("#min-version").get_by_role("button", name="Set").click()
+    expect(browser_page.locator("#min-decryption-version")).to_have_text("2")
+    assert browser_page.locator("#delete-key").count() == 0  # deletion not allowed on this key
+
+    # A key created with deletion allowed and an automatic rotation period; deleted after typing its name.
+    browser_page.goto(f"{server.url}/ui/#/keys")
+    browser_page.fill("#key-name", "doomed")
+    browser_page.fill("#key-auto-rotate", "24h")
+    browser_page.check("#key-deletion-allowed")
+    browser_page.locator("#create-key").get_by_role("button", name="Create").click()
+    browser_page.locator("#keys").get_by_role("link", name="doomed").click()
+    expect(browser_page.get_by_text("every 86400 s")).to_be_visible()
+    delete = browser_page.get_by_role("button", name="Delete key")
+    expect(delete).to_be_disabled()
+    browser_page.fill("#delete-confirm", "doomed")
+    delete.click()
+    expect(browser_page.locator("#keys")).to_be_visible()
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        assert "doomed" not in [key.name for key in client.list_keys()]
 
     # Tokens: create one (the secret shown once), see it work, revoke it.
     description = "made <i>here</i>"
