@@ -90,7 +90,9 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser, server: Server) -> Iterator[tuple[Page, Watch]]:
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 800}, permissions=["clipboard-read", "clipboard-write"]
+    )
     watch = Watch(server.url)
     page = context.new_page()
     watch.attach(page)
@@ -132,6 +134,9 @@ def test_a_person_manages_keys_data_and_tokens(page: tuple[Page, Watch], server:
     browser_page.click("#encrypt")
     expect(browser_page.locator("#ciphertext")).not_to_have_value("")
     sealed = base64.b64decode(browser_page.input_value("#ciphertext"))
+    browser_page.click("#copy")
+    expect(browser_page.locator("#copy")).to_have_text("Copied")
+    assert base64.b64decode(browser_page.evaluate("navigator.clipboard.readText()")) == sealed
     with KeystreamClient(server.url, ROOT_TOKEN) as client:
         assert client.decrypt("console-key", sealed).data == text.encode()
         from_client = client.encrypt("console-key", b"sealed by the client").data
