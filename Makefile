@@ -15,7 +15,7 @@ BENCH_ARGS ?=
 
 .PHONY: test run build lint typecheck unit audit lock asan bench bench-aescore report load docker-test tools clean \
         prometheus compose-up compose-down compose-test scaleout-up scaleout-unseal scaleout-down scaleout-test \
-        load-figures
+        load-figures ui
 
 # Every dependency comes from a hash-pinned lock (requirements/, $(CLIENT)/requirements.txt; `make lock`
 # refreshes them): PyPI's files only (PIP_FIND_LINKS emptied: local wheels with other hashes would fail the
@@ -83,6 +83,11 @@ else
 	$(TEST_ENV) $(BIN)/pytest -m serial $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
 endif
+
+# The web console (docs/console.md): ui/'s TypeScript checked (tsc, strict) and bundled by esbuild into
+# app/ui/static, from ui/package-lock.json. The output is committed: `make run` and the image need no Node.
+ui:
+	cd ui && npm ci --no-audit --no-fund && npx --no-install tsc --noEmit && node build.mjs
 
 # Operations tools the deploy/ checks run (Debian's prometheus/promtool, docker-compose); quick when present.
 tools:

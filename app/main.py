@@ -17,6 +17,7 @@ from typing import Any
 from anyio import to_thread
 from fastapi import FastAPI
 
+from app.api.console import install_console
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.hotpath import KeystreamApp
@@ -90,6 +91,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(audit.router)
     app.include_router(sys.router)
     install_docs(app)
+    if settings.ui:
+        install_console(app)
     if settings.bench_echo:
         app.include_router(ops.echo_router)
     install_error_handlers(app)

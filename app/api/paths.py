@@ -22,6 +22,10 @@ HEALTHZ = "/healthz"
 READYZ = "/readyz"
 METRICS = "/metrics"
 BACKENDS = "/v1/backends"
+#: The web console (:mod:`app.api.console`): ``UI`` answers with a redirect to ``UI_ROOT``, under which
+#: every file of the built console is served.
+UI = "/ui"
+UI_ROOT = f"{UI}/"
 #: The benchmark's baseline route (served only with ``KEYSTREAM_BENCH_ECHO=1``).
 BENCH_ECHO = "/bench/echo"
 

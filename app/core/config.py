@@ -270,6 +270,11 @@ class Settings(BaseSettings):
     )
 
     bench_echo: bool = Field(default=False, description="Expose POST /bench/echo (benchmarks only).")
+    ui: bool = Field(
+        default=True,
+        description="Serve the web console under /ui/ (its pages use the API with the token a person signs "
+        "in with); false: /ui answers 404.",
+    )
 
     @property
     def effective_tombstone_seconds(self) -> float:

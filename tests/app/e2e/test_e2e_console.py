@@ -1,0 +1,216 @@
+"""The web console in a real headless Chromium (Debian's, driven by Playwright) and a real 2-worker server.
+
+What a person does: sign in, create a key, encrypt text in the page and open it with the Python client (the
+same sealed format), see a tampered ciphertext refused in words, rotate and see version 2, create a token
+(the secret shown once) and revoke it, read the seal's status, sign out. Throughout, the page must log no
+console error, break no Content-Security-Policy rule, and request nothing from any host but the server (every
+request goes through a route that records and aborts a foreign one); the token must stay out of URLs, cookies
+and ``localStorage``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect, sync_playwright
+
+from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
+from keystream_client import KeystreamClient
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+#: Debian's Chromium (scripts/install-tools.sh); Playwright's own browser download is not used.
+CHROMIUM = "/usr/bin/chromium"
+#: Reports every CSP violation of the page as a console error, which the watch below records.
+CSP_REPORTER = (
+    "document.addEventListener('securitypolicyviolation', (event) =>"
+    " console.error(`CSP violation: ${event.violatedDirective} ${event.blockedURI}`));"
+)
+
+
+@dataclass
+class Watch:
+    """What a page did that it must not: console errors (CSP violations included), uncaught exceptions and
+    requests to any origin but the server's."""
+
+    origin: str
+    errors: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    urls: list[str] = field(default_factory=list)
+
+    def attach(self, page: Page) -> None:
+        page.add_init_script(CSP_REPORTER)
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+        page.route("**/*", self._route)
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(message.text)
+
+    def _route(self, route: Route) -> None:
+        url = route.request.url
+        self.urls.append(url)
+        parts = urlsplit(url)
+        if f"{parts.scheme}://{parts.netloc}" != self.origin:
+            self.foreign.append(url)
+            route.abort()
+        else:
+            route.continue_()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp("console")
+    running = start_server(base / "data", base / "server.log", KEYSTREAM_WORKERS="2")
+    try:
+        yield running
+    finally:
+        stop_server(running)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run make tools (Debian's chromium)"
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: Server) -> Iterator[tuple[Page, Watch]]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    watch = Watch(server.url)
+    page = context.new_page()
+    watch.attach(page)
+    try:
+        yield page, watch
+    finally:
+        context.close()
+
+
+def sign_in(page: Page, server: Server, token: str = ROOT_TOKEN) -> None:
+    page.goto(f"{server.url}/ui/")
+    page.fill("#token", token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#sign-out")).to_be_visible()
+
+
+def test_a_person_manages_keys_data_and_tokens(page: tuple[Page, Watch], server: Server) -> None:
+    browser_page, watch = page
+    sign_in(browser_page, server)
+    # The token is in this tab's sessionStorage only.
+    assert browser_page.evaluate("sessionStorage.getItem('keystream.token')") == ROOT_TOKEN
+    assert browser_page.evaluate("localStorage.length") == 0
+    assert browser_page.context.cookies() == []
+
+    # Keys: create one; typed text is rendered as text.
+    browser_page.fill("#key-name", "console-key")
+    browser_page.select_option("#key-scheme", "gcm")
+    browser_page.fill("#key-segment-size", "4096")
+    browser_page.locator("#create-key").get_by_role("button", name="Create").click()
+    expect(browser_page.locator("#keys").get_by_role("link", name="console-key")).to_be_visible()
+    browser_page.fill("#key-filter", "no-such")
+    expect(browser_page.locator("#keys tbody tr")).to_have_count(0)
+
+    # Encrypt text in the page; the Python client opens it (same sealed format).
+    text = "héllo <b>console</b> & friends"
+    browser_page.goto(f"{server.url}/ui/#/crypto")
+    browser_page.fill("#crypto-key", "console-key")
+    browser_page.fill("#plaintext", text)
+    browser_page.click("#encrypt")
+    expect(browser_page.locator("#ciphertext")).not_to_have_value("")
+    sealed = base64.b64decode(browser_page.input_value("#ciphertext"))
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        assert client.decrypt("console-key", sealed).data == text.encode()
+        from_client = client.encrypt("console-key", b"sealed by the client").data
+    # The other way round, then a tampered ciphertext: the service's refusal in words.
+    browser_page.fill("#ciphertext", base64.b64encode(from_client).decode())
+    browser_page.click("#decrypt")
+    expect(browser_page.locator("#plaintext")).to_have_value("sealed by the client")
+    tampered = bytearray(sealed)
+    tampered[-1] ^= 1
+    browser_page.fill("#ciphertext", base64.b64encode(bytes(tampered)).decode())
+    browser_page.click("#decrypt")
+    expect(browser_page.locator("#crypto-error")).to_contain_text("400")
+    watch.errors = [error for error in watch.errors if "400 (Bad Request)" not in error]  # the refused fetch
+
+    # A key's page: rotate and see version 2.
+    browser_page.goto(f"{server.url}/ui/#/keys/console-key")
+    expect(browser_page.locator("#latest-version")).to_have_text("1")
+    browser_page.click("#rotate")
+    expect(browser_page.locator("#latest-version")).to_have_text("2")
+    expect(browser_page.locator("#versions tbody tr")).to_have_count(2)
+
+    # Tokens: create one (the secret shown once), see it work, revoke it.
+    description = "made <i>here</i>"
+    browser_page.goto(f"{server.url}/ui/#/tokens")
+    browser_page.fill("#token-description", description)
+    browser_page.fill("#token-ttl", "600")
+    browser_page.locator("#create-token").get_by_role("button", name="Create").click()
+    secret = browser_page.locator("#new-token").inner_text()
+    token_id = secret.split("_")[1]
+    with KeystreamClient(server.url, secret) as client:
+        assert client.token_self().token_id == token_id
+    row = browser_page.locator(f"tr[data-token-id='{token_id}']")
+    expect(row.locator("td").nth(3)).to_have_text(description)
+    row.get_by_role("button", name="Revoke").click()
+    expect(row).to_have_count(0)
+    revoked = httpx.get(f"{server.url}/v1/tokens/self", headers={"Authorization": f"Bearer {secret}"})
+    assert revoked.status_code == 401
+
+    # The seal's status.
+    browser_page.goto(f"{server.url}/ui/#/seal")
+    expect(browser_page.locator("#seal-status")).to_contain_text("unsealed")
+
+    # Sign out forgets the token.
+    browser_page.click("#sign-out")
+    expect(browser_page.locator("#token")).to_be_visible()
+    assert browser_page.evaluate("sessionStorage.length") == 0
+
+    assert [url for url in watch.urls if ROOT_TOKEN in url or secret in url] == []
+    assert watch.foreign == []
+    assert watch.errors == []
+
+
+def test_the_watch_catches_a_csp_violation_and_a_foreign_request(
+    page: tuple[Page, Watch], server: Server
+) -> None:
+    """The checks above can fail: an inline script and a request to another host are both caught."""
+    browser_page, watch = page
+    browser_page.goto(f"{server.url}/ui/")
+    expect(browser_page.locator("#token")).to_be_visible()
+    browser_page.evaluate(
+        "() => { const s = document.createElement('script'); s.textContent = 'window.ran = 1';"
+        " document.body.append(s); }"
+    )
+    browser_page.evaluate(
+        "() => { const i = document.createElement('img'); i.src = 'http://127.0.0.2:9/x.png';"
+        " document.body.append(i); }"
+    )
+    browser_page.wait_for_timeout(300)
+    assert browser_page.evaluate("window.ran") is None
+    assert any("CSP violation: script-src" in error for error in watch.errors), watch.errors
+    assert any("CSP violation: img-src" in error for error in watch.errors), watch.errors
+    # A navigation is outside the policy's reach: the route records (and aborts) it.
+    browser_page.evaluate("() => { window.location.href = 'http://127.0.0.2:9/'; }")
+    browser_page.wait_for_timeout(300)
+    assert watch.foreign == ["http://127.0.0.2:9/"]
+
+
+def test_ui_false_serves_no_console(tmp_path: Path) -> None:
+    running = start_server(tmp_path / "data", tmp_path / "server.log", KEYSTREAM_UI="false")
+    try:
+        for path in ("/ui", "/ui/", "/ui/console.js"):
+            assert httpx.get(f"{running.url}{path}").status_code == 404, path
+    finally:
+        stop_server(running)
