@@ -4,6 +4,7 @@ import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { session } from "./api";
 import { CryptoView } from "./views/crypto";
+import { DashboardView } from "./views/dashboard";
 import { KeyView, KeysView } from "./views/keys";
 import { SealView } from "./views/seal";
 import { SignIn } from "./views/signin";
@@ -14,6 +15,7 @@ const SECTIONS = [
   ["crypto", "Encrypt / decrypt"],
   ["tokens", "Tokens"],
   ["seal", "Seal status"],
+  ["dashboard", "Dashboard"],
 ] as const;
 
 function currentRoute(): string[] {
@@ -32,6 +34,8 @@ function View({ route }: { route: string[] }) {
       return <TokensView />;
     case "seal":
       return <SealView />;
+    case "dashboard":
+      return <DashboardView />;
     default:
       return <p role="alert">No such page.</p>;
   }

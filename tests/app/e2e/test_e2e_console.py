@@ -11,6 +11,8 @@ and ``localStorage``.
 from __future__ import annotations
 
 import base64
+import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,6 +152,26 @@ def test_a_person_manages_keys_data_and_tokens(page: tuple[Page, Watch], server:
     browser_page.click("#rotate")
     expect(browser_page.locator("#latest-version")).to_have_text("2")
     expect(browser_page.locator("#versions tbody tr")).to_have_count(2)
+    browser_page.fill("#min-version-input", "2")
+    browser_page.locator("#min-version").get_by_role("button", name="Set").click()
+    expect(browser_page.locator("#min-decryption-version")).to_have_text("2")
+    assert browser_page.locator("#delete-key").count() == 0  # deletion not allowed on this key
+
+    # A key created with deletion allowed and an automatic rotation period; deleted after typing its name.
+    browser_page.goto(f"{server.url}/ui/#/keys")
+    browser_page.fill("#key-name", "doomed")
+    browser_page.fill("#key-auto-rotate", "24h")
+    browser_page.check("#key-deletion-allowed")
+    browser_page.locator("#create-key").get_by_role("button", name="Create").click()
+    browser_page.locator("#keys").get_by_role("link", name="doomed").click()
+    expect(browser_page.get_by_text("every 86400 s")).to_be_visible()
+    delete = browser_page.get_by_role("button", name="Delete key")
+    expect(delete).to_be_disabled()
+    browser_page.fill("#delete-confirm", "doomed")
+    delete.click()
+    expect(browser_page.locator("#keys")).to_be_visible()
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        assert "doomed" not in [key.name for key in client.list_keys()]
 
     # Tokens: create one (the secret shown once), see it work, revoke it.
     description = "made <i>here</i>"
@@ -178,6 +200,41 @@ def test_a_person_manages_keys_data_and_tokens(page: tuple[Page, Watch], server:
     assert browser_page.evaluate("sessionStorage.length") == 0
 
     assert [url for url in watch.urls if ROOT_TOKEN in url or secret in url] == []
+    assert watch.foreign == []
+    assert watch.errors == []
+
+
+def test_the_dashboard_draws_each_backends_throughput_and_latency(
+    page: tuple[Page, Watch], server: Server
+) -> None:
+    """Under load on aesni and python, the dashboard (read from /metrics every 2 s) shows non-zero series
+    for both backends in the throughput and latency charts."""
+    browser_page, watch = page
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        client.create_key("dashboard-key")
+    sign_in(browser_page, server)
+    browser_page.goto(f"{server.url}/ui/#/dashboard")
+    expect(browser_page.locator("#chart-throughput")).to_be_visible()
+    stop = threading.Event()
+
+    def load() -> None:
+        with KeystreamClient(server.url, ROOT_TOKEN) as client:
+            while not stop.is_set():
+                for backend in ("aesni", "python"):
+                    client.encrypt("dashboard-key", bytes(64 * 1024), backend=backend)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        idle = re.compile(r"^(–|0\.00)$")
+        for chart, series in (("throughput", "aesni"), ("throughput", "python"), ("latency", "python p99")):
+            value = browser_page.locator(f"#chart-{chart} tr[data-series='{series}'] .value")
+            expect(value).not_to_have_text(idle, timeout=15_000)
+        expect(browser_page.locator("#chart-requests tr[data-series]").first).to_be_visible()
+        expect(browser_page.locator("#chart-throughput polyline")).to_have_count(2)
+    finally:
+        stop.set()
+        loader.join()
     assert watch.foreign == []
     assert watch.errors == []
 

@@ -12,12 +12,22 @@ function CreateKey({ onCreated }: { onCreated: () => void }) {
   const [type, setType] = useState<string>(TYPES[0]);
   const [scheme, setScheme] = useState<string>(SCHEMES[0]);
   const [segmentSize, setSegmentSize] = useState(String(DEFAULT_SEGMENT_SIZE));
+  const [deletionAllowed, setDeletionAllowed] = useState(false);
+  const [autoRotate, setAutoRotate] = useState("");
   const [error, setError] = useState<string | null>(null);
   const submit = async (event: Event): Promise<void> => {
     event.preventDefault();
     setError(null);
     try {
-      await json<KeyInfo>("POST", "/v1/keys", { name, type, scheme, segment_size: Number(segmentSize) });
+      await json<KeyInfo>("POST", "/v1/keys", {
+        name,
+        type,
+        scheme,
+        segment_size: Number(segmentSize),
+        deletion_allowed: deletionAllowed,
+        // A number of seconds or a duration such as "24h" (the service parses it); empty: off.
+        auto_rotate_period: autoRotate.trim() === "" ? 0 : /^\d+$/.test(autoRotate.trim()) ? Number(autoRotate) : autoRotate.trim(),
+      });
       setName("");
       onCreated();
     } catch (caught) {
@@ -57,7 +67,49 @@ function CreateKey({ onCreated }: { onCreated: () => void }) {
           onInput={(event) => setSegmentSize(event.currentTarget.value)}
         />
       </label>
+      <label>
+        Automatic rotation period (seconds or e.g. 24h; empty: off)
+        <input id="key-auto-rotate" value={autoRotate} onInput={(event) => setAutoRotate(event.currentTarget.value)} />
+      </label>
+      <label class="inline">
+        <input
+          id="key-deletion-allowed"
+          type="checkbox"
+          checked={deletionAllowed}
+          onChange={(event) => setDeletionAllowed(event.currentTarget.checked)}
+        />
+        Deletion allowed
+      </label>
       <button type="submit">Create</button>
+      {error !== null && <p role="alert">{error}</p>}
+    </form>
+  );
+}
+
+/** Delete a key once its name is typed again (deletion must be allowed on the key). */
+function DeleteKey({ name }: { name: string }) {
+  const [typed, setTyped] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const remove = async (event: Event): Promise<void> => {
+    event.preventDefault();
+    setError(null);
+    try {
+      await json<null>("DELETE", keyPath(name));
+      window.location.hash = "#/keys";
+    } catch (caught) {
+      setError(describe(caught));
+    }
+  };
+  return (
+    <form id="delete-key" onSubmit={remove}>
+      <h2>Delete</h2>
+      <label>
+        Type the key's name to delete it and every version (what it encrypted can no longer be decrypted)
+        <input id="delete-confirm" autocomplete="off" value={typed} onInput={(event) => setTyped(event.currentTarget.value)} />
+      </label>
+      <button type="submit" disabled={typed !== name}>
+        Delete key
+      </button>
       {error !== null && <p role="alert">{error}</p>}
     </form>
   );
@@ -119,10 +171,21 @@ export function KeyView({ name }: { name: string }) {
   useEffect(() => {
     json<KeyInfo>("GET", keyPath(name)).then(setKey, (caught) => setError(describe(caught)));
   }, [name]);
+  const [minimum, setMinimum] = useState("");
   const rotate = async (): Promise<void> => {
     setError(null);
     try {
       setKey(await json<KeyInfo>("POST", keyPath(name, "rotate")));
+    } catch (caught) {
+      setError(describe(caught));
+    }
+  };
+  const setMinimumVersion = async (event: Event): Promise<void> => {
+    event.preventDefault();
+    setError(null);
+    try {
+      setKey(await json<KeyInfo>("PATCH", keyPath(name), { min_decryption_version: Number(minimum) }));
+      setMinimum("");
     } catch (caught) {
       setError(describe(caught));
     }
@@ -146,7 +209,11 @@ export function KeyView({ name }: { name: string }) {
             <dt>Latest version</dt>
             <dd id="latest-version">{key.latest_version}</dd>
             <dt>Oldest version that decrypts</dt>
-            <dd>{key.min_decryption_version}</dd>
+            <dd id="min-decryption-version">{key.min_decryption_version}</dd>
+            <dt>Automatic rotation</dt>
+            <dd>{key.auto_rotate_period > 0 ? `every ${key.auto_rotate_period} s` : "off"}</dd>
+            <dt>Deletion</dt>
+            <dd>{key.deletion_allowed ? "allowed" : "not allowed"}</dd>
           </dl>
           <button type="button" id="rotate" onClick={rotate}>
             Rotate
@@ -168,6 +235,22 @@ export function KeyView({ name }: { name: string }) {
               ))}
             </tbody>
           </table>
+          <form id="min-version" onSubmit={setMinimumVersion}>
+            <label>
+              Oldest version that decrypts
+              <input
+                id="min-version-input"
+                type="number"
+                min="1"
+                max={key.latest_version}
+                required
+                value={minimum}
+                onInput={(event) => setMinimum(event.currentTarget.value)}
+              />
+            </label>
+            <button type="submit">Set</button>
+          </form>
+          {key.deletion_allowed && <DeleteKey name={name} />}
         </>
       )}
     </section>
