@@ -4,7 +4,8 @@ Starts a server (``KEYSTREAM_WORKERS`` workers, a random master key), creates ``
 encrypts and decrypts 1 KiB and 200 KiB (streamed) with each, then takes a core image of every process of the
 server with gdb's ``gcore`` (as root: root's ptrace works on the non-dumpable workers, so core dumps stay
 off, as in production) and counts how many of the keys' materials, and whether the master key, appear in
-the images. With ``wipe``, it then sends ``SIGUSR2`` to every worker (``KEYSTREAM_TESTING_WIPE_ON_SIGUSR2``:
+the images, and how many of the messages' derived keys (each message's AES and HMAC keys, computed here from
+its salt) do. With ``wipe``, it then sends ``SIGUSR2`` to every worker (``KEYSTREAM_TESTING_WIPE_ON_SIGUSR2``:
 the worker zeroes its cached key versions and closes its seal, which is what sealing does to memory) and
 counts again. The materials are read from the keystore by this process, which opens it with the master key.
 
@@ -58,6 +59,10 @@ class Counts:
     image_bytes: int
     #: Of ``processes``, the python backend's pool workers (``multiprocessing`` spawn children).
     pool_workers: int = 0
+    #: Of ``derived`` messages' per-message keys (AES and HMAC, derived from each ciphertext's salt), how
+    #: many messages have either found.
+    derived_found: int = 0
+    derived: int = 0
 
 
 def _server_processes(server: Server) -> list[int]:
@@ -162,24 +167,51 @@ def find_needles(data: bytes | bytearray | memoryview | mmap.mmap, needles: list
 
 
 def count_in_images(
-    images: list[Path], materials: list[bytes], master_key: bytes, pool_workers: int = 0
+    images: list[Path],
+    materials: list[bytes],
+    master_key: bytes,
+    pool_workers: int = 0,
+    derived: list[tuple[bytes, bytes]] | None = None,
 ) -> Counts:
-    """How many of ``materials`` (and whether ``master_key``) appear byte for byte in any of ``images``
-    (``pool_workers`` of which are python-backend pool processes)."""
+    """How many of ``materials`` (and whether ``master_key``), and of the messages' ``derived`` (AES key, HMAC
+    key) pairs, appear byte for byte in any of ``images`` (``pool_workers`` of which are pool processes)."""
+    derived = derived or []
     found: set[int] = set()
     total = 0
-    needles = [*materials, master_key]
+    needles = [*materials, master_key, *(key for pair in derived for key in pair)]
     for image in images:
         total += image.stat().st_size
         with image.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             found |= find_needles(data, needles)
     master = len(materials) in found
-    return Counts(len(found - {len(materials)}), len(materials), master, len(images), total, pool_workers)
+    first = len(materials) + 1
+    messages = {(index - first) // 2 for index in found if index >= first}
+    versions = len({index for index in found if index < len(materials)})
+    return Counts(
+        versions, len(materials), master, len(images), total, pool_workers, len(messages), len(derived)
+    )
 
 
-def _use_keys(server: Server, names: list[str], backend: str) -> None:
-    """Create each key, then encrypt and decrypt a small and a streamed message with it on ``backend``."""
+def _derived_keys(material: bytes, ciphertext: bytes) -> tuple[bytes, bytes]:
+    """A ``ctr-hmac`` message's AES and HMAC keys: HKDF-SHA256 of the version's material with the header's
+    salt (no associated data), as the format derives them."""
+    from Crypto.Hash import SHA256
+    from Crypto.Protocol.KDF import HKDF
+
+    size = ciphertext[0] - 1 - 7  # the header: its length, the salt (derived key size), the nonce prefix
+    salt = ciphertext[1 : 1 + size]
+    output = bytes(HKDF(material, size + 32, salt, SHA256, context=b""))
+    return output[:size], output[size:]
+
+
+def _use_keys(server: Server, names: list[str], backend: str) -> list[tuple[int, bytes]]:
+    """Create each key, then encrypt and decrypt a small and a streamed message with it on ``backend``.
+
+    Returns:
+        (key index, ciphertext header) of every message, to derive its keys from.
+    """
     params = {"backend": backend}
+    headers: list[tuple[int, bytes]] = []
     with server.client() as client:
         for index, name in enumerate(names):
             key_type = ("aes256", "aes128")[index % 2]
@@ -191,6 +223,8 @@ def _use_keys(server: Server, names: list[str], backend: str) -> None:
                 assert sealed.status_code == 200, sealed.text
                 opened = client.post(f"/v1/keys/{name}/decrypt", params=params, content=sealed.content)
                 assert opened.status_code == 200 and opened.content == plaintext, opened.text
+                headers.append((index, sealed.content[:64]))
+    return headers
 
 
 def _known_materials(data_dir: Path, master_key: bytes, names: list[str], seal: str) -> list[bytes]:
@@ -270,8 +304,9 @@ def measure(
                 if unsealed.status_code != 200:
                     raise RuntimeError(f"unseal failed: {unsealed.text}")
         names = [f"core-image-{index:03d}" for index in range(keys)]
-        _use_keys(server, names, backend)
+        headers = _use_keys(server, names, backend)
         materials = _known_materials(workdir / "data", master_key, names, seal)
+        derived = [_derived_keys(materials[index], header) for index, header in headers]
         for moment in ("before", "after") if wipe else ("before",):
             if moment == "after" and seal == "shamir":
                 with server.client() as client:
@@ -289,7 +324,7 @@ def measure(
                 pids = _server_processes(server)
                 pool_workers = len(set(_pool_workers(server, int(env["KEYSTREAM_WORKERS"]))) & set(pids))
                 images = take_images(pids, images_dir)
-                results[moment] = count_in_images(images, materials, master_key, pool_workers)
+                results[moment] = count_in_images(images, materials, master_key, pool_workers, derived)
             finally:
                 shutil.rmtree(images_dir, ignore_errors=True)
     finally:

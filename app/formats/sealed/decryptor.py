@@ -271,11 +271,15 @@ class SealedDecryptor:
         if self._done:
             raise AlreadyFinalizedError("this SealedDecryptor is finalized (or failed); start a new one")
         self._done = True
-        if self._salt is None:
-            raise self._fail(messages.short_header(self._pending.fill, self._header_size), None)
-        if not self._pending.fill:
-            raise self._fail(messages.missing_segment(self._index), self._index)
-        plaintext = self._open(self._pending.contents(), True)
+        try:
+            if self._salt is None:
+                raise self._fail(messages.short_header(self._pending.fill, self._header_size), None)
+            if not self._pending.fill:
+                raise self._fail(messages.missing_segment(self._index), self._index)
+            plaintext = self._open(self._pending.contents(), True)
+        finally:
+            if self._keys is not None:
+                self._keys.forget()  # zeroed now, not when this object goes
         self._pending.fill = 0
         return plaintext
 

@@ -177,7 +177,10 @@ class SealedEncryptor:
         """
         parts = self._start()
         self._done = True
-        self._seal(self._pending.contents(), True, parts)
+        try:
+            self._seal(self._pending.contents(), True, parts)
+        finally:
+            self._keys.forget()  # zeroed now, not when this object goes
         self._pending.fill = 0
         return parts
 

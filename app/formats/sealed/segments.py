@@ -20,12 +20,15 @@ if TYPE_CHECKING:
 from .format import (
     GCM_TAG_SIZE,
     TAG_SIZE,
+    AlreadyFinalizedError,
     derive_gcm_key,
     derive_keys,
     hmac_sha256_states,
     segment_nonce,
     tag_size_of,
 )
+
+_FORGOTTEN = "these segment keys were dropped when their message was finalized"
 
 
 class SegmentBuffer:
@@ -97,7 +100,7 @@ class SegmentKeys:
         self, aes_key: memoryview, mac_key: memoryview, nonce_prefix: bytes, backend: aescore.Backend
     ) -> None:
         self._backend = backend
-        self._aes_key = aes_key
+        self._aes_key: memoryview | None = aes_key
         self._expanded: aescore.ExpandedKey | None = None
         self._inner, self._outer = hmac_sha256_states(mac_key)
         self._nonce_prefix = nonce_prefix
@@ -105,8 +108,17 @@ class SegmentKeys:
     def _expanded_key(self) -> aescore.ExpandedKey:
         expanded = self._expanded
         if expanded is None:
+            if self._aes_key is None:
+                raise AlreadyFinalizedError(_FORGOTTEN)
             expanded = self._expanded = self._backend.expand_key(self._aes_key)
         return expanded
+
+    def forget(self) -> None:
+        """Drop the AES key and its schedule now that the message is done: its locked memory and aescore's
+        schedule are zeroed as they are freed, even while the encryptor or decryptor lives on (a worker
+        thread keeps its last job until the next one). The MAC key is only hash states."""
+        self._expanded = None
+        self._aes_key = None
 
     def open(self, nonce: bytes, segment: memoryview, piece: int) -> list[bytes] | None:
         """Verify and decrypt one segment (ciphertext then tag): its plaintext in pieces of at most ``piece``
@@ -184,8 +196,17 @@ class GcmSegmentKeys:
     def __init__(self, aes_key: memoryview, nonce_prefix: bytes, backend: aescore.Backend) -> None:
         # The backend's GCM key is what aescore.AesGcm wraps (same encrypt/decrypt); taken directly, a message
         # skips AesGcm's backend-type check, which cost more than the key setup itself (~8 of 9 us).
-        self._gcm: aescore.GcmKey = backend.gcm_key(aes_key)
+        self._gcm: aescore.GcmKey | None = backend.gcm_key(aes_key)
         self._nonce_prefix = nonce_prefix
+
+    def _key(self) -> aescore.GcmKey:
+        if self._gcm is None:
+            raise AlreadyFinalizedError(_FORGOTTEN)
+        return self._gcm
+
+    def forget(self) -> None:
+        """Drop the AES-GCM key now that the message is done (aescore zeroes it as it is freed)."""
+        self._gcm = None
 
     def nonce(self, index: int, last: bool) -> bytes:
         """Segment ``index``'s 12-byte nonce (see :func:`segment_nonce`)."""
@@ -193,13 +214,13 @@ class GcmSegmentKeys:
 
     def seal(self, nonce: bytes, plaintext: memoryview, piece: int) -> list[bytes]:
         """Encrypt one segment: ``ciphertext | tag`` in pieces of at most ``piece`` bytes."""
-        return _views(self._gcm.encrypt(nonce, plaintext, None), piece)
+        return _views(self._key().encrypt(nonce, plaintext, None), piece)
 
     def open(self, nonce: bytes, segment: memoryview, piece: int) -> list[bytes] | None:
         """Verify and decrypt one segment (ciphertext then tag): its plaintext in pieces of at most ``piece``
         bytes, or ``None`` when the tag does not verify (aescore returns no plaintext then)."""
         try:
-            plaintext = self._gcm.decrypt(nonce, segment, None)
+            plaintext = self._key().decrypt(nonce, segment, None)
         except aescore.InvalidTag:
             return None
         return _views(plaintext, piece)

@@ -44,3 +44,8 @@ def test_core_images_hold_no_master_key_and_no_version_after_the_wipe(
     assert not before.master_key_found
     assert not after.master_key_found
     assert after.versions_found == 0
+    # Each message's AES and HMAC keys are derived into locked memory, zeroed when the message is done. On
+    # aesni the last streamed message's AES key is still found once (as it was with the keys in bytes):
+    # where is not located yet (docs/operations.md); none is through the python backend's pool.
+    assert before.derived == after.derived == 200
+    assert after.derived_found <= (1 if backend == "aesni" else 0)

@@ -18,8 +18,14 @@ from Crypto.Protocol.KDF import HKDF
 import aescore
 from app.audit import audit_keys_for, derive_audit_keys
 from app.core.secret_memory import SLOT_SIZE, SecretBuffer
-from app.formats.sealed import derive_gcm_key, derive_keys, derive_secret, hmac_sha256_states
-from app.formats.sealed.segments import SegmentKeys, segment_keys
+from app.formats.sealed import (
+    AlreadyFinalizedError,
+    derive_gcm_key,
+    derive_keys,
+    derive_secret,
+    hmac_sha256_states,
+)
+from app.formats.sealed.segments import GcmSegmentKeys, SegmentKeys, segment_keys
 from app.seal import FileSeal
 
 AESNI = aescore.get_backend("aesni")
@@ -99,3 +105,38 @@ def test_the_file_seal_derives_the_audit_keys_into_locked_memory_as_before() -> 
     out = memoryview(bytearray(32))
     with pytest.raises(ValueError):
         FileSeal(master_key).derive_key_into(b"salt", b"info", out[:0])
+
+
+def _assert_forgotten(keys: SegmentKeys | GcmSegmentKeys) -> None:
+    if isinstance(keys, SegmentKeys):
+        assert (keys._aes_key, keys._expanded) == (None, None)
+    else:
+        assert keys._gcm is None
+
+
+@pytest.mark.parametrize("scheme", ["ctr-hmac", "gcm"])
+def test_finalize_zeroes_the_derived_keys_while_the_encryptor_and_decryptor_live_on(scheme: str) -> None:
+    """A worker thread keeps its last job (and the encryptor in it) until its next one: the core images of a
+    server still held the last streamed message's AES key in aescore's schedule after the wipe."""
+    from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor
+
+    ikm = os.urandom(32)
+    parameters = KeyParameters("aes128", 4096, scheme)
+    encryptor = SealedEncryptor(ikm, parameters, b"ad", AESNI)
+    keys = encryptor._keys
+    aes_key = keys._aes_key if isinstance(keys, SegmentKeys) else None
+    sealed = encryptor.update(os.urandom(10000)) + encryptor.finalize()
+    size = sealed[0] - 8
+    derived = _hkdf(ikm, sealed[1 : 1 + size], b"ad", size + (32 if scheme == "ctr-hmac" else 0))
+    if aes_key is not None:
+        slot = _slot_of(aes_key)
+        del aes_key
+        assert derived[:size] not in bytes(slot)  # freed and zeroed though the encryptor lives
+    _assert_forgotten(encryptor._keys)
+    decryptor = SealedDecryptor([(1, ikm)], parameters, b"ad", AESNI)
+    assert len(decryptor.update(sealed) + decryptor.finalize()) == 10000
+    opened = decryptor._keys
+    assert opened is not None
+    _assert_forgotten(opened)
+    with pytest.raises(AlreadyFinalizedError):
+        opened.seal(bytes(16), memoryview(b"x"), 16)
