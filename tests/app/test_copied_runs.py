@@ -1,8 +1,10 @@
 """No run of six or more identical code lines is written twice where one piece of code should serve both:
 between the fast dispatcher and the middleware stack it runs through, and between the two keystores.
 
-Lines are compared with surrounding white space removed; blank lines, comments, imports and lines of lone
-punctuation are passed over, so a run is real code (or its docstring) written again. The two stores' SQL
+Lines are compared with surrounding white space removed; blank lines, comments, imports, lines of lone
+punctuation and the parameter lines of a ``def`` are passed over (each store implements the same storage
+methods of the keystore template, so their signatures are alike by design), so a run is real code (or its
+docstring) written again. The two stores' SQL
 differs by dialect and is not a copy; what they share lives in ``app/keystore/`` once.
 """
 
@@ -25,10 +27,16 @@ _PUNCTUATION = re.compile(r"[\s()\[\]{},:;*]*")
 def code_lines(text: str) -> list[tuple[int, str]]:
     """``(line number, stripped line)`` of the lines that count (see the module doc)."""
     lines: list[tuple[int, str]] = []
+    in_signature = False
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
+        if in_signature:  # a parameter line of a multi-line def, up to its closing ") -> ...:"
+            in_signature = not (line.startswith(")") and line.endswith(":"))
+            continue
         if line.startswith(("#", "import ", "from ")) or _PUNCTUATION.fullmatch(line):
             continue
+        if line.startswith(("def ", "async def ")) and line.endswith("("):
+            in_signature = True
         lines.append((number, line))
     return lines
 
@@ -83,3 +91,12 @@ def test_the_check_sees_a_copied_run() -> None:
     assert shared_runs("\n".join(body.splitlines()[:5]), copied) == []
     boilerplate = "from a import (\n    b,\n    c,\n)\n" + ")\n],\n*,\n" * 3
     assert shared_runs(boilerplate, boilerplate) == []
+
+
+def test_a_shared_signature_is_not_a_run_but_a_shared_body_is() -> None:
+    """Two stores implementing one storage method of the template write the same multi-line signature; that
+    alone is not a copy, the same body after it is."""
+    signature = "def _insert(\n    self,\n    first: int,\n    second: str,\n    third: bytes,\n) -> None:\n"
+    assert shared_runs(signature + "    pass\n", signature + "    return None\n") == []
+    body = "".join(f"    step_{i}(first)\n" for i in range(6))
+    assert (7, 7) in shared_runs(signature + body, signature + body)
