@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import keystream_server
-from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
+from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli, interruptible_by_sigint
 from keystream_client.cli import (
     EXIT_AUTH,
     EXIT_INTERRUPTED,
@@ -157,6 +157,7 @@ def test_batch_stopped_midway_removes_the_partial_output(
     process = subprocess.Popen(
         [*KEYSTREAM, "batch", "encrypt", "--key", key, "--input", "-", "--output", str(out)],
         stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=server.env(), cwd=REPO,
+        preexec_fn=interruptible_by_sigint,
     )  # fmt: skip
     assert process.stdin is not None and process.stderr is not None
     process.stdin.write(json.dumps({"plaintext": b64(b"x")}).encode() + b"\n")

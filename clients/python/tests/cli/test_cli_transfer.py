@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli
+from keystream_cli import CLI_TIMEOUT, KEYSTREAM, RunCli, interruptible_by_sigint
 from keystream_client.cli import (
     EXIT_INTEGRITY,
     EXIT_INTERRUPTED,
@@ -180,6 +180,7 @@ def test_interrupt_removes_the_partial_output(
         stderr=subprocess.PIPE,
         env=server.env(),
         cwd=REPO,
+        preexec_fn=interruptible_by_sigint,
     )
     assert process.stdin is not None and process.stderr is not None
     process.stdin.write(os.urandom(1 << 20))
