@@ -119,6 +119,12 @@ def login_jwt_call(role: str, jwt: str) -> Call:
     return Call("POST", "/v1/auth/jwt/login", {"role": role, "jwt": jwt})
 
 
+def login_cert_call(role: str) -> Call:
+    """``POST /v1/auth/cert/login``: trade the client certificate presented for mTLS for a token through
+    ``role`` (no token needed)."""
+    return Call("POST", "/v1/auth/cert/login", {"role": role})
+
+
 def batch_call(
     key: str, operation: str, items: Sequence[BatchItem | bytes], key_version: int | None, backend: str | None
 ) -> Call:
