@@ -21,12 +21,15 @@ def quote(segment: str) -> str:
 
 @dataclass(frozen=True)
 class Call:
-    """One JSON request; ``expect_json`` is false for calls answered with an empty body."""
+    """One JSON request; ``expect_json`` is false for calls answered with an empty body, ``authenticated``
+    false for calls that present another credential (a login), which a client logging in by itself sends
+    without logging in first."""
 
     method: str
     path: str
     json: Any = None
     expect_json: bool = True
+    authenticated: bool = True
 
 
 def create_key_call(
@@ -116,7 +119,7 @@ def renew_token_self_call(ttl: int | None) -> Call:
 
 def login_jwt_call(role: str, jwt: str) -> Call:
     """``POST /v1/auth/jwt/login``: trade a JWT for a token through ``role`` (no token needed)."""
-    return Call("POST", "/v1/auth/jwt/login", {"role": role, "jwt": jwt})
+    return Call("POST", "/v1/auth/jwt/login", {"role": role, "jwt": jwt}, authenticated=False)
 
 
 def batch_call(
