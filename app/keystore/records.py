@@ -170,11 +170,12 @@ class TokenRecord:
 class RoleRecord:
     """A login role: what a token issued through it may do, and how a caller must prove who it is.
 
-    ``method`` names the auth method (``jwt``) whose login uses the role, and ``bindings`` holds that method's
-    rules as a JSON object (for ``jwt``: audiences, subject, claims, the claim naming the user, claim
-    mappings); the keystore stores them as given, :mod:`app.services.identity` decides what they mean. A
-    token issued through the role gets its ``scopes`` and ``key_patterns``, expires ``ttl_seconds`` after the
-    login and is renewable until ``max_ttl_seconds`` after it.
+    ``method`` names the auth method (``jwt`` or ``cert``) whose login uses the role, and ``bindings`` holds
+    that method's rules as a JSON object (for ``jwt``: audiences, subject, claims, the claim naming the user,
+    claim mappings; for ``cert``: the allowed names of the client certificate); the keystore stores them as
+    given, :mod:`app.services.identity` decides what they mean. A token issued through the role gets its
+    ``scopes`` and ``key_patterns``, expires ``ttl_seconds`` after the login and is renewable until
+    ``max_ttl_seconds`` after it.
     """
 
     name: str

@@ -1,10 +1,11 @@
 """Login roles and auth method configurations: their checks, and the SQL both stores share.
 
 A role (:class:`~app.keystore.records.RoleRecord`) is stored in ``auth_roles`` with its policy (scopes, key
-patterns, ttl, max_ttl and the method's bindings) as one JSON text, and an auth method's configuration (for
-``jwt``: where its keys come from, the issuer, the leeway) in ``auth_methods`` as JSON text too: both stores
-run the same statements, in their :class:`~app.keystore.generations.Dialect`, as the master key rotation's
-SQL does. What the bindings and the configuration mean is :mod:`app.services.identity`'s; here they are JSON
+patterns, ttl, max_ttl and the method's bindings: a ``jwt`` role's claims, a ``cert`` role's allowed names)
+as one JSON text, and an auth method's configuration (for ``jwt``: where its keys come from, the issuer, the
+leeway) in ``auth_methods`` as JSON text too: both stores run the same statements, in their
+:class:`~app.keystore.generations.Dialect`, as the master key rotation's SQL does. What the bindings and the
+configuration mean is :mod:`app.services.identity`'s and :mod:`app.services.cert_login`'s; here they are JSON
 objects of bounded size. Every write appends a change (``role_written``, ``role_deleted``,
 ``auth_config_written``) in its own transaction, like a token's.
 """
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 #: The auth methods a role may name.
-AUTH_METHODS: tuple[str, ...] = ("jwt",)
+AUTH_METHODS: tuple[str, ...] = ("jwt", "cert")
 #: Role names: as key names, safe in URLs and logs.
 ROLE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 #: The largest JSON text a role's bindings or a method's configuration may take (a few PEM keys fit).

@@ -1,7 +1,8 @@
 """Workload identity: login roles, and the JWT login that turns a verified JWT into a Keystream token.
 
 **Roles** (:func:`new_role`) carry what a token issued through them may do (scopes, key patterns, ttl,
-max_ttl) and, for the ``jwt`` method, the bindings a JWT must meet (:class:`JwtBindings`). An admin can
+max_ttl) and the bindings its method's credential must meet (:class:`RoleBindings`: a JWT's
+:class:`JwtBindings`, a client certificate's :class:`~app.services.cert_login.CertBindings`). An admin can
 write a role granting no more than it could grant a token it creates (:func:`~app.services.security.
 require_grantable`).
 
@@ -27,7 +28,7 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import jwt
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_JWT_BYTES",
     "JwtBindings",
     "JwtLogin",
+    "RoleBindings",
     "check_jwt_config",
     "claim_at",
     "login_limiter",
@@ -68,9 +70,21 @@ LOGIN_TRACKED = 8192
 RESERVED_METADATA = ("role", "subject")
 
 
+class RoleBindings(Protocol):
+    """A method's bindings: what a caller's credential must carry to log in through a role of ``method``."""
+
+    method: ClassVar[str]
+
+    def to_stored(self) -> dict[str, Any]:
+        """The JSON object stored as the role's bindings."""
+        ...
+
+
 @dataclass(frozen=True)
 class JwtBindings:
     """What a JWT must carry to log in through a ``jwt`` role (stored as the role's ``bindings``)."""
+
+    method: ClassVar[str] = "jwt"
 
     bound_audiences: tuple[str, ...]
     bound_subject: str | None = None
@@ -114,9 +128,10 @@ def new_role(
     key_patterns: tuple[str, ...],
     ttl_seconds: int,
     max_ttl_seconds: int,
-    bindings: JwtBindings,
+    bindings: RoleBindings,
 ) -> RoleRecord:
-    """The ``jwt`` role ``principal`` asks to write, once it is checked that the admin could grant it.
+    """The role of ``bindings.method`` that ``principal`` asks to write, once it is checked that the admin
+    could grant it.
 
     Raises:
         ForbiddenError: the role would grant scopes or key patterns beyond the caller's.
@@ -126,12 +141,21 @@ def new_role(
     require_grantable(principal, scopes, key_patterns)
     if max_ttl_seconds < ttl_seconds:
         raise BadRequestError(f"max_ttl ({max_ttl_seconds}) may not be below ttl ({ttl_seconds})")
-    taken = sorted(set(bindings.claim_mappings.values()) & set(RESERVED_METADATA))
-    if taken:
-        raise BadRequestError(f"claim_mappings may not set the metadata key(s) {', '.join(taken)}")
+    if isinstance(bindings, JwtBindings):
+        taken = sorted(set(bindings.claim_mappings.values()) & set(RESERVED_METADATA))
+        if taken:
+            raise BadRequestError(f"claim_mappings may not set the metadata key(s) {', '.join(taken)}")
     now = utc_now()
     return RoleRecord(
-        name, "jwt", scopes, key_patterns, ttl_seconds, max_ttl_seconds, bindings.to_stored(), now, now
+        name,
+        bindings.method,
+        scopes,
+        key_patterns,
+        ttl_seconds,
+        max_ttl_seconds,
+        bindings.to_stored(),
+        now,
+        now,
     )
 
 

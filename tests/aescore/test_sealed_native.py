@@ -71,11 +71,12 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-@pytest.mark.parametrize("impl", ["scalar", "shani"])
+@pytest.mark.parametrize("impl", ["scalar", "bmi2", "shani"])
 def test_sha256_and_hmac_match_hashlib(impl: str) -> None:
     if impl not in _sealed.sha256_impls():
-        if impl == "shani" and "sha_ni" in _cpu_flags():
-            pytest.fail("the CPU reports sha_ni but the SHA-NI path is not offered (detection is wrong)")
+        flag = {"shani": "sha_ni", "bmi2": "bmi2"}[impl]
+        if flag in _cpu_flags():
+            pytest.fail(f"the CPU reports {flag} but the {impl} path is not offered (detection is wrong)")
         pytest.skip(f"CPU lacks {impl} (supported here: {', '.join(_sealed.sha256_impls())})")
     rng = random.Random(5)
     for length in [*range(0, 200), 1000, 4095, 65536 + 7]:
@@ -99,7 +100,8 @@ def test_sha256_path_is_forced_by_the_environment() -> None:
         assert output.stdout.strip() == expected
     env = {**os.environ, "KEYSTREAM_SHA256_IMPL": "md5"}
     output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert output.stdout.startswith("none KEYSTREAM_SHA256_IMPL: impl must be one of auto, shani, scalar")
+    expected = "none KEYSTREAM_SHA256_IMPL: impl must be one of auto, shani, bmi2, scalar"
+    assert output.stdout.startswith(expected)
 
 
 def test_bad_settings_are_refused() -> None:

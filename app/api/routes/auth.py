@@ -2,9 +2,10 @@
 
 * ``POST /v1/auth/roles/{role_name}`` writes (creates or replaces) a role: the scopes, key patterns,
   ``ttl`` and ``max_ttl`` of the tokens it issues, and the method's bindings (for ``jwt``:
-  ``bound_audiences``, ``bound_subject``, ``bound_claims``, ``user_claim``, ``claim_mappings``). Like token
-  management it needs an admin token with the key pattern ``*``, and a role never grants a scope the admin
-  lacks.
+  ``bound_audiences``, ``bound_subject``, ``bound_claims``, ``user_claim``, ``claim_mappings``; for ``cert``:
+  ``allowed_common_names``, ``allowed_dns_sans``, ``allowed_uri_sans``, ``allowed_organizational_units``).
+  Like token management it needs an admin token with the key pattern ``*``, and a role never grants a scope
+  the admin lacks.
   ``GET /v1/auth/roles`` lists roles, ``GET``/``DELETE /v1/auth/roles/{role_name}`` read or delete one.
 * ``POST /v1/auth/jwt/config`` writes the JWT method's key source, ``bound_issuer`` and ``leeway``;
   ``GET`` reads it back.
@@ -32,6 +33,7 @@ from app.api.openapi import errors
 from app.api.strict_json import StrictJsonRoute
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS
 from app.keystore import RoleRecord
+from app.services.cert_login import CertBindings
 from app.services.identity import JwtBindings, JwtLogin, check_jwt_config, new_role
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["auth"])
@@ -45,25 +47,74 @@ ShortText = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 ClaimPath = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 MetadataKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 RoleName = Annotated[str, StringConstraints(max_length=128)]
+#: A glob over a certificate's names (:mod:`app.services.cert_login`): printable, no spaces at either end.
+NamePattern = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$", max_length=512
+    ),
+]
 
 
-class RoleBody(BaseModel):
-    """A role: what its tokens may do, and (``jwt``) what a JWT must carry to get one."""
+class _RoleFields(BaseModel):
+    """What a role's tokens may do, whatever the method."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    method: Literal["jwt"]
     scopes: list[Scope] = Field(min_length=1)
     key_patterns: list[KeyPattern] = Field(default_factory=lambda: ["*"], min_length=1, max_length=64)
     ttl: TtlSeconds = Field(default=DEFAULT_ROLE_TTL, description="Seconds an issued token lives.")
     max_ttl: TtlSeconds | None = Field(
         default=None, description="Seconds after login beyond which no renewal goes (default: 24 h, or ttl)."
     )
+
+
+class JwtRoleBody(_RoleFields):
+    """A ``jwt`` role: what its tokens may do, and what a JWT must carry to get one."""
+
+    method: Literal["jwt"]
     bound_audiences: list[ShortText] = Field(min_length=1, max_length=32)
     bound_subject: ShortText | None = None
     bound_claims: dict[ClaimPath, ShortText | list[ShortText]] = Field(default_factory=dict, max_length=32)
     user_claim: ClaimPath = "sub"
     claim_mappings: dict[ClaimPath, MetadataKey] = Field(default_factory=dict, max_length=16)
+
+    def bindings(self) -> JwtBindings:
+        """The JWT bindings this body asks for."""
+        return JwtBindings(
+            bound_audiences=tuple(self.bound_audiences),
+            bound_subject=self.bound_subject,
+            bound_claims={
+                path: (values,) if isinstance(values, str) else tuple(values)
+                for path, values in self.bound_claims.items()
+            },
+            user_claim=self.user_claim,
+            claim_mappings=self.claim_mappings,
+        )
+
+
+class CertRoleBody(_RoleFields):
+    """A ``cert`` role: what its tokens may do, and the names (globs) a verified client certificate must
+    carry to get one; at least one of the first three lists (else 400)."""
+
+    method: Literal["cert"]
+    allowed_common_names: list[NamePattern] = Field(default_factory=list, max_length=64)
+    allowed_dns_sans: list[NamePattern] = Field(default_factory=list, max_length=64)
+    allowed_uri_sans: list[NamePattern] = Field(default_factory=list, max_length=64)
+    allowed_organizational_units: list[NamePattern] = Field(default_factory=list, max_length=64)
+
+    def bindings(self) -> CertBindings:
+        """The certificate bindings this body asks for (raises ``BadRequestError`` when none names a
+        caller)."""
+        return CertBindings(
+            allowed_common_names=tuple(self.allowed_common_names),
+            allowed_dns_sans=tuple(self.allowed_dns_sans),
+            allowed_uri_sans=tuple(self.allowed_uri_sans),
+            allowed_organizational_units=tuple(self.allowed_organizational_units),
+        )
+
+
+RoleBody = Annotated[JwtRoleBody | CertRoleBody, Field(discriminator="method")]
 
 
 class JwtConfigBody(BaseModel):
@@ -100,16 +151,6 @@ async def write_role(
         if body.max_ttl is not None
         else min(max(body.ttl, DEFAULT_ROLE_MAX_TTL), MAX_TOKEN_TTL_SECONDS)
     )
-    bindings = JwtBindings(
-        bound_audiences=tuple(body.bound_audiences),
-        bound_subject=body.bound_subject,
-        bound_claims={
-            path: (values,) if isinstance(values, str) else tuple(values)
-            for path, values in body.bound_claims.items()
-        },
-        user_claim=body.user_claim,
-        claim_mappings=body.claim_mappings,
-    )
     record = new_role(
         principal,
         role_name,
@@ -117,7 +158,7 @@ async def write_role(
         tuple(dict.fromkeys(body.key_patterns)),
         body.ttl,
         max_ttl,
-        bindings,
+        body.bindings(),
     )
     stored: RoleRecord = await to_thread.run_sync(state.keystore.write_role, record)
     return stored.to_json()

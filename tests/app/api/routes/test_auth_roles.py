@@ -112,3 +112,45 @@ async def test_role_rules_checked_past_the_schema_are_400(api: Api) -> None:
     assert taken.status_code == 400 and "metadata key(s) subject" in taken.text
     bad_name = await api.client.post("/v1/auth/roles/-dash", json=ROLE, headers=api.auth())
     assert bad_name.status_code == 400 and "invalid role name" in bad_name.text
+
+
+CERT_ROLE: dict[str, Any] = {
+    "method": "cert",
+    "scopes": ["encrypt"],
+    "key_patterns": ["billing-*"],
+    "ttl": 600,
+    "allowed_uri_sans": ["spiffe://example.org/ns/*/sa/billing"],
+    "allowed_dns_sans": ["*.Billing.example.org"],
+    "allowed_organizational_units": ["payments"],
+}
+
+
+async def test_a_cert_role_is_stored_with_its_allowed_names(api: Api) -> None:
+    written = await api.client.post("/v1/auth/roles/billing-cert", json=CERT_ROLE, headers=api.auth())
+    assert written.status_code == 200, written.text
+    role = written.json()
+    assert role["method"] == "cert" and role["scopes"] == ["encrypt"]
+    assert role["allowed_uri_sans"] == ["spiffe://example.org/ns/*/sa/billing"]
+    assert role["allowed_dns_sans"] == ["*.billing.example.org"]  # DNS names compare without case
+    assert role["allowed_common_names"] == [] and role["allowed_organizational_units"] == ["payments"]
+    assert (await api.client.get("/v1/auth/roles/billing-cert", headers=api.auth())).json() == role
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "message"),
+    [
+        ({"allowed_uri_sans": [], "allowed_dns_sans": []}, 400, "needs at least one of allowed_common_names"),
+        ({"allowed_uri_sans": [""]}, 422, "allowed_uri_sans"),
+        ({"allowed_common_names": [" padded"]}, 422, "allowed_common_names"),
+        ({"allowed_dns_sans": ["a\nb"]}, 422, "allowed_dns_sans"),
+        ({"allowed_organizational_units": "payments"}, 422, "allowed_organizational_units"),
+        ({"bound_audiences": ["keystream"]}, 422, "bound_audiences"),
+    ],
+)
+async def test_malformed_cert_roles_are_refused(
+    api: Api, change: dict[str, Any], status: int, message: str
+) -> None:
+    response = await api.client.post("/v1/auth/roles/r1", json={**CERT_ROLE, **change}, headers=api.auth())
+    assert response.status_code == status, response.text
+    assert message in response.json()["error"]["message"]
+    assert (await api.client.get("/v1/auth/roles/r1", headers=api.auth())).status_code == 404
