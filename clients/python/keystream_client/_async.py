@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from keystream_client._calls import (
     quote,
     renew_token_self_call,
     trim_call,
+    write_role_call,
 )
 from keystream_client._errors import MAX_ERROR_BODY, KeystreamAPIError, api_error
 from keystream_client._models import (
@@ -45,6 +46,7 @@ from keystream_client._models import (
     MasterRotation,
     NewToken,
     RenewedToken,
+    Role,
     SealStatus,
     Token,
     TransferResult,
@@ -55,6 +57,8 @@ from keystream_client._models import (
     parse_master_rotation,
     parse_new_token,
     parse_renewed_token,
+    parse_role,
+    parse_roles,
     parse_seal_status,
     parse_token,
     parse_tokens,
@@ -279,6 +283,22 @@ class AsyncKeystreamClient(BaseClient):
     async def delete_token(self, token_id: str) -> None:
         """As :meth:`KeystreamClient.delete_token`."""
         await self._send(Call("DELETE", f"/v1/tokens/{quote(token_id)}", expect_json=False))
+
+    async def write_role(self, name: str, role: Mapping[str, Any]) -> Role:
+        """As :meth:`KeystreamClient.write_role`."""
+        return parse_role(await self._send(write_role_call(name, role)))
+
+    async def list_roles(self) -> list[Role]:
+        """As :meth:`KeystreamClient.list_roles`."""
+        return parse_roles(await self._send(Call("GET", "/v1/auth/roles")))
+
+    async def get_role(self, name: str) -> Role:
+        """As :meth:`KeystreamClient.get_role`."""
+        return parse_role(await self._send(Call("GET", f"/v1/auth/roles/{quote(name)}")))
+
+    async def delete_role(self, name: str) -> None:
+        """As :meth:`KeystreamClient.delete_role`."""
+        await self._send(Call("DELETE", f"/v1/auth/roles/{quote(name)}", expect_json=False))
 
     async def datakey(
         self,

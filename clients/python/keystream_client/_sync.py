@@ -4,7 +4,7 @@ httpx, plus the streaming methods of :class:`keystream_client._sync_stream.SyncS
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -24,6 +24,7 @@ from keystream_client._calls import (
     quote,
     renew_token_self_call,
     trim_call,
+    write_role_call,
 )
 from keystream_client._errors import KeystreamAPIError
 from keystream_client._models import (
@@ -34,6 +35,7 @@ from keystream_client._models import (
     MasterRotation,
     NewToken,
     RenewedToken,
+    Role,
     SealStatus,
     Token,
     parse_batch,
@@ -43,6 +45,8 @@ from keystream_client._models import (
     parse_master_rotation,
     parse_new_token,
     parse_renewed_token,
+    parse_role,
+    parse_roles,
     parse_seal_status,
     parse_token,
     parse_tokens,
@@ -341,6 +345,48 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         self._send(Call("DELETE", f"/v1/tokens/{quote(token_id)}", expect_json=False))
+
+    # -- login roles ---------------------------------------------------------------------------------------
+    def write_role(self, name: str, role: Mapping[str, Any]) -> Role:
+        """Create or replace the login role ``name`` (admin token with the key pattern ``*``). ``role`` is the
+        JSON body docs/identity.md describes: ``method`` (``jwt`` or ``cert``), ``scopes``, ``key_patterns``,
+        ``ttl``, ``max_ttl`` and the method's bindings, e.g. ``{"method": "jwt", "scopes": ["encrypt"],
+        "bound_audiences": ["keystream"], "bound_claims": {"/kubernetes.io/namespace": "billing"}}``.
+
+        Raises:
+            TypeError, ValueError: ``role`` is not a mapping or names no method.
+            KeystreamAPIError: 400/422 for a field the service refuses, 403 without admin or for a scope the
+                caller lacks.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_role(self._send(write_role_call(name, role)))
+
+    def list_roles(self) -> list[Role]:
+        """Every login role, by name (admin).
+
+        Raises:
+            KeystreamAPIError: 403 without admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_roles(self._send(Call("GET", "/v1/auth/roles")))
+
+    def get_role(self, name: str) -> Role:
+        """One login role (admin).
+
+        Raises:
+            KeystreamAPIError: 404 ``role_not_found``, 403 without admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_role(self._send(Call("GET", f"/v1/auth/roles/{quote(name)}")))
+
+    def delete_role(self, name: str) -> None:
+        """Delete a login role (admin); the tokens it issued live until they expire or are revoked.
+
+        Raises:
+            KeystreamAPIError: 404 ``role_not_found``, 403 without admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        self._send(Call("DELETE", f"/v1/auth/roles/{quote(name)}", expect_json=False))
 
     # -- data keys -------------------------------------------------------------------------------------------
     def datakey(

@@ -29,10 +29,10 @@ The URL and token come from ``--url``/``--token`` or ``KEYSTREAM_URL``/``KEYSTRE
 ``http://127.0.0.1:8000``); without a token, ``KEYSTREAM_ROLE`` and ``KEYSTREAM_JWT_FILE`` make every command
 log in with the file's JWT first. ``-`` as IN or OUT means stdin or stdout.
 
-Modules: ``_parser`` (flags and help), ``_commands`` (keys, tokens, backends), ``_transfer`` (encrypt,
-decrypt, ``--value``), ``_batch`` (``batch encrypt|decrypt`` of JSON lines), ``_datakey`` (``datakey``),
-``_operator`` (``operator unseal|seal-status|seal``), ``_output`` (tables, JSON, errors), ``_progress`` (the
-progress bar), ``_codes`` (exit codes), ``_main`` (errors to exit codes).
+Modules: ``_parser`` (flags and help), ``_commands`` (keys, tokens, backends), ``_roles`` (``roles``),
+``_transfer`` (encrypt, decrypt, ``--value``), ``_batch`` (``batch encrypt|decrypt`` of JSON lines),
+``_datakey`` (``datakey``), ``_operator`` (``operator unseal|seal-status|seal``), ``_output`` (tables, JSON,
+errors), ``_progress`` (the progress bar), ``_codes`` (exit codes), ``_main`` (errors to exit codes).
 """
 
 from __future__ import annotations
