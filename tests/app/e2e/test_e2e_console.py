@@ -1,7 +1,8 @@
 """The web console in a real headless Chromium (Debian's, driven by Playwright) and a real 2-worker server.
 
 What a person does: sign in, create a key, encrypt text in the page and open it with the Python client (the
-same sealed format), see a tampered ciphertext refused in words, rotate and see version 2, create a token
+same sealed format), see a tampered ciphertext refused in words, encrypt a 5 MB file from disk into a download
+the CLI opens and the page decrypts back, rotate and see version 2, create a token
 (the secret shown once) and revoke it, read the seal's status, sign out. Throughout, the page must log no
 console error, break no Content-Security-Policy rule, and request nothing from any host but the server (every
 request goes through a route that records and aborts a foreign one); the token must stay out of URLs, cookies
@@ -11,7 +12,9 @@ and ``localStorage``.
 from __future__ import annotations
 
 import base64
+import os
 import re
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,9 +23,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, FilePayload, Page, Route, expect, sync_playwright
 
 from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
+from keystream_cli import CLI_TIMEOUT, KEYSTREAM
 from keystream_client import KeystreamClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -205,6 +209,100 @@ def test_a_person_manages_keys_data_and_tokens(page: tuple[Page, Watch], server:
     assert browser_page.evaluate("sessionStorage.length") == 0
 
     assert [url for url in watch.urls if ROOT_TOKEN in url or secret in url] == []
+    assert watch.foreign == []
+    assert watch.errors == []
+
+
+def run_file_operation(page: Page, path: Path, operation: str, saved: Path) -> str:
+    """Choose ``path`` in the page's file field, run ``operation`` ("encrypt" or "decrypt"), save the download
+    to ``saved``; the download's suggested name."""
+    page.set_input_files("#file-input", str(path))
+    page.click(f"#{operation}-file")
+    link = page.locator("#file-download")
+    expect(link).to_be_visible()
+    with page.expect_download() as download:
+        link.click()
+    download.value.save_as(saved)
+    return download.value.suggested_filename
+
+
+def test_a_file_is_encrypted_in_the_page_and_opened_by_the_cli(
+    page: tuple[Page, Watch], server: Server, tmp_path: Path
+) -> None:
+    """A 5 MB file chosen from disk is streamed to the service and offered as a download in the sealed format
+    the CLI opens to the same bytes; the download decrypts in the page back byte-equal; a tampered file shows
+    the service's refusal in words, a file cut short after its first segment the connection cut in words."""
+    browser_page, watch = page
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        client.create_key("file-key")
+    plaintext = tmp_path / "report.bin"
+    plaintext.write_bytes(os.urandom(5 * 1000 * 1000))
+    sign_in(browser_page, server)
+    browser_page.goto(f"{server.url}/ui/#/crypto")
+    browser_page.fill("#crypto-key", "file-key")
+
+    # The upload's progress, seen at a browser-side throttled 2.5 MB/s (about 2 s for the file).
+    network = browser_page.context.new_cdp_session(browser_page)
+    network.send("Network.enable")
+    network.send(
+        "Network.emulateNetworkConditions",
+        {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": 2_500_000},
+    )
+    browser_page.set_input_files("#file-input", str(plaintext))
+    browser_page.click("#encrypt-file")
+    expect(browser_page.locator("label:has(#file-progress)")).to_contain_text("Sending:")
+    expect(browser_page.locator("#file-download")).to_be_visible(timeout=20_000)
+    network.send(
+        "Network.emulateNetworkConditions",
+        {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+    )
+    expect(browser_page.locator("#file-progress")).to_have_count(0)
+
+    sealed = tmp_path / "saved" / "report.bin.ks"
+    sealed.parent.mkdir()
+    assert run_file_operation(browser_page, plaintext, "encrypt", sealed) == "report.bin.ks"
+    opened = tmp_path / "opened-by-cli"
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("KEYSTREAM_")}
+    cli = subprocess.run(
+        [*KEYSTREAM, "decrypt", "--url", server.url, "--key", "file-key", str(sealed), str(opened)],
+        env={**environment, "KEYSTREAM_TOKEN": ROOT_TOKEN},
+        capture_output=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert opened.read_bytes() == plaintext.read_bytes()
+
+    # The download back through the page: named without .ks, byte-equal.
+    roundtrip = tmp_path / "roundtrip"
+    assert run_file_operation(browser_page, sealed, "decrypt", roundtrip) == "report.bin"
+    assert roundtrip.read_bytes() == plaintext.read_bytes()
+
+    # A byte changed in the first segment: the service refuses before any output, in its own words.
+    tampered = bytearray(sealed.read_bytes())
+    tampered[100] ^= 1
+    (tmp_path / "tampered.ks").write_bytes(tampered)
+    browser_page.set_input_files("#file-input", str(tmp_path / "tampered.ks"))
+    browser_page.click("#decrypt-file")
+    expect(browser_page.locator("#file-error")).to_contain_text("(400 decryption_failed)")
+    expect(browser_page.locator("#file-download")).to_have_count(0)
+    # Cut short after the first segments: the service aborts the answer it started; the page says so.
+    (tmp_path / "truncated.ks").write_bytes(sealed.read_bytes()[: 3 * 1024 * 1024])
+    browser_page.set_input_files("#file-input", str(tmp_path / "truncated.ks"))
+    browser_page.click("#decrypt-file")
+    expect(browser_page.locator("#file-error")).to_contain_text("the connection was cut")
+    expect(browser_page.locator("#file-download")).to_have_count(0)
+
+    # Over the console's limit: refused in the page, nothing sent.
+    big = FilePayload(name="big.bin", mimeType="application/octet-stream", buffer=bytes(8 * 1024 * 1024 + 1))
+    browser_page.set_input_files("#file-input", files=[big])
+    expect(browser_page.locator("#file-too-large")).to_contain_text("big.bin is 8.00 MiB")
+    expect(browser_page.locator("#encrypt-file")).to_be_disabled()
+
+    # Chromium logs the refused decrypt and the cut answer; nothing else.
+    expected = ("400 (Bad Request)", "net::ERR_INCOMPLETE_CHUNKED_ENCODING")
+    assert [any(line in error for error in watch.errors) for line in expected] == [True, True]
+    watch.errors = [error for error in watch.errors if not any(line in error for line in expected)]
     assert watch.foreign == []
     assert watch.errors == []
 
