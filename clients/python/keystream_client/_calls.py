@@ -139,7 +139,7 @@ def write_role_call(name: str, role: Mapping[str, Any]) -> Call:
 def login_cert_call(role: str) -> Call:
     """``POST /v1/auth/cert/login``: trade the client certificate presented for mTLS for a token through
     ``role`` (no token needed)."""
-    return Call("POST", "/v1/auth/cert/login", {"role": role})
+    return Call("POST", "/v1/auth/cert/login", {"role": role}, authenticated=False)
 
 
 def batch_call(
