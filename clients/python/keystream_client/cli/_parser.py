@@ -36,6 +36,7 @@ from keystream_client.cli._operator import (
     cmd_operator_seal_status,
     cmd_operator_unseal,
 )
+from keystream_client.cli._roles import add_role_commands
 from keystream_client.cli._transfer import cmd_crypto
 
 _PERIOD_HELP = (
@@ -141,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_key_commands(commands, conn, as_json)
     _add_token_commands(commands, conn, as_json)
+    add_role_commands(commands, conn, as_json)
     for operation in ("encrypt", "decrypt", "rewrap"):
         _add_crypto_command(commands, conn, operation)
     _add_batch_command(commands, conn)
