@@ -49,13 +49,19 @@ def certificates(pki: TlsFiles) -> dict[str, tuple[Path, Path]]:
 
 @pytest.fixture(scope="module")
 def server(pki: TlsFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """HTTPS with mTLS (the test CA's client certificates), an audit log, the cert roles and a jwt role."""
+    """HTTPS with mTLS (the test CA's client certificates) on two workers, an audit log, the cert roles and
+    a jwt role."""
     base = tmp_path_factory.mktemp("cert-login")
     tls = ServerTlsFiles(
         pki.server_cert, pki.server_key, pki.ca, pki.ca, client_cert=(pki.client_cert, pki.client_key)
     )
+    # Two workers: a fresh connection (each login's) lands on either, and each must hand its certificate on.
     running = start_server(
-        base / "data", base / "server.log", tls=tls, KEYSTREAM_AUDIT_LOG=str(base / "audit.log")
+        base / "data",
+        base / "server.log",
+        tls=tls,
+        KEYSTREAM_AUDIT_LOG=str(base / "audit.log"),
+        KEYSTREAM_WORKERS="2",
     )
     try:
         with running.client() as admin:
