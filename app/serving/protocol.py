@@ -18,7 +18,10 @@ response. :class:`BoundedHttpToolsProtocol`:
 * does the TLS handshake itself (``loop.start_tls``) when the service serves HTTPS, so that a connection
   counts against the cap, can be evicted and has a deadline from its TCP accept. Under uvicorn's own TLS the
   protocol saw a connection only after its handshake: 3,000 silent TCP connections took a 2-worker HTTPS
-  server with 1,024 fds per worker down for uvloop's 60 s handshake timeout.
+  server with 1,024 fds per worker down for uvloop's 60 s handshake timeout;
+* puts the client certificate the handshake verified (mTLS) into every request's scope as the ASGI TLS
+  extension, ``scope["extensions"]["tls"]`` (:func:`app.serving.tls.client_tls_extension`, built once per
+  connection); a connection without one, or plain HTTP, gets no ``tls`` extension.
 
 Running uvicorn directly (Dockerfile, k8s) needs ``--http app.server:BoundedHttpToolsProtocol`` for the same
 protection.
@@ -42,7 +45,7 @@ from app.core.config import get_settings
 from app.serving.access_log import RouteAccessLog
 from app.serving.errors import raw_error_response
 from app.serving.limits import ConnectionLimits, ConnectionWatch, Phase
-from app.serving.tls import ServerTls
+from app.serving.tls import ServerTls, client_tls_extension
 
 
 def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> Any:
@@ -146,6 +149,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             cls.use_tls(ServerTls.from_settings(get_settings()))
         self._raw_transport: asyncio.Transport | None = None  # TLS: the TCP transport under the handshake
         self._http_started = False  # uvicorn's connection_made ran (after the handshake, under TLS)
+        # The verified client certificate as the ASGI TLS extension (typed as uvicorn types scope extensions).
+        self._tls_extension: dict[object, object] | None = None
         self.phase = Phase.IDLE
         self.since = self.loop.time()
         self.requests_begun = 0
@@ -163,6 +168,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         super().connection_made(transport)
         self._http_started = True
+        extension = client_tls_extension(transport.get_extra_info("ssl_object"))
+        self._tls_extension = cast("dict[object, object] | None", extension)
         self.since = self.loop.time()
         if self._raw_transport is not None:  # after the handshake: admitted at the TCP accept
             self.phase = Phase.IDLE
@@ -244,6 +251,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._tls_extension is not None:
+            self.scope["extensions"] = {"tls": self._tls_extension}
         self._in_head = True
         self._head_received = 0
         self._head_parsed = 0

@@ -3,7 +3,8 @@
 ``KEYSTREAM_TLS_CERT_FILE`` and ``KEYSTREAM_TLS_KEY_FILE`` make every worker serve HTTPS, TLS 1.2 or later
 (``minimum_version``; older clients fail the handshake). ``KEYSTREAM_TLS_CLIENT_CA_FILE`` also requires a
 client certificate issued by that CA bundle (mTLS): a connection without one fails the handshake, and a
-request still needs its bearer token.
+request still needs its bearer token. The certificate the handshake verified reaches the app as the ASGI TLS
+extension, ``scope["extensions"]["tls"]`` (:func:`client_tls_extension`), which the certificate login reads.
 
 :class:`ServerTls` holds only the three paths. Each worker builds its context from them
 (:meth:`app.serving.BoundedHttpToolsProtocol.use_tls`), and the protocol runs the handshake itself, so that
@@ -23,14 +24,26 @@ import socket
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from cryptography import x509
 
 from app.core.config import Settings
 from app.errors import StartupRefusedError
 
-__all__ = ["MINIMUM_TLS_VERSION", "ServerTls", "StartupRefusedError", "check_plain_http_bind", "is_loopback"]
+__all__ = [
+    "MINIMUM_TLS_VERSION",
+    "ServerTls",
+    "StartupRefusedError",
+    "check_plain_http_bind",
+    "client_tls_extension",
+    "is_loopback",
+]
 
 #: The oldest protocol version the server accepts.
 MINIMUM_TLS_VERSION = ssl.TLSVersion.TLSv1_2
+#: The ASGI TLS extension's ``tls_version``: the protocol's number on the wire.
+_WIRE_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
 
 
 class _EncryptedKeyError(Exception):
@@ -100,6 +113,34 @@ class ServerTls:
                 ) from None
             context.verify_mode = ssl.CERT_REQUIRED
         return context
+
+
+def client_tls_extension(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> dict[str, Any] | None:
+    """The ASGI TLS extension (``scope["extensions"]["tls"]``) for a connection whose handshake verified a
+    client certificate, else ``None``.
+
+    Only a certificate the handshake verified counts: the context must ask for one
+    (``KEYSTREAM_TLS_CLIENT_CA_FILE``, or uvicorn's ``--ssl-cert-reqs``), and OpenSSL then fails the
+    handshake of a certificate that does not verify, so a certificate present here was verified. Nothing is
+    read from request headers. The extension follows the ASGI specification: ``client_cert_chain`` holds the
+    client's own certificate as PEM (Python 3.11 gives no access to the rest of the chain it verified),
+    ``client_cert_name`` its subject as an RFC 4514 string, ``client_cert_error`` ``None``, ``tls_version``
+    the protocol's number (``0x0304`` for TLS 1.3), ``server_cert`` and ``cipher_suite`` ``None``. It is built
+    once per connection and shared by its requests: read it, never change it.
+    """
+    if ssl_object is None or ssl_object.context.verify_mode == ssl.CERT_NONE:
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    if not der:
+        return None
+    return {
+        "server_cert": None,
+        "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)],
+        "client_cert_name": x509.load_der_x509_certificate(der).subject.rfc4514_string(),
+        "client_cert_error": None,
+        "tls_version": _WIRE_VERSIONS.get(ssl_object.version() or ""),
+        "cipher_suite": None,
+    }
 
 
 def is_loopback(host: str) -> bool:

@@ -27,18 +27,29 @@ export const session = {
   },
 };
 
-async function failure(response: Response): Promise<ApiError> {
-  let code = `http_${response.status}`;
-  let message = response.statusText || `HTTP ${response.status}`;
+/** The service's JSON error (`{"error": {"code", "message"}}`) in a body's text, else the status line. */
+function failureOf(status: number, statusText: string, text: string): ApiError {
+  let code = `http_${status}`;
+  let message = statusText || `HTTP ${status}`;
   try {
-    const body: unknown = await response.json();
+    const body: unknown = JSON.parse(text);
     const error = (body as { error?: { code?: unknown; message?: unknown } }).error;
     if (typeof error?.code === "string") code = error.code;
     if (typeof error?.message === "string") message = error.message;
   } catch {
     // Not JSON (a proxy's page): the status line says what happened.
   }
-  return new ApiError(response.status, code, message);
+  return new ApiError(status, code, message);
+}
+
+async function failure(response: Response): Promise<ApiError> {
+  let text = "";
+  try {
+    text = await response.text();
+  } catch {
+    // The body was cut off: the status line is all there is.
+  }
+  return failureOf(response.status, response.statusText, text);
 }
 
 async function send(method: string, path: string, body?: BodyInit, type?: string): Promise<Response> {
@@ -66,6 +77,93 @@ export async function json<T>(method: string, path: string, body?: unknown): Pro
 export async function bytes(path: string, data: Uint8Array): Promise<Uint8Array> {
   const response = await send("POST", path, data as Uint8Array<ArrayBuffer>, "application/octet-stream");
   return new Uint8Array(await response.arrayBuffer());
+}
+
+/**
+ * The largest file the console sends. A browser sends a whole request body before it reads any of the answer
+ * (it is a half-duplex HTTP/1.1 client), while the service answers as it reads and stops reading when its
+ * answer is not read: a body larger than the socket buffers on both sides and the service's pipeline can
+ * hold stalls. 12 MiB went through and 16 MiB stalled here (Linux loopback, 1 MiB and 4 KiB segments);
+ * 8 MiB keeps a margin. Larger files go through the CLI, which reads while it sends.
+ */
+export const MAX_FILE_BYTES = 8 * 1024 * 1024;
+/** A transfer with no progress for this long has stalled (see MAX_FILE_BYTES) and is given up. */
+export const STALL_MILLISECONDS = 15_000;
+
+/** How far a file transfer is: bytes sent of the body, then bytes of the answer received. */
+export interface Progress {
+  sent: number;
+  total: number;
+  received: number;
+  /** The answer's length when the service declared one, else null. */
+  expected: number | null;
+}
+
+/**
+ * POST a file to a streaming route and resolve to the answer's bytes, reporting progress as it goes.
+ * XMLHttpRequest rather than fetch: fetch reports no upload progress. Rejects with the service's error
+ * (ApiError), or an Error in words when the connection drops (the service aborts a decrypt whose later
+ * segment fails to verify) or the transfer stalls.
+ */
+export function sendFile(path: string, file: Blob, onProgress: (progress: Progress) => void): Promise<Blob> {
+  return new Promise((resolve, reject) => {
+    const request = new XMLHttpRequest();
+    const progress: Progress = { sent: 0, total: file.size, received: 0, expected: null };
+    let stalled = false;
+    let watchdog = 0;
+    const moved = (): void => {
+      window.clearTimeout(watchdog);
+      watchdog = window.setTimeout(() => {
+        stalled = true;
+        request.abort();
+      }, STALL_MILLISECONDS);
+      onProgress({ ...progress });
+    };
+    request.open("POST", path);
+    const token = session.token();
+    if (token !== null) request.setRequestHeader("Authorization", `Bearer ${token}`);
+    request.setRequestHeader("Content-Type", "application/octet-stream");
+    request.responseType = "blob";
+    request.withCredentials = false;
+    request.upload.onprogress = (event) => {
+      progress.sent = event.loaded;
+      moved();
+    };
+    request.onprogress = (event) => {
+      progress.sent = progress.total;
+      progress.received = event.loaded;
+      progress.expected = event.lengthComputable ? event.total : null;
+      moved();
+    };
+    request.onload = () => {
+      window.clearTimeout(watchdog);
+      const answer = request.response as Blob;
+      if (request.status >= 200 && request.status < 300) {
+        resolve(answer);
+        return;
+      }
+      answer.text().then(
+        (text) => reject(failureOf(request.status, request.statusText, text)),
+        () => reject(failureOf(request.status, request.statusText, "")),
+      );
+    };
+    const dropped = (): void => {
+      window.clearTimeout(watchdog);
+      reject(
+        new Error(
+          stalled
+            ? `the transfer stalled (nothing moved for ${STALL_MILLISECONDS / 1000} s) and was given up`
+            : "the connection was cut before the answer was complete: the service stops a decrypt when a " +
+                "later part of the file fails to verify (tampered or truncated), or the network dropped; " +
+                "nothing was kept",
+        ),
+      );
+    };
+    request.onerror = dropped;
+    request.onabort = dropped;
+    moved();
+    request.send(file);
+  });
 }
 
 /** A key name as one path segment. */

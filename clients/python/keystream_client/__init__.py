@@ -7,7 +7,10 @@
 b'hello'
 
 ``KeystreamClient(url, token)`` takes them explicitly; without arguments the URL comes from
-``KEYSTREAM_URL`` (default ``http://127.0.0.1:8000``) and the token from ``KEYSTREAM_TOKEN``.
+``KEYSTREAM_URL`` (default ``http://127.0.0.1:8000``) and the token from ``KEYSTREAM_TOKEN``. A workload
+with an identity sets ``KEYSTREAM_ROLE`` and ``KEYSTREAM_JWT_FILE`` instead (or passes ``role=`` and
+``jwt_file=``): the client then logs in by itself with the file's JWT, and again, re-reading the file,
+before its token expires (:mod:`keystream_client._autologin`).
 
 JSON calls (keys, tokens, batch) go through httpx. Streaming encrypt/decrypt goes through a full-duplex
 HTTP/1.1 connection (h11): the service streams its response while it still reads the request, and a client
@@ -34,6 +37,7 @@ from keystream_client._errors import (
     KeystreamAPIError,
     KeystreamClientError,
     KeystreamConnectionError,
+    KeystreamLoginError,
     KeystreamStreamError,
 )
 from keystream_client._models import (
@@ -47,6 +51,7 @@ from keystream_client._models import (
     MasterRotation,
     NewToken,
     RenewedToken,
+    Role,
     SealStatus,
     Token,
     TransferResult,
@@ -74,11 +79,13 @@ __all__ = [
     "KeystreamClient",
     "KeystreamClientError",
     "KeystreamConnectionError",
+    "KeystreamLoginError",
     "KeystreamStreamError",
     "MasterRotation",
     "NewToken",
     "ProgressCallback",
     "RenewedToken",
+    "Role",
     "SealStatus",
     "Source",
     "Token",

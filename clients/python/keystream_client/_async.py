@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from keystream_client import _transport as transport
+from keystream_client._autologin import AsyncJwtLogin
 from keystream_client._base import (
     DEFAULT_CHUNK_SIZE,
     BaseClient,
@@ -31,14 +32,16 @@ from keystream_client._calls import (
     hmac_call,
     import_key_call,
     import_version_call,
+    login_cert_call,
     login_jwt_call,
     quote,
     random_call,
     renew_token_self_call,
     trim_call,
     verify_call,
+    write_role_call,
 )
-from keystream_client._errors import MAX_ERROR_BODY, api_error
+from keystream_client._errors import MAX_ERROR_BODY, KeystreamAPIError, api_error
 from keystream_client._models import (
     BatchItem,
     BatchResult,
@@ -48,6 +51,7 @@ from keystream_client._models import (
     MasterRotation,
     NewToken,
     RenewedToken,
+    Role,
     SealStatus,
     Token,
     TransferResult,
@@ -60,6 +64,8 @@ from keystream_client._models import (
     parse_master_rotation,
     parse_new_token,
     parse_renewed_token,
+    parse_role,
+    parse_roles,
     parse_seal_status,
     parse_token,
     parse_tokens,
@@ -118,7 +124,8 @@ class AsyncKeystreamClient(BaseClient):
     """Asyncio client with the same methods as :class:`KeystreamClient`, awaitable.
 
     Arguments and errors as :class:`KeystreamClient`; ``transport`` is an ``httpx.AsyncBaseTransport``.
-    Sources may also be async iterables of bytes; sync files are read in a worker thread.
+    Sources may also be async iterables of bytes; sync files are read in a worker thread. A client logging
+    in by itself (``role`` and ``jwt_file``) runs one login at a time across its tasks.
     """
 
     def __init__(
@@ -132,6 +139,8 @@ class AsyncKeystreamClient(BaseClient):
         cert: ClientCert = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         transport: httpx.AsyncBaseTransport | None = None,
+        role: str | None = None,
+        jwt_file: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(
             base_url,
@@ -141,8 +150,13 @@ class AsyncKeystreamClient(BaseClient):
             verify=verify,
             cert=cert,
             chunk_size=chunk_size,
+            role=role,
+            jwt_file=jwt_file,
         )
         self._http = httpx.AsyncClient(transport=transport, **self._httpx_options())
+        self._jwt_login = (
+            AsyncJwtLogin(self.jwt_file_login, self._login_for_token) if self.jwt_file_login else None
+        )
 
     async def __aenter__(self) -> AsyncKeystreamClient:
         return self
@@ -154,10 +168,29 @@ class AsyncKeystreamClient(BaseClient):
         """Close the connection pool."""
         await self._http.aclose()
 
-    async def _send(self, call: Call) -> Any:
+    async def _request(self, call: Call, token: str | None = None) -> Any:
         async with async_mapped_errors(self._endpoint, self._timeout):
-            response = await self._http.request(call.method, call.path, json=call.json)
+            response = await self._http.request(
+                call.method, call.path, json=call.json, headers=self._bearer(token)
+            )
         return self._result(response, call)
+
+    async def _send(self, call: Call) -> Any:
+        """As :meth:`KeystreamClient._send`."""
+        if self._jwt_login is None or not call.authenticated:
+            return await self._request(call)
+        token = await self._jwt_login.token()
+        try:
+            return await self._request(call, token)
+        except KeystreamAPIError as exc:
+            if exc.status != 401:
+                raise
+            self._jwt_login.refused(token)
+        return await self._request(call, await self._jwt_login.token())
+
+    async def _login_for_token(self, role: str, jwt: str) -> NewToken:
+        """The automatic login's call: :meth:`login_jwt` without the client's token."""
+        return parse_new_token(await self._request(login_jwt_call(role, jwt)))
 
     async def create_key(
         self,
@@ -243,6 +276,10 @@ class AsyncKeystreamClient(BaseClient):
         """As :meth:`KeystreamClient.login_jwt`."""
         return parse_new_token(await self._send(login_jwt_call(role, jwt)))
 
+    async def login_cert(self, role: str) -> NewToken:
+        """As :meth:`KeystreamClient.login_cert`."""
+        return parse_new_token(await self._send(login_cert_call(role)))
+
     async def token_self(self) -> Token:
         """As :meth:`KeystreamClient.token_self`."""
         return parse_token(await self._send(Call("GET", "/v1/tokens/self")))
@@ -258,6 +295,22 @@ class AsyncKeystreamClient(BaseClient):
     async def delete_token(self, token_id: str) -> None:
         """As :meth:`KeystreamClient.delete_token`."""
         await self._send(Call("DELETE", f"/v1/tokens/{quote(token_id)}", expect_json=False))
+
+    async def write_role(self, name: str, role: Mapping[str, Any]) -> Role:
+        """As :meth:`KeystreamClient.write_role`."""
+        return parse_role(await self._send(write_role_call(name, role)))
+
+    async def list_roles(self) -> list[Role]:
+        """As :meth:`KeystreamClient.list_roles`."""
+        return parse_roles(await self._send(Call("GET", "/v1/auth/roles")))
+
+    async def get_role(self, name: str) -> Role:
+        """As :meth:`KeystreamClient.get_role`."""
+        return parse_role(await self._send(Call("GET", f"/v1/auth/roles/{quote(name)}")))
+
+    async def delete_role(self, name: str) -> None:
+        """As :meth:`KeystreamClient.delete_role`."""
+        await self._send(Call("DELETE", f"/v1/auth/roles/{quote(name)}", expect_json=False))
 
     async def datakey(
         self,
@@ -443,10 +496,14 @@ class AsyncKeystreamClient(BaseClient):
         on_progress = options.pop("on_progress", None)
         crypto = CryptoOptions.from_kwargs(options)
         with chunk_reader(source, self._chunk_size, on_progress, async_client=True) as (reader, length, sent):
-            call = self._duplex(operation, key, crypto, reader, length)
+            # As in the sync client: a 401 makes the next call log in again; the stream is not repeated.
+            token = await self._jwt_login.token() if self._jwt_login is not None else None
+            call = self._duplex(operation, key, crypto, reader, length, token)
             try:
                 with mapped_errors():
                     head = await call.start()
+                    if head.status == 401 and token is not None and self._jwt_login is not None:
+                        self._jwt_login.refused(token)
                     if head.status >= 400:
                         raise api_error(head.status, await call.read_all(MAX_ERROR_BODY))
                 yield AsyncCipherStream(call, head, crypto, sent, operation)

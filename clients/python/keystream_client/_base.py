@@ -2,7 +2,8 @@
 
 Like hvac's ``Client()``, a client built without arguments reads its URL from ``KEYSTREAM_URL`` (default
 :data:`DEFAULT_URL`) and its token from ``KEYSTREAM_TOKEN``; for https, a CA bundle from ``KEYSTREAM_CACERT``
-and a client certificate (mTLS) from ``KEYSTREAM_CLIENT_CERT`` and ``KEYSTREAM_CLIENT_KEY``.
+and a client certificate (mTLS) from ``KEYSTREAM_CLIENT_CERT`` and ``KEYSTREAM_CLIENT_KEY``. Without a token,
+``KEYSTREAM_ROLE`` and ``KEYSTREAM_JWT_FILE`` make it log in by itself (:mod:`keystream_client._autologin`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 
 from keystream_client import _transport as transport
+from keystream_client._autologin import JwtFileLogin
 from keystream_client._calls import Call, quote
 from keystream_client._errors import (
     MAX_ERROR_BODY,
@@ -52,13 +54,15 @@ class BaseClient:
     """Configuration shared by both clients: URL, token, TLS and timeouts.
 
     ``base_url`` None (or empty) reads ``KEYSTREAM_URL``, then falls back to :data:`DEFAULT_URL`; ``token``
-    None reads ``KEYSTREAM_TOKEN`` (unset or empty: no ``Authorization`` header). For an https URL, ``verify``
+    None reads ``KEYSTREAM_TOKEN`` (unset or empty: no ``Authorization`` header), unless ``role`` and
+    ``jwt_file`` (or ``KEYSTREAM_ROLE`` and ``KEYSTREAM_JWT_FILE``) are given: then the client logs in by
+    itself with the file's JWT (:attr:`jwt_file_login`). For an https URL, ``verify``
     None reads ``KEYSTREAM_CACERT`` (unset: the system's CA store) and ``cert`` None reads
     ``KEYSTREAM_CLIENT_CERT`` and ``KEYSTREAM_CLIENT_KEY``; see :func:`client_ssl_context`.
 
     Raises:
-        ValueError: the URL is not http(s), ``chunk_size`` < 1, or a CA bundle or client certificate cannot
-            be loaded.
+        ValueError: the URL is not http(s), ``chunk_size`` < 1, a CA bundle or client certificate cannot
+            be loaded, or the automatic login's role or file is missing or comes with a token.
     """
 
     def __init__(
@@ -71,10 +75,15 @@ class BaseClient:
         verify: Verify = None,
         cert: ClientCert = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        role: str | None = None,
+        jwt_file: str | os.PathLike[str] | None = None,
     ) -> None:
         base_url = base_url or os.environ.get(URL_ENV) or DEFAULT_URL
-        if token is None:
-            token = os.environ.get(TOKEN_ENV) or None
+        environment_token = os.environ.get(TOKEN_ENV) or None
+        #: The automatic login's role and file, or None when the client uses a fixed token (or none).
+        self.jwt_file_login = JwtFileLogin.configured(role, jwt_file, token, environment_token is not None)
+        if token is None and self.jwt_file_login is None:
+            token = environment_token
         url = httpx.URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
@@ -101,6 +110,11 @@ class BaseClient:
         """The service URL this client talks to."""
         return self._base_url
 
+    @staticmethod
+    def _bearer(token: str | None) -> dict[str, str] | None:
+        """The per-request header carrying the automatic login's token (None: the client's own headers)."""
+        return None if token is None else {"Authorization": f"Bearer {token}"}
+
     def _httpx_options(self) -> dict[str, Any]:
         return {
             "base_url": self._base_url,
@@ -118,10 +132,14 @@ class BaseClient:
         options: CryptoOptions,
         body: transport.ChunkReader,
         length: int | None,
+        token: str | None = None,
     ) -> transport.DuplexCall:
+        """A streaming call; ``token`` is the automatic login's (a fixed token is in the headers already)."""
         options.check(operation)
         target = f"{self._prefix}/v1/keys/{quote(key)}/{operation}?{httpx.QueryParams(options.params())}"
         headers = [(name, value) for name, value in self._headers.items() if name != "Accept"]
+        if token is not None:
+            headers.append(("Authorization", f"Bearer {token}"))
         headers += [("Content-Type", "application/octet-stream"), *options.headers().items()]
         return transport.DuplexCall(
             self._endpoint, "POST", target, headers, body, length, self._timeout, self._stream_timeout

@@ -4,7 +4,7 @@ sync and the async client."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote as _url_quote
@@ -21,12 +21,15 @@ def quote(segment: str) -> str:
 
 @dataclass(frozen=True)
 class Call:
-    """One JSON request; ``expect_json`` is false for calls answered with an empty body."""
+    """One JSON request; ``expect_json`` is false for calls answered with an empty body, ``authenticated``
+    false for calls that present another credential (a login), which a client logging in by itself sends
+    without logging in first."""
 
     method: str
     path: str
     json: Any = None
     expect_json: bool = True
+    authenticated: bool = True
 
 
 def create_key_call(
@@ -116,7 +119,27 @@ def renew_token_self_call(ttl: int | None) -> Call:
 
 def login_jwt_call(role: str, jwt: str) -> Call:
     """``POST /v1/auth/jwt/login``: trade a JWT for a token through ``role`` (no token needed)."""
-    return Call("POST", "/v1/auth/jwt/login", {"role": role, "jwt": jwt})
+    return Call("POST", "/v1/auth/jwt/login", {"role": role, "jwt": jwt}, authenticated=False)
+
+
+def write_role_call(name: str, role: Mapping[str, Any]) -> Call:
+    """``POST /v1/auth/roles/{name}``: ``role`` is the body (``method``, ``scopes``, the method's bindings).
+
+    Raises:
+        TypeError: ``role`` is not a mapping.
+        ValueError: ``role`` has no ``method``.
+    """
+    if not isinstance(role, Mapping):
+        raise TypeError("role must be a mapping: the role's JSON body")
+    if "method" not in role:
+        raise ValueError("role needs a 'method' (jwt or cert)")
+    return Call("POST", f"/v1/auth/roles/{quote(name)}", dict(role))
+
+
+def login_cert_call(role: str) -> Call:
+    """``POST /v1/auth/cert/login``: trade the client certificate presented for mTLS for a token through
+    ``role`` (no token needed)."""
+    return Call("POST", "/v1/auth/cert/login", {"role": role}, authenticated=False)
 
 
 def batch_call(

@@ -6,6 +6,7 @@
      └── KeystreamClientError            base of everything the client raises on purpose
           ├── KeystreamAPIError          the service answered with an error (status, code, message)
           ├── KeystreamConnectionError   the service could not be reached (connect, timeout, TLS)
+          ├── KeystreamLoginError        the automatic login's JWT file cannot be used
           └── KeystreamStreamError       a streamed response ended early: its output is incomplete
 
 Argument checks raise the built-in :class:`TypeError` / :class:`ValueError` before any request is made; a
@@ -43,6 +44,12 @@ class KeystreamAPIError(KeystreamClientError):
 
 class KeystreamConnectionError(KeystreamClientError):
     """The service could not be reached (connect failure, timeout, TLS error)."""
+
+
+class KeystreamLoginError(KeystreamClientError):
+    """A client logging in by itself (``KEYSTREAM_ROLE`` and ``KEYSTREAM_JWT_FILE``) cannot use its JWT file:
+    missing, unreadable, empty, too long, or not a JWT. The message names the role and the file, never what
+    the file holds. A login the service refuses raises :class:`KeystreamAPIError` instead."""
 
 
 class KeystreamStreamError(KeystreamClientError):

@@ -132,6 +132,43 @@ class RenewedToken(Token):
 
 
 @dataclass(frozen=True)
+class Role:
+    """A login role (``/v1/auth/roles``): what a token issued through it may do (:attr:`scopes`,
+    :attr:`key_patterns`, :attr:`ttl` and :attr:`max_ttl` in seconds) and how a caller proves who it is:
+    :attr:`method` (``jwt`` or ``cert``) and that method's :attr:`bindings` as the service states them (for
+    ``jwt``: ``bound_audiences``, ``bound_subject``, ``bound_claims``, ``user_claim``, ``claim_mappings``;
+    for ``cert``: the ``allowed_*`` name lists)."""
+
+    name: str
+    method: str
+    scopes: tuple[str, ...]
+    key_patterns: tuple[str, ...]
+    ttl: int
+    max_ttl: int
+    bindings: Mapping[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """The role as the service answers it (bindings at the top level)."""
+        return {
+            "name": self.name,
+            "method": self.method,
+            "scopes": list(self.scopes),
+            "key_patterns": list(self.key_patterns),
+            "ttl": self.ttl,
+            "max_ttl": self.max_ttl,
+            **self.bindings,
+            "created_at": time_text(self.created_at),
+            "updated_at": time_text(self.updated_at),
+        }
+
+
+#: A role's fields other than its method's bindings.
+_ROLE_FIELDS = ("name", "method", "scopes", "key_patterns", "ttl", "max_ttl", "created_at", "updated_at")
+
+
+@dataclass(frozen=True)
 class CipherResult:
     """Output of an in-memory encrypt/decrypt."""
 
@@ -253,6 +290,26 @@ def _optional_time(value: Any) -> datetime | None:
 def parse_token(data: Any) -> Token:
     """One token's metadata (``GET /v1/tokens/self``)."""
     return Token(**_token_fields(data))
+
+
+def parse_role(data: Any) -> Role:
+    """One role (``GET``/``POST /v1/auth/roles/{name}``)."""
+    return Role(
+        name=str(data["name"]),
+        method=str(data["method"]),
+        scopes=tuple(data["scopes"]),
+        key_patterns=tuple(data["key_patterns"]),
+        ttl=int(data["ttl"]),
+        max_ttl=int(data["max_ttl"]),
+        bindings={name: value for name, value in data.items() if name not in _ROLE_FIELDS},
+        created_at=_time(data["created_at"]),
+        updated_at=_time(data["updated_at"]),
+    )
+
+
+def parse_roles(data: Any) -> list[Role]:
+    """``GET /v1/auth/roles``: ``{"roles": [...]}``."""
+    return [parse_role(item) for item in data["roles"]]
 
 
 def parse_renewed_token(data: Any) -> RenewedToken:

@@ -3,11 +3,13 @@ httpx, plus the streaming methods of :class:`keystream_client._sync_stream.SyncS
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
+from keystream_client._autologin import SyncJwtLogin
 from keystream_client._base import DEFAULT_CHUNK_SIZE, ClientCert, Verify, mapped_errors
 from keystream_client._calls import (
     Call,
@@ -20,13 +22,16 @@ from keystream_client._calls import (
     hmac_call,
     import_key_call,
     import_version_call,
+    login_cert_call,
     login_jwt_call,
     quote,
     random_call,
     renew_token_self_call,
     trim_call,
     verify_call,
+    write_role_call,
 )
+from keystream_client._errors import KeystreamAPIError
 from keystream_client._models import (
     BatchItem,
     BatchResult,
@@ -35,6 +40,7 @@ from keystream_client._models import (
     MasterRotation,
     NewToken,
     RenewedToken,
+    Role,
     SealStatus,
     Token,
     parse_base64_field,
@@ -46,6 +52,8 @@ from keystream_client._models import (
     parse_master_rotation,
     parse_new_token,
     parse_renewed_token,
+    parse_role,
+    parse_roles,
     parse_seal_status,
     parse_token,
     parse_tokens,
@@ -60,8 +68,8 @@ class KeystreamClient(SyncStreamingClient):
     Args:
         base_url: service URL, e.g. ``http://127.0.0.1:8000``; None reads ``KEYSTREAM_URL``, else
             ``http://127.0.0.1:8000``.
-        token: bearer token ``ks_<id>_<secret>``; None reads ``KEYSTREAM_TOKEN``. Never shown in reprs or
-            errors.
+        token: bearer token ``ks_<id>_<secret>``; None reads ``KEYSTREAM_TOKEN``, or logs in by itself when
+            a role and a JWT file are given (below). Never shown in reprs or errors.
         timeout: seconds for JSON calls and for the response head of a stream.
         stream_timeout: seconds without progress before a streaming transfer fails.
         verify: TLS verification: True (the system's CA store), a CA bundle path, an :class:`ssl.SSLContext`,
@@ -70,10 +78,19 @@ class KeystreamClient(SyncStreamingClient):
             of paths; None reads ``KEYSTREAM_CLIENT_CERT`` and ``KEYSTREAM_CLIENT_KEY``.
         chunk_size: bytes read from a source per request chunk.
         transport: an httpx transport for JSON calls (tests), else a normal connection pool.
+        role: with ``jwt_file``, and no token: the role to log in through; None reads ``KEYSTREAM_ROLE``.
+        jwt_file: the file holding the workload's JWT (e.g. a Kubernetes projected service-account token);
+            None reads ``KEYSTREAM_JWT_FILE``. The client logs in before its first call that needs a token,
+            and again, re-reading the file, once two thirds of the token's lifetime have passed or after a
+            401; one login at a time, whatever the number of threads.
 
     Raises:
-        ValueError: the URL is not http(s), ``chunk_size`` < 1, or a CA bundle or client certificate cannot
-            be loaded (the message names the file).
+        ValueError: the URL is not http(s), ``chunk_size`` < 1, a CA bundle or client certificate cannot
+            be loaded (the message names the file), or a role comes without a JWT file (or the other way
+            round, or with a token).
+
+    With a role and a JWT file, every call may also raise :class:`~keystream_client.KeystreamLoginError`
+    (the file cannot be used) or :class:`KeystreamAPIError` for a refused login.
     """
 
     def __init__(
@@ -87,6 +104,8 @@ class KeystreamClient(SyncStreamingClient):
         cert: ClientCert = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         transport: httpx.BaseTransport | None = None,
+        role: str | None = None,
+        jwt_file: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(
             base_url,
@@ -96,8 +115,12 @@ class KeystreamClient(SyncStreamingClient):
             verify=verify,
             cert=cert,
             chunk_size=chunk_size,
+            role=role,
+            jwt_file=jwt_file,
         )
         self._http = httpx.Client(transport=transport, **self._httpx_options())
+        if self.jwt_file_login is not None:
+            self._jwt_login = SyncJwtLogin(self.jwt_file_login, self._login_for_token)
 
     def __enter__(self) -> KeystreamClient:
         return self
@@ -109,10 +132,28 @@ class KeystreamClient(SyncStreamingClient):
         """Close the connection pool."""
         self._http.close()
 
-    def _send(self, call: Call) -> Any:
+    def _request(self, call: Call, token: str | None = None) -> Any:
         with mapped_errors(self._endpoint, probe_timeout=self._timeout):
-            response = self._http.request(call.method, call.path, json=call.json)
+            response = self._http.request(call.method, call.path, json=call.json, headers=self._bearer(token))
         return self._result(response, call)
+
+    def _send(self, call: Call) -> Any:
+        """``call`` with the client's token; a client logging in by itself logs in again after a 401 and
+        repeats the call once (the service refused it before doing anything)."""
+        if self._jwt_login is None or not call.authenticated:
+            return self._request(call)
+        token = self._jwt_login.token()
+        try:
+            return self._request(call, token)
+        except KeystreamAPIError as exc:
+            if exc.status != 401:
+                raise
+            self._jwt_login.refused(token)
+        return self._request(call, self._jwt_login.token())
+
+    def _login_for_token(self, role: str, jwt: str) -> NewToken:
+        """The automatic login's call: :meth:`login_jwt` without the client's token."""
+        return parse_new_token(self._request(login_jwt_call(role, jwt)))
 
     # -- keys ------------------------------------------------------------------------------------------------
     def create_key(
@@ -276,6 +317,21 @@ class KeystreamClient(SyncStreamingClient):
         """
         return parse_new_token(self._send(login_jwt_call(role, jwt)))
 
+    def login_cert(self, role: str) -> NewToken:
+        """Log in with the client certificate this client presents for mTLS (``cert=``) through ``role``, a
+        ``cert`` role; no token is needed. The service must itself verify the certificate in the TLS
+        handshake (it serves HTTPS with a client CA); the answer is a token as :meth:`login_jwt`'s, whose
+        :attr:`~Token.metadata` subject is the certificate's name the role matched.
+
+        Raises:
+            KeystreamAPIError: 400 ``no client certificate`` when the service verified none (no ``cert=``, or
+                a proxy ends TLS in front of it), 400 when the role does not exist, is not a ``cert`` role or
+                the certificate meets none of its allowed names, 429 for too many attempts.
+            KeystreamConnectionError: the service is unreachable, or refused the handshake (a service that
+                requires a client certificate closes a connection without one).
+        """
+        return parse_new_token(self._send(login_cert_call(role)))
+
     def token_self(self) -> Token:
         """The metadata of the token this client uses (any valid token; no admin needed).
 
@@ -312,6 +368,48 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         self._send(Call("DELETE", f"/v1/tokens/{quote(token_id)}", expect_json=False))
+
+    # -- login roles ---------------------------------------------------------------------------------------
+    def write_role(self, name: str, role: Mapping[str, Any]) -> Role:
+        """Create or replace the login role ``name`` (admin token with the key pattern ``*``). ``role`` is the
+        JSON body docs/identity.md describes: ``method`` (``jwt`` or ``cert``), ``scopes``, ``key_patterns``,
+        ``ttl``, ``max_ttl`` and the method's bindings, e.g. ``{"method": "jwt", "scopes": ["encrypt"],
+        "bound_audiences": ["keystream"], "bound_claims": {"/kubernetes.io/namespace": "billing"}}``.
+
+        Raises:
+            TypeError, ValueError: ``role`` is not a mapping or names no method.
+            KeystreamAPIError: 400/422 for a field the service refuses, 403 without admin or for a scope the
+                caller lacks.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_role(self._send(write_role_call(name, role)))
+
+    def list_roles(self) -> list[Role]:
+        """Every login role, by name (admin).
+
+        Raises:
+            KeystreamAPIError: 403 without admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_roles(self._send(Call("GET", "/v1/auth/roles")))
+
+    def get_role(self, name: str) -> Role:
+        """One login role (admin).
+
+        Raises:
+            KeystreamAPIError: 404 ``role_not_found``, 403 without admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_role(self._send(Call("GET", f"/v1/auth/roles/{quote(name)}")))
+
+    def delete_role(self, name: str) -> None:
+        """Delete a login role (admin); the tokens it issued live until they expire or are revoked.
+
+        Raises:
+            KeystreamAPIError: 404 ``role_not_found``, 403 without admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        self._send(Call("DELETE", f"/v1/auth/roles/{quote(name)}", expect_json=False))
 
     # -- data keys -------------------------------------------------------------------------------------------
     def datakey(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from keystream_client import _transport as transport
+from keystream_client._autologin import SyncJwtLogin
 from keystream_client._base import BaseClient, mapped_errors
 from keystream_client._errors import MAX_ERROR_BODY, api_error
 from keystream_client._loop import LoopRunner
@@ -74,6 +75,9 @@ class CipherStream(StreamBase):
 
 class SyncStreamingClient(BaseClient):
     """The streaming half of :class:`keystream_client.KeystreamClient` (see there for the arguments)."""
+
+    #: The automatic login, when the client logs in by itself (set by :class:`KeystreamClient`).
+    _jwt_login: SyncJwtLogin | None = None
 
     @contextlib.contextmanager
     def encrypt_stream(
@@ -258,11 +262,16 @@ class SyncStreamingClient(BaseClient):
             length,
             sent,
         ):
-            call = self._duplex(operation, key, options, reader, length)
+            # A stream is not repeated after a 401 (its source may not be readable twice): the refusal only
+            # makes the next call log in again. The login at two thirds of the lifetime makes one rare.
+            token = self._jwt_login.token() if self._jwt_login is not None else None
+            call = self._duplex(operation, key, options, reader, length, token)
             runner = LoopRunner()
             try:
                 with mapped_errors():
                     head = runner.run(call.start)
+                    if head.status == 401 and token is not None and self._jwt_login is not None:
+                        self._jwt_login.refused(token)
                     if head.status >= 400:
                         raise api_error(head.status, runner.run(lambda: call.read_all(MAX_ERROR_BODY)))
                 yield CipherStream(runner, call, head, options, sent, operation)

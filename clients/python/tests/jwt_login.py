@@ -23,18 +23,25 @@ def configure(url: str, root_token: str) -> None:
         .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
         .decode()
     )
+    # Roles and the JWT configuration are admin calls the client library does not wrap.
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {root_token}"}) as admin:
+        assert admin.post("/v1/auth/jwt/config", json={"jwt_validation_pubkeys": [pem]}).status_code == 200
+    write_role(url, root_token, ROLE, ttl=300)
+
+
+def write_role(url: str, root_token: str, name: str, *, ttl: int) -> None:
+    """Write the role ``name``: encrypt on ``login-*`` for JWTs of namespace ``apps``, tokens living ``ttl``
+    seconds."""
     role = {
         "method": "jwt",
         "scopes": ["encrypt"],
         "key_patterns": ["login-*"],
-        "ttl": 300,
+        "ttl": ttl,
         "bound_audiences": [AUDIENCE],
         "bound_claims": {"/kubernetes.io/namespace": "apps"},
     }
-    # Roles and the JWT configuration are admin calls the client library does not wrap.
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {root_token}"}) as admin:
-        assert admin.post("/v1/auth/jwt/config", json={"jwt_validation_pubkeys": [pem]}).status_code == 200
-        assert admin.post(f"/v1/auth/roles/{ROLE}", json=role).status_code == 200
+        assert admin.post(f"/v1/auth/roles/{name}", json=role).status_code == 200
 
 
 def k8s_jwt(namespace: str = "apps", **claims: Any) -> str:

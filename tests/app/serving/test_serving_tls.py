@@ -9,7 +9,13 @@ import pytest
 from pydantic import ValidationError
 
 from app.core.config import Settings
-from app.serving.tls import ServerTls, StartupRefusedError, check_plain_http_bind, is_loopback
+from app.serving.tls import (
+    ServerTls,
+    StartupRefusedError,
+    check_plain_http_bind,
+    client_tls_extension,
+    is_loopback,
+)
 from tls_ca import make_ca_files
 
 
@@ -77,3 +83,48 @@ def test_settings_that_go_together(fields: dict[str, object], message: str) -> N
 def test_empty_tls_variables_are_unset() -> None:
     settings = Settings(_env_file=None, tls_cert_file="", tls_key_file=" ")  # type: ignore[call-arg]
     assert settings.tls_cert_file is None and settings.tls_key_file is None
+
+
+def _handshake_in_memory(server_context: ssl.SSLContext, client_context: ssl.SSLContext) -> ssl.SSLObject:
+    """A real TLS handshake between two in-memory ends; the server's end, once both are done."""
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    from_server, from_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = server_context.wrap_bio(to_server, from_server, server_side=True)
+    client = client_context.wrap_bio(to_client, from_client, server_hostname="localhost")
+    done = {"server": False, "client": False}
+    for _ in range(10):
+        for name, end in (("client", client), ("server", server)):
+            if not done[name]:
+                try:
+                    end.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        to_server.write(from_client.read())
+        to_client.write(from_server.read())
+    client.write(b"x")  # TLS 1.3: the server checks the client's certificate on its first read
+    to_server.write(from_client.read())
+    assert server.read(1) == b"x" and all(done.values())
+    return server
+
+
+def test_the_tls_extension_carries_only_a_verified_client_certificate(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    files = make_ca_files(tmp_path)
+    client_context = ssl.create_default_context(cafile=str(files.ca))
+    client_context.load_cert_chain(files.client_cert, files.client_key)
+    mutual = ServerTls(files.server_cert, files.server_key, files.ca).context()
+    extension = client_tls_extension(_handshake_in_memory(mutual, client_context))
+    assert extension is not None
+    (pem,) = extension["client_cert_chain"]
+    assert x509.load_pem_x509_certificate(pem.encode()) == x509.load_pem_x509_certificate(
+        files.client_cert.read_bytes()
+    )
+    assert extension["client_cert_name"] == "CN=keystream test client"
+    assert extension["client_cert_error"] is None and extension["tls_version"] == 0x0304
+    # Without a client CA the server asks for no certificate: a client's certificate is never sent, so none
+    # could reach the app unverified.
+    plain = ServerTls(files.server_cert, files.server_key).context()
+    assert client_tls_extension(_handshake_in_memory(plain, client_context)) is None
+    assert client_tls_extension(None) is None  # plain HTTP

@@ -1,7 +1,9 @@
-// Encrypt and decrypt text with a key: the sealed bytes go through the streaming routes, so the result is
-// the same sealed format the CLI and Tink read; the ciphertext is shown as base64 with a copy button.
+// Encrypt and decrypt text or a file with a key: the sealed bytes go through the streaming routes, so the
+// result is the same sealed format the CLI and Tink read; text's ciphertext is shown as base64 with a copy
+// button, a file's is offered as a download.
 import { useState } from "preact/hooks";
 import { bytes, describe, fromBase64, keyPath, toBase64 } from "../api";
+import { FileCrypto } from "./files";
 
 export function CryptoView() {
   const [key, setKey] = useState("");
@@ -34,11 +36,12 @@ export function CryptoView() {
   };
   return (
     <section>
-      <h1>Encrypt / decrypt text</h1>
+      <h1>Encrypt / decrypt</h1>
       <label>
         Key
         <input id="crypto-key" required value={key} onInput={(event) => setKey(event.currentTarget.value)} />
       </label>
+      <h2>Text</h2>
       <label>
         Plaintext
         <textarea id="plaintext" rows={5} value={plaintext} onInput={(event) => setPlaintext(event.currentTarget.value)} />
@@ -68,6 +71,7 @@ export function CryptoView() {
           {error}
         </p>
       )}
+      <FileCrypto keyName={key} />
     </section>
   );
 }

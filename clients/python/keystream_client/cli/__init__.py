@@ -14,7 +14,8 @@ Exit codes (stable; scripts may rely on them):
  4    integrity error: decryption failed (wrong key/associated data, tampered or truncated
       ciphertext) or a stream was cut short (a sealed decrypt or rewrap the service stopped after
       N verified bytes: a later segment failed authentication); any partial output file has been removed
- 5    authentication/authorization: no token given, 401 (bad token) or 403 (scope or key not allowed)
+ 5    authentication/authorization: no token given, 401 (bad token) or 403 (scope or key not allowed),
+      or the automatic login's JWT file (``KEYSTREAM_JWT_FILE``) missing, unreadable or not a JWT
  6    not found: 404 (key, key version or token)
  7    conflict: 409 (key exists, deletion not allowed)
  8    local I/O error: input missing or unreadable, output exists without ``--force``, or writing failed
@@ -25,12 +26,13 @@ Exit codes (stable; scripts may rely on them):
 Every error except a usage error is one ``keystream: error: ...`` line on stderr.
 
 The URL and token come from ``--url``/``--token`` or ``KEYSTREAM_URL``/``KEYSTREAM_TOKEN`` (URL default
-``http://127.0.0.1:8000``). ``-`` as IN or OUT means stdin or stdout.
+``http://127.0.0.1:8000``); without a token, ``KEYSTREAM_ROLE`` and ``KEYSTREAM_JWT_FILE`` make every command
+log in with the file's JWT first. ``-`` as IN or OUT means stdin or stdout.
 
-Modules: ``_parser`` (flags and help), ``_commands`` (keys, tokens, backends), ``_transfer`` (encrypt,
-decrypt, ``--value``), ``_batch`` (``batch encrypt|decrypt`` of JSON lines), ``_datakey`` (``datakey``),
-``_operator`` (``operator unseal|seal-status|seal``), ``_output`` (tables, JSON, errors), ``_progress`` (the
-progress bar), ``_codes`` (exit codes), ``_main`` (errors to exit codes).
+Modules: ``_parser`` (flags and help), ``_commands`` (keys, tokens, backends), ``_roles`` (``roles``),
+``_transfer`` (encrypt, decrypt, ``--value``), ``_batch`` (``batch encrypt|decrypt`` of JSON lines),
+``_datakey`` (``datakey``), ``_operator`` (``operator unseal|seal-status|seal``), ``_output`` (tables, JSON,
+errors), ``_progress`` (the progress bar), ``_codes`` (exit codes), ``_main`` (errors to exit codes).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from keystream_client import KeystreamClient
+from keystream_client._autologin import JWT_FILE_ENV, ROLE_ENV
 from keystream_client._base import TOKEN_ENV, TlsFilesError
 from keystream_client._models import time_text
 from keystream_client.cli._codes import EXIT_AUTH, EXIT_OK, EXIT_USAGE, CommandError, UsageError
@@ -22,17 +23,22 @@ def make_client(
     """A client from ``--url``/``--token``/``--timeout``/``--insecure``/``--cacert``/``--client-cert``/
     ``--client-key``; the client itself falls back to ``KEYSTREAM_URL`` (then its default URL),
     ``KEYSTREAM_TOKEN``, ``KEYSTREAM_CACERT`` and ``KEYSTREAM_CLIENT_CERT``/``KEYSTREAM_CLIENT_KEY``.
+    Without ``--token``, ``KEYSTREAM_ROLE`` and ``KEYSTREAM_JWT_FILE`` make the client log in by itself.
 
     ``need_token=False`` is for the commands that present another credential (a login).
 
     Raises:
         CommandError: no token at all (exit code 5, as a 401 would give), or a CA bundle or client
             certificate that cannot be loaded (exit code 2, one line).
-        UsageError: a URL that is not http(s), or ``--client-key`` without ``--client-cert``.
+        UsageError: a URL that is not http(s), ``--client-key`` without ``--client-cert``, or a role
+            without a JWT file (or the other way round, or with ``KEYSTREAM_TOKEN``).
     """
-    token = args.token or os.environ.get(TOKEN_ENV)
-    if not token and need_token:
-        raise CommandError(f"no token: pass --token or set {TOKEN_ENV}", EXIT_AUTH)
+    token = args.token or None
+    logs_in = bool(os.environ.get(ROLE_ENV) or os.environ.get(JWT_FILE_ENV))
+    if not (token or os.environ.get(TOKEN_ENV) or logs_in) and need_token:
+        raise CommandError(
+            f"no token: pass --token, or set {TOKEN_ENV}, or {ROLE_ENV} and {JWT_FILE_ENV}", EXIT_AUTH
+        )
     client_cert: str | None = args.client_cert
     client_key: str | None = args.client_key
     if client_key and not client_cert:
@@ -40,7 +46,7 @@ def make_client(
     try:
         return KeystreamClient(
             args.url or None,
-            token or None,
+            token,
             timeout=args.timeout if args.timeout is not None else 30.0,
             stream_timeout=stream_timeout,
             verify=False if args.insecure else (args.cacert or None),

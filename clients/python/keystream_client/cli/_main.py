@@ -12,6 +12,7 @@ from keystream_client import (
     KeystreamAPIError,
     KeystreamClientError,
     KeystreamConnectionError,
+    KeystreamLoginError,
     KeystreamStreamError,
 )
 from keystream_client.cli._batch import cmd_batch
@@ -85,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeystreamConnectionError as exc:
         _report(exc, f"cannot reach the service: {exc}")
         return EXIT_CONNECTION
+    except KeystreamLoginError as exc:  # the automatic login's JWT file: no credential to present
+        _report(exc)
+        return EXIT_AUTH
     except (ValueError, TypeError) as exc:
         _report(exc)
         return EXIT_USAGE

@@ -29,13 +29,14 @@ from keystream_client.cli._commands import (
     cmd_tokens_self,
 )
 from keystream_client.cli._datakey import cmd_datakey
-from keystream_client.cli._login import cmd_login_jwt
+from keystream_client.cli._login import cmd_login_cert, cmd_login_jwt
 from keystream_client.cli._operator import (
     cmd_operator_rotate_master,
     cmd_operator_seal,
     cmd_operator_seal_status,
     cmd_operator_unseal,
 )
+from keystream_client.cli._roles import add_role_commands
 from keystream_client.cli._tools import cmd_hash, cmd_hmac, cmd_random, cmd_verify
 from keystream_client.cli._transfer import cmd_crypto
 
@@ -142,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_key_commands(commands, conn, as_json)
     _add_token_commands(commands, conn, as_json)
+    add_role_commands(commands, conn, as_json)
     for operation in ("encrypt", "decrypt", "rewrap"):
         _add_crypto_command(commands, conn, operation)
     _add_batch_command(commands, conn)
@@ -165,6 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="the file holding the JWT (e.g. /var/run/secrets/tokens/keystream; - for stdin)",
     )
     jwt.set_defaults(handler=cmd_login_jwt)
+    cert = methods.add_parser(
+        "cert", parents=[conn, as_json], help="log in with the mTLS client certificate (--client-cert)"
+    )
+    cert.description = (
+        "Log in through ROLE with the client certificate given for mTLS (--client-cert, --client-key), which "
+        "the service verifies in the TLS handshake; the token is printed on stdout."
+    )
+    cert.add_argument("--role", required=True, help="the cert role to log in through")
+    cert.set_defaults(handler=cmd_login_cert)
 
     backends = commands.add_parser("backends", parents=[conn, as_json], help="list the service's backends")
     backends.description = "List the service's AES backends (for --backend): availability, ISA path, preset."

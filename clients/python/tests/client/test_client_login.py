@@ -39,3 +39,20 @@ async def test_async_login_jwt(server: RunningServer) -> None:
     async with AsyncKeystreamClient(server.url, token="") as anonymous:
         issued = await anonymous.login_jwt(ROLE, k8s_jwt())
     assert issued.metadata["role"] == ROLE
+
+
+async def test_roles_sync_and_async(server: RunningServer) -> None:
+    body = {"method": "jwt", "scopes": ["encrypt"], "bound_audiences": ["keystream"], "ttl": 120}
+    with KeystreamClient(server.url, server.token) as admin:
+        written = admin.write_role("client-roles", body)
+        assert written.bindings["bound_audiences"] == ["keystream"] and written.ttl == 120
+        assert admin.get_role("client-roles") == written
+        with pytest.raises(TypeError):
+            admin.write_role("client-roles", [("method", "jwt")])  # type: ignore[arg-type]
+    async with AsyncKeystreamClient(server.url, server.token) as admin_async:
+        assert "client-roles" in [role.name for role in await admin_async.list_roles()]
+        assert (await admin_async.get_role("client-roles")).to_json() == written.to_json()
+        await admin_async.delete_role("client-roles")
+        with pytest.raises(KeystreamAPIError) as gone:
+            await admin_async.get_role("client-roles")
+    assert gone.value.status == 404 and gone.value.code == "role_not_found"
