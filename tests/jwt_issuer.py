@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -64,7 +65,7 @@ class Signer:
     def jwk(self) -> dict[str, Any]:
         """The public key as a JWK (``kid``, ``use``, ``alg``), as ``/openid/v1/jwks`` lists it."""
         algorithm = jwt.get_algorithm_by_name(self.algorithm)
-        entry: dict[str, Any] = json.loads(algorithm.to_jwk(self.key.public_key()))  # type: ignore[arg-type]
+        entry: dict[str, Any] = json.loads(algorithm.to_jwk(self.key.public_key()))
         entry.update({"kid": self.kid, "use": "sig", "alg": self.algorithm})
         return entry
 
@@ -137,13 +138,16 @@ class Issuer:
 def _handler(issuer: Issuer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            # The query is ignored, so one issuer can stand for many key sources (the login benchmark's
+            # first logins); requests are counted by path alone.
+            path = urlsplit(self.path).path
             with issuer.lock:
-                issuer.requests.append(self.path)
+                issuer.requests.append(path)
             if issuer.down:
                 self._answer(503, {"error": "down"})
-            elif self.path == "/openid/v1/jwks":
+            elif path == "/openid/v1/jwks":
                 self._answer(200, {"keys": [signer.jwk() for signer in issuer.signers]})
-            elif self.path == "/.well-known/openid-configuration":
+            elif path == "/.well-known/openid-configuration":
                 self._answer(200, {"issuer": ISSUER, "jwks_uri": issuer.jwks_url})
             else:
                 self._answer(404, {"error": "not found"})
