@@ -303,7 +303,8 @@ class JwtLogin:
             max_ttl_seconds=role.max_ttl_seconds,
         )
         record = dataclasses.replace(record, metadata=metadata)
-        self._keystore.create_token(record)
+        # Reissuable: if a power loss takes it, the workload's next call gets 401 and it logs in again.
+        self._keystore.create_token(record, reissuable=True)
         return secret, record
 
     def _role(self, name: str) -> RoleRecord | None:
