@@ -2,11 +2,11 @@
 
 What a person does: sign in, create a key, encrypt text in the page and open it with the Python client (the
 same sealed format), see a tampered ciphertext refused in words, encrypt a 5 MB file from disk into a download
-the CLI opens and the page decrypts back, rotate and see version 2, create a token
-(the secret shown once) and revoke it, read the seal's status, sign out. Throughout, the page must log no
-console error, break no Content-Security-Policy rule, and request nothing from any host but the server (every
-request goes through a route that records and aborts a foreign one); the token must stay out of URLs, cookies
-and ``localStorage``.
+the CLI opens and the page decrypts back, rotate and see version 2, create a token (the secret shown once) and
+revoke it, read the seal's status, sign out. On every view, Tab must reach each control and axe-core must find
+no serious or critical violation. Throughout, the page must log no console error, break no
+Content-Security-Policy rule, and request nothing from any host but the server (every request goes through a
+route that records and aborts a foreign one); the token must stay out of URLs, cookies and ``localStorage``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -28,11 +29,66 @@ from playwright.sync_api import Browser, ConsoleMessage, FilePayload, Page, Rout
 from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
 from keystream_cli import CLI_TIMEOUT, KEYSTREAM
 from keystream_client import KeystreamClient
+from tests.app.ui.packages import installed_copy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 #: Debian's Chromium (scripts/install-tools.sh); Playwright's own browser download is not used.
 CHROMIUM = "/usr/bin/chromium"
+InteractiveRole = Literal[
+    "link",
+    "button",
+    "textbox",
+    "searchbox",
+    "combobox",
+    "listbox",
+    "checkbox",
+    "radio",
+    "spinbutton",
+    "slider",
+    "switch",
+    "tab",
+    "menuitem",
+]
+#: The ARIA roles of the controls a person operates; each one on a view must be reachable with Tab.
+INTERACTIVE_ROLES: tuple[InteractiveRole, ...] = (
+    "link",
+    "button",
+    "textbox",
+    "searchbox",
+    "combobox",
+    "listbox",
+    "checkbox",
+    "radio",
+    "spinbutton",
+    "slider",
+    "switch",
+    "tab",
+    "menuitem",
+)
+#: Numbers each element the page is asked about (by identity, stable while it lives) and describes it.
+CONTROL_HELPERS = """() => {
+  const numbers = new WeakMap();
+  let next = 0;
+  window.controlNumber = (element) => {
+    if (!numbers.has(element)) numbers.set(element, ++next);
+    return numbers.get(element);
+  };
+  window.describeControl = (element) => {
+    const name = (element.getAttribute('aria-label') || element.textContent || element.value || '').trim();
+    return `${element.tagName.toLowerCase()}${element.id ? '#' + element.id : ''} "${name.slice(0, 40)}"`;
+  };
+  window.documentPosition = (element) =>
+    Array.prototype.indexOf.call(document.getElementsByTagName('*'), element);
+}"""
+#: The serious and critical violations axe finds in the page, one line each.
+AXE_RUN = """async () => {
+  const result = await axe.run(document, { resultTypes: ['violations'] });
+  return result.violations
+    .filter((violation) => violation.impact === 'serious' || violation.impact === 'critical')
+    .map((violation) => `${violation.id} (${violation.impact}): ${violation.help}: ` +
+      violation.nodes.map((node) => node.target.join(' ')).join(', '));
+}"""
 #: Reports every CSP violation of the page as a console error, which the watch below records.
 CSP_REPORTER = (
     "document.addEventListener('securitypolicyviolation', (event) =>"
@@ -305,6 +361,116 @@ def test_a_file_is_encrypted_in_the_page_and_opened_by_the_cli(
     watch.errors = [error for error in watch.errors if not any(line in error for line in expected)]
     assert watch.foreign == []
     assert watch.errors == []
+
+
+@pytest.fixture(scope="module")
+def axe_source(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """axe-core's ``axe.min.js`` at the version ``ui/package-lock.json`` pins, installed with npm."""
+    installed = installed_copy(tmp_path_factory.mktemp("axe"))
+    return (installed / "node_modules" / "axe-core" / "axe.min.js").read_text()
+
+
+def controls_by_role(page: Page) -> list[tuple[int, str]]:
+    """Every visible, enabled control of the page found by its ARIA role, in document order: (number,
+    description)."""
+    found: dict[int, tuple[int, str]] = {}
+    for role in INTERACTIVE_ROLES:
+        for control in page.get_by_role(role).all():
+            if control.is_enabled():
+                number, description, position = control.evaluate(
+                    "(element) => [controlNumber(element), describeControl(element),"
+                    " documentPosition(element)]"
+                )
+                found[number] = (position, description)
+    return [
+        (number, description) for number, (_, description) in sorted(found.items(), key=lambda item: item[1])
+    ]
+
+
+def focus_order(page: Page, limit: int) -> list[tuple[int, str]]:
+    """The elements Tab focuses from the start of the page (just loaded), until focus leaves the page or
+    comes back to the first: (number, description)."""
+    order: list[tuple[int, str]] = []
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        current = page.evaluate(
+            "() => { const element = document.activeElement;"
+            " return element === null || element === document.body ? null"
+            " : [controlNumber(element), describeControl(element)]; }"
+        )
+        if current is None or (order and current[0] == order[0][0]):
+            break
+        order.append((current[0], current[1]))
+    return order
+
+
+def check_view(page: Page, axe: str) -> list[str]:
+    """What is wrong with the view on show (loaded afresh, so focus starts at the top): controls Tab does not
+    reach or reaches out of document order, and axe's serious or critical violations in light and dark."""
+    page.evaluate(CONTROL_HELPERS)
+    expected = controls_by_role(page)
+    reached = focus_order(page, len(expected) + 5)
+    problems = []
+    if reached != expected:
+        problems.append(f"Tab order {[d for _, d in reached]} != controls by role {[d for _, d in expected]}")
+    page.evaluate(axe)
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        problems += [f"{scheme}: {violation}" for violation in page.evaluate(AXE_RUN)]
+    page.emulate_media(color_scheme="light")
+    return problems
+
+
+def test_keyboard_reaches_every_control_and_axe_finds_nothing_serious(
+    page: tuple[Page, Watch], server: Server, axe_source: str
+) -> None:
+    """On each view, Tab from the top of the page reaches every control (links, buttons, fields) in
+    document order, and axe-core, injected from outside the page's CSP, reports no serious or critical
+    violation in either colour scheme."""
+    browser_page, watch = page
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        client.create_key("a11y-key", deletion_allowed=True)
+        client.create_token(scopes=["encrypt"], description="a11y")
+    problems: dict[str, list[str]] = {}
+    browser_page.goto(f"{server.url}/ui/")
+    expect(browser_page.locator("#token")).to_be_visible()
+    problems["sign-in"] = check_view(browser_page, axe_source)
+    sign_in(browser_page, server)
+    views = (
+        ("keys", "#keys tbody tr"),
+        ("keys/a11y-key", "#delete-confirm"),
+        ("crypto", "#file-input"),
+        ("tokens", "#tokens tbody tr"),
+        ("seal", "#seal-status"),
+        ("dashboard", "#chart-throughput"),
+    )
+    for route, ready in views:
+        browser_page.goto(f"{server.url}/ui/#/{route}")
+        browser_page.reload()
+        expect(browser_page.locator(ready).first).to_be_visible()
+        problems[route] = check_view(browser_page, axe_source)
+    failing = {view: found for view, found in problems.items() if found}
+    assert failing == {}, "\n".join(f"{view}: {line}" for view, found in failing.items() for line in found)
+    assert watch.foreign == []
+    assert watch.errors == []
+
+
+def test_the_keyboard_and_axe_checks_can_fail(
+    page: tuple[Page, Watch], server: Server, axe_source: str
+) -> None:
+    """A button taken out of the Tab order and a button without a name are both reported."""
+    browser_page, _ = page
+    browser_page.goto(f"{server.url}/ui/")
+    expect(browser_page.locator("#token")).to_be_visible()
+    browser_page.evaluate(
+        "() => { document.querySelector('button[type=submit]').tabIndex = -1;"
+        " document.querySelector('main').append(document.createElement('button')); }"
+    )
+    problems = check_view(browser_page, axe_source)
+    assert any(problem.startswith("Tab order") and 'button "Sign in"' in problem for problem in problems), (
+        problems
+    )
+    assert any(problem.startswith("light: button-name (critical)") for problem in problems), problems
 
 
 def test_the_dashboard_draws_each_backends_throughput_and_latency(

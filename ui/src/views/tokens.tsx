@@ -131,7 +131,7 @@ export function TokensView() {
             <th>Key patterns</th>
             <th>Description</th>
             <th>Expires</th>
-            <th />
+            <th>Action</th>
           </tr>
         </thead>
         <tbody>
