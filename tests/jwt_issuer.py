@@ -36,11 +36,13 @@ SigningKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519Pri
 
 @dataclass
 class Signer:
-    """One signing key with its ``kid`` and JWS algorithm."""
+    """One signing key with its ``kid`` and JWS algorithm; ``publish_alg`` false leaves ``alg`` out of its JWK
+    (a JWK may omit it: any algorithm of the key's type may then use the key)."""
 
     kid: str
     algorithm: str
     key: SigningKey
+    publish_alg: bool = True
 
     @classmethod
     def rsa(cls, kid: str = "rsa-1", algorithm: str = "RS256") -> Signer:
@@ -66,7 +68,9 @@ class Signer:
         """The public key as a JWK (``kid``, ``use``, ``alg``), as ``/openid/v1/jwks`` lists it."""
         algorithm = jwt.get_algorithm_by_name(self.algorithm)
         entry: dict[str, Any] = json.loads(algorithm.to_jwk(self.key.public_key()))
-        entry.update({"kid": self.kid, "use": "sig", "alg": self.algorithm})
+        entry.update({"kid": self.kid, "use": "sig"})
+        if self.publish_alg:
+            entry["alg"] = self.algorithm
         return entry
 
     def sign(self, claims: dict[str, Any], **header: Any) -> str:

@@ -359,7 +359,12 @@ class JwtLogin:
                 config.get("jwks_url"), config.get("jwks_ca_pem"), config.get("oidc_discovery_url")
             )
             found = self._jwks.key_for(source, kid)
-            keys = [] if found is None else [found.key]
+            if found is not None and found.algorithm is not None and found.algorithm != algorithm:
+                # The issuer said which algorithm this key signs with: a JWT naming another is not its.
+                raise BadRequestError(
+                    f"the JWT's alg {algorithm} is not the alg {found.algorithm} its key is published for"
+                )
+            keys = [] if found is None else [found.jwk.key]
         for key in keys:
             try:
                 claims: dict[str, Any] = jwt.decode(
