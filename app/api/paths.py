@@ -61,6 +61,7 @@ JWT_CONFIG = "/v1/auth/jwt/config"
 JWT_LOGIN = "/v1/auth/jwt/login"
 
 AUDIT_HASH = "/v1/audit/hash"
+AUDIT_STATUS = "/v1/audit/status"
 
 SEAL_STATUS = "/v1/sys/seal-status"
 UNSEAL = "/v1/sys/unseal"
