@@ -59,6 +59,8 @@ AUTH_ROLES = "/v1/auth/roles"
 AUTH_ROLE = f"{AUTH_ROLES}/{{role_name}}"
 JWT_CONFIG = "/v1/auth/jwt/config"
 JWT_LOGIN = "/v1/auth/jwt/login"
+#: The certificate login (no token: the client certificate the TLS handshake verified is the credential).
+CERT_LOGIN = "/v1/auth/cert/login"
 
 AUDIT_HASH = "/v1/audit/hash"
 AUDIT_STATUS = "/v1/audit/status"
@@ -73,7 +75,7 @@ SEALED_MESSAGE = f"sealed: this server awaits its unseal shares (POST {UNSEAL})"
 
 #: The ``/v1`` paths served without a token (an operator holding an unseal share needs none, as with Vault;
 #: a login presents its own credential).
-NO_TOKEN_PATHS = frozenset({SEAL_STATUS, UNSEAL, JWT_LOGIN})
+NO_TOKEN_PATHS = frozenset({SEAL_STATUS, UNSEAL, JWT_LOGIN, CERT_LOGIN})
 #: The paths a sealed server still serves: liveness, readiness (503 while sealed), metrics, and unsealing.
 OPEN_WHILE_SEALED = frozenset({HEALTHZ, READYZ, METRICS, SEAL_STATUS, UNSEAL})
 

@@ -13,6 +13,13 @@ character matches itself. So ``spiffe://example.org/ns/*/sa/billing`` matches
 ``spiffe://example.org/ns//sa/billing``, and ``*.example.org`` matches ``api.example.org`` and
 ``a.b.example.org`` (a DNS name holds no ``/``). DNS names are compared without regard to case (RFC 4343);
 common names, organizational units and URIs (SPIFFE IDs are lowercase by their specification) exactly.
+
+**A login** (:meth:`CertLogin.login`, blocking: run it in a worker thread) takes the PEM certificate the
+serving layer put in the request's scope after the TLS handshake verified it (never a header), reads its
+names (:meth:`CertificateIdentity.from_pem`) and issues the same kind of token a JWT login does
+(:func:`~app.services.identity.issue_login_token`), with the matched name as ``metadata.subject``. A role
+that does not exist, a role of another method and a certificate that meets none of the role's lists get one
+answer (:data:`CERT_LOGIN_REFUSED`), so roles cannot be found out by trying names.
 """
 
 from __future__ import annotations
@@ -23,9 +30,35 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from app.errors import BadRequestError
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
-__all__ = ["MATCHED_KINDS", "CertBindings", "CertificateIdentity", "glob_matches", "matched_subject"]
+from app.errors import BadRequestError
+from app.keystore import KeyStore, TokenRecord
+
+from .identity import issue_login_token, login_role
+
+__all__ = [
+    "CERT_LOGIN_REFUSED",
+    "MATCHED_KINDS",
+    "NO_CLIENT_CERTIFICATE",
+    "CertBindings",
+    "CertLogin",
+    "CertificateIdentity",
+    "glob_matches",
+    "matched_subject",
+]
+
+#: The answer to a login over a connection without a certificate the TLS handshake verified.
+NO_CLIENT_CERTIFICATE = (
+    "no client certificate: certificate login needs a connection whose TLS handshake with this server "
+    "verified a client certificate (KEYSTREAM_TLS_CLIENT_CA_FILE); behind a TLS-terminating proxy it is off"
+)
+#: The one answer to an unknown role, a role of another method, and a certificate that meets no binding.
+CERT_LOGIN_REFUSED = (
+    "login refused: the role does not exist, is not a cert role, or the client certificate meets none of its "
+    "allowed names"
+)
 
 #: The binding lists that name a caller, in the order the token's subject is taken from: a workload's URI
 #: (a SPIFFE ID) names it best, then its DNS name, then the subject's common name.
@@ -52,6 +85,33 @@ class CertificateIdentity:
     organizational_units: tuple[str, ...] = ()
     dns_sans: tuple[str, ...] = ()
     uri_sans: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pem(cls, pem: str) -> CertificateIdentity:
+        """The names a PEM certificate carries.
+
+        Raises:
+            BadRequestError: ``pem`` is not a PEM certificate, or its subject alternative names do not parse.
+        """
+        try:
+            certificate = x509.load_pem_x509_certificate(pem.encode())
+            try:
+                names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            except x509.ExtensionNotFound:
+                names = x509.SubjectAlternativeName([])
+        except ValueError:
+            raise BadRequestError("the client certificate does not parse as an X.509 certificate") from None
+
+        def attributes(oid: x509.ObjectIdentifier) -> tuple[str, ...]:
+            found = certificate.subject.get_attributes_for_oid(oid)
+            return tuple(item.value for item in found if isinstance(item.value, str))
+
+        return cls(
+            common_names=attributes(NameOID.COMMON_NAME),
+            organizational_units=attributes(NameOID.ORGANIZATIONAL_UNIT_NAME),
+            dns_sans=tuple(names.get_values_for_type(x509.DNSName)),
+            uri_sans=tuple(names.get_values_for_type(x509.UniformResourceIdentifier)),
+        )
 
     def values(self, kind: str) -> tuple[str, ...]:
         """The certificate's values a binding list of ``kind`` (``allowed_dns_sans``...) is matched
@@ -140,3 +200,40 @@ def matched_subject(bindings: CertBindings, identity: CertificateIdentity) -> st
         if subject is None and kind != "allowed_organizational_units":
             subject = found
     return subject
+
+
+class CertLogin:
+    """Certificate logins against the keystore's ``cert`` roles (see the module doc).
+
+    Args:
+        keystore: where roles and the issued tokens live.
+    """
+
+    def __init__(self, keystore: KeyStore) -> None:
+        self._keystore = keystore
+
+    def login(self, role_name: str, certificate_pem: str | None) -> tuple[str, TokenRecord]:
+        """Match the verified client certificate against role ``role_name`` and issue a Keystream token;
+        blocking (keystore).
+
+        Args:
+            role_name: the role to log in through.
+            certificate_pem: the client certificate the TLS handshake verified, or ``None`` without one.
+
+        Returns:
+            The new token (show it once) and its stored record.
+
+        Raises:
+            BadRequestError: :data:`NO_CLIENT_CERTIFICATE`, or :data:`CERT_LOGIN_REFUSED`.
+            ServiceUnavailableError: the keystore cannot serve now.
+        """
+        if certificate_pem is None:
+            raise BadRequestError(NO_CLIENT_CERTIFICATE)
+        identity = CertificateIdentity.from_pem(certificate_pem)
+        role = login_role(self._keystore, role_name, CertBindings.method)
+        if role is None:
+            raise BadRequestError(CERT_LOGIN_REFUSED)
+        subject = matched_subject(CertBindings.from_stored(role.bindings), identity)
+        if subject is None:
+            raise BadRequestError(CERT_LOGIN_REFUSED)
+        return issue_login_token(self._keystore, role, subject)

@@ -50,7 +50,9 @@ __all__ = [
     "RoleBindings",
     "check_jwt_config",
     "claim_at",
+    "issue_login_token",
     "login_limiter",
+    "login_role",
     "new_role",
 ]
 
@@ -157,6 +159,43 @@ def new_role(
         now,
         now,
     )
+
+
+def login_role(keystore: KeyStore, name: str, method: str) -> RoleRecord | None:
+    """The role ``name`` of ``method``, or ``None`` (no such role, another method's, or a malformed name): a
+    login tells none of these apart from a credential that does not verify."""
+    try:
+        role = keystore.get_role(name)
+    except (RoleNotFoundError, BadRequestError):
+        return None
+    return role if role.method == method else None
+
+
+def issue_login_token(
+    keystore: KeyStore, role: RoleRecord, subject: str, metadata: Mapping[str, str] | None = None
+) -> tuple[str, TokenRecord]:
+    """Issue and store the token a login through ``role`` gets, whatever the method: the role's scopes, key
+    patterns, ttl and max_ttl, and ``metadata`` with the role's name and ``subject`` (the caller, as the
+    method names it: a JWT's user claim, a certificate's name; cut at 512 characters) over ``metadata``.
+
+    Returns:
+        The new token (show it once) and its stored record.
+
+    Raises:
+        ServiceUnavailableError: the keystore cannot serve now.
+    """
+    secret, record = new_token(
+        role.scopes,
+        role.key_patterns,
+        f"{role.method} login: role {role.name}",
+        ttl_seconds=role.ttl_seconds,
+        max_ttl_seconds=role.max_ttl_seconds,
+    )
+    record = dataclasses.replace(
+        record, metadata={**(metadata or {}), "role": role.name, "subject": subject[:512]}
+    )
+    keystore.create_token(record)
+    return secret, record
 
 
 def check_jwt_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -280,7 +319,7 @@ class JwtLogin:
         if len(token) > MAX_JWT_BYTES:
             raise PayloadTooLargeError(f"the JWT is longer than {MAX_JWT_BYTES} bytes")
         algorithm, kid = _header(token)
-        role = self._role(role_name)
+        role = login_role(self._keystore, role_name, "jwt")
         config = self._keystore.read_auth_config("jwt")
         if config is None:
             raise BadRequestError("JWT login is not configured: an admin must write the jwt config first")
@@ -294,25 +333,7 @@ class JwtLogin:
         subject = claim_at(claims, bindings.user_claim)
         if not isinstance(subject, str) or not subject:
             raise BadRequestError(f"the JWT's user claim {bindings.user_claim!r} is not a non-empty string")
-        metadata = {**_mapped(claims, bindings.claim_mappings), "role": role.name, "subject": subject[:512]}
-        secret, record = new_token(
-            role.scopes,
-            role.key_patterns,
-            f"jwt login: role {role.name}",
-            ttl_seconds=role.ttl_seconds,
-            max_ttl_seconds=role.max_ttl_seconds,
-        )
-        record = dataclasses.replace(record, metadata=metadata)
-        self._keystore.create_token(record)
-        return secret, record
-
-    def _role(self, name: str) -> RoleRecord | None:
-        """The ``jwt`` role ``name``, or ``None`` (no such role, another method's, or a malformed name)."""
-        try:
-            role = self._keystore.get_role(name)
-        except (RoleNotFoundError, BadRequestError):
-            return None
-        return role if role.method == "jwt" else None
+        return issue_login_token(self._keystore, role, subject, _mapped(claims, bindings.claim_mappings))
 
     def _verify(
         self,

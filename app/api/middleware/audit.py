@@ -49,7 +49,7 @@ REQUEST_ID_HEADER = b"keystream-request-id"
 _second: list[Any] = [-1, ""]  # the last whole second formatted, and its text
 
 
-#: What a login route notes (:func:`note`) for its ``response`` line; never the JWT itself.
+#: What a login route notes (:func:`note`) for its ``response`` line; never the JWT or the certificate.
 LOGIN_FACTS = ("role", "subject", "issued_token_id")
 
 
@@ -283,7 +283,7 @@ class _Audited:
             "outcome": outcome,
             "remote_address": self.remote,
         }
-        # A login's facts (its role, the subject the JWT named, the token issued), only on its lines.
+        # A login's facts (its role, the subject its credential named, the token issued), only on its lines.
         record.update({name: facts[name] for name in LOGIN_FACTS if name in facts})
         self.log.write(record)
         self.recorded = True

@@ -1,4 +1,5 @@
-"""``/v1/auth``: login roles (admin), the JWT method's configuration (admin), and the JWT login (no token).
+"""``/v1/auth``: login roles (admin), the JWT method's configuration (admin), the JWT and the certificate
+logins (no token).
 
 * ``POST /v1/auth/roles/{role_name}`` writes (creates or replaces) a role: the scopes, key patterns,
   ``ttl`` and ``max_ttl`` of the tokens it issues, and the method's bindings (for ``jwt``:
@@ -10,8 +11,10 @@
 * ``POST /v1/auth/jwt/config`` writes the JWT method's key source, ``bound_issuer`` and ``leeway``;
   ``GET`` reads it back.
 * ``POST /v1/auth/jwt/login`` ``{"role", "jwt"}`` answers a new token (201) with its id, expiry, scopes, key
-  patterns and metadata (role, subject). Attempts are rate-limited per client address and role (429 with
-  ``Retry-After``); the audit line records the role, the subject and the token id, never the JWT.
+  patterns and metadata (role, subject). ``POST /v1/auth/cert/login`` ``{"role"}`` answers the same for the
+  client certificate this connection's TLS handshake verified (mTLS at this server). Attempts of both are
+  rate-limited per client address and role, under one limit (429 with ``Retry-After``); the audit line
+  records the role, the subject and the token id, never the JWT or the certificate.
 
 Every worker and replica reads roles and the configuration from the keystore at each login, so a change
 applies at the next login everywhere; the issuer's keys are cached per worker (:mod:`app.services.jwks`).
@@ -19,11 +22,14 @@ applies at the next login everywhere; the issuer's keys are cached per worker (:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from anyio import to_thread
 from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from starlette.types import Scope as AsgiScope
 
 from app.api import paths
 from app.api.deps import JsonBody, StateDep, TokenAdminDep
@@ -32,9 +38,10 @@ from app.api.middleware.audit import note
 from app.api.openapi import errors
 from app.api.strict_json import StrictJsonRoute
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS
-from app.keystore import RoleRecord
-from app.services.cert_login import CertBindings
+from app.keystore import RoleRecord, TokenRecord
+from app.services.cert_login import CertBindings, CertLogin
 from app.services.identity import JwtBindings, JwtLogin, check_jwt_config, new_role
+from app.state import ServiceState
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["auth"])
 
@@ -132,6 +139,14 @@ class JwtConfigBody(BaseModel):
     leeway: int = Field(default=60, ge=0, le=300)
 
 
+class CertLoginBody(BaseModel):
+    """A certificate login: the role to log in through (the credential is the TLS client certificate)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    role: RoleName
+
+
 class LoginBody(BaseModel):
     """A JWT login: the role to log in through, and the JWT (at most 16 KiB, else 413)."""
 
@@ -201,6 +216,24 @@ async def read_jwt_config(principal: TokenAdminDep, state: StateDep) -> dict[str
     return dict(config or {})
 
 
+async def _login(
+    request: Request, state: ServiceState, role: str, verify: Callable[[], tuple[str, TokenRecord]]
+) -> dict[str, Any]:
+    """A login through ``role`` by any method: count the attempt (per client address and role, one limit
+    for every method), run the method's blocking ``verify`` (which issues the token) in a worker thread,
+    note the role, subject and token id for the audit line (never the credential), and answer the token."""
+    address = request.client.host if request.client else "unknown"
+    state.login_attempts.attempt(f"{address} {role}")
+    token, record = await to_thread.run_sync(verify)
+    note(
+        request.scope,
+        role=record.metadata["role"],
+        subject=record.metadata["subject"],
+        issued_token_id=record.token_id,
+    )
+    return {"token": token, **token_json(record)}
+
+
 @router.post(
     paths.JWT_LOGIN,
     status_code=status.HTTP_201_CREATED,
@@ -212,14 +245,31 @@ async def login_jwt(body: LoginBody, request: Request, state: StateDep) -> dict[
 
     A role that does not exist and a JWT whose signature does not verify get the same 400.
     """
-    address = request.client.host if request.client else "unknown"
-    state.login_attempts.attempt(f"{address} {body.role}")
     login = JwtLogin(state.keystore, state.jwks)
-    token, record = await to_thread.run_sync(login.login, body.role, body.jwt)
-    note(
-        request.scope,
-        role=record.metadata["role"],
-        subject=record.metadata["subject"],
-        issued=record.token_id,
-    )
-    return {"token": token, **token_json(record)}
+    return await _login(request, state, body.role, partial(login.login, body.role, body.jwt))
+
+
+def verified_client_certificate(scope: AsgiScope) -> str | None:
+    """The PEM client certificate the server's TLS handshake verified, from the ASGI TLS extension the
+    serving layer sets (:func:`app.serving.tls.client_tls_extension`); ``None`` on plain HTTP, behind a
+    TLS-terminating proxy and without mTLS. Never read from a header."""
+    chain = scope.get("extensions", {}).get("tls", {}).get("client_cert_chain") or ()
+    return chain[0] if chain and isinstance(chain[0], str) else None
+
+
+@router.post(
+    paths.CERT_LOGIN,
+    status_code=status.HTTP_201_CREATED,
+    dependencies=[JsonBody],
+    responses=errors(415, 422, 429),
+)
+async def login_cert(body: CertLoginBody, request: Request, state: StateDep) -> dict[str, Any]:
+    """Log in with the client certificate this connection's TLS handshake verified, through a ``cert`` role;
+    the answer's ``token`` is the only time the secret is shown.
+
+    No verified certificate is a 400 ``no client certificate``; a role that does not exist, is not a cert
+    role, or whose allowed names the certificate does not meet get one other 400.
+    """
+    login = CertLogin(state.keystore)
+    certificate = verified_client_certificate(request.scope)
+    return await _login(request, state, body.role, partial(login.login, body.role, certificate))

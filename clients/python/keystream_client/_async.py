@@ -30,6 +30,7 @@ from keystream_client._calls import (
     datakey_call,
     import_key_call,
     import_version_call,
+    login_cert_call,
     login_jwt_call,
     quote,
     renew_token_self_call,
@@ -267,6 +268,10 @@ class AsyncKeystreamClient(BaseClient):
     async def login_jwt(self, role: str, jwt: str) -> NewToken:
         """As :meth:`KeystreamClient.login_jwt`."""
         return parse_new_token(await self._send(login_jwt_call(role, jwt)))
+
+    async def login_cert(self, role: str) -> NewToken:
+        """As :meth:`KeystreamClient.login_cert`."""
+        return parse_new_token(await self._send(login_cert_call(role)))
 
     async def token_self(self) -> Token:
         """As :meth:`KeystreamClient.token_self`."""

@@ -136,6 +136,12 @@ def write_role_call(name: str, role: Mapping[str, Any]) -> Call:
     return Call("POST", f"/v1/auth/roles/{quote(name)}", dict(role))
 
 
+def login_cert_call(role: str) -> Call:
+    """``POST /v1/auth/cert/login``: trade the client certificate presented for mTLS for a token through
+    ``role`` (no token needed)."""
+    return Call("POST", "/v1/auth/cert/login", {"role": role}, authenticated=False)
+
+
 def batch_call(
     key: str, operation: str, items: Sequence[BatchItem | bytes], key_version: int | None, backend: str | None
 ) -> Call:

@@ -20,6 +20,7 @@ from keystream_client._calls import (
     datakey_call,
     import_key_call,
     import_version_call,
+    login_cert_call,
     login_jwt_call,
     quote,
     renew_token_self_call,
@@ -308,6 +309,21 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         return parse_new_token(self._send(login_jwt_call(role, jwt)))
+
+    def login_cert(self, role: str) -> NewToken:
+        """Log in with the client certificate this client presents for mTLS (``cert=``) through ``role``, a
+        ``cert`` role; no token is needed. The service must itself verify the certificate in the TLS
+        handshake (it serves HTTPS with a client CA); the answer is a token as :meth:`login_jwt`'s, whose
+        :attr:`~Token.metadata` subject is the certificate's name the role matched.
+
+        Raises:
+            KeystreamAPIError: 400 ``no client certificate`` when the service verified none (no ``cert=``, or
+                a proxy ends TLS in front of it), 400 when the role does not exist, is not a ``cert`` role or
+                the certificate meets none of its allowed names, 429 for too many attempts.
+            KeystreamConnectionError: the service is unreachable, or refused the handshake (a service that
+                requires a client certificate closes a connection without one).
+        """
+        return parse_new_token(self._send(login_cert_call(role)))
 
     def token_self(self) -> Token:
         """The metadata of the token this client uses (any valid token; no admin needed).

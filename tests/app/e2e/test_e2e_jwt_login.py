@@ -97,6 +97,7 @@ def test_jwt_login_on_two_workers(server: Server, issuer: Issuer, tmp_path: Path
     logins = [record for record in records if record.get("role") == "billing" and "subject" in record]
     assert len(logins) >= len(jwts)
     assert {record["subject"] for record in logins} == {"system:serviceaccount:billing:api"}
+    assert {token["id"] for token in issued} <= {record.get("issued_token_id") for record in logins}
     written = "".join(path.read_text() for path in audit_files if path.exists()) + server.log.read_text()
     for jwt in jwts:
         assert max(jwt.split("."), key=len) not in written

@@ -1,5 +1,6 @@
-"""``keystream login jwt``: trade a JWT (a Kubernetes projected service-account token, an OIDC issuer's
-token) for a Keystream token through a role; the new token goes to stdout, as ``tokens create`` prints one."""
+"""``keystream login jwt`` and ``keystream login cert``: trade a JWT (a Kubernetes projected service-account
+token, an OIDC issuer's token) or the client certificate given for mTLS (``--client-cert``) for a Keystream
+token through a role; the new token goes to stdout, as ``tokens create`` prints one."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from keystream_client import NewToken
 from keystream_client.cli._codes import EXIT_OK, EXIT_USAGE, CommandError
 from keystream_client.cli._commands import make_client
 from keystream_client.cli._output import print_json
@@ -20,7 +22,18 @@ def cmd_login_jwt(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CommandError(f"cannot read the JWT file {args.jwt_file}: {exc.strerror}", EXIT_USAGE) from exc
     with make_client(args, need_token=False) as client:
-        token = client.login_jwt(args.role, jwt)
+        return _print_login(args, client.login_jwt(args.role, jwt))
+
+
+def cmd_login_cert(args: argparse.Namespace) -> int:
+    """``login cert --role R``: the token on stdout (alone, unless ``--json``), for the client certificate
+    given with ``--client-cert`` (or ``KEYSTREAM_CLIENT_CERT``)."""
+    with make_client(args, need_token=False) as client:
+        return _print_login(args, client.login_cert(args.role))
+
+
+def _print_login(args: argparse.Namespace, token: NewToken) -> int:
+    """Print a login's token: alone on stdout (its id, role and subject on stderr), or all of it as JSON."""
     if args.json:
         print_json({**token.to_json(), "token": token.token})
     else:

@@ -29,7 +29,7 @@ from keystream_client.cli._commands import (
     cmd_tokens_self,
 )
 from keystream_client.cli._datakey import cmd_datakey
-from keystream_client.cli._login import cmd_login_jwt
+from keystream_client.cli._login import cmd_login_cert, cmd_login_jwt
 from keystream_client.cli._operator import (
     cmd_operator_rotate_master,
     cmd_operator_seal,
@@ -165,6 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="the file holding the JWT (e.g. /var/run/secrets/tokens/keystream; - for stdin)",
     )
     jwt.set_defaults(handler=cmd_login_jwt)
+    cert = methods.add_parser(
+        "cert", parents=[conn, as_json], help="log in with the mTLS client certificate (--client-cert)"
+    )
+    cert.description = (
+        "Log in through ROLE with the client certificate given for mTLS (--client-cert, --client-key), which "
+        "the service verifies in the TLS handshake; the token is printed on stdout."
+    )
+    cert.add_argument("--role", required=True, help="the cert role to log in through")
+    cert.set_defaults(handler=cmd_login_cert)
 
     backends = commands.add_parser("backends", parents=[conn, as_json], help="list the service's backends")
     backends.description = "List the service's AES backends (for --backend): availability, ISA path, preset."

@@ -50,6 +50,20 @@ def test_role_round_trip_and_list_by_name(store: KeyStore) -> None:
     assert [r.name for r in store.list_roles()] == ["Zeta", "audit", "billing"]  # byte order
 
 
+def test_a_cert_role_round_trips_in_the_same_storage(store: KeyStore) -> None:
+    """A ``cert`` role's bindings are another JSON object in the same policy column: no schema of its own."""
+    bindings = {
+        "allowed_common_names": [],
+        "allowed_dns_sans": ["*.billing.example.org"],
+        "allowed_uri_sans": ["spiffe://example.org/ns/*/sa/billing"],
+        "allowed_organizational_units": ["payments"],
+    }
+    cert_role = role("billing-cert", method="cert", bindings=bindings)
+    assert store.write_role(cert_role) == cert_role
+    assert store.get_role("billing-cert") == cert_role
+    assert [r.method for r in store.list_roles()] == ["cert"]
+
+
 def test_rewriting_a_role_replaces_it_and_keeps_its_creation_time(store: KeyStore) -> None:
     store.write_role(role())
     later = CREATED + timedelta(hours=1)
