@@ -490,14 +490,24 @@ def test_the_audit_view_shows_each_workers_chain_head_to_an_admin_only(
     rows = browser_page.locator("#audit-heads tbody tr")
     expect(rows).to_have_count(2)
     directory = server.log.parent
+    shown = 0
     for index in range(2):
         cells = rows.nth(index).locator("td")
         expect(cells.nth(0)).to_have_text(f"audit.log.w{index}")
-        chain, records, mac = cells.nth(1).inner_text().split(":")
         lines = [json.loads(line) for line in (directory / f"audit.log.w{index}").read_text().splitlines()]
+        head = cells.nth(1).inner_text()
+        # A worker that had served no /v1 request yet (the kernel spreads connections) may since have recorded
+        # the status request it answered (its lines are written after the answer), and nothing else.
+        if head == "no record yet":
+            assert {line.get("route", "/v1/audit/status") for line in lines} <= {"/v1/audit/status"}, lines
+            assert len({line["request_id"] for line in lines}) <= 1, lines
+            continue
+        chain, records, mac = head.split(":")
         assert {"chain": chain, "seq": int(records) - 1, "hmac": mac} in [
             {name: line[name] for name in ("chain", "seq", "hmac")} for line in lines
         ]
+        shown += 1
+    assert shown >= 1  # the sign-in's request at least was recorded before the page asked
     browser_page.click("#sign-out")
 
     with KeystreamClient(server.url, ROOT_TOKEN) as client:
