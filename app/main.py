@@ -24,7 +24,7 @@ from app.api.hotpath import KeystreamApp
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
 from app.api.paths import BATCH_PATHS
-from app.api.routes import audit, auth, batch, crypto, datakey, keys, ops, sys, tokens
+from app.api.routes import audit, auth, batch, crypto, datakey, keys, mac, ops, sys, tokens, tools
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
 from app.state import close_state, open_state, wipe_secrets
@@ -85,6 +85,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ops.router)
     app.include_router(batch.router)
     app.include_router(datakey.router)
+    app.include_router(mac.router)
+    app.include_router(tools.router)
     app.include_router(keys.router)
     app.include_router(tokens.router)
     app.include_router(auth.router)

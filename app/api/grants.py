@@ -17,7 +17,7 @@ from app.keystore import TokenRecord
 
 __all__ = ["KeyPattern", "Scope", "TtlSeconds", "token_json"]
 
-Scope = Literal["admin", "encrypt", "decrypt", "rewrap"]
+Scope = Literal["admin", "encrypt", "decrypt", "rewrap", "hmac", "verify"]
 #: A key pattern: a glob over key-name characters (``* ? [ ] !`` and ``A-Z a-z 0-9 _ . -``), 1-128 of them.
 KeyPattern = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.*?!\[\]-]{1,128}$")]
 #: A token lifetime in seconds.

@@ -41,6 +41,12 @@ DATAKEY = f"{KEY}/datakey"
 ENCRYPT = f"{KEY}/encrypt"
 DECRYPT = f"{KEY}/decrypt"
 REWRAP = f"{KEY}/rewrap"
+HMAC = f"{KEY}/hmac"
+HMAC_BATCH = f"{HMAC}/batch"
+VERIFY = f"{KEY}/verify"
+VERIFY_BATCH = f"{VERIFY}/batch"
+RANDOM = "/v1/random"
+HASH = "/v1/hash"
 STREAMING_PATHS = {"encrypt": ENCRYPT, "decrypt": DECRYPT, "rewrap": REWRAP}
 #: The batch routes, by operation (JSON bodies bounded by ``batch_max_bytes``, read by hand).
 BATCH_PATHS = {operation: f"{path}/batch" for operation, path in STREAMING_PATHS.items()}
@@ -91,6 +97,10 @@ PURE_ROUTE = re.compile(
     re.escape(KEYS)
     + "/[^/]+/(?:(?:"
     + "|".join(STREAMING_PATHS)
-    + ")(?:/batch)?|datakey)|"
+    + "|hmac|verify)(?:/batch)?|datakey)|"
     + re.escape(AUDIT_HASH)
+    + "|"
+    + re.escape(RANDOM)
+    + "|"
+    + re.escape(HASH)
 )

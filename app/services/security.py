@@ -45,7 +45,7 @@ from app.errors import (
 )
 from app.keystore import KeyStore, TokenRecord
 
-SCOPES: tuple[str, ...] = ("admin", "encrypt", "decrypt", "rewrap")
+SCOPES: tuple[str, ...] = ("admin", "encrypt", "decrypt", "rewrap", "hmac", "verify")
 #: Scopes a token holds without listing them, and the scopes that together grant them: a token that may
 #: decrypt and encrypt can already rewrap in two calls (the plaintext passing through its holder), so
 #: ``rewrap`` adds nothing to it. Tokens created before ``rewrap`` existed (the root token among them) keep

@@ -8,7 +8,6 @@ The wire format is described in :mod:`app.formats.sealed`.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ import aescore
 from app.core.schemes import CTR_HMAC, GCM, SCHEMES
 from app.core.secret_memory import KeyMaterial, secret_buffer
 from app.errors import DecryptionFailedError, PayloadTooLargeError
+from app.formats.mac import hmac_states
 
 #: Bytes of AES key derived per message, by key type.
 DERIVED_KEY_SIZE: dict[str, int] = {"aes128": 16, "aes192": 24, "aes256": 32}
@@ -40,9 +40,6 @@ if TYPE_CHECKING:
     from _hashlib import HASH
 
 SHA256 = hashlib.sha256
-SHA256_BLOCK_SIZE = 64
-_INNER_PAD = 0x3636363636363636
-_OUTER_PAD = 0x5C5C5C5C5C5C5C5C
 NONCE_SUFFIX = bytes(4)
 
 
@@ -168,32 +165,9 @@ def derive_secret(ikm: KeyMaterial, salt: bytes, info: bytes, length: int) -> me
 
 
 def hmac_sha256_states(key: bytes | memoryview) -> tuple[HASH, HASH]:
-    """HMAC-SHA256's (RFC 2104) inner and outer SHA-256 states after the padded ``key``: a tag of ``message``
-    is ``outer.copy()`` updated with ``inner.copy()``'s digest after ``message``.
-
-    ``hmac.new`` takes ``bytes`` keys only; here the padded key (the key XOR a constant, as good as the key)
-    is built in locked memory and zeroed at once, and only the two hash states, from which the key cannot be
-    read back, are kept.
-    """
-    if len(key) > SHA256_BLOCK_SIZE:
-        key = SHA256(key).digest()
-    padded = secret_buffer(SHA256_BLOCK_SIZE)
-    try:
-        view = padded.view()
-        view[: len(key)] = key
-        # XORed 8 bytes at a time in place: 16 steps, not 128 (a message's set-up), and no copy of the key.
-        words = (ctypes.c_uint64 * (SHA256_BLOCK_SIZE // 8)).from_buffer(view)
-        for index in range(len(words)):
-            words[index] ^= _INNER_PAD
-        inner = SHA256(view)
-        for index in range(len(words)):
-            words[index] ^= _INNER_PAD ^ _OUTER_PAD
-        outer = SHA256(view)
-        del words
-        view.release()
-    finally:
-        padded.wipe()
-    return inner, outer
+    """HMAC-SHA256's (RFC 2104) inner and outer SHA-256 states after the padded ``key``
+    (:func:`app.formats.mac.hmac_states`): no ``bytes`` copy of the key is made."""
+    return hmac_states(SHA256, key)
 
 
 def derive_keys(

@@ -28,13 +28,17 @@ from keystream_client._calls import (
     create_key_call,
     create_token_call,
     datakey_call,
+    hash_call,
+    hmac_call,
     import_key_call,
     import_version_call,
     login_cert_call,
     login_jwt_call,
     quote,
+    random_call,
     renew_token_self_call,
     trim_call,
+    verify_call,
     write_role_call,
 )
 from keystream_client._errors import MAX_ERROR_BODY, KeystreamAPIError, api_error
@@ -51,8 +55,10 @@ from keystream_client._models import (
     SealStatus,
     Token,
     TransferResult,
+    parse_base64_field,
     parse_batch,
     parse_datakey,
+    parse_hmac,
     parse_key,
     parse_keys,
     parse_master_rotation,
@@ -63,6 +69,7 @@ from keystream_client._models import (
     parse_seal_status,
     parse_token,
     parse_tokens,
+    parse_verify,
 )
 from keystream_client._options import CryptoOptions
 from keystream_client._sources import Source, chunk_reader
@@ -314,6 +321,24 @@ class AsyncKeystreamClient(BaseClient):
     ) -> DataKey:
         """As :meth:`KeystreamClient.datakey`."""
         return parse_datakey(await self._send(datakey_call(name, key_type, plaintext, associated_data)))
+
+    async def hmac(
+        self, name: str, data: bytes, algorithm: str = "sha2-256", key_version: int | None = None
+    ) -> str:
+        """As :meth:`KeystreamClient.hmac`."""
+        return parse_hmac(await self._send(hmac_call(name, data, algorithm, key_version)))
+
+    async def verify_hmac(self, name: str, data: bytes, tag: str, algorithm: str = "sha2-256") -> bool:
+        """As :meth:`KeystreamClient.verify_hmac`."""
+        return parse_verify(await self._send(verify_call(name, data, tag, algorithm)))
+
+    async def random_bytes(self, size: int = 32) -> bytes:
+        """As :meth:`KeystreamClient.random_bytes`."""
+        return parse_base64_field(await self._send(random_call(size)), "random")
+
+    async def hash(self, data: bytes, algorithm: str = "sha2-256") -> bytes:
+        """As :meth:`KeystreamClient.hash`."""
+        return parse_base64_field(await self._send(hash_call(data, algorithm)), "sum")
 
     # -- seal ------------------------------------------------------------------------------------------------
     async def seal_status(self) -> SealStatus:

@@ -183,3 +183,67 @@ def datakey_call(name: str, key_type: str, plaintext: bool, associated_data: byt
     if associated_data is not None:
         body["associated_data"] = b64(associated_data)
     return Call("POST", f"/v1/keys/{quote(name)}/datakey", body)
+
+
+#: The HMAC algorithms of ``/hmac`` and ``/verify``, and the digests of ``POST /v1/hash``.
+HMAC_ALGORITHMS = ("sha2-256", "sha2-384", "sha2-512")
+HASH_ALGORITHMS = (
+    "sha2-224",
+    "sha2-256",
+    "sha2-384",
+    "sha2-512",
+    "sha3-224",
+    "sha3-256",
+    "sha3-384",
+    "sha3-512",
+)
+
+
+def _checked(kind: str, value: str, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{kind} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def hmac_call(name: str, data: bytes, algorithm: str, key_version: int | None) -> Call:
+    """``POST /v1/keys/{name}/hmac``.
+
+    Raises:
+        ValueError: ``algorithm`` is not one of :data:`HMAC_ALGORITHMS`.
+    """
+    body: dict[str, Any] = {
+        "input": b64(data),
+        "algorithm": _checked("algorithm", algorithm, HMAC_ALGORITHMS),
+    }
+    if key_version is not None:
+        body["key_version"] = key_version
+    return Call("POST", f"/v1/keys/{quote(name)}/hmac", body)
+
+
+def verify_call(name: str, data: bytes, tag: str, algorithm: str) -> Call:
+    """``POST /v1/keys/{name}/verify``.
+
+    Raises:
+        ValueError: ``algorithm`` is not one of :data:`HMAC_ALGORITHMS`.
+    """
+    body = {"input": b64(data), "hmac": tag, "algorithm": _checked("algorithm", algorithm, HMAC_ALGORITHMS)}
+    return Call("POST", f"/v1/keys/{quote(name)}/verify", body)
+
+
+def random_call(size: int) -> Call:
+    """``POST /v1/random`` (base64)."""
+    return Call("POST", "/v1/random", {"bytes": size, "format": "base64"})
+
+
+def hash_call(data: bytes, algorithm: str) -> Call:
+    """``POST /v1/hash`` (base64).
+
+    Raises:
+        ValueError: ``algorithm`` is not one of :data:`HASH_ALGORITHMS`.
+    """
+    body = {
+        "input": b64(data),
+        "algorithm": _checked("algorithm", algorithm, HASH_ALGORITHMS),
+        "format": "base64",
+    }
+    return Call("POST", "/v1/hash", body)

@@ -416,3 +416,39 @@ def parse_batch(data: Any, field_name: str) -> list[BatchResult]:
         version = item.get("key_version")
         results.append(BatchResult(payload, int(version) if version is not None else None, reference, None))
     return results
+
+
+def parse_hmac(data: Any) -> str:
+    """The tag text of a ``POST /v1/keys/{name}/hmac`` answer (``ks:v<version>:<base64>``).
+
+    Raises:
+        KeystreamAPIError: the answer has no such ``hmac`` (``invalid_response``).
+    """
+    tag = data.get("hmac") if isinstance(data, dict) else None
+    if not isinstance(tag, str) or not tag.startswith("ks:v"):
+        raise KeystreamAPIError(200, "invalid_response", "hmac answer is malformed")
+    return tag
+
+
+def parse_verify(data: Any) -> bool:
+    """Whether a ``POST /v1/keys/{name}/verify`` answer says valid.
+
+    Raises:
+        KeystreamAPIError: the answer has no boolean ``valid`` (``invalid_response``).
+    """
+    valid = data.get("valid") if isinstance(data, dict) else None
+    if not isinstance(valid, bool):
+        raise KeystreamAPIError(200, "invalid_response", "verify answer is malformed")
+    return valid
+
+
+def parse_base64_field(data: Any, field_name: str) -> bytes:
+    """The bytes of a base64 field of an answer (``random`` of ``/v1/random``, ``sum`` of ``/v1/hash``).
+
+    Raises:
+        KeystreamAPIError: the field is missing or not base64 (``invalid_response``).
+    """
+    try:
+        return base64.b64decode(data[field_name], validate=True)
+    except (binascii.Error, KeyError, TypeError, ValueError) as exc:
+        raise KeystreamAPIError(200, "invalid_response", f"{field_name} answer is malformed") from exc

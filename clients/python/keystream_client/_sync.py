@@ -18,13 +18,17 @@ from keystream_client._calls import (
     create_key_call,
     create_token_call,
     datakey_call,
+    hash_call,
+    hmac_call,
     import_key_call,
     import_version_call,
     login_cert_call,
     login_jwt_call,
     quote,
+    random_call,
     renew_token_self_call,
     trim_call,
+    verify_call,
     write_role_call,
 )
 from keystream_client._errors import KeystreamAPIError
@@ -39,8 +43,10 @@ from keystream_client._models import (
     Role,
     SealStatus,
     Token,
+    parse_base64_field,
     parse_batch,
     parse_datakey,
+    parse_hmac,
     parse_key,
     parse_keys,
     parse_master_rotation,
@@ -51,6 +57,7 @@ from keystream_client._models import (
     parse_seal_status,
     parse_token,
     parse_tokens,
+    parse_verify,
 )
 from keystream_client._sync_stream import SyncStreamingClient
 
@@ -426,6 +433,52 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         return parse_datakey(self._send(datakey_call(name, key_type, plaintext, associated_data)))
+
+    # -- hmac, random, hash ----------------------------------------------------------------------------------
+    def hmac(
+        self, name: str, data: bytes, algorithm: str = "sha2-256", key_version: int | None = None
+    ) -> str:
+        """The HMAC of ``data`` under ``name``'s latest version (or ``key_version``), as the service's tag
+        text ``ks:v<version>:<base64>``; the HMAC key is derived from the version's material and never leaves
+        the service. The token needs the ``hmac`` scope.
+
+        Raises:
+            ValueError: ``algorithm`` is not sha2-256, sha2-384 or sha2-512.
+            KeystreamAPIError: 403 without the scope, 404 for an unknown key or version.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_hmac(self._send(hmac_call(name, data, algorithm, key_version)))
+
+    def verify_hmac(self, name: str, data: bytes, tag: str, algorithm: str = "sha2-256") -> bool:
+        """Whether ``tag`` (from :meth:`hmac`) is the HMAC of ``data``, under the version the tag names. The
+        token needs the ``verify`` scope.
+
+        Raises:
+            ValueError: ``algorithm`` is not sha2-256, sha2-384 or sha2-512.
+            KeystreamAPIError: 400 for a malformed tag or a version below the key's
+                ``min_decryption_version``, 403 without the scope, 404 for an unknown key or version.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_verify(self._send(verify_call(name, data, tag, algorithm)))
+
+    def random_bytes(self, size: int = 32) -> bytes:
+        """``size`` (1 to 65,536) random bytes from the service's OS CSPRNG.
+
+        Raises:
+            KeystreamAPIError: 422 for a size out of range.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_base64_field(self._send(random_call(size)), "random")
+
+    def hash(self, data: bytes, algorithm: str = "sha2-256") -> bytes:
+        """The ``algorithm`` digest of ``data`` (SHA-2 or SHA-3), computed by the service.
+
+        Raises:
+            ValueError: ``algorithm`` is not one the service offers.
+            KeystreamAPIError: 413 for data over the service's JSON body limit.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_base64_field(self._send(hash_call(data, algorithm)), "sum")
 
     # -- service ---------------------------------------------------------------------------------------------
     # -- seal ------------------------------------------------------------------------------------------------

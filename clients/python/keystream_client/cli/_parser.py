@@ -37,6 +37,7 @@ from keystream_client.cli._operator import (
     cmd_operator_unseal,
 )
 from keystream_client.cli._roles import add_role_commands
+from keystream_client.cli._tools import cmd_hash, cmd_hmac, cmd_random, cmd_verify
 from keystream_client.cli._transfer import cmd_crypto
 
 _PERIOD_HELP = (
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_crypto_command(commands, conn, operation)
     _add_batch_command(commands, conn)
     _add_datakey_command(commands, conn, as_json)
+    _add_tool_commands(commands, conn, as_json)
 
     _add_operator_commands(commands, conn, as_json)
 
@@ -293,7 +295,7 @@ def _add_token_commands(
         dest="scopes",
         action="append",
         required=True,
-        choices=("admin", "encrypt", "decrypt", "rewrap"),
+        choices=("admin", "encrypt", "decrypt", "rewrap", "hmac", "verify"),
     )
     create.add_argument("--key-pattern", dest="key_patterns", action="append", help="glob (default *)")
     create.add_argument("--description", default="")
@@ -454,6 +456,72 @@ def _add_datakey_command(
     ad.add_argument("--associated-data", help="associated data (UTF-8 text); decrypt needs the same")
     ad.add_argument("--associated-data-file", type=Path, help="associated data from a file")
     command.set_defaults(handler=cmd_datakey)
+
+
+def _data_source(command: argparse.ArgumentParser) -> None:
+    source = command.add_mutually_exclusive_group(required=True)
+    source.add_argument("input", nargs="?", metavar="INPUT", help="file with the data, or - for stdin")
+    source.add_argument("--value", help="the data inline (UTF-8 text)")
+
+
+def _add_tool_commands(
+    commands: Any, conn: argparse.ArgumentParser, as_json: argparse.ArgumentParser
+) -> None:
+    algorithms = ("sha2-256", "sha2-384", "sha2-512")
+    made = commands.add_parser("hmac", parents=[conn, as_json], help="the HMAC of data under a key")
+    made.description = (
+        "Print the HMAC of INPUT (or --value) under --key's latest version (or --key-version) as "
+        "ks:v<version>:<base64>. The HMAC key is derived from the version's material and stays in the "
+        "service. The token needs the hmac scope. Data up to about 48 KiB (the service's JSON body limit)."
+    )
+    made.add_argument("--key", required=True, help="key name")
+    made.add_argument(
+        "--algorithm", choices=algorithms, default="sha2-256", help="HMAC hash (default sha2-256)"
+    )
+    made.add_argument("--key-version", type=int, help="key version (default: latest)")
+    _data_source(made)
+    made.set_defaults(handler=cmd_hmac)
+    check = commands.add_parser("verify", parents=[conn, as_json], help="check an HMAC made by `hmac`")
+    check.description = (
+        "Check that --hmac is the HMAC of INPUT (or --value) under the key version it names: prints valid "
+        "(exit 0) or invalid (exit 4). The token needs the verify scope."
+    )
+    check.add_argument("--key", required=True, help="key name")
+    check.add_argument("--hmac", required=True, help="the tag, ks:v<version>:<base64>")
+    check.add_argument(
+        "--algorithm", choices=algorithms, default="sha2-256", help="HMAC hash (default sha2-256)"
+    )
+    _data_source(check)
+    check.set_defaults(handler=cmd_verify)
+    rand = commands.add_parser("random", parents=[conn], help="random bytes from the service's CSPRNG")
+    rand.description = (
+        "Print --bytes (1-65536, default 32) random bytes from the service as base64 (or --hex)."
+    )
+    rand.add_argument("--bytes", type=int, default=32, help="how many (1-65536)")
+    rand.add_argument("--hex", action="store_true", help="print hex instead of base64")
+    rand.set_defaults(handler=cmd_random)
+    digest = commands.add_parser(
+        "hash", parents=[conn], help="a SHA-2 or SHA-3 digest computed by the service"
+    )
+    digest.description = "Print the digest of INPUT (or --value) as hex (or --base64)."
+    digest.add_argument(
+        "--algorithm",
+        choices=(
+            "sha2-224",
+            "sha2-256",
+            "sha2-384",
+            "sha2-512",
+            "sha3-224",
+            "sha3-256",
+            "sha3-384",
+            "sha3-512",
+        ),
+        default="sha2-256",
+        help="digest (default sha2-256)",
+    )
+    digest.add_argument("--base64", action="store_true", help="print base64 instead of hex")
+    _data_source(digest)
+    digest.set_defaults(handler=cmd_hash)
 
 
 def _add_operator_commands(
