@@ -178,6 +178,9 @@ def issue_login_token(
     patterns, ttl and max_ttl, and ``metadata`` with the role's name and ``subject`` (the caller, as the
     method names it: a JWT's user claim, a certificate's name; cut at 512 characters) over ``metadata``.
 
+    The token is stored as reissuable (:meth:`~app.keystore.base.KeyStore.create_token`): the caller can
+    get another by logging in again, so a store may commit it with less durability.
+
     Returns:
         The new token (show it once) and its stored record.
 
@@ -194,7 +197,8 @@ def issue_login_token(
     record = dataclasses.replace(
         record, metadata={**(metadata or {}), "role": role.name, "subject": subject[:512]}
     )
-    keystore.create_token(record)
+    # Reissuable: if a power loss takes it, the holder's next call gets 401 and it logs in again.
+    keystore.create_token(record, reissuable=True)
     return secret, record
 
 
@@ -355,7 +359,12 @@ class JwtLogin:
                 config.get("jwks_url"), config.get("jwks_ca_pem"), config.get("oidc_discovery_url")
             )
             found = self._jwks.key_for(source, kid)
-            keys = [] if found is None else [found.key]
+            if found is not None and found.algorithm is not None and found.algorithm != algorithm:
+                # The issuer said which algorithm this key signs with: a JWT naming another is not its.
+                raise BadRequestError(
+                    f"the JWT's alg {algorithm} is not the alg {found.algorithm} its key is published for"
+                )
+            keys = [] if found is None else [found.jwk.key]
         for key in keys:
             try:
                 claims: dict[str, Any] = jwt.decode(

@@ -252,7 +252,9 @@ class PostgresKeyStore(KeyStore):
             raise ConflictError(f"token {record.token_id!r} already exists")
         changes.append_change(conn, "token_created", token_id=record.token_id)
 
-    def _insert_token(self, record: TokenRecord) -> None:
+    def _insert_token(self, record: TokenRecord, reissuable: bool = False) -> None:
+        """As the template says; ``reissuable`` changes nothing here: every commit waits for the WAL flush
+        (and for the synchronous standbys the server is configured with)."""
         self._database.write(lambda conn: self._insert_token_in(conn, record))
 
     def _read_token(self, token_id: str) -> TokenRecord | None:

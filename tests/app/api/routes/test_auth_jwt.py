@@ -8,6 +8,7 @@ Every refused login is a 4xx JSON error naming the problem, and neither the answ
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -27,7 +28,16 @@ from tests.app.api.conftest import Api, running_api
 from tests.jwt_issuer import AUDIENCE, ISSUER, Issuer, Signer, k8s_claims, serve_issuer
 
 RSA = Signer.rsa()
-SIGNERS = [RSA, Signer.ec(), Signer.ec("ec-384", "ES384"), Signer.ed25519(), Signer.rsa("ps-1", "PS256")]
+#: An RSA key whose JWK declares no ``alg``.
+ANY_RSA = dataclasses.replace(Signer.rsa("rsa-any"), publish_alg=False)
+SIGNERS = [
+    RSA,
+    Signer.ec(),
+    Signer.ec("ec-384", "ES384"),
+    Signer.ed25519(),
+    Signer.rsa("ps-1", "PS256"),
+    ANY_RSA,
+]
 
 ROLE: dict[str, Any] = {
     "method": "jwt",
@@ -257,6 +267,21 @@ async def test_an_unknown_role_answers_as_a_wrong_signature_in_body_and_time(jwt
         wrong_times.append(await seconds(forged, "billing"))
     unknown_time, wrong_time = statistics.median(unknown_times), statistics.median(wrong_times)
     assert 1 / 3 < unknown_time / wrong_time < 3, (unknown_time, wrong_time)
+
+
+async def test_a_jwt_must_name_the_algorithm_its_key_is_published_for(jwt_api: Api) -> None:
+    # The RSA key is published with "alg": "RS256"; the same key signing PS256 gives a valid signature,
+    # which the declared algorithm refuses.
+    claims = k8s_claims()
+    other = jwt.encode(claims, RSA.key, algorithm="PS256", headers={"kid": RSA.kid})
+    refused(
+        await login(jwt_api, other), 400, "alg PS256 is not the alg RS256 its key is published for", other
+    )
+    assert (await login(jwt_api, RSA.sign(claims))).status_code == 201
+    # A key whose JWK declares no alg verifies every allowed algorithm of its type.
+    for algorithm in ("RS256", "RS512", "PS256"):
+        token = jwt.encode(claims, ANY_RSA.key, algorithm=algorithm, headers={"kid": ANY_RSA.kid})
+        assert (await login(jwt_api, token)).status_code == 201, algorithm
 
 
 async def test_login_floods_are_limited_per_address_and_role(jwt_api: Api) -> None:
