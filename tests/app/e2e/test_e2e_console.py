@@ -12,6 +12,7 @@ route that records and aborts a foreign one); the token must stay out of URLs, c
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import subprocess
@@ -129,8 +130,11 @@ class Watch:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A 2-worker server with the audit log on (``audit.log.w0`` and ``.w1`` in its directory)."""
     base = tmp_path_factory.mktemp("console")
-    running = start_server(base / "data", base / "server.log", KEYSTREAM_WORKERS="2")
+    running = start_server(
+        base / "data", base / "server.log", KEYSTREAM_WORKERS="2", KEYSTREAM_AUDIT_LOG=str(base / "audit.log")
+    )
     try:
         yield running
     finally:
@@ -441,6 +445,7 @@ def test_keyboard_reaches_every_control_and_axe_finds_nothing_serious(
         ("keys/a11y-key", "#delete-confirm"),
         ("crypto", "#file-input"),
         ("tokens", "#tokens tbody tr"),
+        ("audit", "#audit-heads"),
         ("seal", "#seal-status"),
         ("dashboard", "#chart-throughput"),
     )
@@ -471,6 +476,50 @@ def test_the_keyboard_and_axe_checks_can_fail(
         problems
     )
     assert any(problem.startswith("light: button-name (critical)") for problem in problems), problems
+
+
+def test_the_audit_view_shows_each_workers_chain_head_to_an_admin_only(
+    page: tuple[Page, Watch], server: Server
+) -> None:
+    """An admin token sees the audit log on and one head per worker file, each the head of a line in that
+    file; a token without the admin scope sees that it is not allowed, in words."""
+    browser_page, watch = page
+    sign_in(browser_page, server)
+    browser_page.goto(f"{server.url}/ui/#/audit")
+    expect(browser_page.locator("#audit-state")).to_have_text("The audit log is on, one file per worker.")
+    rows = browser_page.locator("#audit-heads tbody tr")
+    expect(rows).to_have_count(2)
+    directory = server.log.parent
+    shown = 0
+    for index in range(2):
+        cells = rows.nth(index).locator("td")
+        expect(cells.nth(0)).to_have_text(f"audit.log.w{index}")
+        lines = [json.loads(line) for line in (directory / f"audit.log.w{index}").read_text().splitlines()]
+        head = cells.nth(1).inner_text()
+        # A worker that had served no /v1 request yet (the kernel spreads connections) may since have recorded
+        # the status request it answered (its lines are written after the answer), and nothing else.
+        if head == "no record yet":
+            assert {line.get("route", "/v1/audit/status") for line in lines} <= {"/v1/audit/status"}, lines
+            assert len({line["request_id"] for line in lines}) <= 1, lines
+            continue
+        chain, records, mac = head.split(":")
+        assert {"chain": chain, "seq": int(records) - 1, "hmac": mac} in [
+            {name: line[name] for name in ("chain", "seq", "hmac")} for line in lines
+        ]
+        shown += 1
+    assert shown >= 1  # the sign-in's request at least was recorded before the page asked
+    browser_page.click("#sign-out")
+
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        limited = client.create_token(scopes=["encrypt", "decrypt"], description="not an admin").token
+    sign_in(browser_page, server, limited)
+    browser_page.goto(f"{server.url}/ui/#/audit")
+    expect(browser_page.locator("#audit-not-allowed")).to_have_text(
+        "This token is not allowed to see the audit log's status: that takes a token with the admin scope."
+    )
+    expect(browser_page.locator("#audit-heads")).to_have_count(0)
+    assert [error for error in watch.errors if "403 (Forbidden)" not in error] == []
+    assert watch.foreign == []
 
 
 def test_the_dashboard_draws_each_backends_throughput_and_latency(
