@@ -47,6 +47,7 @@ __all__ = [
     "MAX_JWT_BYTES",
     "JwtBindings",
     "JwtLogin",
+    "LoginLimits",
     "RoleBindings",
     "check_jwt_config",
     "claim_at",
@@ -68,6 +69,10 @@ _KID = re.compile(r"[A-Za-z0-9_.=+:-]{1,256}")
 LOGIN_BURST = 30
 LOGIN_REFILL_SECONDS = 0.5
 LOGIN_TRACKED = 8192
+#: Login attempts per client address over every role, per worker: made-up role names each get a fresh
+#: bucket of the limit above, so this one bounds what an address can try in all.
+LOGIN_ADDRESS_BURST = 120
+LOGIN_ADDRESS_REFILL_SECONDS = 0.1
 #: The metadata keys a login always sets (claim mappings may not take them).
 RESERVED_METADATA = ("role", "subject")
 
@@ -116,11 +121,36 @@ class JwtBindings:
         )
 
 
-def login_limiter() -> AttemptLimiter:
-    """A worker's limit on login attempts, counted per client address and role."""
-    return AttemptLimiter(
-        LOGIN_BURST, LOGIN_REFILL_SECONDS, LOGIN_TRACKED, "login attempts from this address for this role"
-    )
+class LoginLimits:
+    """A worker's limits on login attempts: per client address over every role (:data:`LOGIN_ADDRESS_BURST`,
+    then one per :data:`LOGIN_ADDRESS_REFILL_SECONDS`), and per address and role (:data:`LOGIN_BURST`, then
+    one per :data:`LOGIN_REFILL_SECONDS`). Both count every attempt, whatever its outcome and method; the
+    address's limit comes first, so trying role names that do not exist spends it too."""
+
+    def __init__(self) -> None:
+        self._per_address = AttemptLimiter(
+            LOGIN_ADDRESS_BURST,
+            LOGIN_ADDRESS_REFILL_SECONDS,
+            LOGIN_TRACKED,
+            "login attempts from this address",
+        )
+        self._per_role = AttemptLimiter(
+            LOGIN_BURST, LOGIN_REFILL_SECONDS, LOGIN_TRACKED, "login attempts from this address for this role"
+        )
+
+    def attempt(self, address: str, role: str) -> None:
+        """Count one login attempt from ``address`` through ``role``.
+
+        Raises:
+            TooManyRequestsError: either limit is spent (429 with the seconds until the next attempt).
+        """
+        self._per_address.attempt(address)
+        self._per_role.attempt(f"{address} {role}")
+
+
+def login_limiter() -> LoginLimits:
+    """A worker's limits on login attempts (:class:`LoginLimits`)."""
+    return LoginLimits()
 
 
 def new_role(

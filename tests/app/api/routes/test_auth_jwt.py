@@ -22,7 +22,7 @@ from typing import Any
 import jwt
 import pytest
 
-from app.services.identity import LOGIN_REFUSED
+from app.services.identity import LOGIN_ADDRESS_BURST, LOGIN_REFUSED
 from app.services.jwks import JwksCache
 from tests.app.api.conftest import Api, running_api
 from tests.jwt_issuer import AUDIENCE, ISSUER, Issuer, Signer, k8s_claims, serve_issuer
@@ -293,6 +293,22 @@ async def test_login_floods_are_limited_per_address_and_role(jwt_api: Api) -> No
     assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
     assert "too many login attempts" in limited.json()["error"]["message"]
     assert (await login(jwt_api, RSA.sign(k8s_claims()))).status_code == 201  # another role still logs in
+
+
+async def test_made_up_role_names_spend_the_address_limit(jwt_api: Api) -> None:
+    # Each made-up role name has a fresh per-role count; the address's count over every role still runs out.
+    forged = Signer.rsa(RSA.kid).sign(k8s_claims())
+    statuses = [
+        (await login(jwt_api, forged, role=f"made-up-{attempt}")).status_code
+        for attempt in range(LOGIN_ADDRESS_BURST + 5)
+    ]
+    assert (
+        statuses[:LOGIN_ADDRESS_BURST] == [400] * LOGIN_ADDRESS_BURST
+        and 429 in statuses[LOGIN_ADDRESS_BURST:]
+    )
+    limited = await login(jwt_api, RSA.sign(k8s_claims()))  # a real role, never tried: the address is spent
+    assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+    assert limited.json()["error"]["message"].startswith("too many login attempts from this address:")
 
 
 async def test_without_config_and_with_the_issuer_down(
