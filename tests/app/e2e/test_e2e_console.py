@@ -12,6 +12,7 @@ route that records and aborts a foreign one); the token must stay out of URLs, c
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import re
@@ -26,10 +27,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, FilePayload, Page, Route, expect, sync_playwright
+from tink import streaming_aead
 
 from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
 from keystream_cli import CLI_TIMEOUT, KEYSTREAM
-from keystream_client import KeystreamClient
+from keystream_client import KeystreamAPIError, KeystreamClient
+from tests.app.formats.conftest import tink_keyset_handle
 from tests.app.ui.packages import installed_copy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -130,10 +133,15 @@ class Watch:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A 2-worker server with the audit log on (``audit.log.w0`` and ``.w1`` in its directory)."""
+    """A 2-worker server with the audit log on (``audit.log.w0`` and ``.w1`` in its directory) and key import
+    allowed."""
     base = tmp_path_factory.mktemp("console")
     running = start_server(
-        base / "data", base / "server.log", KEYSTREAM_WORKERS="2", KEYSTREAM_AUDIT_LOG=str(base / "audit.log")
+        base / "data",
+        base / "server.log",
+        KEYSTREAM_WORKERS="2",
+        KEYSTREAM_AUDIT_LOG=str(base / "audit.log"),
+        KEYSTREAM_ALLOW_KEY_IMPORT="true",
     )
     try:
         yield running
@@ -434,6 +442,8 @@ def test_keyboard_reaches_every_control_and_axe_finds_nothing_serious(
     browser_page, watch = page
     with KeystreamClient(server.url, ROOT_TOKEN) as client:
         client.create_key("a11y-key", deletion_allowed=True)
+        client.rotate_key("a11y-key")
+        client.configure_key("a11y-key", min_decryption_version=2)  # the trim form shows
         client.create_token(scopes=["encrypt"], description="a11y")
     problems: dict[str, list[str]] = {}
     browser_page.goto(f"{server.url}/ui/")
@@ -442,7 +452,7 @@ def test_keyboard_reaches_every_control_and_axe_finds_nothing_serious(
     sign_in(browser_page, server)
     views = (
         ("keys", "#keys tbody tr"),
-        ("keys/a11y-key", "#delete-confirm"),
+        ("keys/a11y-key", "#trim-input"),
         ("crypto", "#file-input"),
         ("tokens", "#tokens tbody tr"),
         ("audit", "#audit-heads"),
@@ -520,6 +530,83 @@ def test_the_audit_view_shows_each_workers_chain_head_to_an_admin_only(
     expect(browser_page.locator("#audit-heads")).to_have_count(0)
     assert [error for error in watch.errors if "403 (Forbidden)" not in error] == []
     assert watch.foreign == []
+
+
+def test_a_key_page_imports_a_version_and_trims_old_ones(page: tuple[Page, Watch], server: Server) -> None:
+    """Import: the material typed into the page becomes version 2, the one Tink given only that material
+    opens, and leaves the page. Trim: offered only once versions no longer decrypt, confirmed, and then
+    version 1 is gone for good (its ciphertext refused)."""
+    streaming_aead.register()
+    browser_page, watch = page
+    material = os.urandom(32)
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        client.create_key("life", segment_size=4096)
+        old = client.encrypt("life", b"sealed under version 1").data
+    sign_in(browser_page, server)
+    browser_page.goto(f"{server.url}/ui/#/keys/life")
+    expect(browser_page.locator("#key-imported")).to_have_text("no")
+    expect(browser_page.locator("#trim-nothing")).to_be_visible()
+
+    browser_page.fill("#import-material", base64.b64encode(material).decode())
+    browser_page.get_by_role("button", name="Import version").click()
+    expect(browser_page.locator("#latest-version")).to_have_text("2")
+    expect(browser_page.locator("#key-imported")).to_contain_text("yes")
+    expect(browser_page.locator("#import-material")).to_have_value("")
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        sealed = client.encrypt("life", b"sealed under the imported version")
+    assert sealed.key_version == 2
+    tink_aead = tink_keyset_handle([(9, material)], 32, 4096).primitive(streaming_aead.StreamingAead)
+    with tink_aead.new_decrypting_stream(io.BytesIO(sealed.data), b"") as stream:
+        assert stream.read() == b"sealed under the imported version"
+    # Material of the wrong length: the service's words.
+    browser_page.fill("#import-material", base64.b64encode(bytes(16)).decode())
+    browser_page.get_by_role("button", name="Import version").click()
+    expect(browser_page.locator("#import-error")).to_contain_text("(400 ")
+
+    browser_page.fill("#min-version-input", "2")
+    browser_page.locator("#min-version").get_by_role("button", name="Set").click()
+    expect(browser_page.locator("#min-decryption-version")).to_have_text("2")
+    trim = browser_page.locator("#trim").get_by_role("button", name="Trim")
+    browser_page.fill("#trim-input", "2")
+    expect(trim).to_be_disabled()
+    browser_page.check("#trim-confirm")
+    trim.click()
+    expect(browser_page.locator("#versions tbody tr")).to_have_count(1)
+    expect(browser_page.locator("#trim-nothing")).to_be_visible()
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        assert [version.version for version in client.get_key("life").versions] == [2]
+        with pytest.raises(KeystreamAPIError) as refused:
+            client.decrypt("life", old)
+    assert refused.value.status == 400
+
+    secret = base64.b64encode(material).decode()
+    assert [url for url in watch.urls if secret in url] == []
+    assert secret not in browser_page.evaluate(
+        "JSON.stringify(sessionStorage) + JSON.stringify(localStorage)"
+    )
+    assert [error for error in watch.errors if "400 (Bad Request)" not in error] == []
+    assert watch.foreign == []
+
+
+def test_import_refused_by_the_service_is_said_in_its_words(browser: Browser, tmp_path: Path) -> None:
+    """On a server with key import off, the page's import form shows the service's refusal."""
+    running = start_server(tmp_path / "data", tmp_path / "server.log", KEYSTREAM_WORKERS="1")
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        with KeystreamClient(running.url, ROOT_TOKEN) as client:
+            client.create_key("fixed")
+        page = context.new_page()
+        sign_in(page, running)
+        page.goto(f"{running.url}/ui/#/keys/fixed")
+        page.fill("#import-material", base64.b64encode(bytes(32)).decode())
+        page.get_by_role("button", name="Import version").click()
+        expect(page.locator("#import-error")).to_have_text(
+            "key import is disabled (set KEYSTREAM_ALLOW_KEY_IMPORT=true) (403 forbidden)"
+        )
+        expect(page.locator("#latest-version")).to_have_text("1")
+    finally:
+        context.close()
+        stop_server(running)
 
 
 def test_the_dashboard_draws_each_backends_throughput_and_latency(
