@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "clients" / "python" / "tests")]
 
 from bench.bench_aescore import cpu_model  # noqa: E402
+from bench.bench_peer import tree_cpu_seconds  # noqa: E402
+from bench.report import percentile  # noqa: E402
 from bench.service_process import Server, start_server, stop_server  # noqa: E402
 from tests.jwt_issuer import AUDIENCE, ISSUER, Issuer, Signer, k8s_claims, serve_issuer  # noqa: E402
 
@@ -104,26 +106,12 @@ class LoginClients:
             client.close()
 
 
-def server_cpu_seconds(server: Server) -> float:
-    """User plus system CPU seconds of the server's process and all its children (the workers)."""
-    root = psutil.Process(server.process.pid)
-    total = 0.0
-    for process in [root, *root.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def summary(samples: list[float]) -> dict[str, float]:
     """p50, p99 and mean of ``samples`` (seconds), in milliseconds."""
     ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return {
         "p50_ms": statistics.median(ordered) * 1e3,
-        "p99_ms": p99 * 1e3,
+        "p99_ms": percentile(ordered, 0.99) * 1e3,
         "mean_ms": statistics.fmean(ordered) * 1e3,
     }
 
@@ -141,9 +129,10 @@ def cached_series(
         for _ in range(WARMUP_LOGINS):
             clients.login(jwt)
         load_before = load()
-        cpu_before = server_cpu_seconds(server)
+        process = psutil.Process(server.process.pid)
+        cpu_before = tree_cpu_seconds(process)
         samples = [clients.login(jwt) for _ in range(logins)]
-        cpu = server_cpu_seconds(server) - cpu_before
+        cpu = tree_cpu_seconds(process) - cpu_before
         results[algorithm] = {
             **summary(samples),
             "server_cpu_ms_per_login": cpu / logins * 1e3,

@@ -230,8 +230,19 @@ def bad_tokens() -> list[tuple[str, str, int, str]]:
             "matches none of the role's",
         ),
         ("not a JWT", "not-a-jwt", 400, "the JWT is malformed"),
+        ("two segments", ".".join(RSA.sign(k8s_claims()).split(".")[:2]), 400, "the JWT is malformed"),
+        ("four segments", RSA.sign(k8s_claims()) + ".e30", 400, "the JWT is malformed"),
+        ("payload not base64url", _replaced(RSA.sign(k8s_claims()), 1, "!!!!"), 400, "the JWT is malformed"),
+        ("signature not base64url", _replaced(RSA.sign(k8s_claims()), 2, "a$b"), 400, "the JWT is malformed"),
         ("over 16 KiB", RSA.sign(k8s_claims(padding="x" * 17_000)), 413, "longer than 16384 bytes"),
     ]
+
+
+def _replaced(token: str, index: int, segment: str) -> str:
+    """``token`` with its segment ``index`` (0 header, 1 payload, 2 signature) replaced by ``segment``."""
+    parts = token.split(".")
+    parts[index] = segment
+    return ".".join(parts)
 
 
 async def test_bad_tokens_get_clear_4xx_errors_and_are_never_logged(
@@ -240,8 +251,12 @@ async def test_bad_tokens_get_clear_4xx_errors_and_are_never_logged(
     caplog.set_level(logging.DEBUG)
     tokens = bad_tokens()
     for name, token, status, message in tokens:
-        refused(await login(jwt_api, token, role="billing"), status, message, token)
-        assert name  # the case's name shows in the assertion's traceback
+        answer = await login(jwt_api, token, role="billing")
+        assert answer.status_code == status and message in answer.json()["error"]["message"], (
+            name,
+            answer.text,
+        )
+        refused(answer, status, message, token)
     for _, token, _, _ in tokens:
         assert telltale(token) not in caplog.text
     # The audience given as one string (not a list) is fine when it is bound.
