@@ -106,7 +106,7 @@ def take_screenshots(out: Path, load_seconds: float) -> list[Path]:
                     page = browser.new_page(viewport=VIEWPORT)
                     page.goto(f"{server.url}/ui/")
                     page.fill("#token", ROOT_TOKEN)
-                    page.get_by_role("button", name="Sign in").click()
+                    page.get_by_role("button", name="Sign in", exact=True).click()
                     page.wait_for_selector("#sign-out")
                     page.goto(f"{server.url}/ui/#/dashboard")
                     started = time.monotonic()
