@@ -34,6 +34,7 @@ from keystream_cli import CLI_TIMEOUT, KEYSTREAM
 from keystream_client import KeystreamAPIError, KeystreamClient
 from tests.app.formats.conftest import tink_keyset_handle
 from tests.app.ui.packages import installed_copy
+from tests.jwt_issuer import AUDIENCE, ISSUER, Signer, k8s_claims, serve_issuer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -177,7 +178,7 @@ def page(browser: Browser, server: Server) -> Iterator[tuple[Page, Watch]]:
 def sign_in(page: Page, server: Server, token: str = ROOT_TOKEN) -> None:
     page.goto(f"{server.url}/ui/")
     page.fill("#token", token)
-    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("button", name="Sign in", exact=True).click()
     expect(page.locator("#sign-out")).to_be_visible()
 
 
@@ -607,6 +608,55 @@ def test_import_refused_by_the_service_is_said_in_its_words(browser: Browser, tm
     finally:
         context.close()
         stop_server(running)
+
+
+def test_a_person_signs_in_with_a_jwt_role(page: tuple[Page, Watch], server: Server, tmp_path: Path) -> None:
+    """A Kubernetes-shaped JWT from a test issuer (its JWKS on a real HTTPS server the service fetches) signs
+    in through a role: the issued token is kept like a pasted one and works; the JWT is kept nowhere; a JWT
+    the role's bindings refuse shows the service's refusal in words."""
+    browser_page, watch = page
+    signer = Signer.rsa("console-key")
+    role = {
+        "method": "jwt",
+        "scopes": ["encrypt", "decrypt"],
+        "key_patterns": ["billing-*"],
+        "ttl": 600,
+        "bound_audiences": [AUDIENCE],
+        "bound_claims": {"/kubernetes.io/namespace": "billing"},
+    }
+    with serve_issuer(tmp_path, [signer]) as issuer, httpx.Client(base_url=server.url) as admin:
+        config = {"jwks_url": issuer.jwks_url, "jwks_ca_pem": issuer.ca_pem, "bound_issuer": ISSUER}
+        assert admin.post("/v1/auth/jwt/config", json=config, headers=server.auth).status_code == 200
+        assert admin.post("/v1/auth/roles/billing", json=role, headers=server.auth).status_code == 200
+        browser_page.goto(f"{server.url}/ui/")
+        refused = signer.sign(k8s_claims(namespace="payroll"))
+        browser_page.fill("#jwt-role", "billing")
+        browser_page.fill("#jwt", refused)
+        browser_page.get_by_role("button", name="Sign in with the JWT").click()
+        expect(browser_page.locator("#jwt-error")).to_contain_text("(400 ")
+        expect(browser_page.locator("#jwt")).to_have_value("")
+        accepted = signer.sign(k8s_claims())
+        browser_page.fill("#jwt", accepted)
+        browser_page.get_by_role("button", name="Sign in with the JWT").click()
+        expect(browser_page.locator("#sign-out")).to_be_visible()
+
+    issued = browser_page.evaluate("sessionStorage.getItem('keystream.token')")
+    assert issued.startswith("ks_") and issued != ROOT_TOKEN
+    with KeystreamClient(server.url, issued) as client:
+        assert client.token_self().scopes == ("encrypt", "decrypt")
+    stored = browser_page.evaluate("JSON.stringify(sessionStorage) + JSON.stringify(localStorage)")
+    for jwt in (refused, accepted):
+        signature = jwt.rsplit(".", 1)[1]
+        assert signature not in stored
+        assert [url for url in watch.urls if signature in url] == []
+    assert browser_page.context.cookies() == []
+    # The issued token is used as a pasted one is: the tokens page is refused to it in words (no admin).
+    browser_page.goto(f"{server.url}/ui/#/tokens")
+    expect(browser_page.get_by_role("alert")).to_contain_text("403")
+    assert [
+        error for error in watch.errors if not re.search(r"40[03] \((Bad Request|Forbidden)\)", error)
+    ] == []
+    assert watch.foreign == []
 
 
 def test_the_dashboard_draws_each_backends_throughput_and_latency(
