@@ -15,7 +15,7 @@ BENCH_ARGS ?=
 
 .PHONY: test run build lint typecheck unit audit lock asan bench bench-aescore report load docker-test tools clean \
         prometheus compose-up compose-down compose-test scaleout-up scaleout-unseal scaleout-down scaleout-test \
-        load-figures ui
+        load-figures ui ui-screenshots
 
 # Every dependency comes from a hash-pinned lock (requirements/, $(CLIENT)/requirements.txt; `make lock`
 # refreshes them): PyPI's files only (PIP_FIND_LINKS emptied: local wheels with other hashes would fail the
@@ -88,6 +88,12 @@ endif
 # app/ui/static, from ui/package-lock.json. The output is committed: `make run` and the image need no Node.
 ui:
 	cd ui && npm ci --no-audit --no-fund && npx --no-install tsc --noEmit && node build.mjs
+
+# The console's screenshots in docs/img (console-dashboard.png, console-keys.png, 1280x800) from a real server
+# under a short load, in Debian's headless Chromium (scripts/console_screenshots.py, ~2 min). Look at them
+# before committing them. E.g. make ui-screenshots SCREENSHOT_ARGS="--load-seconds 120".
+ui-screenshots: tools build
+	$(PY) -m scripts.console_screenshots $(SCREENSHOT_ARGS)
 
 # Operations tools the deploy/ checks run (Debian's prometheus/promtool, docker-compose); quick when present.
 tools:

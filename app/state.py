@@ -20,12 +20,11 @@ from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
 from app.seal import Seal, open_seal
 from app.seal.handover import Handover, installed
-from app.services.attempts import AttemptLimiter
 from app.services.auto_rotate import AutoRotator
 from app.services.backends import Backends, open_backends
 from app.services.budget import ByteBudget
 from app.services.coherence import ChangeFollower
-from app.services.identity import login_limiter
+from app.services.identity import LoginLimits, login_limiter
 from app.services.jwks import JwksCache
 from app.services.master_rotation import MasterRotationRunner
 from app.services.security import TokenVerifier, install_root_token
@@ -60,8 +59,8 @@ class ServiceState:
     rotation: MasterRotationRunner = field(default_factory=MasterRotationRunner)
     #: The JWT issuers' key sets this worker fetched (JWT login, :mod:`app.services.identity`).
     jwks: JwksCache = field(default_factory=JwksCache)
-    #: Login attempts per client address and role (429 beyond them).
-    login_attempts: AttemptLimiter = field(default_factory=login_limiter)
+    #: Login attempts per client address, and per address and role (429 beyond them).
+    login_attempts: LoginLimits = field(default_factory=login_limiter)
 
 
 def open_state(settings: Settings) -> ServiceState:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -35,11 +36,13 @@ SigningKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519Pri
 
 @dataclass
 class Signer:
-    """One signing key with its ``kid`` and JWS algorithm."""
+    """One signing key with its ``kid`` and JWS algorithm; ``publish_alg`` false leaves ``alg`` out of its JWK
+    (a JWK may omit it: any algorithm of the key's type may then use the key)."""
 
     kid: str
     algorithm: str
     key: SigningKey
+    publish_alg: bool = True
 
     @classmethod
     def rsa(cls, kid: str = "rsa-1", algorithm: str = "RS256") -> Signer:
@@ -64,8 +67,10 @@ class Signer:
     def jwk(self) -> dict[str, Any]:
         """The public key as a JWK (``kid``, ``use``, ``alg``), as ``/openid/v1/jwks`` lists it."""
         algorithm = jwt.get_algorithm_by_name(self.algorithm)
-        entry: dict[str, Any] = json.loads(algorithm.to_jwk(self.key.public_key()))  # type: ignore[arg-type]
-        entry.update({"kid": self.kid, "use": "sig", "alg": self.algorithm})
+        entry: dict[str, Any] = json.loads(algorithm.to_jwk(self.key.public_key()))
+        entry.update({"kid": self.kid, "use": "sig"})
+        if self.publish_alg:
+            entry["alg"] = self.algorithm
         return entry
 
     def sign(self, claims: dict[str, Any], **header: Any) -> str:
@@ -137,13 +142,16 @@ class Issuer:
 def _handler(issuer: Issuer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            # The query is ignored, so one issuer can stand for many key sources (the login benchmark's
+            # first logins); requests are counted by path alone.
+            path = urlsplit(self.path).path
             with issuer.lock:
-                issuer.requests.append(self.path)
+                issuer.requests.append(path)
             if issuer.down:
                 self._answer(503, {"error": "down"})
-            elif self.path == "/openid/v1/jwks":
+            elif path == "/openid/v1/jwks":
                 self._answer(200, {"keys": [signer.jwk() for signer in issuer.signers]})
-            elif self.path == "/.well-known/openid-configuration":
+            elif path == "/.well-known/openid-configuration":
                 self._answer(200, {"issuer": ISSUER, "jwks_uri": issuer.jwks_url})
             else:
                 self._answer(404, {"error": "not found"})

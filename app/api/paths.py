@@ -90,6 +90,7 @@ JWT_LOGIN = "/v1/auth/jwt/login"
 CERT_LOGIN = "/v1/auth/cert/login"
 
 AUDIT_HASH = "/v1/audit/hash"
+AUDIT_STATUS = "/v1/audit/status"
 
 SEAL_STATUS = "/v1/sys/seal-status"
 UNSEAL = "/v1/sys/unseal"

@@ -77,6 +77,12 @@ class Link:
     seq: int = 0
     prev: str = GENESIS
 
+    @property
+    def head(self) -> str:
+        """``<chain>:<records>:<hmac>``, the head ``audit verify`` prints and ``--expect-head`` takes: how
+        many records the chain holds and the last one's HMAC (only meaningful once it holds a record)."""
+        return f"{self.chain}:{self.seq}:{self.prev}"
+
 
 def seal(
     chain_key: bytes | memoryview | LineMac, link: Link, record: Mapping[str, Any]

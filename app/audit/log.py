@@ -303,11 +303,7 @@ class AuditLog:
         """The link after the last line of this file, else of ``PATH.1`` (a restart continues the chain)."""
         if not stat.S_ISREG(info.st_mode):
             return None  # /dev/full, a pipe...: nothing to read back
-        if info.st_size:
-            return _last_link(self.path)
-        with contextlib.suppress(OSError):
-            return _last_link(f"{self.path}.1")
-        return None
+        return chain_head(self.path)
 
     def _rotate(self) -> None:
         """Shift ``PATH.n`` up, ``PATH`` to ``PATH.1``, and open a new ``PATH`` (the chain continues).
@@ -323,6 +319,21 @@ class AuditLog:
                 os.replace(f"{self.path}.{index}", f"{self.path}.{index + 1}")
         os.replace(self.path, f"{self.path}.1")
         self._open()
+
+
+def chain_head(path: str) -> Link | None:
+    """Where the chain written to the file ``path`` stands, read from the file's end and not verified (that
+    is ``audit verify``'s job): the link after its last line, or, when ``path`` is empty (just rotated), after
+    the last line of ``path.1``. ``None`` when neither holds a sealed line (or ``path.1`` cannot be read).
+
+    Raises:
+        OSError: ``path`` cannot be read.
+    """
+    if os.path.getsize(path):
+        return _last_link(path)
+    with contextlib.suppress(OSError):
+        return _last_link(f"{path}.1")
+    return None
 
 
 def _last_link(path: str) -> Link | None:

@@ -504,14 +504,20 @@ class KeyStore(abc.ABC):
             copied_keys, [check_token_record(record) for record in copied_tokens], write_roles
         )
 
-    def create_token(self, record: TokenRecord) -> None:
+    def create_token(self, record: TokenRecord, *, reissuable: bool = False) -> None:
         """Store a token.
+
+        ``reissuable`` says its holder can get another one just by asking again (a token a login issued:
+        the workload logs in again): a store may then commit it with less durability, never losing it to a
+        crash of the process but possibly to a power loss (SQLite in WAL mode commits it with
+        ``synchronous=NORMAL``, PostgreSQL with ``synchronous_commit = off``; docs/operations.md). A token an
+        admin creates is never reissuable.
 
         Raises:
             BadRequestError: invalid token id or field types.
             ConflictError: a token with that id exists.
         """
-        self._insert_token(check_token_record(record))
+        self._insert_token(check_token_record(record), reissuable)
 
     def get_token(self, token_id: str) -> TokenRecord:
         """Return the token ``token_id``.
@@ -845,8 +851,9 @@ class KeyStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def _insert_token(self, record: TokenRecord) -> None:
-        """Store the checked ``record`` and append a ``token_created`` change.
+    def _insert_token(self, record: TokenRecord, reissuable: bool = False) -> None:
+        """Store the checked ``record`` and append a ``token_created`` change (``reissuable``: see
+        :meth:`create_token`).
 
         Raises:
             ConflictError: a token with that id exists.

@@ -7,8 +7,9 @@ but at most once per :data:`UNKNOWN_KID_REFETCH_SECONDS` per source, so tokens n
 cannot make the service hammer the issuer. When a fetch fails, the keys already held keep serving (stale or
 not); only a source never fetched raises :class:`~app.errors.IdentityProviderUnavailableError` (503 with
 ``Retry-After``). Fetches are blocking httpx calls: callers run them off the event loop (the login runs in a
-worker thread). Keys are parsed by PyJWT (:class:`jwt.PyJWKSet`); a key of a type PyJWT cannot use is
-skipped, as a JWKS may list encryption keys too.
+worker thread). Keys are parsed by PyJWT (:class:`jwt.PyJWK`); a key of a type PyJWT cannot use is
+skipped, as a JWKS may list encryption keys too. Each key keeps the algorithm its JWK declares (``alg``, when
+it has one: :class:`IssuerKey`), so a login can refuse a JWT whose header names another (RFC 8725 3.1).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_AGE_SECONDS",
     "FETCH_TIMEOUT_SECONDS",
     "UNKNOWN_KID_REFETCH_SECONDS",
+    "IssuerKey",
     "JwksCache",
     "KeySource",
 ]
@@ -54,6 +56,16 @@ _MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*(\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
+class IssuerKey:
+    """A public key of the issuer's set, and the algorithm its JWK declares (``None`` without ``alg``: any
+    algorithm of the key's type may use it). PyJWT fills a missing ``alg`` with a guess from the key type,
+    so the declared one is kept here, as the JWK said it."""
+
+    jwk: jwt.PyJWK
+    algorithm: str | None
+
+
+@dataclass(frozen=True)
 class KeySource:
     """Where keys come from: a JWKS URL (and the PEM CA that signs its server, if not the system's), or an
     OIDC discovery URL whose document names the JWKS (``jwks_uri``)."""
@@ -67,7 +79,7 @@ class KeySource:
 class _Held:
     """One source's keys by ``kid`` (keys without one under ``""``), when they go stale, and the fetches."""
 
-    keys: dict[str, jwt.PyJWK] = field(default_factory=dict)
+    keys: dict[str, IssuerKey] = field(default_factory=dict)
     stale_at: float = 0.0
     last_fetch: float = float("-inf")
     fetched: bool = False
@@ -91,7 +103,7 @@ class JwksCache:
         self._guard = threading.Lock()
         self.fetches = 0
 
-    def key_for(self, source: KeySource, kid: str | None) -> jwt.PyJWK | None:
+    def key_for(self, source: KeySource, kid: str | None) -> IssuerKey | None:
         """The key ``kid`` names (``None``: the set's only key without a ``kid``), fetching when the set is
         stale or does not hold it (at most once per :data:`UNKNOWN_KID_REFETCH_SECONDS`); ``None`` if no
         key fits.
@@ -184,7 +196,7 @@ def _max_age(cache_control: str) -> float:
     return min(max(float(match.group(1)), MIN_MAX_AGE_SECONDS), MAX_MAX_AGE_SECONDS)
 
 
-def _parse_keys(document: dict[str, Any]) -> dict[str, jwt.PyJWK]:
+def _parse_keys(document: dict[str, Any]) -> dict[str, IssuerKey]:
     """The signing keys of a JWKS by ``kid`` (``""`` for one without); keys PyJWT cannot use are skipped.
 
     Raises:
@@ -193,7 +205,7 @@ def _parse_keys(document: dict[str, Any]) -> dict[str, jwt.PyJWK]:
     entries = document.get("keys")
     if not isinstance(entries, list):
         raise ValueError("the JWKS has no keys list")
-    keys: dict[str, jwt.PyJWK] = {}
+    keys: dict[str, IssuerKey] = {}
     for entry in entries:
         if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
             continue
@@ -201,6 +213,8 @@ def _parse_keys(document: dict[str, Any]) -> dict[str, jwt.PyJWK]:
             key = jwt.PyJWK(entry)
         except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError):
             continue
-        kid = entry.get("kid")
-        keys[kid if isinstance(kid, str) else ""] = key
+        kid, declared = entry.get("kid"), entry.get("alg")
+        keys[kid if isinstance(kid, str) else ""] = IssuerKey(
+            key, declared if isinstance(declared, str) else None
+        )
     return keys

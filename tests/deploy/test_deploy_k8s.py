@@ -199,8 +199,11 @@ def test_the_jwt_client_example_matches_the_schema_and_the_identity_page() -> No
     assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"] == "api"
     (source,) = pod["volumes"][0]["projected"]["sources"]
     assert source["serviceAccountToken"]["audience"] == "keystream"
-    mount = pod["containers"][0]["volumeMounts"][0]["mountPath"]
-    script = pod["containers"][0]["args"][0]
-    assert f"--jwt-file {mount}/{source['serviceAccountToken']['path']}" in script
+    container = pod["containers"][0]
+    mount = container["volumeMounts"][0]["mountPath"]
+    env = {entry["name"]: entry["value"] for entry in container["env"]}
+    assert env["KEYSTREAM_JWT_FILE"] == f"{mount}/{source['serviceAccountToken']['path']}"
+    assert env["KEYSTREAM_ROLE"] == "billing-api" and "KEYSTREAM_TOKEN" not in env
+    assert container["command"][0] == "keystream"
     identity = (DEPLOY.parent / "docs" / "identity.md").read_text()
     assert '"bound_audiences": ["keystream"]' in identity and "billing-api" in identity

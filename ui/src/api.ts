@@ -202,6 +202,17 @@ export interface TokenInfo {
   max_expires_at: string | null;
 }
 
+export interface AuditChainHead {
+  file: string | null;
+  head: string | null;
+}
+
+export interface AuditStatus {
+  enabled: boolean;
+  destination: "file" | "stdout" | null;
+  heads: AuditChainHead[];
+}
+
 export interface SealStatus {
   sealed: boolean;
   type: string;

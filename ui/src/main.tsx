@@ -3,6 +3,7 @@
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { session } from "./api";
+import { AuditView } from "./views/audit";
 import { CryptoView } from "./views/crypto";
 import { DashboardView } from "./views/dashboard";
 import { KeyView, KeysView } from "./views/keys";
@@ -14,6 +15,7 @@ const SECTIONS = [
   ["keys", "Keys"],
   ["crypto", "Encrypt / decrypt"],
   ["tokens", "Tokens"],
+  ["audit", "Audit"],
   ["seal", "Seal status"],
   ["dashboard", "Dashboard"],
 ] as const;
@@ -32,6 +34,8 @@ function View({ route }: { route: string[] }) {
       return <CryptoView />;
     case "tokens":
       return <TokensView />;
+    case "audit":
+      return <AuditView />;
     case "seal":
       return <SealView />;
     case "dashboard":

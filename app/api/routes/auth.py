@@ -13,7 +13,8 @@ logins (no token).
 * ``POST /v1/auth/jwt/login`` ``{"role", "jwt"}`` answers a new token (201) with its id, expiry, scopes, key
   patterns and metadata (role, subject). ``POST /v1/auth/cert/login`` ``{"role"}`` answers the same for the
   client certificate this connection's TLS handshake verified (mTLS at this server). Attempts of both are
-  rate-limited per client address and role, under one limit (429 with ``Retry-After``); the audit line
+  rate-limited per client address over every role and per address and role, the same limits for both
+  methods (429 with ``Retry-After``); the audit line
   records the role, the subject and the token id, never the JWT or the certificate.
 
 Every worker and replica reads roles and the configuration from the keystore at each login, so a change
@@ -219,11 +220,12 @@ async def read_jwt_config(principal: TokenAdminDep, state: StateDep) -> dict[str
 async def _login(
     request: Request, state: ServiceState, role: str, verify: Callable[[], tuple[str, TokenRecord]]
 ) -> dict[str, Any]:
-    """A login through ``role`` by any method: count the attempt (per client address and role, one limit
-    for every method), run the method's blocking ``verify`` (which issues the token) in a worker thread,
-    note the role, subject and token id for the audit line (never the credential), and answer the token."""
+    """A login through ``role`` by any method: count the attempt (per client address, and per address and
+    role; the same limits for every method), run the method's blocking ``verify`` (which issues the token)
+    in a worker thread, note the role, subject and token id for the audit line (never the credential), and
+    answer the token."""
     address = request.client.host if request.client else "unknown"
-    state.login_attempts.attempt(f"{address} {role}")
+    state.login_attempts.attempt(address, role)
     token, record = await to_thread.run_sync(verify)
     note(
         request.scope,

@@ -1,7 +1,14 @@
 """The SQLite connection pool and transactions of the keystore (see :mod:`app.keystore.sqlite`).
 
 Connections come from a small pool (one connection is never used by two threads at once); after ``fork()`` the
-child opens its own and never touches the inherited ones. SQLite errors that mean "cannot serve right now"
+child opens its own and never touches the inherited ones. Every write commits with ``synchronous=FULL`` (the
+WAL is flushed to disk before ``COMMIT`` returns), except the writes of :meth:`SqliteConnections._write`
+``reissuable=True`` in WAL mode: those run on a second pool whose connections use ``synchronous=NORMAL`` (the
+WAL is flushed at the next checkpoint or at the next FULL commit of any connection), durable against a crash
+of the process, not against a power loss or a crash of the operating system. Only a token a login issued is
+written that way (:meth:`~app.keystore.base.KeyStore.create_token`): losing it costs its holder one more
+login. SQLite's documentation says WAL with NORMAL never corrupts the database; in rollback-journal mode it
+might, so outside WAL every write is FULL. SQLite errors that mean "cannot serve right now"
 become :class:`~app.keystore.errors.KeystoreUnavailableError` (503 with ``Retry-After``); anything else
 surfaces as the bug it is.
 """
@@ -70,35 +77,41 @@ class SqliteConnections:
         self._pool_size = pool_size
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
+        #: Idle connections with ``synchronous=NORMAL``, for reissuable writes only.
+        self._idle_relaxed: list[sqlite3.Connection] = []
+        #: Whether the journal is in WAL mode (the store sets it once it has asked): relaxed commits need it.
+        self.wal = False
         self._closed = False
         self._pid = os.getpid()
         # Connections inherited through fork(): never used or closed in the child (closing one could make
         # SQLite checkpoint and remove the WAL file under the parent), just kept referenced.
         self._inherited: list[sqlite3.Connection] = []
 
-    def _new_connection(self) -> sqlite3.Connection:
+    def _new_connection(self, relaxed: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(
             self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA secure_delete = ON")
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA synchronous = {'NORMAL' if relaxed else 'FULL'}")
         return conn
 
     @contextlib.contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self, relaxed: bool = False) -> Iterator[sqlite3.Connection]:
+        """A pooled connection: ``relaxed`` ones commit with ``synchronous=NORMAL`` (see the module doc)."""
         with self._lock:
             if self._closed:
                 raise ServiceUnavailableError("the keystore is closed")
             if self._pid != os.getpid():
-                self._inherited.extend(self._idle)
-                self._idle = []
+                self._inherited.extend(self._idle + self._idle_relaxed)
+                self._idle, self._idle_relaxed = [], []
                 self._pid = os.getpid()
-            conn = self._idle.pop() if self._idle else None
+            pool = self._idle_relaxed if relaxed else self._idle
+            conn = pool.pop() if pool else None
         try:
             if conn is None:
-                conn = self._new_connection()
+                conn = self._new_connection(relaxed)
         except sqlite3.Error as exc:
             logger.error("cannot open keystore %s: %s", self.path, exc)
             raise KeystoreUnavailableError(f"cannot open the keystore: {exc}") from exc
@@ -117,25 +130,31 @@ class SqliteConnections:
                     conn.execute("ROLLBACK")
             with self._lock:
                 forked = self._pid != os.getpid()
-                keep = not forked and not self._closed and len(self._idle) < self._pool_size
+                pool = self._idle_relaxed if relaxed else self._idle
+                keep = not forked and not self._closed and len(pool) < self._pool_size
                 if keep:
-                    self._idle.append(conn)
+                    pool.append(conn)
                 elif forked:
                     self._inherited.append(conn)
             if not keep and not forked:
                 conn.close()
 
     @contextlib.contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, begin: str, relaxed: bool = False) -> Iterator[sqlite3.Connection]:
         """``begin`` ... ``COMMIT`` on one pooled connection, rolled back on any exception."""
-        with self._connection() as conn:
+        with self._connection(relaxed) as conn:
             conn.execute(begin)
             yield conn
             conn.execute("COMMIT")
 
-    def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        """One write transaction: ``BEGIN IMMEDIATE`` takes the write lock before the first read."""
-        return self._transaction("BEGIN IMMEDIATE")
+    def _write(self, *, reissuable: bool = False) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction: ``BEGIN IMMEDIATE`` takes the write lock before the first read.
+
+        ``reissuable``: what it writes can be had again by asking again (a login's token), so in WAL mode it
+        commits with ``synchronous=NORMAL`` (see the module doc); never for keys, key versions, revocations or
+        anything else whose loss would matter.
+        """
+        return self._transaction("BEGIN IMMEDIATE", relaxed=reissuable and self.wal)
 
     def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One read transaction: every statement inside sees the same snapshot."""
@@ -145,7 +164,7 @@ class SqliteConnections:
         """Close every idle connection; connections in use close when their call returns. Idempotent."""
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, []
+            idle, self._idle, self._idle_relaxed = self._idle + self._idle_relaxed, [], []
             if self._pid != os.getpid():
                 self._inherited.extend(idle)
                 idle = []

@@ -80,7 +80,8 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         try:
             with self._connection() as conn:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
+                self.wal = str(mode).lower() == "wal"
+                if not self.wal:
                     logger.warning("keystore %s: no WAL mode, journal mode is %s", self.path, mode)
             self._keyring.set_loader(self._load_keyring)
             with self._write() as conn:
@@ -209,8 +210,8 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
 
     # -- tokens -------------------------------------------------------------------------------------------
 
-    def _insert_token(self, record: TokenRecord) -> None:
-        with self._write() as conn:
+    def _insert_token(self, record: TokenRecord, reissuable: bool = False) -> None:
+        with self._write(reissuable=reissuable) as conn:
             tokens.insert_token(conn, record)
             changes.append_change(conn, "token_created", token_id=record.token_id)
 

@@ -142,17 +142,39 @@ def _note_login(exc: KeystreamAPIError, source: JwtFileLogin) -> None:
     exc.add_note(f"automatic login through role {source.role!r} with the JWT file {source.jwt_file}")
 
 
-class SyncJwtLogin:
+class _JwtLoginState:
+    """What both clients' automatic logins hold: the source, the lease, and the rules on them; the sync and
+    async classes add the lock and the call."""
+
+    def __init__(self, source: JwtFileLogin) -> None:
+        self.source = source
+        self._lease: _Lease | None = None
+
+    def __repr__(self) -> str:  # never the token
+        return f"{type(self).__name__}(role={self.source.role!r}, jwt_file={str(self.source.jwt_file)!r})"
+
+    def _fresh(self) -> str | None:
+        """The token held while it is fresh, else None."""
+        lease = self._lease
+        return lease.token if lease is not None and lease.fresh() else None
+
+    def _hold(self, issued: NewToken, started: float) -> str:
+        """Keep the token a login that started at ``started`` got, and return it."""
+        self._lease = _Lease.from_login(issued, started)
+        return self._lease.token
+
+    def _forget(self, token: str) -> None:
+        if self._lease is not None and self._lease.token == token:
+            self._lease = None
+
+
+class SyncJwtLogin(_JwtLoginState):
     """The token of a sync client that logs in by itself; safe to use from many threads."""
 
     def __init__(self, source: JwtFileLogin, login: SyncLoginCall) -> None:
-        self.source = source
+        super().__init__(source)
         self._login = login
-        self._lease: _Lease | None = None
         self._lock = threading.Lock()
-
-    def __repr__(self) -> str:  # never the token
-        return f"SyncJwtLogin(role={self.source.role!r}, jwt_file={str(self.source.jwt_file)!r})"
 
     def token(self) -> str:
         """The token to send: the one held while it is fresh, else a new login's.
@@ -162,63 +184,49 @@ class SyncJwtLogin:
             KeystreamAPIError: the service refused the login (with a note naming the role and the file).
             KeystreamConnectionError: the service is unreachable.
         """
-        lease = self._lease
-        if lease is not None and lease.fresh():
-            return lease.token
+        if (held := self._fresh()) is not None:
+            return held
         with self._lock:
-            lease = self._lease
-            if lease is not None and lease.fresh():  # another thread logged in meanwhile
-                return lease.token
+            if (held := self._fresh()) is not None:  # another thread logged in meanwhile
+                return held
             started = time.monotonic()
             jwt = self.source.read_jwt()
             try:
-                issued = self._login(self.source.role, jwt)
+                return self._hold(self._login(self.source.role, jwt), started)
             except KeystreamAPIError as exc:
                 _note_login(exc, self.source)
                 raise
-            self._lease = _Lease.from_login(issued, started)
-            return self._lease.token
 
     def refused(self, token: str) -> None:
         """The service answered 401 to ``token``: the next :meth:`token` logs in again (unless another
         thread already replaced it)."""
         with self._lock:
-            if self._lease is not None and self._lease.token == token:
-                self._lease = None
+            self._forget(token)
 
 
-class AsyncJwtLogin:
+class AsyncJwtLogin(_JwtLoginState):
     """The token of an async client that logs in by itself; one login at a time across tasks."""
 
     def __init__(self, source: JwtFileLogin, login: AsyncLoginCall) -> None:
-        self.source = source
+        super().__init__(source)
         self._login = login
-        self._lease: _Lease | None = None
         self._lock = asyncio.Lock()
-
-    def __repr__(self) -> str:  # never the token
-        return f"AsyncJwtLogin(role={self.source.role!r}, jwt_file={str(self.source.jwt_file)!r})"
 
     async def token(self) -> str:
         """As :meth:`SyncJwtLogin.token`; the file is read in a worker thread."""
-        lease = self._lease
-        if lease is not None and lease.fresh():
-            return lease.token
+        if (held := self._fresh()) is not None:
+            return held
         async with self._lock:
-            lease = self._lease
-            if lease is not None and lease.fresh():
-                return lease.token
+            if (held := self._fresh()) is not None:
+                return held
             started = time.monotonic()
             jwt = await asyncio.to_thread(self.source.read_jwt)
             try:
-                issued = await self._login(self.source.role, jwt)
+                return self._hold(await self._login(self.source.role, jwt), started)
             except KeystreamAPIError as exc:
                 _note_login(exc, self.source)
                 raise
-            self._lease = _Lease.from_login(issued, started)
-            return self._lease.token
 
     def refused(self, token: str) -> None:
         """As :meth:`SyncJwtLogin.refused` (no await: nothing else runs between the check and the reset)."""
-        if self._lease is not None and self._lease.token == token:
-            self._lease = None
+        self._forget(token)

@@ -11,6 +11,7 @@ import pytest
 from app.audit import (
     AuditLog,
     AuditUnavailableError,
+    chain_head,
     derive_audit_keys,
     is_first_file,
     log_files,
@@ -92,6 +93,29 @@ def test_a_restart_after_rotation_continues_from_the_rotated_file(tmp_path: Path
     assert link is not None and link.seq == 5
     files = [name for name in rotated_paths(path, 5) if os.path.exists(name)]
     assert verify_lines(KEY, read_lines(files)).problem is None
+
+
+def test_chain_head_is_the_head_audit_verify_prints_and_accepts(tmp_path: Path) -> None:
+    """Read from the file's end (or the rotated file's, when the current one is empty): the head that
+    ``--expect-head`` checks, which a log cut back below it fails."""
+    path = str(tmp_path / "audit.log")
+    Path(path).write_text("")
+    assert chain_head(path) is None
+    log = AuditLog(path, KEY)
+    for index in range(3):
+        log.write({"n": index})
+    log.close()
+    head = chain_head(path)
+    assert head == log.link and head is not None and head.seq == 3
+    lines = read_lines([path])
+    assert verify_lines(KEY, lines, [head.head]).problem is None
+    problem = verify_lines(KEY, lines[:-1], [head.head]).problem
+    assert problem is not None and problem.reason.startswith("truncated"), problem
+    os.replace(path, f"{path}.1")  # as a rotation leaves it, before the next line
+    Path(path).write_text("")
+    assert chain_head(path) == head
+    with pytest.raises(FileNotFoundError):
+        chain_head(str(tmp_path / "missing.log"))
 
 
 def test_a_removed_file_is_recreated_and_a_removed_directory_fails_closed(tmp_path: Path) -> None:

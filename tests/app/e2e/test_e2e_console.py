@@ -12,6 +12,8 @@ route that records and aborts a foreign one); the token must stay out of URLs, c
 from __future__ import annotations
 
 import base64
+import io
+import json
 import os
 import re
 import subprocess
@@ -25,11 +27,14 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, FilePayload, Page, Route, expect, sync_playwright
+from tink import streaming_aead
 
 from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
 from keystream_cli import CLI_TIMEOUT, KEYSTREAM
-from keystream_client import KeystreamClient
+from keystream_client import KeystreamAPIError, KeystreamClient
+from tests.app.formats.conftest import tink_keyset_handle
 from tests.app.ui.packages import installed_copy
+from tests.jwt_issuer import AUDIENCE, ISSUER, Signer, k8s_claims, serve_issuer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -129,8 +134,16 @@ class Watch:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A 2-worker server with the audit log on (``audit.log.w0`` and ``.w1`` in its directory) and key import
+    allowed."""
     base = tmp_path_factory.mktemp("console")
-    running = start_server(base / "data", base / "server.log", KEYSTREAM_WORKERS="2")
+    running = start_server(
+        base / "data",
+        base / "server.log",
+        KEYSTREAM_WORKERS="2",
+        KEYSTREAM_AUDIT_LOG=str(base / "audit.log"),
+        KEYSTREAM_ALLOW_KEY_IMPORT="true",
+    )
     try:
         yield running
     finally:
@@ -165,7 +178,7 @@ def page(browser: Browser, server: Server) -> Iterator[tuple[Page, Watch]]:
 def sign_in(page: Page, server: Server, token: str = ROOT_TOKEN) -> None:
     page.goto(f"{server.url}/ui/")
     page.fill("#token", token)
-    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("button", name="Sign in", exact=True).click()
     expect(page.locator("#sign-out")).to_be_visible()
 
 
@@ -430,6 +443,8 @@ def test_keyboard_reaches_every_control_and_axe_finds_nothing_serious(
     browser_page, watch = page
     with KeystreamClient(server.url, ROOT_TOKEN) as client:
         client.create_key("a11y-key", deletion_allowed=True)
+        client.rotate_key("a11y-key")
+        client.configure_key("a11y-key", min_decryption_version=2)  # the trim form shows
         client.create_token(scopes=["encrypt"], description="a11y")
     problems: dict[str, list[str]] = {}
     browser_page.goto(f"{server.url}/ui/")
@@ -438,9 +453,10 @@ def test_keyboard_reaches_every_control_and_axe_finds_nothing_serious(
     sign_in(browser_page, server)
     views = (
         ("keys", "#keys tbody tr"),
-        ("keys/a11y-key", "#delete-confirm"),
+        ("keys/a11y-key", "#trim-input"),
         ("crypto", "#file-input"),
         ("tokens", "#tokens tbody tr"),
+        ("audit", "#audit-heads"),
         ("seal", "#seal-status"),
         ("dashboard", "#chart-throughput"),
     )
@@ -471,6 +487,176 @@ def test_the_keyboard_and_axe_checks_can_fail(
         problems
     )
     assert any(problem.startswith("light: button-name (critical)") for problem in problems), problems
+
+
+def test_the_audit_view_shows_each_workers_chain_head_to_an_admin_only(
+    page: tuple[Page, Watch], server: Server
+) -> None:
+    """An admin token sees the audit log on and one head per worker file, each the head of a line in that
+    file; a token without the admin scope sees that it is not allowed, in words."""
+    browser_page, watch = page
+    sign_in(browser_page, server)
+    browser_page.goto(f"{server.url}/ui/#/audit")
+    expect(browser_page.locator("#audit-state")).to_have_text("The audit log is on, one file per worker.")
+    rows = browser_page.locator("#audit-heads tbody tr")
+    expect(rows).to_have_count(2)
+    directory = server.log.parent
+    shown = 0
+    for index in range(2):
+        cells = rows.nth(index).locator("td")
+        expect(cells.nth(0)).to_have_text(f"audit.log.w{index}")
+        lines = [json.loads(line) for line in (directory / f"audit.log.w{index}").read_text().splitlines()]
+        head = cells.nth(1).inner_text()
+        # A worker that had served no /v1 request yet (the kernel spreads connections) may since have recorded
+        # the status request it answered (its lines are written after the answer), and nothing else.
+        if head == "no record yet":
+            assert {line.get("route", "/v1/audit/status") for line in lines} <= {"/v1/audit/status"}, lines
+            assert len({line["request_id"] for line in lines}) <= 1, lines
+            continue
+        chain, records, mac = head.split(":")
+        assert {"chain": chain, "seq": int(records) - 1, "hmac": mac} in [
+            {name: line[name] for name in ("chain", "seq", "hmac")} for line in lines
+        ]
+        shown += 1
+    assert shown >= 1  # the sign-in's request at least was recorded before the page asked
+    browser_page.click("#sign-out")
+
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        limited = client.create_token(scopes=["encrypt", "decrypt"], description="not an admin").token
+    sign_in(browser_page, server, limited)
+    browser_page.goto(f"{server.url}/ui/#/audit")
+    expect(browser_page.locator("#audit-not-allowed")).to_have_text(
+        "This token is not allowed to see the audit log's status: that takes a token with the admin scope."
+    )
+    expect(browser_page.locator("#audit-heads")).to_have_count(0)
+    assert [error for error in watch.errors if "403 (Forbidden)" not in error] == []
+    assert watch.foreign == []
+
+
+def test_a_key_page_imports_a_version_and_trims_old_ones(page: tuple[Page, Watch], server: Server) -> None:
+    """Import: the material typed into the page becomes version 2, the one Tink given only that material
+    opens, and leaves the page. Trim: offered only once versions no longer decrypt, confirmed, and then
+    version 1 is gone for good (its ciphertext refused)."""
+    streaming_aead.register()
+    browser_page, watch = page
+    material = os.urandom(32)
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        client.create_key("life", segment_size=4096)
+        old = client.encrypt("life", b"sealed under version 1").data
+    sign_in(browser_page, server)
+    browser_page.goto(f"{server.url}/ui/#/keys/life")
+    expect(browser_page.locator("#key-imported")).to_have_text("no")
+    expect(browser_page.locator("#trim-nothing")).to_be_visible()
+
+    browser_page.fill("#import-material", base64.b64encode(material).decode())
+    browser_page.get_by_role("button", name="Import version").click()
+    expect(browser_page.locator("#latest-version")).to_have_text("2")
+    expect(browser_page.locator("#key-imported")).to_contain_text("yes")
+    expect(browser_page.locator("#import-material")).to_have_value("")
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        sealed = client.encrypt("life", b"sealed under the imported version")
+    assert sealed.key_version == 2
+    tink_aead = tink_keyset_handle([(9, material)], 32, 4096).primitive(streaming_aead.StreamingAead)
+    with tink_aead.new_decrypting_stream(io.BytesIO(sealed.data), b"") as stream:
+        assert stream.read() == b"sealed under the imported version"
+    # Material of the wrong length: the service's words.
+    browser_page.fill("#import-material", base64.b64encode(bytes(16)).decode())
+    browser_page.get_by_role("button", name="Import version").click()
+    expect(browser_page.locator("#import-error")).to_contain_text("(400 ")
+
+    browser_page.fill("#min-version-input", "2")
+    browser_page.locator("#min-version").get_by_role("button", name="Set").click()
+    expect(browser_page.locator("#min-decryption-version")).to_have_text("2")
+    trim = browser_page.locator("#trim").get_by_role("button", name="Trim")
+    browser_page.fill("#trim-input", "2")
+    expect(trim).to_be_disabled()
+    browser_page.check("#trim-confirm")
+    trim.click()
+    expect(browser_page.locator("#versions tbody tr")).to_have_count(1)
+    expect(browser_page.locator("#trim-nothing")).to_be_visible()
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        assert [version.version for version in client.get_key("life").versions] == [2]
+        with pytest.raises(KeystreamAPIError) as refused:
+            client.decrypt("life", old)
+    assert refused.value.status == 400
+
+    secret = base64.b64encode(material).decode()
+    assert [url for url in watch.urls if secret in url] == []
+    assert secret not in browser_page.evaluate(
+        "JSON.stringify(sessionStorage) + JSON.stringify(localStorage)"
+    )
+    assert [error for error in watch.errors if "400 (Bad Request)" not in error] == []
+    assert watch.foreign == []
+
+
+def test_import_refused_by_the_service_is_said_in_its_words(browser: Browser, tmp_path: Path) -> None:
+    """On a server with key import off, the page's import form shows the service's refusal."""
+    running = start_server(tmp_path / "data", tmp_path / "server.log", KEYSTREAM_WORKERS="1")
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        with KeystreamClient(running.url, ROOT_TOKEN) as client:
+            client.create_key("fixed")
+        page = context.new_page()
+        sign_in(page, running)
+        page.goto(f"{running.url}/ui/#/keys/fixed")
+        page.fill("#import-material", base64.b64encode(bytes(32)).decode())
+        page.get_by_role("button", name="Import version").click()
+        expect(page.locator("#import-error")).to_have_text(
+            "key import is disabled (set KEYSTREAM_ALLOW_KEY_IMPORT=true) (403 forbidden)"
+        )
+        expect(page.locator("#latest-version")).to_have_text("1")
+    finally:
+        context.close()
+        stop_server(running)
+
+
+def test_a_person_signs_in_with_a_jwt_role(page: tuple[Page, Watch], server: Server, tmp_path: Path) -> None:
+    """A Kubernetes-shaped JWT from a test issuer (its JWKS on a real HTTPS server the service fetches) signs
+    in through a role: the issued token is kept like a pasted one and works; the JWT is kept nowhere; a JWT
+    the role's bindings refuse shows the service's refusal in words."""
+    browser_page, watch = page
+    signer = Signer.rsa("console-key")
+    role = {
+        "method": "jwt",
+        "scopes": ["encrypt", "decrypt"],
+        "key_patterns": ["billing-*"],
+        "ttl": 600,
+        "bound_audiences": [AUDIENCE],
+        "bound_claims": {"/kubernetes.io/namespace": "billing"},
+    }
+    with serve_issuer(tmp_path, [signer]) as issuer, httpx.Client(base_url=server.url) as admin:
+        config = {"jwks_url": issuer.jwks_url, "jwks_ca_pem": issuer.ca_pem, "bound_issuer": ISSUER}
+        assert admin.post("/v1/auth/jwt/config", json=config, headers=server.auth).status_code == 200
+        assert admin.post("/v1/auth/roles/billing", json=role, headers=server.auth).status_code == 200
+        browser_page.goto(f"{server.url}/ui/")
+        refused = signer.sign(k8s_claims(namespace="payroll"))
+        browser_page.fill("#jwt-role", "billing")
+        browser_page.fill("#jwt", refused)
+        browser_page.get_by_role("button", name="Sign in with the JWT").click()
+        expect(browser_page.locator("#jwt-error")).to_contain_text("(400 ")
+        expect(browser_page.locator("#jwt")).to_have_value("")
+        accepted = signer.sign(k8s_claims())
+        browser_page.fill("#jwt", accepted)
+        browser_page.get_by_role("button", name="Sign in with the JWT").click()
+        expect(browser_page.locator("#sign-out")).to_be_visible()
+
+    issued = browser_page.evaluate("sessionStorage.getItem('keystream.token')")
+    assert issued.startswith("ks_") and issued != ROOT_TOKEN
+    with KeystreamClient(server.url, issued) as client:
+        assert client.token_self().scopes == ("encrypt", "decrypt")
+    stored = browser_page.evaluate("JSON.stringify(sessionStorage) + JSON.stringify(localStorage)")
+    for jwt in (refused, accepted):
+        signature = jwt.rsplit(".", 1)[1]
+        assert signature not in stored
+        assert [url for url in watch.urls if signature in url] == []
+    assert browser_page.context.cookies() == []
+    # The issued token is used as a pasted one is: the tokens page is refused to it in words (no admin).
+    browser_page.goto(f"{server.url}/ui/#/tokens")
+    expect(browser_page.get_by_role("alert")).to_contain_text("403")
+    assert [
+        error for error in watch.errors if not re.search(r"40[03] \((Bad Request|Forbidden)\)", error)
+    ] == []
+    assert watch.foreign == []
 
 
 def test_the_dashboard_draws_each_backends_throughput_and_latency(

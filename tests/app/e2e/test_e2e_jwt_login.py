@@ -102,3 +102,29 @@ def test_jwt_login_on_two_workers(server: Server, issuer: Issuer, tmp_path: Path
     for jwt in jwts:
         assert max(jwt.split("."), key=len) not in written
     assert sum(1 for path in audit_files if path.exists() and "jwt/login" in path.read_text()) == 2
+
+
+def test_a_login_token_survives_the_process_being_killed(issuer: Issuer, tmp_path: Path) -> None:
+    """A login's token commits with synchronous=NORMAL (docs/operations.md): it must still be in the WAL file
+    when the process dies without a chance to flush anything (SIGKILL right after the answer)."""
+    first = start_server(tmp_path / "data", tmp_path / "first.log")
+    try:
+        with fresh(first) as admin:
+            config = {"jwks_url": issuer.jwks_url, "jwks_ca_pem": issuer.ca_pem, "bound_issuer": ISSUER}
+            assert admin.post("/v1/auth/jwt/config", json=config, headers=first.auth).status_code == 200
+            assert admin.post("/v1/auth/roles/billing", json=ROLE, headers=first.auth).status_code == 200
+        answers = [login(first, SIGNER.sign(k8s_claims())) for _ in range(5)]
+        assert [answer.status_code for answer in answers] == [201] * 5
+    finally:
+        first.process.kill()  # no shutdown, no checkpoint: only what the commits wrote survives
+        first.process.wait(timeout=10)
+    second = start_server(tmp_path / "data", tmp_path / "second.log")
+    try:
+        for answer in answers:
+            with fresh(second) as client:
+                own = client.get(
+                    "/v1/tokens/self", headers={"Authorization": f"Bearer {answer.json()['token']}"}
+                )
+            assert own.status_code == 200 and own.json()["metadata"]["role"] == "billing"
+    finally:
+        stop_server(second)

@@ -1,5 +1,5 @@
 // Keys: the list (filtered by name), creation (type, scheme, segment size), and one key's page with its
-// versions and rotation.
+// versions, rotation, the oldest version that decrypts, trim, import of a version and deletion.
 import { useEffect, useState } from "preact/hooks";
 import { describe, json, keyPath, type KeyInfo } from "../api";
 
@@ -115,6 +115,113 @@ function DeleteKey({ name }: { name: string }) {
   );
 }
 
+/**
+ * Delete the versions below a number for good (trim). Only versions that no longer decrypt may go, so the
+ * number runs from the oldest stored version + 1 to the oldest version that decrypts; a checkbox confirms.
+ */
+function TrimVersions({ info, onChanged }: { info: KeyInfo; onChanged: (key: KeyInfo) => void }) {
+  const oldest = Math.min(...(info.versions ?? []).map((version) => version.version), info.latest_version);
+  const [minimum, setMinimum] = useState("");
+  const [confirmed, setConfirmed] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  if (oldest >= info.min_decryption_version) {
+    return (
+      <p id="trim-nothing">
+        Nothing to trim: every stored version still decrypts (raise the oldest version that decrypts first).
+      </p>
+    );
+  }
+  const trim = async (event: Event): Promise<void> => {
+    event.preventDefault();
+    setError(null);
+    try {
+      onChanged(await json<KeyInfo>("POST", keyPath(info.name, "trim"), { min_available_version: Number(minimum) }));
+      setMinimum("");
+      setConfirmed(false);
+    } catch (caught) {
+      setError(describe(caught));
+    }
+  };
+  return (
+    <form id="trim" onSubmit={trim}>
+      <h2>Trim</h2>
+      <label>
+        Delete every version below (versions {oldest} to {info.min_decryption_version - 1} no longer decrypt)
+        <input
+          id="trim-input"
+          type="number"
+          min={oldest + 1}
+          max={info.min_decryption_version}
+          required
+          value={minimum}
+          onInput={(event) => setMinimum(event.currentTarget.value)}
+        />
+      </label>
+      <label class="inline">
+        <input
+          id="trim-confirm"
+          type="checkbox"
+          checked={confirmed}
+          onChange={(event) => setConfirmed(event.currentTarget.checked)}
+        />
+        Delete them for good: what they encrypted can never be decrypted again
+      </label>
+      <button type="submit" disabled={!confirmed}>
+        Trim
+      </button>
+      {error !== null && <p role="alert">{error}</p>}
+    </form>
+  );
+}
+
+/** The material's length in bytes for each key type (what import_version accepts). */
+const MATERIAL_BYTES: Record<string, number> = { aes128: 16, aes192: 24, aes256: 32 };
+
+/**
+ * Add a version with material brought from elsewhere (import_version). The material is a secret: typed into
+ * a password field, sent once in the JSON body, and cleared from the page whatever the answer. The service
+ * refuses when key import is off (KEYSTREAM_ALLOW_KEY_IMPORT), in its own words.
+ */
+function ImportVersion({ info, onChanged }: { info: KeyInfo; onChanged: (key: KeyInfo) => void }) {
+  const [material, setMaterial] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const submit = async (event: Event): Promise<void> => {
+    event.preventDefault();
+    setError(null);
+    const body = { key: material.trim() };
+    setMaterial("");
+    try {
+      onChanged(await json<KeyInfo>("POST", keyPath(info.name, "import_version"), body));
+    } catch (caught) {
+      setError(describe(caught));
+    }
+  };
+  const length = MATERIAL_BYTES[info.type];
+  return (
+    <form id="import-version" onSubmit={submit}>
+      <h2>Import a version</h2>
+      <label>
+        Material: base64 of {length === undefined ? "the key type's" : length} random bytes (becomes version{" "}
+        {info.latest_version + 1}; needs key import enabled on the service)
+        <input
+          id="import-material"
+          type="password"
+          autocomplete="off"
+          required
+          value={material}
+          onInput={(event) => setMaterial(event.currentTarget.value)}
+        />
+      </label>
+      <button type="submit">Import version</button>
+      {error !== null && (
+        <p role="alert" id="import-error">
+          {error}
+        </p>
+      )}
+    </form>
+  );
+}
+
 export function KeysView() {
   const [keys, setKeys] = useState<KeyInfo[] | null>(null);
   const [filter, setFilter] = useState("");
@@ -214,6 +321,8 @@ export function KeyView({ name }: { name: string }) {
             <dd>{key.auto_rotate_period > 0 ? `every ${key.auto_rotate_period} s` : "off"}</dd>
             <dt>Deletion</dt>
             <dd>{key.deletion_allowed ? "allowed" : "not allowed"}</dd>
+            <dt>Imported material</dt>
+            <dd id="key-imported">{key.imported ? "yes (some version came from outside the service)" : "no"}</dd>
           </dl>
           <button type="button" id="rotate" onClick={rotate}>
             Rotate
@@ -250,6 +359,8 @@ export function KeyView({ name }: { name: string }) {
             </label>
             <button type="submit">Set</button>
           </form>
+          <TrimVersions info={key} onChanged={setKey} />
+          <ImportVersion info={key} onChanged={setKey} />
           {key.deletion_allowed && <DeleteKey name={name} />}
         </>
       )}

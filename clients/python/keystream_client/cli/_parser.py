@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from keystream_client._base import DEFAULT_URL
+from keystream_client._calls import HASH_ALGORITHMS, HMAC_ALGORITHMS
 from keystream_client._options import IV_SIZE
 from keystream_client.cli._batch import BATCH_FIELDS, cmd_batch
 from keystream_client.cli._commands import (
@@ -467,7 +468,7 @@ def _data_source(command: argparse.ArgumentParser) -> None:
 def _add_tool_commands(
     commands: Any, conn: argparse.ArgumentParser, as_json: argparse.ArgumentParser
 ) -> None:
-    algorithms = ("sha2-256", "sha2-384", "sha2-512")
+    algorithms = HMAC_ALGORITHMS
     made = commands.add_parser("hmac", parents=[conn, as_json], help="the HMAC of data under a key")
     made.description = (
         "Print the HMAC of INPUT (or --value) under --key's latest version (or --key-version) as "
@@ -506,16 +507,7 @@ def _add_tool_commands(
     digest.description = "Print the digest of INPUT (or --value) as hex (or --base64)."
     digest.add_argument(
         "--algorithm",
-        choices=(
-            "sha2-224",
-            "sha2-256",
-            "sha2-384",
-            "sha2-512",
-            "sha3-224",
-            "sha3-256",
-            "sha3-384",
-            "sha3-512",
-        ),
+        choices=HASH_ALGORITHMS,
         default="sha2-256",
         help="digest (default sha2-256)",
     )

@@ -8,6 +8,7 @@ Every refused login is a 4xx JSON error naming the problem, and neither the answ
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -21,13 +22,22 @@ from typing import Any
 import jwt
 import pytest
 
-from app.services.identity import LOGIN_REFUSED
+from app.services.identity import LOGIN_ADDRESS_BURST, LOGIN_REFUSED
 from app.services.jwks import JwksCache
 from tests.app.api.conftest import Api, running_api
 from tests.jwt_issuer import AUDIENCE, ISSUER, Issuer, Signer, k8s_claims, serve_issuer
 
 RSA = Signer.rsa()
-SIGNERS = [RSA, Signer.ec(), Signer.ec("ec-384", "ES384"), Signer.ed25519(), Signer.rsa("ps-1", "PS256")]
+#: An RSA key whose JWK declares no ``alg``.
+ANY_RSA = dataclasses.replace(Signer.rsa("rsa-any"), publish_alg=False)
+SIGNERS = [
+    RSA,
+    Signer.ec(),
+    Signer.ec("ec-384", "ES384"),
+    Signer.ed25519(),
+    Signer.rsa("ps-1", "PS256"),
+    ANY_RSA,
+]
 
 ROLE: dict[str, Any] = {
     "method": "jwt",
@@ -220,8 +230,19 @@ def bad_tokens() -> list[tuple[str, str, int, str]]:
             "matches none of the role's",
         ),
         ("not a JWT", "not-a-jwt", 400, "the JWT is malformed"),
+        ("two segments", ".".join(RSA.sign(k8s_claims()).split(".")[:2]), 400, "the JWT is malformed"),
+        ("four segments", RSA.sign(k8s_claims()) + ".e30", 400, "the JWT is malformed"),
+        ("payload not base64url", _replaced(RSA.sign(k8s_claims()), 1, "!!!!"), 400, "the JWT is malformed"),
+        ("signature not base64url", _replaced(RSA.sign(k8s_claims()), 2, "a$b"), 400, "the JWT is malformed"),
         ("over 16 KiB", RSA.sign(k8s_claims(padding="x" * 17_000)), 413, "longer than 16384 bytes"),
     ]
+
+
+def _replaced(token: str, index: int, segment: str) -> str:
+    """``token`` with its segment ``index`` (0 header, 1 payload, 2 signature) replaced by ``segment``."""
+    parts = token.split(".")
+    parts[index] = segment
+    return ".".join(parts)
 
 
 async def test_bad_tokens_get_clear_4xx_errors_and_are_never_logged(
@@ -230,8 +251,12 @@ async def test_bad_tokens_get_clear_4xx_errors_and_are_never_logged(
     caplog.set_level(logging.DEBUG)
     tokens = bad_tokens()
     for name, token, status, message in tokens:
-        refused(await login(jwt_api, token, role="billing"), status, message, token)
-        assert name  # the case's name shows in the assertion's traceback
+        answer = await login(jwt_api, token, role="billing")
+        assert answer.status_code == status and message in answer.json()["error"]["message"], (
+            name,
+            answer.text,
+        )
+        refused(answer, status, message, token)
     for _, token, _, _ in tokens:
         assert telltale(token) not in caplog.text
     # The audience given as one string (not a list) is fine when it is bound.
@@ -259,6 +284,21 @@ async def test_an_unknown_role_answers_as_a_wrong_signature_in_body_and_time(jwt
     assert 1 / 3 < unknown_time / wrong_time < 3, (unknown_time, wrong_time)
 
 
+async def test_a_jwt_must_name_the_algorithm_its_key_is_published_for(jwt_api: Api) -> None:
+    # The RSA key is published with "alg": "RS256"; the same key signing PS256 gives a valid signature,
+    # which the declared algorithm refuses.
+    claims = k8s_claims()
+    other = jwt.encode(claims, RSA.key, algorithm="PS256", headers={"kid": RSA.kid})
+    refused(
+        await login(jwt_api, other), 400, "alg PS256 is not the alg RS256 its key is published for", other
+    )
+    assert (await login(jwt_api, RSA.sign(claims))).status_code == 201
+    # A key whose JWK declares no alg verifies every allowed algorithm of its type.
+    for algorithm in ("RS256", "RS512", "PS256"):
+        token = jwt.encode(claims, ANY_RSA.key, algorithm=algorithm, headers={"kid": ANY_RSA.kid})
+        assert (await login(jwt_api, token)).status_code == 201, algorithm
+
+
 async def test_login_floods_are_limited_per_address_and_role(jwt_api: Api) -> None:
     await jwt_api.client.post("/v1/auth/roles/flood", json=ROLE, headers=jwt_api.auth())
     forged = Signer.rsa(RSA.kid).sign(k8s_claims())
@@ -268,6 +308,22 @@ async def test_login_floods_are_limited_per_address_and_role(jwt_api: Api) -> No
     assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
     assert "too many login attempts" in limited.json()["error"]["message"]
     assert (await login(jwt_api, RSA.sign(k8s_claims()))).status_code == 201  # another role still logs in
+
+
+async def test_made_up_role_names_spend_the_address_limit(jwt_api: Api) -> None:
+    # Each made-up role name has a fresh per-role count; the address's count over every role still runs out.
+    forged = Signer.rsa(RSA.kid).sign(k8s_claims())
+    statuses = [
+        (await login(jwt_api, forged, role=f"made-up-{attempt}")).status_code
+        for attempt in range(LOGIN_ADDRESS_BURST + 5)
+    ]
+    assert (
+        statuses[:LOGIN_ADDRESS_BURST] == [400] * LOGIN_ADDRESS_BURST
+        and 429 in statuses[LOGIN_ADDRESS_BURST:]
+    )
+    limited = await login(jwt_api, RSA.sign(k8s_claims()))  # a real role, never tried: the address is spent
+    assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+    assert limited.json()["error"]["message"].startswith("too many login attempts from this address:")
 
 
 async def test_without_config_and_with_the_issuer_down(

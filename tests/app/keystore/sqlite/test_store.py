@@ -612,7 +612,7 @@ def test_unavailable_errors_do_not_name_the_file(
     store = open_keystore(data_dir, master_key)
     try:
 
-        def refuse(self: SqliteKeyStore) -> sqlite3.Connection:
+        def refuse(self: SqliteKeyStore, relaxed: bool = False) -> sqlite3.Connection:
             raise sqlite3.OperationalError("unable to open database file")
 
         monkeypatch.setattr(SqliteKeyStore, "_new_connection", refuse)
