@@ -24,7 +24,21 @@ from app.api.hotpath import KeystreamApp
 from app.api.logfilter import install_stream_abort_filter
 from app.api.openapi import build_openapi
 from app.api.paths import BATCH_PATHS
-from app.api.routes import audit, auth, batch, crypto, datakey, keys, mac, ops, sys, tokens, tools
+from app.api.routes import (
+    audit,
+    auth,
+    batch,
+    crypto,
+    datakey,
+    keys,
+    mac,
+    ops,
+    sys,
+    tokens,
+    tools,
+    transit,
+    transit_keys,
+)
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
 from app.state import close_state, open_state, wipe_secrets
@@ -88,6 +102,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(mac.router)
     app.include_router(tools.router)
     app.include_router(keys.router)
+    app.include_router(transit_keys.router)
+    app.include_router(transit.router)
     app.include_router(tokens.router)
     app.include_router(auth.router)
     app.include_router(audit.router)

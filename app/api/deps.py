@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.api.middleware.body_limit import VERIFIED_PRINCIPAL
+from app.api.middleware.body_limit import VERIFIED_PRINCIPAL, credential
 from app.errors import ForbiddenError, UnsupportedMediaTypeError
 from app.services.security import Principal
 from app.state import ServiceState
@@ -35,7 +35,7 @@ async def get_principal(request: Request, state: StateDep) -> Principal:
     verified = request.scope.get("state", {}).get(VERIFIED_PRINCIPAL)
     if isinstance(verified, Principal):  # the body-limit middleware checked this request's token already
         return verified
-    return await state.tokens.authenticate(request.headers.get("authorization"))
+    return await state.tokens.authenticate(credential(request.scope))
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

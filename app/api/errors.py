@@ -36,6 +36,12 @@ gives each class its status::
         ├── IdentityProviderUnavailableError 503 identity_provider_unavailable + Retry-After (no JWKS)
         └── KeystoreUnavailableError        503 keystore_unavailable + Retry-After (app.keystore.errors)
 
+The Transit-compatible API (paths under ``/v1/transit/``, :mod:`app.api.routes.transit`) answers in Vault's
+shape instead, ``{"errors": ["message"]}``, with Vault's statuses for the same mistakes
+(:data:`TRANSIT_STATUS_BY_ERROR`): a missing or refused token is 403 (Vault's "permission denied"), an
+unknown key or version, a conflict and an invalid field are 400, a path no route serves 404 with
+``{"errors": []}``. The native API keeps its own shape.
+
 A subclass without an entry of its own takes its nearest ancestor's status. Besides the hierarchy, FastAPI's
 request validation and any malformed JSON body (including bytes that are not UTF-8, a UTF-16 body and
 ``NaN``/``Infinity``: :mod:`app.api.strict_json`) become 422
@@ -59,6 +65,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
+from app.api.paths import TRANSIT
 from app.api.strict_json import NonJsonNumberError
 from app.audit import AuditUnavailableError
 from app.errors import (
@@ -98,6 +105,20 @@ STATUS_BY_ERROR: dict[type[KeystreamError], int] = {
     ServiceUnavailableError: 503,
 }
 
+#: The Transit-compatible API's status per error class (Vault's for the same mistakes; see the module doc).
+TRANSIT_STATUS_BY_ERROR: dict[type[KeystreamError], int] = {
+    KeystreamError: 400,
+    UnauthorizedError: 403,
+    ForbiddenError: 403,
+    NotFoundError: 400,
+    ConflictError: 400,
+    PayloadTooLargeError: 413,
+    UnsupportedMediaTypeError: 400,
+    ValidationError: 400,
+    TooManyRequestsError: 429,
+    ServiceUnavailableError: 503,
+}
+
 _HTTP_CODES: dict[int, str] = {
     400: "bad_request",
     401: "unauthorized",
@@ -116,14 +137,19 @@ _HTTP_CODES: dict[int, str] = {
 _logger = logging.getLogger("keystream.errors")
 
 
-def http_status(exc: KeystreamError) -> int:
-    """The HTTP status of ``exc``: its class's entry in :data:`STATUS_BY_ERROR`, else its nearest ancestor's
-    (400 for a class outside the hierarchy's table)."""
+def http_status(exc: KeystreamError, table: dict[type[KeystreamError], int] = STATUS_BY_ERROR) -> int:
+    """The HTTP status of ``exc``: its class's entry in ``table`` (:data:`STATUS_BY_ERROR`, or
+    :data:`TRANSIT_STATUS_BY_ERROR`), else its nearest ancestor's (400 for a class outside the table)."""
     for klass in type(exc).__mro__:
-        status = STATUS_BY_ERROR.get(klass)
+        status = table.get(klass)
         if status is not None:
             return status
     return 400
+
+
+def is_transit(scope: Scope | None) -> bool:
+    """Whether the request is one of the Transit-compatible API's, which answers errors in Vault's shape."""
+    return scope is not None and str(scope.get("path", "")).startswith(TRANSIT)
 
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
@@ -131,18 +157,40 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
 
 
-def error_response(
-    status_code: int, code: str, message: str, headers: dict[str, str] | None = None
+def vault_error_response(
+    status_code: int,
+    messages: list[str],
+    headers: dict[str, str] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> Response:
-    """A JSON error response in the service's shape."""
+    """A JSON error response in Vault's shape, ``{"errors": [...]}`` (the Transit-compatible API's); ``data``
+    is added when given (a batch whose every item failed carries its ``batch_results``, as Vault's does)."""
+    body: dict[str, Any] = {"errors": messages}
+    if data is not None:
+        body["data"] = data
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+def error_response(
+    status_code: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    scope: Scope | None = None,
+) -> Response:
+    """A JSON error response in the service's shape (Vault's when ``scope`` is a Transit API request)."""
+    if is_transit(scope):
+        return vault_error_response(status_code, [message], headers)
     return JSONResponse(error_body(code, message), status_code=status_code, headers=headers)
 
 
-def keystream_error_response(exc: KeystreamError) -> Response:
+def keystream_error_response(exc: KeystreamError, scope: Scope | None = None) -> Response:
     """The response for a domain error: its status, code and message (401 adds ``WWW-Authenticate``; an
     unavailable keystore or audit log, a full batch budget, a backend pool being rebuilt or a recently
-    deleted key name, a sealed server add ``Retry-After``)."""
-    status = http_status(exc)
+    deleted key name, a sealed server add ``Retry-After``). Given a Transit API request's ``scope``: Vault's
+    status and shape."""
+    transit = is_transit(scope)
+    status = http_status(exc, TRANSIT_STATUS_BY_ERROR if transit else STATUS_BY_ERROR)
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
@@ -158,12 +206,15 @@ def keystream_error_response(exc: KeystreamError) -> Response:
         | TooManyRequestsError,
     ):
         headers["Retry-After"] = str(exc.retry_after_seconds)
+    if transit:
+        headers.pop("WWW-Authenticate", None)
+        return vault_error_response(status, [exc.message], headers or None)
     return error_response(status, exc.code, exc.message, headers or None)
 
 
 def _keystream_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, KeystreamError)
-    return keystream_error_response(exc)
+    return keystream_error_response(exc, request.scope)
 
 
 def _validation_message(errors: Sequence[Any]) -> str:
@@ -178,11 +229,14 @@ def _validation_message(errors: Sequence[Any]) -> str:
 
 def _request_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    return validation_error_response(exc)
+    return validation_error_response(exc, request.scope)
 
 
-def validation_error_response(exc: RequestValidationError) -> Response:
-    """The 422 ``validation_error`` answer to a request that does not fit its route's schema."""
+def validation_error_response(exc: RequestValidationError, scope: Scope | None = None) -> Response:
+    """The 422 ``validation_error`` answer to a request that does not fit its route's schema (400 in
+    Vault's shape for a Transit API request, as Vault answers a field it cannot parse)."""
+    if is_transit(scope):
+        return vault_error_response(400, [_validation_message(exc.errors())])
     return error_response(422, "validation_error", _validation_message(exc.errors()))
 
 
@@ -224,13 +278,15 @@ def _http_exception(request: Request, exc: Exception) -> Response:
     cause = exc.__cause__
     if exc.status_code == 400 and isinstance(cause, UnicodeDecodeError | RecursionError | NonJsonNumberError):
         # FastAPI's body parsing turns every error but json.JSONDecodeError into a generic 400
-        return validation_error_response(malformed_json_error(cause))
+        return validation_error_response(malformed_json_error(cause), request.scope)
     code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
     headers = dict(exc.headers) if exc.headers else {}
     if exc.status_code == 405:
         headers["Allow"] = ", ".join(allowed_methods(request.app.router.routes, request.scope))
-    return error_response(exc.status_code, code, message, headers or None)
+    if is_transit(request.scope) and exc.status_code == 404:
+        return vault_error_response(404, [], headers or None)  # Vault's answer to a path or key it lacks
+    return error_response(exc.status_code, code, message, headers or None, request.scope)
 
 
 def unexpected_error_response(exc: Exception, scope: Scope) -> Response:
@@ -239,7 +295,7 @@ def unexpected_error_response(exc: Exception, scope: Scope) -> Response:
     route = getattr(scope.get("route"), "path", "unmatched")
     frames = "".join(traceback.format_tb(exc.__traceback__))
     _logger.error("unhandled %s on %s %s\n%s", type(exc).__name__, scope.get("method"), route, frames)
-    return error_response(500, "internal_error", "internal server error")
+    return error_response(500, "internal_error", "internal server error", scope=scope)
 
 
 def install_error_handlers(app: FastAPI) -> None:

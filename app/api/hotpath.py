@@ -96,7 +96,7 @@ class KeystreamApp(FastAPI):
             and scope["path"] not in OPEN_WHILE_SEALED
         ):
             # Ahead of the shortcut and of FastAPI's stack: nothing that needs the key runs.
-            await keystream_error_response(SEALED)(scope, receive, send)
+            await keystream_error_response(SEALED, scope)(scope, receive, send)
             return
         fast = self._fast
         if (

@@ -12,6 +12,9 @@ a route, so :func:`build_openapi` completes it in one place:
 * the ``name`` path parameter carries the key-name pattern, ``token_id`` the token-id pattern (but not
   ``self``), ``backend``
   the backends this service accepts;
+* the Transit-compatible API's operations (``/v1/transit/``) answer errors in Vault's shape
+  (:data:`VAULT_ERROR_SCHEMA`), with 403 where the native API says 401, and take the token as
+  ``X-Vault-Token`` too;
 * the streaming routes (plain Starlette routes, which FastAPI does not list) come from :func:`openapi_paths`,
   which documents the parameters :class:`app.api.params.CryptoParams` parses.
 """
@@ -25,7 +28,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.api.params import BASE64_PATTERN, MAX_INTEGER_PARAMETER
-from app.api.paths import NO_TOKEN_PATHS, STREAMING_PATHS, V1
+from app.api.paths import NO_TOKEN_PATHS, STREAMING_PATHS, TRANSIT, V1
 from app.keystore import KEY_NAME_PATTERN
 from app.keystore.checks import TOKEN_ID_PATTERN
 from app.services.raw import MAX_OFFSET
@@ -41,6 +44,14 @@ ERROR_SCHEMA: dict[str, Any] = {
             "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
         }
     },
+}
+
+#: The Transit-compatible API's error body (Vault's; see :mod:`app.api.errors`): ``data`` only when every
+#: item of a batch failed.
+VAULT_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["errors"],
+    "properties": {"errors": {"type": "array", "items": {"type": "string"}}, "data": {"type": "object"}},
 }
 
 _DESCRIPTIONS = {
@@ -61,9 +72,20 @@ _NOT_V1_400 = "more than one Authorization header (refused on every route)"
 #: Answers every operation can give, and every ``/v1`` operation.
 _EVERY_OPERATION = (400,)
 _EVERY_V1_OPERATION = (400, 401, 413, 503)
+#: Answers every Transit operation can give (a missing or refused token is 403 there, as in Vault).
+_EVERY_TRANSIT_OPERATION = (400, 403, 413, 503)
+_TRANSIT_DESCRIPTIONS = {
+    400: "bad request: a malformed or invalid field, an unknown key or version, a ciphertext that does not "
+    "verify, deletion not allowed, or every item of a batch failed",
+    403: "missing or invalid token, or the token lacks the scope or no key pattern matches",
+    404: "no such key (read), no key to list, or an unknown path",
+    405: "GET without ?list=true on the key list",
+}
 
 _ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
 _BEARER = {"type": "http", "scheme": "bearer", "bearerFormat": "ks_<id>_<secret>"}
+_VAULT_ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/VaultError"}}}
+_VAULT_TOKEN = {"type": "apiKey", "in": "header", "name": "X-Vault-Token"}
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -94,7 +116,20 @@ def _description(path: str, status: int) -> str | None:
     return _DESCRIPTIONS.get(status)
 
 
+def _complete_transit_responses(operation: dict[str, Any]) -> None:
+    responses = operation.setdefault("responses", {})
+    for status in _EVERY_TRANSIT_OPERATION:
+        responses.setdefault(str(status), {"description": ""})
+    for status, response in responses.items():
+        if int(status) >= 400:
+            response["content"] = _VAULT_ERROR_CONTENT
+            response["description"] = _TRANSIT_DESCRIPTIONS.get(int(status)) or _DESCRIPTIONS[int(status)]
+
+
 def _complete_responses(path: str, operation: dict[str, Any]) -> None:
+    if path.startswith(TRANSIT):
+        _complete_transit_responses(operation)
+        return
     responses = operation.setdefault("responses", {})
     common = _EVERY_V1_OPERATION if path.startswith(V1) else _EVERY_OPERATION
     for status in common:
@@ -132,16 +167,19 @@ def build_openapi(app: FastAPI, backends: Sequence[str], batch_paths: Sequence[s
     _batch_errors(paths, batch_paths)
     for path, item in paths.items():
         for operation in item.values():
-            if path.startswith(V1) and path not in NO_TOKEN_PATHS:
+            if path.startswith(TRANSIT):
+                operation["security"] = [{"bearer": []}, {"vault_token": []}]
+            elif path.startswith(V1) and path not in NO_TOKEN_PATHS:
                 operation["security"] = [{"bearer": []}]
             _complete_parameters(operation, backends)
             _complete_responses(path, operation)
     components = schema.setdefault("components", {})
-    components["securitySchemes"] = {"bearer": _BEARER}
+    components["securitySchemes"] = {"bearer": _BEARER, "vault_token": _VAULT_TOKEN}
     schemas = components.setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422 body, replaced by Error
         schemas.pop(unused, None)
     schemas["Error"] = ERROR_SCHEMA
+    schemas["VaultError"] = VAULT_ERROR_SCHEMA
     return schema
 
 

@@ -9,13 +9,15 @@ associated-data checks.
 from __future__ import annotations
 
 import binascii
-from collections.abc import Mapping
-from typing import Annotated, NamedTuple
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BeforeValidator, Field
 from starlette.requests import Request
 
 from app.errors import BadRequestError, PayloadTooLargeError, UnsupportedMediaTypeError, ValidationError
+from app.keystore import MAX_AUTO_ROTATE_PERIOD, MIN_AUTO_ROTATE_PERIOD
 from app.services.raw import MAX_OFFSET
 
 
@@ -231,3 +233,42 @@ def check_associated_data(data: bytes, limit: int) -> bytes:
 
 #: Standard base64 with padding (documented in schemas; checked by decoding, 400 when it fails).
 BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+_PERIOD_DESCRIPTION = (
+    "Automatic rotation period: seconds, or a duration such as 24h, 90m, 1h30m or 7d (units d, h, m, s). 0 "
+    "turns automatic rotation off; otherwise at least 1 hour (3600 s) and at most 10 years: a duration "
+    "string outside that range gets 400. The key rotates once its latest version is this old, exactly once "
+    "across all workers and replicas. Read back in seconds."
+)
+#: The schema of a period: 0, or an integer in range, or a string of seconds or of a duration.
+_PERIOD_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "enum": [0]},
+        {"type": "integer", "minimum": MIN_AUTO_ROTATE_PERIOD, "maximum": MAX_AUTO_ROTATE_PERIOD},
+        {"type": "string", "pattern": r"^(?:[0-9]{1,10}|(?:[0-9]{1,10}[dhms]){1,4})$"},
+    ]
+}
+AutoRotatePeriod = Annotated[
+    int | str,
+    Field(description=_PERIOD_DESCRIPTION, examples=[86400, "24h"], json_schema_extra=_PERIOD_SCHEMA),
+]
+
+#: Most random bytes one call returns.
+MAX_RANDOM_BYTES = 65536
+#: The digests of ``/v1/hash``, by their API names (Vault's).
+HASHES: dict[str, Callable[[bytes], Any]] = {
+    "sha2-224": hashlib.sha224,
+    "sha2-256": hashlib.sha256,
+    "sha2-384": hashlib.sha384,
+    "sha2-512": hashlib.sha512,
+    "sha3-224": hashlib.sha3_224,
+    "sha3-256": hashlib.sha3_256,
+    "sha3-384": hashlib.sha3_384,
+    "sha3-512": hashlib.sha3_512,
+}
+#: The output encodings of random bytes and digests.
+Encoding = Literal["base64", "hex"]
+HashAlgorithm = Literal[
+    "sha2-224", "sha2-256", "sha2-384", "sha2-512", "sha3-224", "sha3-256", "sha3-384", "sha3-512"
+]

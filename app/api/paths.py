@@ -51,6 +51,27 @@ STREAMING_PATHS = {"encrypt": ENCRYPT, "decrypt": DECRYPT, "rewrap": REWRAP}
 #: The batch routes, by operation (JSON bodies bounded by ``batch_max_bytes``, read by hand).
 BATCH_PATHS = {operation: f"{path}/batch" for operation, path in STREAMING_PATHS.items()}
 
+#: The Transit-compatible API (:mod:`app.api.routes.transit`): Vault's paths, request and answer shapes under
+#: this mount, errors as ``{"errors": [...]}`` (:mod:`app.api.errors`).
+TRANSIT = "/v1/transit/"
+TRANSIT_KEYS = f"{TRANSIT}keys"
+TRANSIT_KEY = f"{TRANSIT_KEYS}/{{name}}"
+TRANSIT_KEY_CONFIG = f"{TRANSIT_KEY}/config"
+TRANSIT_KEY_ROTATE = f"{TRANSIT_KEY}/rotate"
+TRANSIT_ENCRYPT = f"{TRANSIT}encrypt/{{name}}"
+TRANSIT_DECRYPT = f"{TRANSIT}decrypt/{{name}}"
+TRANSIT_REWRAP = f"{TRANSIT}rewrap/{{name}}"
+#: ``kind`` is ``plaintext`` or ``wrapped``.
+TRANSIT_DATAKEY = f"{TRANSIT}datakey/{{kind}}/{{name}}"
+TRANSIT_HMAC = f"{TRANSIT}hmac/{{name}}"
+TRANSIT_HMAC_ALGORITHM = f"{TRANSIT_HMAC}/{{url_algorithm}}"
+TRANSIT_VERIFY = f"{TRANSIT}verify/{{name}}"
+TRANSIT_VERIFY_ALGORITHM = f"{TRANSIT_VERIFY}/{{url_algorithm}}"
+TRANSIT_RANDOM = f"{TRANSIT}random"
+TRANSIT_RANDOM_BYTES = f"{TRANSIT_RANDOM}/{{url_bytes}}"
+TRANSIT_HASH = f"{TRANSIT}hash"
+TRANSIT_HASH_ALGORITHM = f"{TRANSIT_HASH}/{{url_algorithm}}"
+
 TOKENS = "/v1/tokens"
 #: The path segment that names the caller's own token, never a token id (:mod:`app.api.routes.tokens`).
 SELF = "self"

@@ -42,7 +42,7 @@ ALGORITHMS: dict[str, Callable[..., HASH]] = {
 }
 #: Text before the version number in a tag.
 TAG_PREFIX = "ks:v"
-_TAG = re.compile(r"ks:v([1-9][0-9]{0,9}):([A-Za-z0-9+/]*={0,2})")
+_TAG_BODY = r"([1-9][0-9]{0,9}):([A-Za-z0-9+/]*={0,2})"
 _INNER_PAD = 0x3636363636363636
 _OUTER_PAD = 0x5C5C5C5C5C5C5C5C
 
@@ -124,28 +124,29 @@ class Signer:
         outer.update(inner.digest())
         return outer.digest()
 
-    def tag(self, data: bytes) -> str:
-        """The tag text of ``data``: ``ks:v<version>:<base64>``."""
-        return f"{TAG_PREFIX}{self.version}:{base64.b64encode(self.digest(data)).decode()}"
+    def tag(self, data: bytes, prefix: str = TAG_PREFIX) -> str:
+        """The tag text of ``data``: ``ks:v<version>:<base64>`` (the Transit API passes ``vault:v``)."""
+        return f"{prefix}{self.version}:{base64.b64encode(self.digest(data)).decode()}"
 
     def verify(self, data: bytes, digest: bytes) -> bool:
         """Whether ``digest`` is the HMAC of ``data`` (constant-time comparison)."""
         return hmac.compare_digest(self.digest(data), digest)
 
 
-def parse_tag(text: str) -> tuple[int, bytes]:
-    """The version and raw HMAC of a tag's text.
+def parse_tag(text: str, prefix: str = TAG_PREFIX) -> tuple[int, bytes]:
+    """The version and raw HMAC of a tag's text, ``<prefix><version>:<base64>`` (``ks:v`` natively).
 
     Raises:
-        BadRequestError: not ``ks:v<version>:<base64>``, or a digest of no algorithm's length.
+        BadRequestError: another shape, or a digest of no algorithm's length.
     """
-    match = _TAG.fullmatch(text)
+    shape = f"hmac must look like {prefix}<version>:<base64>"
+    match = re.fullmatch(re.escape(prefix) + _TAG_BODY, text)
     if match is None:
-        raise BadRequestError("hmac must look like ks:v<version>:<base64>")
+        raise BadRequestError(shape)
     try:
         digest = base64.b64decode(match.group(2), validate=True)
     except binascii.Error:
-        raise BadRequestError("hmac must look like ks:v<version>:<base64>") from None
+        raise BadRequestError(shape) from None
     if len(digest) not in (32, 48, 64):
         raise BadRequestError("hmac's digest has the length of no supported algorithm")
     return int(match.group(1)), digest

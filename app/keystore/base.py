@@ -510,7 +510,8 @@ class KeyStore(abc.ABC):
         ``reissuable`` says its holder can get another one just by asking again (a token a login issued:
         the workload logs in again): a store may then commit it with less durability, never losing it to a
         crash of the process but possibly to a power loss (SQLite in WAL mode commits it with
-        ``synchronous=NORMAL``; docs/operations.md). A token an admin creates is never reissuable.
+        ``synchronous=NORMAL``, PostgreSQL with ``synchronous_commit = off``; docs/operations.md). A token an
+        admin creates is never reissuable.
 
         Raises:
             BadRequestError: invalid token id or field types.

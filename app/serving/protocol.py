@@ -19,6 +19,11 @@ response. :class:`BoundedHttpToolsProtocol`:
   counts against the cap, can be evicted and has a deadline from its TCP accept. Under uvicorn's own TLS the
   protocol saw a connection only after its handshake: 3,000 silent TCP connections took a 2-worker HTTPS
   server with 1,024 fds per worker down for uvloop's 60 s handshake timeout;
+* takes Vault's ``LIST`` method (what hvac and the ``vault`` CLI send to list keys), which llhttp refuses:
+  a request line beginning ``LIST `` at the start of a received chunk (where a client's request begins)
+  is parsed as ``GET`` and handed to the app with ``scope["method"] == "LIST"``
+  (:data:`LIST_METHOD`); a ``LIST`` that arrives split across chunks or behind another pipelined request
+  stays malformed HTTP (400);
 * puts the client certificate the handshake verified (mTLS) into every request's scope as the ASGI TLS
   extension, ``scope["extensions"]["tls"]`` (:func:`app.serving.tls.client_tls_extension`, built once per
   connection); a connection without one, or plain HTTP, gets no ``tls`` extension.
@@ -46,6 +51,10 @@ from app.serving.access_log import RouteAccessLog
 from app.serving.errors import raw_error_response
 from app.serving.limits import ConnectionLimits, ConnectionWatch, Phase
 from app.serving.tls import ServerTls, client_tls_extension
+
+#: How Vault's ``LIST`` method begins a request line, and what the parser is given in its place.
+LIST_METHOD = b"LIST "
+_LIST_AS = b"GET "
 
 
 def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> Any:
@@ -158,6 +167,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_received = 0  # bytes received while the head was incomplete
         self._head_parsed = 0  # URL and header bytes the parser delivered for the current request
         self._head_too_large = False
+        self._list_request = False  # the current request came as LIST (parsed as GET)
 
     # Connection limits: the phase and its clock, read by the ConnectionWatch.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -277,6 +287,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self.phase, self.since = Phase.BODY, self.loop.time()
         super().on_headers_complete()
+        if self._list_request:
+            self._list_request = False
+            self.scope["method"] = "LIST"  # the app task starts later: it sees LIST
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:
             cycle.transport = cast(asyncio.Transport, _HeadWithBody(self.transport))
@@ -302,6 +315,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._head_too_large:
             return  # answered 431; the transport is closing
+        if self._in_head and self._head_received == 0 and data.startswith(LIST_METHOD):
+            data = _LIST_AS + data[len(LIST_METHOD) :]
+            self._list_request = True
         if self._in_head:
             self._head_received += len(data)
         self._unset_keepalive_if_required()

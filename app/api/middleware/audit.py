@@ -254,7 +254,7 @@ class _Audited:
         await send(message)
 
     async def _refuse(self, exc: AuditUnavailableError, send: Send) -> None:
-        response = keystream_error_response(exc)
+        response = keystream_error_response(exc, self.scope)
         response.headers["Keystream-Request-Id"] = self.exchange.request_id
         await response(self.scope, _no_receive, send)
 

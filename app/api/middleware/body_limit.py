@@ -9,7 +9,8 @@ instead of 401). :class:`BodyLimitMiddleware` runs before routing and, for ``/v1
 streaming ``/v1/keys/{name}/encrypt``, ``/decrypt`` and ``/rewrap`` (which authenticate first themselves, then
 read a body of up to ``small_body_max_bytes`` whole and stream any other):
 
-1. verifies the bearer token (401 in the service's JSON error shape, body unread, when it is missing or
+1. verifies the bearer token (on the Transit API's paths, ``X-Vault-Token`` when no ``Authorization`` is
+   sent: :func:`credential`) (401 in the service's JSON error shape, body unread, when it is missing or
    invalid); the route still checks scopes and key patterns. ``/v1/sys/seal-status`` and ``/unseal`` take
    no token (:data:`NO_TOKEN_PATHS`: a sealed server can verify tokens, but an operator holding a share
    needs none, as with Vault); their bodies are bounded all the same;
@@ -30,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response, keystream_error_response
 from app.api.params import is_ascii_integer
-from app.api.paths import BATCH_ROUTE, NO_TOKEN_PATHS, STREAMING_ROUTE, V1
+from app.api.paths import BATCH_ROUTE, NO_TOKEN_PATHS, STREAMING_ROUTE, TRANSIT, V1
 from app.errors import BadRequestError, KeystreamError
 from app.services.budget import ByteBudget, OverloadedError
 from app.state import ServiceState
@@ -41,6 +42,8 @@ from app.state import ServiceState
 VERIFIED_PRINCIPAL = "keystream.principal"
 #: The answer to a request with more than one ``Authorization`` header (any route).
 REPEATED_AUTHORIZATION = BadRequestError("more than one Authorization header: send exactly one bearer token")
+#: The answer to a Transit API request with more than one ``X-Vault-Token`` header.
+REPEATED_VAULT_TOKEN = BadRequestError("more than one X-Vault-Token header: send exactly one token")
 #: A batch body without Content-Length first reserves this much of the batch budget, then doubles it.
 CHUNKED_RESERVE = 1 << 20
 
@@ -70,6 +73,18 @@ def _header(scope: Scope, wanted: bytes) -> str | None:
     return None
 
 
+def credential(scope: Scope) -> str | None:
+    """The request's ``Authorization`` value; on a Transit API path without one, its ``X-Vault-Token``
+    header as a bearer token (what Vault's clients, hvac included, send). The token is the same Keystream
+    token either way."""
+    authorization = _header(scope, b"authorization")
+    if authorization is None and scope["path"].startswith(TRANSIT):
+        token = _header(scope, b"x-vault-token")
+        if token is not None:
+            return f"Bearer {token}"
+    return authorization
+
+
 class BodyLimitMiddleware:
     """Authenticate, then read a bounded body, before the JSON ``/v1`` routes run (see the module doc)."""
 
@@ -83,7 +98,10 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         if _repeated(scope, b"authorization"):
-            await keystream_error_response(REPEATED_AUTHORIZATION)(scope, receive, send)
+            await keystream_error_response(REPEATED_AUTHORIZATION, scope)(scope, receive, send)
+            return
+        if _repeated(scope, b"x-vault-token") and scope["path"].startswith(TRANSIT):
+            await keystream_error_response(REPEATED_VAULT_TOKEN, scope)(scope, receive, send)
             return
         limit = body_limit(scope["path"], self.json_limit, self.batch_limit)
         if limit is None:
@@ -92,16 +110,16 @@ class BodyLimitMiddleware:
         state: ServiceState = scope["app"].state.keystream
         try:
             if scope["path"] not in NO_TOKEN_PATHS:
-                principal = await state.tokens.authenticate(_header(scope, b"authorization"))
+                principal = await state.tokens.authenticate(credential(scope))
                 scope.setdefault("state", {})[VERIFIED_PRINCIPAL] = principal
             declared = _header(scope, b"content-length")
             if declared is not None and not is_ascii_integer(declared):
-                await error_response(400, "bad_request", "Content-Length must be a number")(
+                await error_response(400, "bad_request", "Content-Length must be a number", scope=scope)(
                     scope, receive, send
                 )
                 return
         except KeystreamError as exc:
-            await keystream_error_response(exc)(scope, receive, send)
+            await keystream_error_response(exc, scope)(scope, receive, send)
             return
         if declared is not None and int(declared) > limit:
             await _too_large(scope, receive, send, f"request body is {declared} bytes; the limit is {limit}")
@@ -198,7 +216,7 @@ async def _read_body(
 
 
 async def _too_large(scope: Scope, receive: Receive, send: Send, message: str) -> None:
-    response = error_response(413, "payload_too_large", message, {"Connection": "close"})
+    response = error_response(413, "payload_too_large", message, {"Connection": "close"}, scope)
     await response(scope, receive, send)
 
 

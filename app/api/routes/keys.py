@@ -8,7 +8,7 @@ scope and a matching pattern. Every change invalidates the key cache entry of th
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from anyio import to_thread
 from fastapi import APIRouter, Response, status
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api import paths
 from app.api.deps import AdminDep, JsonBody, PrincipalDep, StateDep
 from app.api.openapi import errors
+from app.api.params import AutoRotatePeriod
 from app.api.strict_json import StrictJsonRoute
 from app.core.master_key_format import decode_secret_base64
 from app.core.schemes import DEFAULT_SCHEME, Scheme
@@ -24,9 +25,7 @@ from app.errors import BadRequestError, ForbiddenError
 from app.keystore import (
     DEFAULT_SEGMENT_SIZE,
     KEY_NAME_PATTERN,
-    MAX_AUTO_ROTATE_PERIOD,
     MAX_SEGMENT_SIZE,
-    MIN_AUTO_ROTATE_PERIOD,
     MIN_SEGMENT_SIZE,
 )
 
@@ -40,26 +39,6 @@ _SCHEME_DESCRIPTION = (
     "The sealed format's per-segment primitive, fixed for the key's life: ctr-hmac (Tink "
     "AesCtrHmacStreaming) or gcm (Tink AesGcmHkdfStreaming)."
 )
-
-
-_PERIOD_DESCRIPTION = (
-    "Automatic rotation period: seconds, or a duration such as 24h, 90m, 1h30m or 7d (units d, h, m, s). 0 "
-    "turns automatic rotation off; otherwise at least 1 hour (3600 s) and at most 10 years: a duration "
-    "string outside that range gets 400. The key rotates once its latest version is this old, exactly once "
-    "across all workers and replicas. Read back in seconds."
-)
-#: The schema of a period: 0, or an integer in range, or a string of seconds or of a duration.
-_PERIOD_SCHEMA = {
-    "anyOf": [
-        {"type": "integer", "enum": [0]},
-        {"type": "integer", "minimum": MIN_AUTO_ROTATE_PERIOD, "maximum": MAX_AUTO_ROTATE_PERIOD},
-        {"type": "string", "pattern": r"^(?:[0-9]{1,10}|(?:[0-9]{1,10}[dhms]){1,4})$"},
-    ]
-}
-AutoRotatePeriod = Annotated[
-    int | str,
-    Field(description=_PERIOD_DESCRIPTION, examples=[86400, "24h"], json_schema_extra=_PERIOD_SCHEMA),
-]
 
 
 class CreateKeyRequest(BaseModel):

@@ -9,10 +9,8 @@ involved, so any valid token may call them (no scope). Random bytes come from :f
 from __future__ import annotations
 
 import base64
-import hashlib
 import secrets
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,28 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api import paths
 from app.api.deps import JsonBody, PrincipalDep
 from app.api.openapi import errors
-from app.api.params import BASE64_PATTERN, decode_base64
+from app.api.params import BASE64_PATTERN, HASHES, MAX_RANDOM_BYTES, Encoding, HashAlgorithm, decode_base64
 from app.api.strict_json import StrictJsonRoute
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["tools"])
 
-#: Most random bytes one call returns.
-MAX_RANDOM_BYTES = 65536
-#: The digests of ``/v1/hash``, by their API names (Vault's).
-HASHES: dict[str, Callable[[bytes], Any]] = {
-    "sha2-224": hashlib.sha224,
-    "sha2-256": hashlib.sha256,
-    "sha2-384": hashlib.sha384,
-    "sha2-512": hashlib.sha512,
-    "sha3-224": hashlib.sha3_224,
-    "sha3-256": hashlib.sha3_256,
-    "sha3-384": hashlib.sha3_384,
-    "sha3-512": hashlib.sha3_512,
-}
-Encoding = Literal["base64", "hex"]
-HashAlgorithm = Literal[
-    "sha2-224", "sha2-256", "sha2-384", "sha2-512", "sha3-224", "sha3-256", "sha3-384", "sha3-512"
-]
 _FORMAT: Any = Field(default="base64", description="base64 or hex")
 
 

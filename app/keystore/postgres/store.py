@@ -253,9 +253,17 @@ class PostgresKeyStore(KeyStore):
         changes.append_change(conn, "token_created", token_id=record.token_id)
 
     def _insert_token(self, record: TokenRecord, reissuable: bool = False) -> None:
-        """As the template says; ``reissuable`` changes nothing here: every commit waits for the WAL flush
-        (and for the synchronous standbys the server is configured with)."""
-        self._database.write(lambda conn: self._insert_token_in(conn, record))
+        """As the template says. A ``reissuable`` token (a login's) commits with ``synchronous_commit = off``
+        for its transaction alone (``SET LOCAL``): the answer does not wait for the WAL flush nor for
+        synchronous standbys, so a crash of the database server or a failover right after may lose it (never
+        corrupt anything: PostgreSQL's asynchronous commit); every other write waits as configured."""
+
+        def work(conn: Connection) -> None:
+            if reissuable:
+                conn.execute("SET LOCAL synchronous_commit = off")
+            self._insert_token_in(conn, record)
+
+        self._database.write(work)
 
     def _read_token(self, token_id: str) -> TokenRecord | None:
         return self._database.read(lambda conn: tokens.read_token(conn, token_id))

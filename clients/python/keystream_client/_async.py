@@ -343,15 +343,19 @@ class AsyncKeystreamClient(BaseClient):
     # -- seal ------------------------------------------------------------------------------------------------
     async def seal_status(self) -> SealStatus:
         """As :meth:`KeystreamClient.seal_status`."""
-        return parse_seal_status(await self._send(Call("GET", "/v1/sys/seal-status")))
+        return parse_seal_status(await self._send(Call("GET", "/v1/sys/seal-status", authenticated=False)))
 
     async def unseal(self, share: str) -> SealStatus:
         """As :meth:`KeystreamClient.unseal`."""
-        return parse_seal_status(await self._send(Call("POST", "/v1/sys/unseal", {"key": share})))
+        return parse_seal_status(
+            await self._send(Call("POST", "/v1/sys/unseal", {"key": share}, authenticated=False))
+        )
 
     async def unseal_reset(self) -> SealStatus:
         """As :meth:`KeystreamClient.unseal_reset`."""
-        return parse_seal_status(await self._send(Call("POST", "/v1/sys/unseal", {"reset": True})))
+        return parse_seal_status(
+            await self._send(Call("POST", "/v1/sys/unseal", {"reset": True}, authenticated=False))
+        )
 
     async def seal(self) -> SealStatus:
         """As :meth:`KeystreamClient.seal`."""

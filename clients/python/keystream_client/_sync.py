@@ -488,7 +488,7 @@ class KeystreamClient(SyncStreamingClient):
         Raises:
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_seal_status(self._send(Call("GET", "/v1/sys/seal-status")))
+        return parse_seal_status(self._send(Call("GET", "/v1/sys/seal-status", authenticated=False)))
 
     def unseal(self, share: str) -> SealStatus:
         """Give this server one unseal share (no token needed); at the threshold it unseals.
@@ -498,7 +498,9 @@ class KeystreamClient(SyncStreamingClient):
                 progress is unchanged), 429 ``too_many_requests``.
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_seal_status(self._send(Call("POST", "/v1/sys/unseal", {"key": share})))
+        return parse_seal_status(
+            self._send(Call("POST", "/v1/sys/unseal", {"key": share}, authenticated=False))
+        )
 
     def unseal_reset(self) -> SealStatus:
         """Forget the shares given to this server so far.
@@ -506,7 +508,9 @@ class KeystreamClient(SyncStreamingClient):
         Raises:
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_seal_status(self._send(Call("POST", "/v1/sys/unseal", {"reset": True})))
+        return parse_seal_status(
+            self._send(Call("POST", "/v1/sys/unseal", {"reset": True}, authenticated=False))
+        )
 
     def seal(self) -> SealStatus:
         """Seal this server (admin token): its master key is wiped until the threshold of shares is given.

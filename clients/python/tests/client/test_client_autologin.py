@@ -214,3 +214,17 @@ def test_role_and_file_as_arguments(
     with KeystreamClient(server.url, role=ROLE, jwt_file=environment) as ks:
         assert ks.token_self().metadata == {"role": ROLE, "subject": sub}
         assert "ks_" not in repr(ks) and "ks_" not in repr(ks._jwt_login)
+
+
+async def test_calls_that_need_no_token_do_not_log_in(
+    environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The JWT file is missing: a call that logged in would raise KeystreamLoginError. The seal's status is
+    # what an operator asks a sealed server, which could not answer a login.
+    monkeypatch.setenv("KEYSTREAM_ROLE", ROLE)
+    with KeystreamClient() as ks:
+        assert ks.seal_status().sealed is False and ks.health()
+        with pytest.raises(KeystreamAPIError):
+            ks.login_jwt(ROLE, k8s_jwt(namespace="other"))  # answered by the service, not by the file
+    async with AsyncKeystreamClient() as async_ks:
+        assert (await async_ks.seal_status()).sealed is False

@@ -1,0 +1,285 @@
+"""The Transit-compatible API's data operations: encrypt, decrypt, rewrap, datakey, hmac and verify.
+
+Vault's paths under ``/v1/transit/``, its bodies (base64 ``plaintext``, ``vault:v<N>:`` ciphertexts,
+``key_version``, ``associated_data``, ``batch_input`` / ``batch_results`` with ``reference``) and its
+answers (:func:`~app.api.vault.vault_answer`). Ciphertexts are Transit's layout, not the
+native sealed format (:mod:`app.services.transit`), so Vault's clients and ciphertexts work unchanged.
+
+Scopes are the native ones: encrypt, decrypt, rewrap, hmac, verify; ``datakey/wrapped`` needs encrypt and
+``datakey/plaintext`` encrypt and decrypt (it hands out what a decrypt would). A batch answers 200 when at
+least one item succeeded (each failed item carries its ``error``) and 400 when every item failed, as Vault.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import Field
+from starlette.exceptions import HTTPException
+
+from app.api import paths
+from app.api.deps import PrincipalDep, StateDep
+from app.api.errors import vault_error_response
+from app.api.middleware.audit import note
+from app.api.params import check_associated_data, decode_base64
+from app.api.strict_json import StrictJsonRoute
+from app.api.vault import TransitModel, transit_errors, vault_answer
+from app.errors import BadRequestError, KeystreamError
+from app.services import macs, transit
+from app.services.transit import Signer, TransitCipher
+from app.state import ServiceState
+
+router = APIRouter(route_class=StrictJsonRoute, tags=["transit"])
+
+#: ``bits`` a data key may have, as Vault allows.
+DATA_KEY_BITS = (128, 256, 512)
+_TEXT = Field(default=None, max_length=1 << 24)
+
+
+class Item(TransitModel):
+    plaintext: str | None = _TEXT
+    ciphertext: str | None = _TEXT
+    input: str | None = _TEXT
+    hmac: str | None = Field(default=None, max_length=200)
+    associated_data: str | None = _TEXT
+    key_version: int | None = Field(default=None, ge=1)
+    context: str | None = None
+    nonce: str | None = None
+    reference: str | None = Field(default=None, max_length=256)
+    signature: str | None = None
+
+
+class CryptoRequest(Item):
+    batch_input: list[Item] | None = None
+    algorithm: str | None = None
+    hash_algorithm: str | None = None
+
+
+class DataKeyRequest(TransitModel):
+    bits: int = 256
+    context: str | None = None
+    nonce: str | None = None
+
+
+def _nonce(item: Item) -> None:
+    if item.nonce:
+        raise BadRequestError("a nonce is only allowed with convergent encryption, which this key lacks")
+
+
+def _required(value: str | None, field: str) -> str:
+    if value is None:
+        raise BadRequestError(f"missing {field}")
+    return value
+
+
+class _Versions:
+    """Builds one object per key version asked for in a request (a batch names a few), keeping failures."""
+
+    def __init__(self, make: Callable[[int | None], Awaitable[Any]]) -> None:
+        self._make = make
+        self._made: dict[int | None, Any] = {}
+
+    async def get(self, version: int | None) -> Any:
+        if version not in self._made:
+            try:
+                self._made[version] = await self._make(version)
+            except KeystreamError as exc:
+                self._made[version] = exc
+        made = self._made[version]
+        if isinstance(made, KeystreamError):
+            raise made
+        return made
+
+
+def _associated(state: ServiceState, item: Item) -> bytes:
+    data = decode_base64("associated_data", item.associated_data)
+    return check_associated_data(data, state.settings.max_associated_data)
+
+
+async def _run(
+    state: ServiceState, name: str, body: CryptoRequest, one: Callable[[Item], Awaitable[dict[str, Any]]]
+) -> dict[str, Any] | Response:
+    """``one`` on the body itself, or on every batch item: ``batch_results`` in order, 400 if all failed
+    (an unknown key fails the request, not each item)."""
+    await transit.check_key(state.keycache, _backend(state), name)
+    if body.batch_input is None:
+        return vault_answer(await one(body))
+    results: list[dict[str, Any]] = []
+    for item in body.batch_input:
+        try:
+            result = await one(item)
+        except KeystreamError as exc:
+            result = {"error": exc.message}
+        if item.reference is not None:
+            result["reference"] = item.reference
+        results.append(result)
+    if results and all("error" in result for result in results):
+        return vault_error_response(400, [results[0]["error"]], data={"batch_results": results})
+    return vault_answer({"batch_results": results})
+
+
+def _backend(state: ServiceState) -> Any:
+    return state.backends.get(None)
+
+
+@router.post(paths.TRANSIT_ENCRYPT, responses=transit_errors(403))
+async def encrypt(
+    name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
+) -> Any:
+    """Encrypt ``plaintext`` (base64) under the key's latest version or ``key_version``."""
+    principal.require("encrypt", name)
+    backend = _backend(state)
+    ciphers = _Versions(lambda version: transit.encryption_cipher(state.keycache, backend, name, version))
+
+    async def one(item: Item) -> dict[str, Any]:
+        _nonce(item)
+        plaintext = decode_base64("plaintext", _required(item.plaintext, "plaintext"))
+        cipher: TransitCipher = await ciphers.get(item.key_version or body.key_version)
+        return {
+            "ciphertext": cipher.encrypt(plaintext, _associated(state, item)),
+            "key_version": cipher.version,
+        }
+
+    note(request.scope, format="transit", items=len(body.batch_input or [body]))
+    return await _run(state, name, body, one)
+
+
+@router.post(paths.TRANSIT_DECRYPT, responses=transit_errors(403))
+async def decrypt(
+    name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
+) -> Any:
+    """Decrypt a ``vault:v<N>:`` ``ciphertext`` under the version it names; ``plaintext`` is base64."""
+    principal.require("decrypt", name)
+    backend = _backend(state)
+    ciphers = _Versions(
+        lambda version: transit.decryption_cipher(state.keycache, backend, name, version or 1)
+    )
+
+    async def one(item: Item) -> dict[str, Any]:
+        version, raw = transit.parse_text(_required(item.ciphertext, "ciphertext"))
+        cipher: TransitCipher = await ciphers.get(version)
+        plaintext = cipher.decrypt(raw, _associated(state, item))
+        return {"plaintext": base64.b64encode(plaintext).decode()}
+
+    note(request.scope, format="transit", items=len(body.batch_input or [body]))
+    return await _run(state, name, body, one)
+
+
+@router.post(paths.TRANSIT_REWRAP, responses=transit_errors(403))
+async def rewrap(
+    name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
+) -> Any:
+    """Decrypt ``ciphertext`` and encrypt it again under the latest version (or ``key_version``), inside
+    the server."""
+    principal.require("rewrap", name)
+    backend = _backend(state)
+    openers = _Versions(
+        lambda version: transit.decryption_cipher(state.keycache, backend, name, version or 1)
+    )
+    sealers = _Versions(lambda version: transit.encryption_cipher(state.keycache, backend, name, version))
+
+    async def one(item: Item) -> dict[str, Any]:
+        version, raw = transit.parse_text(_required(item.ciphertext, "ciphertext"))
+        opener: TransitCipher = await openers.get(version)
+        associated = _associated(state, item)
+        plaintext = opener.decrypt(raw, associated)
+        sealer: TransitCipher = await sealers.get(item.key_version or body.key_version)
+        return {"ciphertext": sealer.encrypt(plaintext, associated), "key_version": sealer.version}
+
+    note(request.scope, format="transit", items=len(body.batch_input or [body]))
+    return await _run(state, name, body, one)
+
+
+@router.post(paths.TRANSIT_DATAKEY, responses=transit_errors(403, 404))
+async def datakey(
+    kind: str, name: str, body: DataKeyRequest, principal: PrincipalDep, state: StateDep, response: Response
+) -> Any:
+    """A random data key of ``bits`` bits encrypted under the key's latest version; ``kind`` ``plaintext``
+    returns the key too, ``wrapped`` only its ciphertext."""
+    if kind not in ("plaintext", "wrapped"):
+        raise HTTPException(404)
+    principal.require("encrypt", name)
+    if kind == "plaintext":
+        principal.require("decrypt", name)
+    if body.bits not in DATA_KEY_BITS:
+        raise BadRequestError(f"invalid bits: one of {', '.join(map(str, DATA_KEY_BITS))}")
+    if body.nonce:
+        raise BadRequestError("a nonce is only allowed with convergent encryption, which this key lacks")
+    cipher = await transit.encryption_cipher(state.keycache, _backend(state), name, None)
+    data_key = secrets.token_bytes(body.bits // 8)
+    result: dict[str, Any] = {"ciphertext": cipher.encrypt(data_key, None), "key_version": cipher.version}
+    if kind == "plaintext":
+        result["plaintext"] = base64.b64encode(data_key).decode()
+    response.headers["Cache-Control"] = "no-store"
+    return vault_answer(result)
+
+
+def _algorithm(body: CryptoRequest, url_algorithm: str | None) -> str:
+    return url_algorithm or body.hash_algorithm or body.algorithm or "sha2-256"
+
+
+async def _hmac(
+    name: str, body: CryptoRequest, principal: PrincipalDep, state: ServiceState, algorithm: str
+) -> Any:
+    principal.require("hmac", name)
+    backend = _backend(state)
+    signers = _Versions(lambda version: macs.signer(state.keycache, backend, name, version, algorithm))
+
+    async def one(item: Item) -> dict[str, Any]:
+        data = decode_base64("input", _required(item.input, "input"))
+        signer: Signer = await signers.get(item.key_version or body.key_version)
+        return {"hmac": signer.tag(data, prefix=transit.HMAC_PREFIX)}
+
+    return await _run(state, name, body, one)
+
+
+@router.post(paths.TRANSIT_HMAC, responses=transit_errors(403))
+async def hmac(name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep) -> Any:
+    """The HMAC of ``input`` (base64) as ``vault:v<N>:<base64>``, under the version's derived HMAC key."""
+    return await _hmac(name, body, principal, state, _algorithm(body, None))
+
+
+@router.post(paths.TRANSIT_HMAC_ALGORITHM, responses=transit_errors(403))
+async def hmac_algorithm(
+    name: str, url_algorithm: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep
+) -> Any:
+    """As ``hmac``, the algorithm from the path."""
+    return await _hmac(name, body, principal, state, _algorithm(body, url_algorithm))
+
+
+async def _verify(
+    name: str, body: CryptoRequest, principal: PrincipalDep, state: ServiceState, algorithm: str
+) -> Any:
+    principal.require("verify", name)
+    backend = _backend(state)
+    verifiers = _Versions(
+        lambda version: macs.verifier(state.keycache, backend, name, version or 1, algorithm)
+    )
+
+    async def one(item: Item) -> dict[str, Any]:
+        if item.hmac is None and (item.signature or body.signature):
+            raise BadRequestError("signatures are not supported: this key type verifies HMACs only")
+        data = decode_base64("input", _required(item.input, "input"))
+        version, digest = transit.parse_hmac(_required(item.hmac, "hmac"))
+        verifier: Signer = await verifiers.get(version)
+        return {"valid": verifier.verify(data, digest)}
+
+    return await _run(state, name, body, one)
+
+
+@router.post(paths.TRANSIT_VERIFY, responses=transit_errors(403))
+async def verify(name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep) -> Any:
+    """Whether ``hmac`` is the HMAC of ``input`` under the version it names."""
+    return await _verify(name, body, principal, state, _algorithm(body, None))
+
+
+@router.post(paths.TRANSIT_VERIFY_ALGORITHM, responses=transit_errors(403))
+async def verify_algorithm(
+    name: str, url_algorithm: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep
+) -> Any:
+    """As ``verify``, the algorithm from the path."""
+    return await _verify(name, body, principal, state, _algorithm(body, url_algorithm))

@@ -1,0 +1,105 @@
+"""Vault Transit's ciphertext layout for ``aes256-gcm96`` / ``aes128-gcm96`` keys, and its ``vault:`` texts.
+
+A Transit ciphertext is ``vault:v<version>:`` followed by the standard base64 of
+``nonce (12 bytes) || AES-GCM ciphertext || tag (16 bytes)``, made with the key version's material used
+directly as the AES key and the request's ``associated_data`` (if any) as GCM's additional data. That is
+what Vault and OpenBao do for keys that are not derived, so a ciphertext they made decrypts here once the
+version's material has been imported, and the other way round.
+
+It is not Keystream's native sealed format (Tink's streaming AEAD, with a per-message key derived by HKDF
+and a header naming the key): this layout exists only for compatibility. Using the material as the key
+itself means each random 96-bit nonce is drawn under the same AES key, so one version should seal fewer
+than 2**32 messages (NIST SP 800-38D's bound for random nonces) — rotate long before that, as with Vault.
+
+AES-GCM is pyca/cryptography's :class:`~cryptography.hazmat.primitives.ciphers.aead.AESGCM` (OpenSSL);
+nonces come from :func:`os.urandom`.
+
+HMACs made through the Transit API use :mod:`app.formats.mac`'s derived HMAC key with the text
+``vault:v<version>:<base64>`` (:data:`HMAC_PREFIX`); Vault's HMAC keys are separate random keys, so the
+values differ from Vault's for the same material.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from app.core.secret_memory import KeyMaterial
+from app.errors import BadRequestError, DecryptionFailedError
+
+#: Bytes of the random nonce at the start of a ciphertext (GCM's 96-bit IV: the ``96`` in ``gcm96``).
+NONCE_SIZE = 12
+#: Bytes of the GCM tag at the end.
+TAG_SIZE = 16
+#: Text before the version number of a Transit ciphertext or HMAC.
+PREFIX = "vault:v"
+#: Text before the version number of an HMAC made through the Transit API (the same as a ciphertext's).
+HMAC_PREFIX = PREFIX
+
+_TEXT = re.compile(r"vault:v([1-9][0-9]{0,9}):([A-Za-z0-9+/]*={0,2})")
+
+
+def parse_text(text: str, what: str = "ciphertext") -> tuple[int, bytes]:
+    """The version and decoded bytes of a ``vault:v<version>:<base64>`` text.
+
+    Raises:
+        BadRequestError: ``text`` has another shape or its base64 is malformed (the message names ``what``,
+            never quotes the text).
+    """
+    match = _TEXT.fullmatch(text)
+    if match is None:
+        raise BadRequestError(f"invalid {what}: expected vault:v<version>:<base64>")
+    try:
+        raw = base64.b64decode(match.group(2), validate=True)
+    except binascii.Error:
+        raise BadRequestError(f"invalid {what}: malformed base64") from None
+    return int(match.group(1)), raw
+
+
+def format_text(version: int, raw: bytes) -> str:
+    """``vault:v<version>:<base64 of raw>``."""
+    return f"{PREFIX}{version}:{base64.b64encode(raw).decode()}"
+
+
+class TransitCipher:
+    """AES-GCM in Transit's layout under one key version's material (used directly as the AES key).
+
+    Raises (construction):
+        ValueError: the material is not 16, 24 or 32 bytes.
+    """
+
+    __slots__ = ("_aead", "version")
+
+    def __init__(self, material: KeyMaterial, version: int) -> None:
+        self._aead = AESGCM(material)
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"TransitCipher(version={self.version})"
+
+    def encrypt(self, plaintext: bytes, associated_data: bytes | None) -> str:
+        """``vault:v<version>:base64(nonce || ciphertext || tag)`` of ``plaintext`` with a fresh random
+        nonce."""
+        nonce = os.urandom(NONCE_SIZE)
+        return format_text(
+            self.version, nonce + self._aead.encrypt(nonce, plaintext, associated_data or None)
+        )
+
+    def decrypt(self, raw: bytes, associated_data: bytes | None) -> bytes:
+        """The plaintext of ``raw`` (a ciphertext's decoded bytes: nonce, ciphertext, tag).
+
+        Raises:
+            DecryptionFailedError: too short to hold a nonce and a tag, or the tag does not verify (wrong
+                key version material, associated data, or tampering).
+        """
+        if len(raw) < NONCE_SIZE + TAG_SIZE:
+            raise DecryptionFailedError("invalid ciphertext: too short to hold a nonce and a tag")
+        try:
+            return self._aead.decrypt(raw[:NONCE_SIZE], raw[NONCE_SIZE:], associated_data or None)
+        except InvalidTag:
+            raise DecryptionFailedError("cipher: message authentication failed") from None
