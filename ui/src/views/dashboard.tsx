@@ -8,6 +8,14 @@ import { parseMetrics, quantiles, rates, sumBy, type Sample } from "../metrics";
 const INTERVAL_MS = 2000;
 const WINDOW_POINTS = (15 * 60 * 1000) / INTERVAL_MS;
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+/** After every colour has been used once, the next series repeat them with a dash pattern, so no two of a
+ * chart's series (the requests chart easily has more than eight) look the same in the chart or the legend. */
+const DASHES = ["", "6 3", "2 2", "8 3 2 3"];
+
+function stroke(index: number): { stroke: string; "stroke-dasharray": string } {
+  const dash = DASHES[Math.floor(index / COLORS.length) % DASHES.length] ?? "";
+  return { stroke: COLORS[index % COLORS.length] ?? "currentColor", "stroke-dasharray": dash };
+}
 const MIB = 1 << 20;
 
 type Point = Record<string, number>;
@@ -91,7 +99,7 @@ function LineChart({ chart, points }: { chart: Chart; points: Point[] }) {
         {names.map((name, index) => (
           <polyline
             fill="none"
-            stroke={COLORS[index % COLORS.length]}
+            {...stroke(index)}
             stroke-width="1.5"
             points={points
               .map((point, at) => (point[name] === undefined ? "" : `${x(offset + at)},${y(point[name] ?? 0)}`))
@@ -105,8 +113,8 @@ function LineChart({ chart, points }: { chart: Chart; points: Point[] }) {
           {names.map((name, index) => (
             <tr data-series={name}>
               <td>
-                <svg width="12" height="12" aria-hidden="true">
-                  <rect width="12" height="12" fill={COLORS[index % COLORS.length]} />
+                <svg width="24" height="12" aria-hidden="true">
+                  <line x1="0" y1="6" x2="24" y2="6" stroke-width="3" {...stroke(index)} />
                 </svg>
               </td>
               <td>{name}</td>
