@@ -1,13 +1,38 @@
-"""What the Transit-compatible API's routes share: Vault's answer envelope, its request-body rules and the
-OpenAPI entries of its errors (whose shape :mod:`app.api.errors` writes).
+"""What the Transit-compatible API's routes share: Vault's answer envelope, its request-body rules (the
+route class that reads every body as JSON, the model base) and the OpenAPI entries of its errors (whose
+shape :mod:`app.api.errors` writes).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.api.strict_json import StrictJsonRoute
+
+_JSON = (b"content-type", b"application/json")
+
+
+class VaultJsonRoute(StrictJsonRoute):
+    """A route that reads its body as JSON whatever its ``Content-Type``, as Vault does: ``curl -d`` (form
+    encoded, by its default) and clients that send none work against Vault, so they must here. The body is
+    still parsed as strict JSON (:mod:`app.api.strict_json`)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def vault_handler(request: Request) -> Response:
+            scope = request.scope
+            scope["headers"] = [(name, value) for name, value in scope["headers"] if name != _JSON[0]]
+            scope["headers"].append(_JSON)
+            return await handler(request)  # builds its request from the scope, so it sees the new type
+
+        return vault_handler
 
 
 def transit_errors(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -52,7 +52,7 @@ DOCS = REPO / "docs"
 PROLOGUE = Path(__file__).with_name("docs_prologue.sh")
 SHELL_LANGUAGES = ("sh", "bash", "console")
 #: Blocks marked as not run here (Docker, Kubernetes, long benchmarks, ...): keep this list short.
-NOT_RUN_BLOCKS = 15
+NOT_RUN_BLOCKS = 16
 BLOCK_TIMEOUT = 240
 #: Programs the runnable blocks use besides the project's commands and coreutils.
 PAGE_TOOLS = ("bash", "curl", "jq", "openssl", "haproxy", "softhsm2-util", "tar", "awk", "sed")

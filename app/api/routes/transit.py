@@ -26,14 +26,13 @@ from app.api.deps import PrincipalDep, StateDep
 from app.api.errors import vault_error_response
 from app.api.middleware.audit import note
 from app.api.params import check_associated_data, decode_base64
-from app.api.strict_json import StrictJsonRoute
-from app.api.vault import TransitModel, transit_errors, vault_answer
+from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer
 from app.errors import BadRequestError, KeystreamError
 from app.services import macs, transit
 from app.services.transit import Signer, TransitCipher
 from app.state import ServiceState
 
-router = APIRouter(route_class=StrictJsonRoute, tags=["transit"])
+router = APIRouter(route_class=VaultJsonRoute, tags=["transit"])
 
 #: ``bits`` a data key may have, as Vault allows.
 DATA_KEY_BITS = (128, 256, 512)

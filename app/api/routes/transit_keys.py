@@ -27,14 +27,13 @@ from starlette.exceptions import HTTPException
 from app.api import paths
 from app.api.deps import AdminDep, PrincipalDep, StateDep
 from app.api.params import HASHES, MAX_RANDOM_BYTES, AutoRotatePeriod, Encoding, HashAlgorithm, decode_base64
-from app.api.strict_json import StrictJsonRoute
-from app.api.vault import TransitModel, transit_errors, vault_answer
+from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer
 from app.core.schemes import Scheme
 from app.errors import BadRequestError, ForbiddenError, KeyExistsError, KeyNotFoundError
 from app.keystore import DEFAULT_SEGMENT_SIZE, KeyInfo
 from app.services.transit import KEY_TYPES, transit_type
 
-router = APIRouter(route_class=StrictJsonRoute, tags=["transit"])
+router = APIRouter(route_class=VaultJsonRoute, tags=["transit"])
 
 #: The scheme of keys created through the Transit API: their native ciphertexts use AES-GCM too.
 TRANSIT_SCHEME: Scheme = "gcm"

@@ -291,3 +291,17 @@ async def test_random_and_hash(api: Api) -> None:
     sha3 = await _data(api, "hash/sha3-256", {"input": b64(b"abc"), "format": "base64"})
     assert sha3 == {"sum": b64(hashlib.sha3_256(b"abc").digest())}
     await _errors(await _post(api, "hash/md5", {"input": b64(b"abc")}), 400)
+
+
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain"])
+async def test_a_body_is_json_whatever_its_content_type(api: Api, content_type: str | None) -> None:
+    """As Vault reads it: ``curl -d`` sends a form type, some clients none."""
+    await _data(api, "keys/typed", {})
+    headers = dict(VAULT)
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    body = f'{{"plaintext": "{b64(b"x")}"}}'
+    made = await api.client.post("/v1/transit/encrypt/typed", content=body, headers=headers)
+    assert made.status_code == 200, made.text
+    bad = await api.client.post("/v1/transit/encrypt/typed", content=b"plaintext=eA==", headers=headers)
+    assert len(await _errors(bad, 400)) == 1
