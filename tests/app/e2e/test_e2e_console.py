@@ -648,8 +648,9 @@ def test_a_person_signs_in_with_a_jwt_role(page: tuple[Page, Watch], server: Ser
 def test_the_dashboard_draws_each_backends_throughput_and_latency(
     page: tuple[Page, Watch], server: Server
 ) -> None:
-    """Under load on aesni and python, the dashboard (read from /metrics every 2 s) shows non-zero series
-    for both backends in the throughput and latency charts."""
+    """Under load on aesni, python and hwsim, the dashboard (read from /metrics every 2 s) shows non-zero
+    series for aesni and python in the throughput and latency charts, the python pool's restarts (none), and
+    the simulated device's ring occupancy and key-slot hit ratio."""
     browser_page, watch = page
     with KeystreamClient(server.url, ROOT_TOKEN) as client:
         client.create_key("dashboard-key")
@@ -661,7 +662,7 @@ def test_the_dashboard_draws_each_backends_throughput_and_latency(
     def load() -> None:
         with KeystreamClient(server.url, ROOT_TOKEN) as client:
             while not stop.is_set():
-                for backend in ("aesni", "python"):
+                for backend in ("aesni", "python", "hwsim"):
                     client.encrypt("dashboard-key", bytes(64 * 1024), backend=backend)
 
     loader = threading.Thread(target=load)
@@ -672,6 +673,12 @@ def test_the_dashboard_draws_each_backends_throughput_and_latency(
             value = browser_page.locator(f"#chart-{chart} tr[data-series='{series}'] .value")
             expect(value).not_to_have_text(idle, timeout=15_000)
         expect(browser_page.locator("#chart-requests tr[data-series]").first).to_be_visible()
+        # The python pool's restarts (none), and the answering worker's simulated device.
+        expect(browser_page.locator("#chart-restarts tr[data-series='python'] .value")).to_have_text("0.00")
+        expect(
+            browser_page.locator("#chart-hwsim-ring tr[data-series='mean since start'] .value")
+        ).not_to_have_text(idle, timeout=15_000)
+        expect(browser_page.locator("#chart-hwsim-slots tr[data-series='hits'] .value")).to_be_visible()
         # Every series of a chart has a look of its own in the legend, past the eight colours too.
         looks = browser_page.eval_on_selector_all(
             "#chart-requests tr[data-series] line",
@@ -679,7 +686,7 @@ def test_the_dashboard_draws_each_backends_throughput_and_latency(
             " `${line.getAttribute('stroke')} ${line.getAttribute('stroke-dasharray')}`)",
         )
         assert len(looks) == len(set(looks)), looks
-        expect(browser_page.locator("#chart-throughput polyline")).to_have_count(2)
+        expect(browser_page.locator("#chart-throughput polyline")).to_have_count(3)  # aesni, python, hwsim
     finally:
         stop.set()
         loader.join()

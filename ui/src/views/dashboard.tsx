@@ -1,6 +1,8 @@
 // The live dashboard: the service's own /metrics read every 2 s, the last 15 minutes kept in the page and
 // drawn as small line charts (per-backend crypto throughput and latency, requests/s by route and status
-// class, requests in flight, the key cache's hit ratio). /metrics sums every worker of this server.
+// class, requests in flight, the key cache's hit ratio, backend process pool restarts, the hwsim device's
+// job ring and key slots). /metrics sums every worker of this server, but for hwsim, whose simulated
+// device each worker has on its own: there it shows the answering worker's.
 import { useEffect, useState } from "preact/hooks";
 import { describe } from "../api";
 import { parseMetrics, quantiles, rates, sumBy, type Sample } from "../metrics";
@@ -31,6 +33,9 @@ const CHARTS: Chart[] = [
   { id: "requests", title: "Requests by route and status class", unit: "req/s" },
   { id: "inflight", title: "Requests in flight", unit: "requests" },
   { id: "cache", title: "Key cache hit ratio", unit: "%" },
+  { id: "restarts", title: "Backend process pool restarts", unit: "per min" },
+  { id: "hwsim-ring", title: "hwsim job ring occupancy, answering worker", unit: "jobs" },
+  { id: "hwsim-slots", title: "hwsim key-slot hit ratio since start, answering worker", unit: "%" },
 ];
 
 function prefixed(prefix: string, values: Map<string, number>, scale = 1): Point {
@@ -53,6 +58,10 @@ function derive(before: Sample[], after: Sample[], seconds: number): Record<stri
   }
   const cache = rates(before, after, "keystream_key_cache_requests_total", seconds, (l) => l["result"] ?? "?");
   const lookups = [...cache.values()].reduce((total, value) => total + value, 0);
+  // hwsim's device belongs to one worker and /metrics shows the answering worker's: its totals since start,
+  // not rates between two readings that may come from different workers.
+  const slotHits = sumBy(after, "keystream_hwsim_key_slot_hits_total", () => "hits").get("hits") ?? 0;
+  const slotMisses = sumBy(after, "keystream_hwsim_key_slot_misses_total", () => "misses").get("misses") ?? 0;
   return {
     throughput: prefixed("", rates(before, after, "keystream_crypto_bytes_total", seconds, backend), 1 / MIB),
     latency,
@@ -64,6 +73,12 @@ function derive(before: Sample[], after: Sample[], seconds: number): Record<stri
     ),
     inflight: prefixed("", sumBy(after, "keystream_inflight_requests", () => "in flight")),
     cache: lookups > 0 ? { hits: (100 * (cache.get("hit") ?? 0)) / lookups } : {},
+    restarts: prefixed("", rates(before, after, "keystream_backend_pool_restarts_total", seconds, backend), 60),
+    "hwsim-ring": {
+      ...prefixed("", sumBy(after, "keystream_hwsim_ring_occupancy", () => "now")),
+      ...prefixed("", sumBy(after, "keystream_hwsim_ring_occupancy_mean", () => "mean since start")),
+    },
+    "hwsim-slots": slotHits + slotMisses > 0 ? { hits: (100 * slotHits) / (slotHits + slotMisses) } : {},
   };
 }
 
