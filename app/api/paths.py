@@ -112,6 +112,10 @@ _OPERATION = "(?P<operation>" + "|".join(STREAMING_PATHS) + ")"
 STREAMING_ROUTE = re.compile(re.escape(KEYS) + f"/{_NAME}/{_OPERATION}")
 #: A batch route's path, with the same groups.
 BATCH_ROUTE = re.compile(re.escape(KEYS) + f"/{_NAME}/{_OPERATION}/batch")
+#: The Transit routes that take ``batch_input``: their bodies are bounded as the batch routes' are.
+TRANSIT_BATCH_ROUTE = re.compile(
+    re.escape(TRANSIT) + "(?:encrypt|decrypt|rewrap|hmac|verify)/[^/]+(?:/[^/]+)?"
+)
 #: ``/v1`` POST routes without side effects besides their answer: the audit log writes no ``request`` line
 #: before they run (it holds their answer until its ``response`` line is written).
 PURE_ROUTE = re.compile(

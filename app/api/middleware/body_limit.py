@@ -22,7 +22,8 @@ A batch body first reserves its size in the service's batch budget (:class:`~app
 ``batch_buffer_budget_bytes``; 503 + ``Retry-After`` when it does not fit in ``batch_buffer_wait_seconds``,
 the body unread) and returns it once the route has answered; the buffer is handed on without a copy.
 
-Limits: the batch routes take ``batch_max_bytes``, every other ``/v1`` route ``max_json_body``.
+Limits: the batch routes and the Transit routes that take ``batch_input`` (encrypt, decrypt, rewrap, hmac,
+verify) take ``batch_max_bytes``, every other ``/v1`` route ``max_json_body``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response, keystream_error_response
 from app.api.params import is_ascii_integer
-from app.api.paths import BATCH_ROUTE, NO_TOKEN_PATHS, STREAMING_ROUTE, TRANSIT, V1
+from app.api.paths import BATCH_ROUTE, NO_TOKEN_PATHS, STREAMING_ROUTE, TRANSIT, TRANSIT_BATCH_ROUTE, V1
 from app.errors import BadRequestError, KeystreamError
 from app.services.budget import ByteBudget, OverloadedError
 from app.state import ServiceState
@@ -48,11 +49,16 @@ REPEATED_VAULT_TOKEN = BadRequestError("more than one X-Vault-Token header: send
 CHUNKED_RESERVE = 1 << 20
 
 
+def is_batch(path: str) -> bool:
+    """Whether ``path`` takes a batch body: the batch routes and the Transit routes with ``batch_input``."""
+    return bool(BATCH_ROUTE.fullmatch(path) or TRANSIT_BATCH_ROUTE.fullmatch(path))
+
+
 def body_limit(path: str, json_limit: int, batch_limit: int) -> int | None:
     """The body limit of ``path``: ``None`` for paths the middleware leaves alone (not ``/v1``, streaming)."""
     if not path.startswith(V1) or STREAMING_ROUTE.fullmatch(path):
         return None
-    return batch_limit if BATCH_ROUTE.fullmatch(path) else json_limit
+    return batch_limit if is_batch(path) else json_limit
 
 
 def _repeated(scope: Scope, wanted: bytes) -> bool:
@@ -124,7 +130,7 @@ class BodyLimitMiddleware:
         if declared is not None and int(declared) > limit:
             await _too_large(scope, receive, send, f"request body is {declared} bytes; the limit is {limit}")
             return
-        if BATCH_ROUTE.fullmatch(scope["path"]):
+        if is_batch(scope["path"]):
             await _batch(self.app, scope, receive, send, state.batch_budget, limit, declared)
             return
         body = await _read_body(scope, receive, send, limit, None)

@@ -27,7 +27,7 @@ from app.api.deps import PrincipalDep, StateDep
 from app.api.middleware.audit import note
 from app.api.params import check_associated_data, decode_base64
 from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer
-from app.errors import BadRequestError, KeystreamError
+from app.errors import BadRequestError, KeystreamError, PayloadTooLargeError
 from app.services import macs, transit
 from app.services.transit import Signer, TransitCipher
 from app.state import ServiceState
@@ -111,6 +111,9 @@ async def _run(
     await transit.check_key(state.keycache, _backend(state), name)
     if body.batch_input is None:
         return vault_answer(await one(body))
+    limit = state.settings.batch_max_items
+    if len(body.batch_input) > limit:
+        raise PayloadTooLargeError(f"batch_input has {len(body.batch_input)} items; the limit is {limit}")
     results: list[dict[str, Any]] = []
     for item in body.batch_input:
         try:

@@ -311,3 +311,16 @@ async def test_a_body_is_json_whatever_its_content_type(api: Api, content_type: 
     assert made.status_code == 200, made.text
     bad = await api.client.post("/v1/transit/encrypt/typed", content=b"plaintext=eA==", headers=headers)
     assert len(await _errors(bad, 400)) == 1
+
+
+async def test_batch_input_is_bounded_as_the_batch_routes_are(api: Api) -> None:
+    """A Transit batch takes batch_max_bytes (100 items of 1 KiB are about 140 KB of JSON, over the 64 KiB
+    of the other JSON routes, which answer 413 in Vault's shape)."""
+    await _data(api, "keys/big", {})
+    items = [{"plaintext": b64(os.urandom(1024))} for _ in range(100)]
+    made = await _data(api, "encrypt/big", {"batch_input": items})
+    assert len(made["batch_results"]) == 100
+    too_large = await _post(api, "keys/big/config", {"deletion_allowed": False, "padding": "x" * 70000})
+    assert len(await _errors(too_large, 413)) == 1
+    many = await _post(api, "encrypt/big", {"batch_input": [{"plaintext": ""}] * 1001})
+    assert await _errors(many, 413) == ["batch_input has 1001 items; the limit is 1000"]
