@@ -158,17 +158,10 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
 
 
 def vault_error_response(
-    status_code: int,
-    messages: list[str],
-    headers: dict[str, str] | None = None,
-    data: dict[str, Any] | None = None,
+    status_code: int, messages: list[str], headers: dict[str, str] | None = None
 ) -> Response:
-    """A JSON error response in Vault's shape, ``{"errors": [...]}`` (the Transit-compatible API's); ``data``
-    is added when given (a batch whose every item failed carries its ``batch_results``, as Vault's does)."""
-    body: dict[str, Any] = {"errors": messages}
-    if data is not None:
-        body["data"] = data
-    return JSONResponse(body, status_code=status_code, headers=headers)
+    """A JSON error response in Vault's shape, ``{"errors": [...]}`` (the Transit-compatible API's)."""
+    return JSONResponse({"errors": messages}, status_code=status_code, headers=headers)
 
 
 def error_response(

@@ -46,11 +46,11 @@ ERROR_SCHEMA: dict[str, Any] = {
     },
 }
 
-#: The Transit-compatible API's error body (Vault's; see :mod:`app.api.errors`): ``data`` only when every
-#: item of a batch failed.
+#: The Transit-compatible API's error body (Vault's; see :mod:`app.api.errors`), or, for an encrypt, decrypt
+#: or rewrap batch with a failed item, the ordinary answer whose ``data.batch_results`` hold every result.
 VAULT_ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["errors"],
+    "anyOf": [{"required": ["errors"]}, {"required": ["data"]}],
     "properties": {"errors": {"type": "array", "items": {"type": "string"}}, "data": {"type": "object"}},
 }
 
@@ -76,7 +76,7 @@ _EVERY_V1_OPERATION = (400, 401, 413, 503)
 _EVERY_TRANSIT_OPERATION = (400, 403, 413, 503)
 _TRANSIT_DESCRIPTIONS = {
     400: "bad request: a malformed or invalid field, an unknown key or version, a ciphertext that does not "
-    "verify, deletion not allowed, or every item of a batch failed",
+    "verify, deletion not allowed, or an encrypt, decrypt or rewrap batch with a failed item",
     403: "missing or invalid token, or the token lacks the scope or no key pattern matches",
     404: "no such key (read), no key to list, or an unknown path",
     405: "GET without ?list=true on the key list",

@@ -6,8 +6,9 @@ answers (:func:`~app.api.vault.vault_answer`). Ciphertexts are Transit's layout,
 native sealed format (:mod:`app.services.transit`), so Vault's clients and ciphertexts work unchanged.
 
 Scopes are the native ones: encrypt, decrypt, rewrap, hmac, verify; ``datakey/wrapped`` needs encrypt and
-``datakey/plaintext`` encrypt and decrypt (it hands out what a decrypt would). A batch answers 200 when at
-least one item succeeded (each failed item carries its ``error``) and 400 when every item failed, as Vault.
+``datakey/plaintext`` encrypt and decrypt (it hands out what a decrypt would). Every batch item carries its
+``reference`` ("" when none) and a failed one its ``error``; an encrypt, decrypt or rewrap batch with a
+failed item answers 400 with all the results, an hmac or verify batch 200, as OpenBao answers.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from pydantic import Field
-from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 
 from app.api import paths
 from app.api.deps import PrincipalDep, StateDep
-from app.api.errors import vault_error_response
 from app.api.middleware.audit import note
 from app.api.params import check_associated_data, decode_base64
 from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer
@@ -100,10 +100,14 @@ def _associated(state: ServiceState, item: Item) -> bytes:
 
 
 async def _run(
-    state: ServiceState, name: str, body: CryptoRequest, one: Callable[[Item], Awaitable[dict[str, Any]]]
+    state: ServiceState,
+    name: str,
+    body: CryptoRequest,
+    one: Callable[[Item], Awaitable[dict[str, Any]]],
+    failed_item_status: int = 400,
 ) -> dict[str, Any] | Response:
-    """``one`` on the body itself, or on every batch item: ``batch_results`` in order, 400 if all failed
-    (an unknown key fails the request, not each item)."""
+    """``one`` on the body itself, or on every batch item: ``batch_results`` in order, answered with
+    ``failed_item_status`` when an item failed (an unknown key fails the request, not each item)."""
     await transit.check_key(state.keycache, _backend(state), name)
     if body.batch_input is None:
         return vault_answer(await one(body))
@@ -113,12 +117,12 @@ async def _run(
             result = await one(item)
         except KeystreamError as exc:
             result = {"error": exc.message}
-        if item.reference is not None:
-            result["reference"] = item.reference
+        result["reference"] = item.reference or ""
         results.append(result)
-    if results and all("error" in result for result in results):
-        return vault_error_response(400, [results[0]["error"]], data={"batch_results": results})
-    return vault_answer({"batch_results": results})
+    answer = vault_answer({"batch_results": results})
+    if any("error" in result for result in results):
+        return JSONResponse(answer, status_code=failed_item_status)
+    return answer
 
 
 def _backend(state: ServiceState) -> Any:
@@ -200,7 +204,7 @@ async def datakey(
     """A random data key of ``bits`` bits encrypted under the key's latest version; ``kind`` ``plaintext``
     returns the key too, ``wrapped`` only its ciphertext."""
     if kind not in ("plaintext", "wrapped"):
-        raise HTTPException(404)
+        raise BadRequestError("Invalid path, must be 'plaintext' or 'wrapped'")
     principal.require("encrypt", name)
     if kind == "plaintext":
         principal.require("decrypt", name)
@@ -233,7 +237,7 @@ async def _hmac(
         signer: Signer = await signers.get(item.key_version or body.key_version)
         return {"hmac": signer.tag(data, prefix=transit.HMAC_PREFIX)}
 
-    return await _run(state, name, body, one)
+    return await _run(state, name, body, one, failed_item_status=200)
 
 
 @router.post(paths.TRANSIT_HMAC, responses=transit_errors(403))
@@ -267,7 +271,7 @@ async def _verify(
         verifier: Signer = await verifiers.get(version)
         return {"valid": verifier.verify(data, digest)}
 
-    return await _run(state, name, body, one)
+    return await _run(state, name, body, one, failed_item_status=200)
 
 
 @router.post(paths.TRANSIT_VERIFY, responses=transit_errors(403))

@@ -99,6 +99,7 @@ def key_data(info: KeyInfo) -> dict[str, Any]:
         "supports_decryption": True,
         "supports_derivation": False,
         "supports_signing": False,
+        "soft_deleted": False,
     }
 
 
