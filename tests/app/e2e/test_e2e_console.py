@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -643,6 +644,35 @@ def test_a_person_signs_in_with_a_jwt_role(page: tuple[Page, Watch], server: Ser
         error for error in watch.errors if not re.search(r"40[03] \((Bad Request|Forbidden)\)", error)
     ] == []
     assert watch.foreign == []
+
+
+def test_a_file_transfer_that_stalls_is_given_up_in_words(
+    page: tuple[Page, Watch], server: Server, tmp_path: Path
+) -> None:
+    """A transfer where nothing moves for 15 s (here: an encrypt the browser's route holds unanswered) is
+    given up with a message, and the page can be used again."""
+    browser_page, watch = page
+    held: list[Route] = []
+    sign_in(browser_page, server)
+    browser_page.goto(f"{server.url}/ui/#/crypto")
+
+    def hold(route: Route) -> None:
+        held.append(route)  # never answered: the upload is done, no answer ever comes
+
+    browser_page.route("**/v1/keys/held/encrypt", hold)
+    small = tmp_path / "small.bin"
+    small.write_bytes(os.urandom(1000))
+    browser_page.fill("#crypto-key", "held")
+    browser_page.set_input_files("#file-input", str(small))
+    started = time.monotonic()
+    browser_page.click("#encrypt-file")
+    expect(browser_page.locator("#file-error")).to_have_text(
+        "the transfer stalled (nothing moved for 15 s) and was given up", timeout=25_000
+    )
+    assert time.monotonic() - started >= 14
+    assert len(held) == 1
+    expect(browser_page.locator("#encrypt-file")).to_be_enabled()
+    assert watch.errors == [] and watch.foreign == []
 
 
 def test_the_dashboard_draws_each_backends_throughput_and_latency(
