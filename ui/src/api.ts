@@ -83,8 +83,9 @@ export async function bytes(path: string, data: Uint8Array): Promise<Uint8Array>
  * The largest file the console sends. A browser sends a whole request body before it reads any of the answer
  * (it is a half-duplex HTTP/1.1 client), while the service answers as it reads and stops reading when its
  * answer is not read: a body larger than the socket buffers on both sides and the service's pipeline can
- * hold stalls. 12 MiB went through and 16 MiB stalled here (Linux loopback, 1 MiB and 4 KiB segments);
- * 8 MiB keeps a margin. Larger files go through the CLI, which reads while it sends.
+ * hold stalls. An encrypt of 12 MiB went through and one of 16 MiB stalled here (Linux loopback, 1 MiB and
+ * 4 KiB segments; decrypt has more room); 8 MiB keeps a margin. Larger files go through the CLI, which reads
+ * while it sends.
  */
 export const MAX_FILE_BYTES = 8 * 1024 * 1024;
 /** A transfer with no progress for this long has stalled (see MAX_FILE_BYTES) and is given up. */
