@@ -128,4 +128,8 @@ PURE_ROUTE = re.compile(
     + re.escape(RANDOM)
     + "|"
     + re.escape(HASH)
+    # The Transit API's routes that only compute: its data operations, data keys, random bytes and hashes.
+    + "|"
+    + re.escape(TRANSIT)
+    + "(?:(?:encrypt|decrypt|rewrap|hmac|verify|datakey/[^/]+)/[^/]+(?:/[^/]+)?|(?:random|hash)(?:/[^/]+)?)"
 )

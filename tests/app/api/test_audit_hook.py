@@ -15,7 +15,7 @@ import pytest
 from app.api.streaming import StreamAbortedError
 from app.audit import AuditUnavailableError
 from app.core.config import Settings
-from tests.app.api.conftest import running_api
+from tests.app.api.conftest import ROOT_TOKEN, running_api
 
 
 def _fail(log: Any, kind: str) -> Callable[[Mapping[str, Any]], None]:
@@ -48,6 +48,31 @@ async def test_a_response_is_not_released_without_its_record(
         assert len(response.content) < 200
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert all("encrypt" not in str(line.get("path")) + str(line.get("route")) for line in lines)
+
+
+async def test_transit_computations_get_one_held_line_and_key_changes_two(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """As the native routes: a Transit encrypt's answer is held for its one response line (refused in
+    Vault's shape when it cannot be written); creating a key writes its request line first."""
+    path = tmp_path / "audit.log"
+    vault = {"X-Vault-Token": ROOT_TOKEN}
+    async with running_api(settings_factory(audit_log=str(path))) as api:
+        created = await api.client.post("/v1/transit/keys/t", json={}, headers=vault)
+        assert created.status_code == 200
+        plaintext = base64.b64encode(b"x").decode()
+        made = await api.client.post("/v1/transit/encrypt/t", json={"plaintext": plaintext}, headers=vault)
+        assert made.status_code == 200
+        _fail(api.app.state.keystream.audit, "response")
+        refused = await api.client.post("/v1/transit/encrypt/t", json={"plaintext": plaintext}, headers=vault)
+        assert refused.status_code == 503 and list(refused.json()) == ["errors"]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    kinds = [(line["type"], line.get("route") or line.get("path")) for line in lines]  # a request line: path
+    assert kinds == [
+        ("request", "/v1/transit/keys/t"),
+        ("response", "/v1/transit/keys/{name}"),
+        ("response", "/v1/transit/encrypt/{name}"),
+    ]
 
 
 async def test_a_state_change_does_not_run_without_its_request_line(
