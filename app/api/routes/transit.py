@@ -39,7 +39,7 @@ DATA_KEY_BITS = (128, 256, 512)
 _TEXT = Field(default=None, max_length=1 << 24)
 
 
-class Item(TransitModel):
+class TransitItem(TransitModel):
     plaintext: str | None = _TEXT
     ciphertext: str | None = _TEXT
     input: str | None = _TEXT
@@ -52,19 +52,19 @@ class Item(TransitModel):
     signature: str | None = None
 
 
-class CryptoRequest(Item):
-    batch_input: list[Item] | None = None
+class TransitCryptoRequest(TransitItem):
+    batch_input: list[TransitItem] | None = None
     algorithm: str | None = None
     hash_algorithm: str | None = None
 
 
-class DataKeyRequest(TransitModel):
+class TransitDataKeyRequest(TransitModel):
     bits: int = 256
     context: str | None = None
     nonce: str | None = None
 
 
-def _nonce(item: Item) -> None:
+def _nonce(item: TransitItem) -> None:
     if item.nonce:
         raise BadRequestError("a nonce is only allowed with convergent encryption, which this key lacks")
 
@@ -94,7 +94,7 @@ class _Versions:
         return made
 
 
-def _associated(state: ServiceState, item: Item) -> bytes:
+def _associated(state: ServiceState, item: TransitItem) -> bytes:
     data = decode_base64("associated_data", item.associated_data)
     return check_associated_data(data, state.settings.max_associated_data)
 
@@ -102,8 +102,8 @@ def _associated(state: ServiceState, item: Item) -> bytes:
 async def _run(
     state: ServiceState,
     name: str,
-    body: CryptoRequest,
-    one: Callable[[Item], Awaitable[dict[str, Any]]],
+    body: TransitCryptoRequest,
+    one: Callable[[TransitItem], Awaitable[dict[str, Any]]],
     failed_item_status: int = 400,
 ) -> dict[str, Any] | Response:
     """``one`` on the body itself, or on every batch item: ``batch_results`` in order, answered with
@@ -134,14 +134,14 @@ def _backend(state: ServiceState) -> Any:
 
 @router.post(paths.TRANSIT_ENCRYPT, responses=transit_errors(403))
 async def encrypt(
-    name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
+    name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
 ) -> Any:
     """Encrypt ``plaintext`` (base64) under the key's latest version or ``key_version``."""
     principal.require("encrypt", name)
     backend = _backend(state)
     ciphers = _Versions(lambda version: transit.encryption_cipher(state.keycache, backend, name, version))
 
-    async def one(item: Item) -> dict[str, Any]:
+    async def one(item: TransitItem) -> dict[str, Any]:
         _nonce(item)
         plaintext = decode_base64("plaintext", _required(item.plaintext, "plaintext"))
         cipher: TransitCipher = await ciphers.get(item.key_version or body.key_version)
@@ -156,7 +156,7 @@ async def encrypt(
 
 @router.post(paths.TRANSIT_DECRYPT, responses=transit_errors(403))
 async def decrypt(
-    name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
+    name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
 ) -> Any:
     """Decrypt a ``vault:v<N>:`` ``ciphertext`` under the version it names; ``plaintext`` is base64."""
     principal.require("decrypt", name)
@@ -165,7 +165,7 @@ async def decrypt(
         lambda version: transit.decryption_cipher(state.keycache, backend, name, version or 1)
     )
 
-    async def one(item: Item) -> dict[str, Any]:
+    async def one(item: TransitItem) -> dict[str, Any]:
         version, raw = transit.parse_text(_required(item.ciphertext, "ciphertext"))
         cipher: TransitCipher = await ciphers.get(version)
         plaintext = cipher.decrypt(raw, _associated(state, item))
@@ -177,7 +177,7 @@ async def decrypt(
 
 @router.post(paths.TRANSIT_REWRAP, responses=transit_errors(403))
 async def rewrap(
-    name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
+    name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
 ) -> Any:
     """Decrypt ``ciphertext`` and encrypt it again under the latest version (or ``key_version``), inside
     the server."""
@@ -188,7 +188,7 @@ async def rewrap(
     )
     sealers = _Versions(lambda version: transit.encryption_cipher(state.keycache, backend, name, version))
 
-    async def one(item: Item) -> dict[str, Any]:
+    async def one(item: TransitItem) -> dict[str, Any]:
         version, raw = transit.parse_text(_required(item.ciphertext, "ciphertext"))
         opener: TransitCipher = await openers.get(version)
         associated = _associated(state, item)
@@ -202,7 +202,12 @@ async def rewrap(
 
 @router.post(paths.TRANSIT_DATAKEY, responses=transit_errors(403, 404))
 async def datakey(
-    kind: str, name: str, body: DataKeyRequest, principal: PrincipalDep, state: StateDep, response: Response
+    kind: str,
+    name: str,
+    body: TransitDataKeyRequest,
+    principal: PrincipalDep,
+    state: StateDep,
+    response: Response,
 ) -> Any:
     """A random data key of ``bits`` bits encrypted under the key's latest version; ``kind`` ``plaintext``
     returns the key too, ``wrapped`` only its ciphertext."""
@@ -224,18 +229,18 @@ async def datakey(
     return vault_answer(result)
 
 
-def _algorithm(body: CryptoRequest, url_algorithm: str | None) -> str:
+def _algorithm(body: TransitCryptoRequest, url_algorithm: str | None) -> str:
     return url_algorithm or body.hash_algorithm or body.algorithm or "sha2-256"
 
 
 async def _hmac(
-    name: str, body: CryptoRequest, principal: PrincipalDep, state: ServiceState, algorithm: str
+    name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: ServiceState, algorithm: str
 ) -> Any:
     principal.require("hmac", name)
     backend = _backend(state)
     signers = _Versions(lambda version: macs.signer(state.keycache, backend, name, version, algorithm))
 
-    async def one(item: Item) -> dict[str, Any]:
+    async def one(item: TransitItem) -> dict[str, Any]:
         data = decode_base64("input", _required(item.input, "input"))
         signer: Signer = await signers.get(item.key_version or body.key_version)
         return {"hmac": signer.tag(data, prefix=transit.HMAC_PREFIX)}
@@ -244,21 +249,21 @@ async def _hmac(
 
 
 @router.post(paths.TRANSIT_HMAC, responses=transit_errors(403))
-async def hmac(name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep) -> Any:
+async def hmac(name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep) -> Any:
     """The HMAC of ``input`` (base64) as ``vault:v<N>:<base64>``, under the version's derived HMAC key."""
     return await _hmac(name, body, principal, state, _algorithm(body, None))
 
 
 @router.post(paths.TRANSIT_HMAC_ALGORITHM, responses=transit_errors(403))
 async def hmac_algorithm(
-    name: str, url_algorithm: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep
+    name: str, url_algorithm: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep
 ) -> Any:
     """As ``hmac``, the algorithm from the path."""
     return await _hmac(name, body, principal, state, _algorithm(body, url_algorithm))
 
 
 async def _verify(
-    name: str, body: CryptoRequest, principal: PrincipalDep, state: ServiceState, algorithm: str
+    name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: ServiceState, algorithm: str
 ) -> Any:
     principal.require("verify", name)
     backend = _backend(state)
@@ -266,7 +271,7 @@ async def _verify(
         lambda version: macs.verifier(state.keycache, backend, name, version or 1, algorithm)
     )
 
-    async def one(item: Item) -> dict[str, Any]:
+    async def one(item: TransitItem) -> dict[str, Any]:
         if item.hmac is None and (item.signature or body.signature):
             raise BadRequestError("signatures are not supported: this key type verifies HMACs only")
         data = decode_base64("input", _required(item.input, "input"))
@@ -278,14 +283,14 @@ async def _verify(
 
 
 @router.post(paths.TRANSIT_VERIFY, responses=transit_errors(403))
-async def verify(name: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep) -> Any:
+async def verify(name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep) -> Any:
     """Whether ``hmac`` is the HMAC of ``input`` under the version it names."""
     return await _verify(name, body, principal, state, _algorithm(body, None))
 
 
 @router.post(paths.TRANSIT_VERIFY_ALGORITHM, responses=transit_errors(403))
 async def verify_algorithm(
-    name: str, url_algorithm: str, body: CryptoRequest, principal: PrincipalDep, state: StateDep
+    name: str, url_algorithm: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep
 ) -> Any:
     """As ``verify``, the algorithm from the path."""
     return await _verify(name, body, principal, state, _algorithm(body, url_algorithm))

@@ -39,7 +39,7 @@ router = APIRouter(route_class=VaultJsonRoute, tags=["transit"])
 TRANSIT_SCHEME: Scheme = "gcm"
 
 
-class CreateKeyRequest(TransitModel):
+class TransitCreateKeyRequest(TransitModel):
     type: Literal["aes256-gcm96", "aes128-gcm96"] = "aes256-gcm96"
     derived: bool = False
     convergent_encryption: bool = False
@@ -48,7 +48,7 @@ class CreateKeyRequest(TransitModel):
     auto_rotate_period: AutoRotatePeriod = 0
 
 
-class ConfigRequest(TransitModel):
+class TransitConfigRequest(TransitModel):
     min_decryption_version: int | None = Field(default=None, ge=0)
     min_encryption_version: int | None = Field(default=None, ge=0)
     deletion_allowed: bool | None = None
@@ -57,12 +57,12 @@ class ConfigRequest(TransitModel):
     auto_rotate_period: AutoRotatePeriod | None = None
 
 
-class RandomRequest(TransitModel):
+class TransitRandomRequest(TransitModel):
     bytes: int = Field(default=32, ge=1, le=MAX_RANDOM_BYTES)
     format: Encoding = "base64"
 
 
-class HashRequest(TransitModel):
+class TransitHashRequest(TransitModel):
     input: str = Field(max_length=1 << 24, description="base64 of the data")
     algorithm: HashAlgorithm = "sha2-256"
     format: Encoding = "hex"
@@ -105,12 +105,12 @@ def key_data(info: KeyInfo) -> dict[str, Any]:
 
 @router.post(paths.TRANSIT_KEY, responses=transit_errors(403))
 async def create_key(
-    name: str, principal: AdminDep, state: StateDep, body: CreateKeyRequest | None = None
+    name: str, principal: AdminDep, state: StateDep, body: TransitCreateKeyRequest | None = None
 ) -> Any:
     """Create key ``name`` (an existing key is left as it is and read back, as Vault does); the body is
     optional, as in Vault."""
     principal.require("admin", name)
-    body = body or CreateKeyRequest()
+    body = body or TransitCreateKeyRequest()
     _refuse_unsupported(
         derived=body.derived,
         convergent_encryption=body.convergent_encryption,
@@ -179,7 +179,7 @@ async def delete_key(name: str, principal: AdminDep, state: StateDep) -> Respons
 
 
 @router.post(paths.TRANSIT_KEY_CONFIG, responses=transit_errors(403))
-async def configure_key(name: str, body: ConfigRequest, principal: AdminDep, state: StateDep) -> Any:
+async def configure_key(name: str, body: TransitConfigRequest, principal: AdminDep, state: StateDep) -> Any:
     """Change ``min_decryption_version`` (0 reads as 1), ``deletion_allowed``, ``auto_rotate_period``."""
     principal.require("admin", name)
     _refuse_unsupported(
@@ -219,16 +219,18 @@ async def _random(count: int, encoding: str, response: Response) -> Any:
 
 
 @router.post(paths.TRANSIT_RANDOM, responses=transit_errors())
-async def random(principal: PrincipalDep, response: Response, body: RandomRequest | None = None) -> Any:
+async def random(
+    principal: PrincipalDep, response: Response, body: TransitRandomRequest | None = None
+) -> Any:
     """``bytes`` random bytes from the OS CSPRNG (any valid token; the body is optional)."""
     del principal
-    body = body or RandomRequest()
+    body = body or TransitRandomRequest()
     return await _random(body.bytes, body.format, response)
 
 
 @router.post(paths.TRANSIT_RANDOM_BYTES, responses=transit_errors())
 async def random_count(
-    url_bytes: str, body: RandomRequest, principal: PrincipalDep, response: Response
+    url_bytes: str, body: TransitRandomRequest, principal: PrincipalDep, response: Response
 ) -> Any:
     """As ``random``, the count from the path (which wins over the body's, as in Vault)."""
     del principal
@@ -237,7 +239,7 @@ async def random_count(
     return await _random(int(url_bytes), body.format, response)
 
 
-def _hash(body: HashRequest, algorithm: str) -> Any:
+def _hash(body: TransitHashRequest, algorithm: str) -> Any:
     digest = HASHES.get(algorithm)
     if digest is None:
         raise BadRequestError(f"unsupported hash algorithm; one of {', '.join(HASHES)}")
@@ -245,14 +247,14 @@ def _hash(body: HashRequest, algorithm: str) -> Any:
 
 
 @router.post(paths.TRANSIT_HASH, responses=transit_errors())
-async def hash_(body: HashRequest, principal: PrincipalDep) -> Any:
+async def hash_(body: TransitHashRequest, principal: PrincipalDep) -> Any:
     """The ``algorithm`` digest of ``input`` (hex by default, as Vault's)."""
     del principal
     return _hash(body, body.algorithm)
 
 
 @router.post(paths.TRANSIT_HASH_ALGORITHM, responses=transit_errors())
-async def hash_algorithm(url_algorithm: str, body: HashRequest, principal: PrincipalDep) -> Any:
+async def hash_algorithm(url_algorithm: str, body: TransitHashRequest, principal: PrincipalDep) -> Any:
     """As ``hash``, the algorithm from the path (which wins over the body's)."""
     del principal
     return _hash(body, url_algorithm)
