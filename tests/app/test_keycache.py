@@ -87,9 +87,9 @@ def sqlite_uses(real_store: SqliteKeyStore, monkeypatch: pytest.MonkeyPatch) -> 
     uses: Counter[str] = Counter()
     original = real_store._connection
 
-    def counting() -> Any:
+    def counting(*args: Any, **kwargs: Any) -> Any:
         uses["connections"] += 1
-        return original()
+        return original(*args, **kwargs)
 
     monkeypatch.setattr(real_store, "_connection", counting)
     return uses

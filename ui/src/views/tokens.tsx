@@ -2,7 +2,7 @@
 import { useEffect, useState } from "preact/hooks";
 import { describe, json, type TokenInfo } from "../api";
 
-const SCOPES = ["encrypt", "decrypt", "rewrap", "admin"] as const;
+const SCOPES = ["encrypt", "decrypt", "rewrap", "hmac", "verify", "admin"] as const;
 
 function seconds(text: string): number | undefined {
   return text.trim() === "" ? undefined : Number(text);
