@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,6 +17,20 @@ from starlette.responses import Response
 from app.api.strict_json import StrictJsonRoute
 
 _JSON = (b"content-type", b"application/json")
+
+Handler = Callable[..., Coroutine[Any, Any, Any]]
+
+
+def vault_write(router: APIRouter, path: str, **options: Any) -> Callable[[Handler], Handler]:
+    """Register a handler for ``POST`` and ``PUT`` on ``path``, as Vault serves its writes: the ``vault``
+    and ``bao`` commands write with ``PUT``, hvac with ``POST``. Both are in the OpenAPI document (one route
+    per method, so their operation ids differ)."""
+
+    def decorate(handler: Handler) -> Handler:
+        router.put(path, **options)(handler)
+        return router.post(path, **options)(handler)
+
+    return decorate
 
 
 class VaultJsonRoute(StrictJsonRoute):

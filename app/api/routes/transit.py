@@ -26,7 +26,7 @@ from app.api import paths
 from app.api.deps import PrincipalDep, StateDep
 from app.api.middleware.audit import note
 from app.api.params import check_associated_data, decode_base64
-from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer
+from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer, vault_write
 from app.errors import BadRequestError, KeystreamError, PayloadTooLargeError
 from app.services import macs, transit
 from app.services.transit import Signer, TransitCipher
@@ -132,7 +132,7 @@ def _backend(state: ServiceState) -> Any:
     return state.backends.get(None)
 
 
-@router.post(paths.TRANSIT_ENCRYPT, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_ENCRYPT, responses=transit_errors(403))
 async def encrypt(
     name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
 ) -> Any:
@@ -154,7 +154,7 @@ async def encrypt(
     return await _run(state, name, body, one)
 
 
-@router.post(paths.TRANSIT_DECRYPT, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_DECRYPT, responses=transit_errors(403))
 async def decrypt(
     name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
 ) -> Any:
@@ -175,7 +175,7 @@ async def decrypt(
     return await _run(state, name, body, one)
 
 
-@router.post(paths.TRANSIT_REWRAP, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_REWRAP, responses=transit_errors(403))
 async def rewrap(
     name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep, request: Request
 ) -> Any:
@@ -200,7 +200,7 @@ async def rewrap(
     return await _run(state, name, body, one)
 
 
-@router.post(paths.TRANSIT_DATAKEY, responses=transit_errors(403, 404))
+@vault_write(router, paths.TRANSIT_DATAKEY, responses=transit_errors(403, 404))
 async def datakey(
     kind: str,
     name: str,
@@ -248,13 +248,13 @@ async def _hmac(
     return await _run(state, name, body, one, failed_item_status=200)
 
 
-@router.post(paths.TRANSIT_HMAC, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_HMAC, responses=transit_errors(403))
 async def hmac(name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep) -> Any:
     """The HMAC of ``input`` (base64) as ``vault:v<N>:<base64>``, under the version's derived HMAC key."""
     return await _hmac(name, body, principal, state, _algorithm(body, None))
 
 
-@router.post(paths.TRANSIT_HMAC_ALGORITHM, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_HMAC_ALGORITHM, responses=transit_errors(403))
 async def hmac_algorithm(
     name: str, url_algorithm: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep
 ) -> Any:
@@ -282,13 +282,13 @@ async def _verify(
     return await _run(state, name, body, one, failed_item_status=200)
 
 
-@router.post(paths.TRANSIT_VERIFY, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_VERIFY, responses=transit_errors(403))
 async def verify(name: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep) -> Any:
     """Whether ``hmac`` is the HMAC of ``input`` under the version it names."""
     return await _verify(name, body, principal, state, _algorithm(body, None))
 
 
-@router.post(paths.TRANSIT_VERIFY_ALGORITHM, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_VERIFY_ALGORITHM, responses=transit_errors(403))
 async def verify_algorithm(
     name: str, url_algorithm: str, body: TransitCryptoRequest, principal: PrincipalDep, state: StateDep
 ) -> Any:

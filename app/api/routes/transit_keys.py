@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from app.api import paths
 from app.api.deps import AdminDep, PrincipalDep, StateDep
 from app.api.params import HASHES, MAX_RANDOM_BYTES, AutoRotatePeriod, Encoding, HashAlgorithm, decode_base64
-from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer
+from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer, vault_write
 from app.core.schemes import Scheme
 from app.errors import BadRequestError, ForbiddenError, KeyExistsError, KeyNotFoundError
 from app.keystore import DEFAULT_SEGMENT_SIZE, KeyInfo
@@ -103,7 +103,7 @@ def key_data(info: KeyInfo) -> dict[str, Any]:
     }
 
 
-@router.post(paths.TRANSIT_KEY, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_KEY, responses=transit_errors(403))
 async def create_key(
     name: str, principal: AdminDep, state: StateDep, body: TransitCreateKeyRequest | None = None
 ) -> Any:
@@ -178,7 +178,7 @@ async def delete_key(name: str, principal: AdminDep, state: StateDep) -> Respons
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post(paths.TRANSIT_KEY_CONFIG, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_KEY_CONFIG, responses=transit_errors(403))
 async def configure_key(name: str, body: TransitConfigRequest, principal: AdminDep, state: StateDep) -> Any:
     """Change ``min_decryption_version`` (0 reads as 1), ``deletion_allowed``, ``auto_rotate_period``."""
     principal.require("admin", name)
@@ -200,7 +200,7 @@ async def configure_key(name: str, body: TransitConfigRequest, principal: AdminD
     return vault_answer(key_data(info))
 
 
-@router.post(paths.TRANSIT_KEY_ROTATE, responses=transit_errors(403))
+@vault_write(router, paths.TRANSIT_KEY_ROTATE, responses=transit_errors(403))
 async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> Any:
     """Add a new version: it encrypts from now on, older versions keep decrypting."""
     principal.require("admin", name)
@@ -218,7 +218,7 @@ async def _random(count: int, encoding: str, response: Response) -> Any:
     return vault_answer({"random_bytes": _encode(secrets.token_bytes(count), encoding)})
 
 
-@router.post(paths.TRANSIT_RANDOM, responses=transit_errors())
+@vault_write(router, paths.TRANSIT_RANDOM, responses=transit_errors())
 async def random(
     principal: PrincipalDep, response: Response, body: TransitRandomRequest | None = None
 ) -> Any:
@@ -228,7 +228,7 @@ async def random(
     return await _random(body.bytes, body.format, response)
 
 
-@router.post(paths.TRANSIT_RANDOM_BYTES, responses=transit_errors())
+@vault_write(router, paths.TRANSIT_RANDOM_BYTES, responses=transit_errors())
 async def random_count(
     url_bytes: str, body: TransitRandomRequest, principal: PrincipalDep, response: Response
 ) -> Any:
@@ -246,14 +246,14 @@ def _hash(body: TransitHashRequest, algorithm: str) -> Any:
     return vault_answer({"sum": _encode(digest(decode_base64("input", body.input)).digest(), body.format)})
 
 
-@router.post(paths.TRANSIT_HASH, responses=transit_errors())
+@vault_write(router, paths.TRANSIT_HASH, responses=transit_errors())
 async def hash_(body: TransitHashRequest, principal: PrincipalDep) -> Any:
     """The ``algorithm`` digest of ``input`` (hex by default, as Vault's)."""
     del principal
     return _hash(body, body.algorithm)
 
 
-@router.post(paths.TRANSIT_HASH_ALGORITHM, responses=transit_errors())
+@vault_write(router, paths.TRANSIT_HASH_ALGORITHM, responses=transit_errors())
 async def hash_algorithm(url_algorithm: str, body: TransitHashRequest, principal: PrincipalDep) -> Any:
     """As ``hash``, the algorithm from the path (which wins over the body's)."""
     del principal

@@ -324,3 +324,13 @@ async def test_batch_input_is_bounded_as_the_batch_routes_are(api: Api) -> None:
     assert len(await _errors(too_large, 413)) == 1
     many = await _post(api, "encrypt/big", {"batch_input": [{"plaintext": ""}] * 1001})
     assert await _errors(many, 413) == ["batch_input has 1001 items; the limit is 1000"]
+
+
+async def test_writes_take_put_as_post_as_the_vault_command_sends_them(api: Api) -> None:
+    created = await api.client.put("/v1/transit/keys/put", headers=VAULT)  # vault write -f transit/keys/put
+    assert created.status_code == 200, created.text
+    made = await api.client.put("/v1/transit/encrypt/put", json={"plaintext": b64(b"x")}, headers=VAULT)
+    assert made.status_code == 200 and made.json()["data"]["ciphertext"].startswith("vault:v1:")
+    schema = (await api.client.get("/openapi.json")).json()
+    operations = schema["paths"]["/v1/transit/encrypt/{name}"]
+    assert operations["put"]["operationId"] != operations["post"]["operationId"]
