@@ -12,7 +12,10 @@ itself means each random 96-bit nonce is drawn under the same AES key, so one ve
 than 2**32 messages (NIST SP 800-38D's bound for random nonces) — rotate long before that, as with Vault.
 
 AES-GCM is pyca/cryptography's :class:`~cryptography.hazmat.primitives.ciphers.aead.AESGCM` (OpenSSL);
-nonces come from :func:`os.urandom`.
+nonces come from :func:`os.urandom`. The material is read from the key cache's locked memory, but
+``AESGCM`` keeps its own copy of the key (and OpenSSL its schedule) in ordinary memory for the life of a
+:class:`TransitCipher`, one request: unlike the native formats' schedules, that copy is not locked or left
+out of core dumps by Keystream, and is freed, not zeroed, by the library.
 
 HMACs made through the Transit API use :mod:`app.formats.mac`'s derived HMAC key with the text
 ``vault:v<version>:<base64>`` (:data:`HMAC_PREFIX`); Vault's HMAC keys are separate random keys, so the
