@@ -16,6 +16,9 @@ from app.errors import TooManyRequestsError
 
 __all__ = ["AttemptLimiter"]
 
+#: The limiter's clock (tests stop it to count a burst without the refill running meanwhile).
+_now = time.monotonic
+
 
 class AttemptLimiter:
     """A token bucket per key: ``burst`` attempts at once, then one per ``refill_seconds``.
@@ -41,7 +44,7 @@ class AttemptLimiter:
         Raises:
             TooManyRequestsError: its bucket is empty (429 with the seconds until the next attempt).
         """
-        now = time.monotonic()
+        now = _now()
         with self._lock:
             tokens, since = self._buckets.pop(key, (float(self._burst), now))
             tokens = min(float(self._burst), tokens + (now - since) / self._refill)

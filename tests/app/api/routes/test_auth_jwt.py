@@ -22,6 +22,7 @@ from typing import Any
 import jwt
 import pytest
 
+from app.services import attempts
 from app.services.identity import LOGIN_ADDRESS_BURST, LOGIN_REFUSED
 from app.services.jwks import JwksCache
 from tests.app.api.conftest import Api, running_api
@@ -310,8 +311,13 @@ async def test_login_floods_are_limited_per_address_and_role(jwt_api: Api) -> No
     assert (await login(jwt_api, RSA.sign(k8s_claims()))).status_code == 201  # another role still logs in
 
 
-async def test_made_up_role_names_spend_the_address_limit(jwt_api: Api) -> None:
+async def test_made_up_role_names_spend_the_address_limit(
+    jwt_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Each made-up role name has a fresh per-role count; the address's count over every role still runs out.
+    # The limiter's clock stands still: at ten attempts a second of refill, the 125 logins below would
+    # otherwise earn back as many attempts as they take longer than 0.1 s each to make.
+    monkeypatch.setattr(attempts, "_now", lambda: 1_000.0)
     forged = Signer.rsa(RSA.kid).sign(k8s_claims())
     statuses = [
         (await login(jwt_api, forged, role=f"made-up-{attempt}")).status_code
