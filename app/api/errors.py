@@ -164,6 +164,13 @@ def vault_error_response(
     return JSONResponse({"errors": messages}, status_code=status_code, headers=headers)
 
 
+def item_error(exc: KeystreamError, reference: str | None) -> dict[str, Any]:
+    """One failed item of a batch: the error shape plus the item's ``reference``, in its result slot."""
+    result: dict[str, Any] = error_body(exc.code, exc.message)
+    result["reference"] = reference
+    return result
+
+
 def error_response(
     status_code: int,
     code: str,

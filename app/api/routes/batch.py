@@ -39,7 +39,7 @@ from app.api.batch_json import (
     read_encrypt_batch,
 )
 from app.api.deps import JsonBody, PrincipalDep, StateDep, get_principal, get_state, require_json
-from app.api.errors import error_body
+from app.api.errors import item_error
 from app.api.middleware.audit import note
 from app.api.openapi import BACKEND_DESCRIPTION
 from app.api.params import (
@@ -66,12 +66,6 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 #: A batch route's endpoint, as FastAPI calls it (by keyword).
 Endpoint = Callable[..., Awaitable[Response]]
-
-
-def _item_error(exc: KeystreamError, reference: str | None) -> dict[str, Any]:
-    result: dict[str, Any] = error_body(exc.code, exc.message)
-    result["reference"] = reference
-    return result
 
 
 def _inputs(
@@ -123,7 +117,7 @@ def _results(
                 results.append({field: output[0], "key_version": output[1], "reference": reference})
                 continue
             error = output
-        results.append(_item_error(error, reference))
+        results.append(item_error(error, reference))
     return results
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api import paths
 from app.api.deps import JsonBody, PrincipalDep, StateDep
-from app.api.errors import error_body
+from app.api.errors import item_error
 from app.api.middleware.audit import note
 from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, decode_base64
@@ -100,12 +100,6 @@ def _decode(value: str) -> bytes:
     return decode_base64("input", value)
 
 
-def _item_error(exc: KeystreamError, reference: str | None) -> dict[str, Any]:
-    result: dict[str, Any] = error_body(exc.code, exc.message)
-    result["reference"] = reference
-    return result
-
-
 async def _signer(state: ServiceState, name: str, version: int | None, algorithm: str) -> Signer:
     return await macs.signer(state.keycache, state.backends.get(None), name, version, algorithm)
 
@@ -142,7 +136,7 @@ async def hmac_batch(
         try:
             data = _decode(item.input)
         except KeystreamError as exc:
-            results.append(_item_error(exc, item.reference))
+            results.append(item_error(exc, item.reference))
             continue
         results.append({"hmac": signer.tag(data), "key_version": signer.version, "reference": item.reference})
     return {"results": results}
@@ -188,7 +182,7 @@ async def verify_batch(
             if isinstance(signer, KeystreamError):
                 raise signer
         except KeystreamError as exc:
-            results.append(_item_error(exc, item.reference))
+            results.append(item_error(exc, item.reference))
             continue
         results.append(
             {"valid": signer.verify(data, digest), "key_version": version, "reference": item.reference}
