@@ -106,3 +106,23 @@ SEALED = Gauge(
     "/readyz, /metrics, /v1/sys/seal-status and /unseal answers 503 sealed), else 0. One series per worker.",
     multiprocess_mode="liveall",
 )
+BATCH_BUFFER_BYTES = Gauge(
+    "keystream_batch_buffer_bytes",
+    "Bytes of batch request bodies held in the batch budget right now (summed over workers); at "
+    "keystream_batch_buffer_limit_bytes further batches wait, then get 503 overloaded.",
+    multiprocess_mode="livesum",
+)
+BATCH_BUFFER_LIMIT_BYTES = Gauge(
+    "keystream_batch_buffer_limit_bytes",
+    "The batch budget: most bytes of batch bodies held at once (KEYSTREAM_BATCH_BUFFER_BUDGET_BYTES per "
+    "worker, summed over workers).",
+    multiprocess_mode="livesum",
+)
+CHANGE_LOG_READ_TIMESTAMP = Gauge(
+    "keystream_change_log_read_timestamp_seconds",
+    "Unix time of a worker's last successful read of the keystore's change log. time() minus this is how "
+    "long that worker's caches may lag writes made elsewhere; past 5 poll intervals it stops using them. "
+    "One series per worker (its index, 0 to workers-1).",
+    ["worker"],
+    multiprocess_mode="livemax",
+)
