@@ -4,8 +4,10 @@
   streaming AEADs (segments of a key-defined size): ``AesCtrHmacStreaming`` (each segment with an
   HMAC-SHA256 tag) or ``AesGcmHkdfStreaming`` (AES-GCM per segment), as the key's scheme says.
 - :mod:`app.formats.raw`: plain AES-CTR with a caller-visible IV and random access by byte offset.
+- :mod:`app.formats.siv`: deterministic AES-SIV for ``aes256-siv`` keys (Tink's ``DeterministicAead``),
+  whole small messages only, for the batch routes.
 
-Both are synchronous (raw also has :class:`~app.formats.raw.AsyncRawCipher` for backends with
+All are synchronous (raw also has :class:`~app.formats.raw.AsyncRawCipher` for backends with
 ``ctr_xor_async``), with no shared state between instances: the services layer decides where they run.
 The stream limit is :data:`aescore.MAX_STREAM_LENGTH`; errors are :mod:`app.errors` (no web imports).
 """

@@ -36,7 +36,7 @@ def too_many_segments(index: int) -> str:
     return f"segment {index} is past the 2**32-segment limit of the sealed format"
 
 
-def _newest_first(versions: Iterable[int]) -> str:
+def newest_first(versions: Iterable[int]) -> str:
     """``versions`` newest first, runs of three or more as ``"9 to 7"``: ``"12, 9 to 7, 5, 4"``.
 
     A key may have hundreds of versions; the message names them all in a few words."""
@@ -57,7 +57,7 @@ def _newest_first(versions: Iterable[int]) -> str:
 
 def no_key(index: int, versions: Iterable[int]) -> str:
     """The first segment verifies under none of ``versions``."""
-    tried = _newest_first(versions)
+    tried = newest_first(versions)
     return (
         f"segment {index} does not authenticate under any allowed key version (tried {tried}): wrong "
         "key, wrong associated data, or a tampered or truncated ciphertext"

@@ -7,8 +7,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import tink
-from tink import secret_key_access, streaming_aead
-from tink.proto import aes_ctr_hmac_streaming_pb2, aes_gcm_hkdf_streaming_pb2, common_pb2, tink_pb2
+from tink import daead, secret_key_access, streaming_aead
+from tink.proto import (
+    aes_ctr_hmac_streaming_pb2,
+    aes_gcm_hkdf_streaming_pb2,
+    aes_siv_pb2,
+    common_pb2,
+    tink_pb2,
+)
 
 import aescore
 
@@ -16,6 +22,7 @@ import aescore
 CHEAP_BACKENDS = ("aesni", "python")
 TINK_KEY_TYPE_URL = "type.googleapis.com/google.crypto.tink.AesCtrHmacStreamingKey"
 TINK_GCM_KEY_TYPE_URL = "type.googleapis.com/google.crypto.tink.AesGcmHkdfStreamingKey"
+TINK_SIV_KEY_TYPE_URL = "type.googleapis.com/google.crypto.tink.AesSivKey"
 
 
 def _available(name: str) -> bool:
@@ -70,6 +77,27 @@ def tink_keyset_handle(
             )
         )
     return tink.proto_keyset_format.parse(keyset.SerializeToString(), secret_key_access.TOKEN)
+
+
+def tink_deterministic_aead(keys: list[tuple[int, bytes]]) -> daead.DeterministicAead:
+    """Tink's own AES-SIV ``DeterministicAead`` over a keyset of ``AesSivKey`` keys with the given (key id,
+    64-byte material), the first one primary, each with the RAW output prefix (nothing in front of a
+    ciphertext), as an application holding an ``aes256-siv`` key's exported material would build it."""
+    daead.register()
+    keyset = tink_pb2.Keyset(primary_key_id=keys[0][0])
+    for key_id, material in keys:
+        value = aes_siv_pb2.AesSivKey(version=0, key_value=material).SerializeToString()
+        key_data = tink_pb2.KeyData(
+            type_url=TINK_SIV_KEY_TYPE_URL, value=value, key_material_type=tink_pb2.KeyData.SYMMETRIC
+        )
+        keyset.key.append(
+            tink_pb2.Keyset.Key(
+                key_data=key_data, status=tink_pb2.ENABLED, key_id=key_id, output_prefix_type=tink_pb2.RAW
+            )
+        )
+    handle = tink.proto_keyset_format.parse(keyset.SerializeToString(), secret_key_access.TOKEN)
+    primitive: daead.DeterministicAead = handle.primitive(daead.DeterministicAead)
+    return primitive
 
 
 class _KeepValue(io.BytesIO):
