@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from app.core import metrics
+from app.core.metric_buffer import BufferedCounter
 from app.core.secret_memory import KeyMaterial, wipe_secret
 from app.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
 from app.formats.sealed import KeyParameters
@@ -57,8 +58,8 @@ CacheKey = tuple[str, int, str]
 DETERMINISTIC_SLOT = "aes-siv"
 
 # Label children bound once: ``labels()`` on every lookup would cost more than the hit itself.
-_HITS = metrics.KEY_CACHE_REQUESTS.labels(result="hit")
-_MISSES = metrics.KEY_CACHE_REQUESTS.labels(result="miss")
+_HITS = BufferedCounter(metrics.KEY_CACHE_REQUESTS.labels(result="hit"))  # one per request: batched
+_MISSES = BufferedCounter(metrics.KEY_CACHE_REQUESTS.labels(result="miss"))
 
 
 def _oldest_version(info: KeyInfo) -> int:

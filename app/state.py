@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 
 from app.audit import AuditKeys, AuditLog, audit_keys_for, worker_path
 from app.core.config import Settings
-from app.core.metrics import SEALED
+from app.core.metrics import (
+    BATCH_BUFFER_BYTES,
+    BATCH_BUFFER_LIMIT_BYTES,
+    CHANGE_LOG_READ_TIMESTAMP,
+    SEALED,
+)
 from app.core.secret_memory import disable_core_dumps
 from app.keycache import KeyCache
 from app.keystore import KeyStore, open_keystore_for
@@ -105,6 +110,7 @@ def open_state(settings: Settings) -> ServiceState:
             tokens,
             interval=settings.change_poll_interval,
             trust_seconds=settings.cache_trust_seconds,
+            on_read=CHANGE_LOG_READ_TIMESTAMP.labels(worker=str(settings.worker_index or 0)).set,
         )
         auto_rotator = AutoRotator(keystore, keycache, interval=settings.auto_rotate_check_interval)
         backends = open_backends(settings)
@@ -112,6 +118,7 @@ def open_state(settings: Settings) -> ServiceState:
         if not seal.sealed:
             auto_rotator.start()
         SEALED.set(1 if seal.sealed else 0)
+        BATCH_BUFFER_LIMIT_BYTES.set(settings.batch_buffer_budget_bytes)
     except BaseException:
         keystore.close()
         seal.close()
@@ -125,7 +132,9 @@ def open_state(settings: Settings) -> ServiceState:
         keycache=keycache,
         tokens=tokens,
         backends=backends,
-        batch_budget=ByteBudget(settings.batch_buffer_budget_bytes, settings.batch_buffer_wait_seconds),
+        batch_budget=ByteBudget(
+            settings.batch_buffer_budget_bytes, settings.batch_buffer_wait_seconds, BATCH_BUFFER_BYTES.set
+        ),
         follower=follower,
         auto_rotator=auto_rotator,
         audit_keys=audit_keys,

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+# Imported first: it registers the collector that flushes buffered updates before any metric is read.
+from app.core import metric_buffer  # noqa: F401
+
 #: Buckets from 10 µs to 10 s: a 64-byte AES-NI call and a 64 MiB python-backend call both land in range.
 CRYPTO_BUCKETS = (
     1e-5,
@@ -102,4 +105,24 @@ SEALED = Gauge(
     "1 while this worker is sealed (the shamir seal awaiting its unseal shares: every route but /healthz, "
     "/readyz, /metrics, /v1/sys/seal-status and /unseal answers 503 sealed), else 0. One series per worker.",
     multiprocess_mode="liveall",
+)
+BATCH_BUFFER_BYTES = Gauge(
+    "keystream_batch_buffer_bytes",
+    "Bytes of batch request bodies held in the batch budget right now (summed over workers); at "
+    "keystream_batch_buffer_limit_bytes further batches wait, then get 503 overloaded.",
+    multiprocess_mode="livesum",
+)
+BATCH_BUFFER_LIMIT_BYTES = Gauge(
+    "keystream_batch_buffer_limit_bytes",
+    "The batch budget: most bytes of batch bodies held at once (KEYSTREAM_BATCH_BUFFER_BUDGET_BYTES per "
+    "worker, summed over workers).",
+    multiprocess_mode="livesum",
+)
+CHANGE_LOG_READ_TIMESTAMP = Gauge(
+    "keystream_change_log_read_timestamp_seconds",
+    "Unix time of a worker's last successful read of the keystore's change log. time() minus this is how "
+    "long that worker's caches may lag writes made elsewhere; past 5 poll intervals it stops using them. "
+    "One series per worker (its index, 0 to workers-1).",
+    ["worker"],
+    multiprocess_mode="livemax",
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 
 from app.errors import ServiceUnavailableError
 
@@ -36,9 +37,13 @@ class ByteBudget:
     Args:
         limit: most bytes held at once (>= 1).
         wait_seconds: how long a reservation may wait before :class:`~app.errors.OverloadedError`.
+        on_change: called with the bytes held after every reservation and release (a metric's setter: the
+            dashboards draw the budget's use); it runs on the event loop, so it must be quick.
     """
 
-    def __init__(self, limit: int, wait_seconds: float) -> None:
+    def __init__(
+        self, limit: int, wait_seconds: float, on_change: Callable[[int], None] | None = None
+    ) -> None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         if wait_seconds < 0:
@@ -47,6 +52,7 @@ class ByteBudget:
         self.wait_seconds = wait_seconds
         self._held = 0
         self._changed: asyncio.Condition | None = None
+        self._on_change = on_change
 
     @property
     def held(self) -> int:
@@ -68,6 +74,7 @@ class ByteBudget:
         amount = min(max(nbytes, 0), self.limit)
         if self._held + amount <= self.limit:
             self._held += amount  # the common case: no waiting, no lock
+            self._report()
             return amount
         changed = self._condition()
         async with changed:
@@ -82,11 +89,17 @@ class ByteBudget:
                     retry_after_seconds=max(1, math.ceil(self.wait_seconds)),
                 ) from None
             self._held += amount
+        self._report()
         return amount
 
     async def release(self, amount: int) -> None:
         """Return ``amount`` reserved bytes and wake the waiters."""
         self._held -= amount
+        self._report()
         if self._changed is not None:
             async with self._changed:
                 self._changed.notify_all()
+
+    def _report(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self._held)

@@ -47,6 +47,8 @@ class ChangeFollower:
         interval: seconds between two reads when no hint comes.
         trust_seconds: how long caches are used after the start of the last successful read.
         clock: monotonic seconds (the caches' clock).
+        on_read: called with the Unix time after each successful read of the log (a metric's setter: how far
+            this process's caches may lag is what the dashboards draw); it must be quick and thread-safe.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class ChangeFollower:
         interval: float,
         trust_seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        on_read: Callable[[float], None] | None = None,
     ) -> None:
         self._keystore = keystore
         self._keycache = keycache
@@ -65,6 +68,7 @@ class ChangeFollower:
         self.interval = interval
         self.trust_seconds = trust_seconds
         self._clock = clock
+        self._on_read = on_read
         self._lock = threading.Lock()  # one read of the log at a time
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -173,6 +177,8 @@ class ChangeFollower:
         deadline = started + self.trust_seconds
         self._keycache.trust_until(deadline)
         self._tokens.trust_until(deadline)
+        if self._on_read is not None:
+            self._on_read(time.time())
 
     def _run(self) -> None:
         while not self._stop.is_set():

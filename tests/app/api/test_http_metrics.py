@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -79,3 +80,26 @@ async def test_promtool_accepts_the_exposition(api: Api) -> None:
         [PROMTOOL, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
     )
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def _sample(text: str, name: str) -> float:
+    """The value of the one sample named exactly ``name`` (labels included) in an exposition."""
+    (value,) = [line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(f"{name} ")]
+    return float(value)
+
+
+async def test_batch_buffer_use_and_change_log_reads_move(api: Api) -> None:
+    state = api.app.state.keystream
+    text = (await api.client.get("/metrics")).text
+    assert _sample(text, "keystream_batch_buffer_limit_bytes") == state.settings.batch_buffer_budget_bytes
+    assert _sample(text, "keystream_batch_buffer_bytes") == 0
+    first_read = _sample(text, 'keystream_change_log_read_timestamp_seconds{worker="0"}')
+    held = await state.batch_budget.reserve(5000)
+    time.sleep(0.01)
+    state.follower.poll()
+    text = (await api.client.get("/metrics")).text
+    assert _sample(text, "keystream_batch_buffer_bytes") == 5000
+    last_read = _sample(text, 'keystream_change_log_read_timestamp_seconds{worker="0"}')
+    assert first_read < last_read <= time.time()
+    await state.batch_budget.release(held)
+    assert _sample((await api.client.get("/metrics")).text, "keystream_batch_buffer_bytes") == 0

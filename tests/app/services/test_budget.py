@@ -56,3 +56,14 @@ def test_bad_arguments() -> None:
         ByteBudget(0, 1)
     with pytest.raises(ValueError, match="wait_seconds"):
         ByteBudget(1, -1)
+
+
+async def test_every_change_of_the_held_bytes_is_reported() -> None:
+    reported: list[int] = []
+    budget = ByteBudget(100, wait_seconds=1, on_change=reported.append)
+    first = await budget.reserve(60)
+    waiting = asyncio.ensure_future(budget.reserve(70))
+    await asyncio.sleep(0.01)
+    await budget.release(first)
+    await budget.release(await waiting)
+    assert reported == [60, 0, 70, 0]

@@ -127,3 +127,21 @@ def test_a_master_key_rotation_reloads_the_keyring_and_zeroes_retired_generation
     # generation 2 was retired by the second rotation: its key left the reader's memory at the poll, without
     # the reader wrapping or unwrapping anything
     assert bytes(reader.key_material("a", 1)) == bytes(writer.key_material("a", 1))
+
+
+def test_each_successful_read_reports_its_time(stores: tuple[KeyStore, KeyStore], tmp_path: Path) -> None:
+    writer, reader = stores
+    reads: list[float] = []
+    cache = KeyCache(reader, metadata_ttl=3600)
+    follower = ChangeFollower(
+        reader, cache, TokenVerifier(reader, ttl=3600), interval=3600, trust_seconds=1.0, on_read=reads.append
+    )
+    before = time.time()
+    follower.poll()
+    writer.create_key("a")
+    follower.poll()
+    assert len(reads) == 2 and before <= reads[0] <= reads[1] <= time.time()
+    reader.close()
+    with pytest.raises(KeystreamError):
+        follower.poll()  # a failed read reports nothing: the lag keeps growing
+    assert len(reads) == 2
