@@ -15,6 +15,7 @@ from tests.app.api.conftest import Api, running_api
 from tests.app.formats.conftest import tink_deterministic_aead
 
 SIV = "aes256-siv"
+DATAKEY = {"type": "aes256", "plaintext": True}
 ONLY_BATCH = "only the JSON batch routes encrypt/batch, decrypt/batch and rewrap/batch serve it"
 
 
@@ -76,12 +77,13 @@ async def test_keystream_gives_tinks_bytes_and_opens_tinks_with_and_without_asso
     await siv_key(api, "emails", material)
     tink = tink_deterministic_aead([(9, material)])
     plaintext = random.Random(length + 1).randbytes(length)
-    items = [{"plaintext": b64(plaintext)}, {"plaintext": b64(plaintext), "associated_data": b64(b"users.email")}]
+    ad = b"users.email"
+    items = [{"plaintext": b64(plaintext)}, {"plaintext": b64(plaintext), "associated_data": b64(ad)}]
     ours = await encrypt(api, "emails", items)
     assert [r["key_version"] for r in ours] == [2, 2]
     assert base64.b64decode(ours[0]["ciphertext"]) == tink.encrypt_deterministically(plaintext, b"")
-    assert base64.b64decode(ours[1]["ciphertext"]) == tink.encrypt_deterministically(plaintext, b"users.email")
-    assert tink.decrypt_deterministically(base64.b64decode(ours[1]["ciphertext"]), b"users.email") == plaintext
+    assert base64.b64decode(ours[1]["ciphertext"]) == tink.encrypt_deterministically(plaintext, ad)
+    assert tink.decrypt_deterministically(base64.b64decode(ours[1]["ciphertext"]), ad) == plaintext
     theirs = [
         {"ciphertext": b64(tink.encrypt_deterministically(plaintext, b"")), "reference": "plain"},
         {
@@ -173,7 +175,7 @@ async def test_routes_that_do_not_serve_an_siv_key_answer_400_naming_the_ones_th
         await api.decrypt("emails", bytes(64)),
         await api.encrypt("emails", b"x", format="raw"),
         await api.client.post("/v1/keys/emails/rewrap", content=bytes(64), headers=auth),
-        await api.client.post("/v1/keys/emails/datakey", json={"type": "aes256"}, headers=auth),
+        await api.client.post("/v1/keys/emails/datakey", json=DATAKEY, headers=auth),
         await api.client.post("/v1/keys/emails/hmac", json={"input": b64(b"x")}, headers=auth),
     ]
     for response in answers:
@@ -190,7 +192,8 @@ async def test_the_transit_api_neither_shows_nor_changes_nor_uses_an_siv_key(api
         assert response.status_code == 400, response.text
         (message,) = response.json()["errors"]
         assert "is aes256-siv (deterministic AES-SIV), which has no Transit type" in message
-    encrypt_ = await api.client.post("/v1/transit/encrypt/emails", json={"plaintext": b64(b"x")}, headers=auth)
+    body = {"plaintext": b64(b"x")}
+    encrypt_ = await api.client.post("/v1/transit/encrypt/emails", json=body, headers=auth)
     assert encrypt_.status_code == 400 and ONLY_BATCH in encrypt_.json()["errors"][0]
     created = await api.client.post("/v1/transit/keys/other", json={"type": SIV}, headers=auth)
     assert created.status_code == 400
