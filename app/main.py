@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
@@ -39,11 +40,30 @@ from app.api.routes import (
     transit,
     transit_keys,
 )
+from app.core import metric_buffer
 from app.core.config import KNOWN_BACKENDS, Settings, get_settings
 from app.core.telemetry import release_process_metrics
 from app.state import close_state, open_state, wipe_secrets
 
 logger = logging.getLogger("keystream")
+
+
+def _start_metric_flush(interval: float) -> asyncio.Task[None] | None:
+    """Buffer per-request metric updates and apply them every ``interval`` s (0: apply each at once)."""
+    metric_buffer.set_buffering(interval > 0)
+    if interval <= 0:
+        return None
+    return asyncio.create_task(metric_buffer.run_periodic_flush(interval), name="keystream-metric-flush")
+
+
+async def _stop_metric_flush(flusher: asyncio.Task[None] | None) -> None:
+    """Stop the periodic flush; its last flush writes this worker's pending updates before it exits."""
+    if flusher is None:
+        metric_buffer.flush()
+        return
+    flusher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await flusher
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -68,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await to_thread.run_sync(sys.start_handover_listener, state)
         # A rotation of the master key that a dead process left unfinished is taken over (after its lease).
         sys.start_rotation_watch(state)
+        flusher = _start_metric_flush(settings.metrics_flush_seconds)
         if settings.testing_wipe_on_sigusr2:
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, wipe_secrets, state)
         logger.info(
@@ -79,8 +100,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            await to_thread.run_sync(close_state, state)
-            release_process_metrics()
+            try:
+                await to_thread.run_sync(close_state, state)
+            finally:
+                await _stop_metric_flush(flusher)
+                release_process_metrics()
 
     # KeystreamApp: FastAPI, with POST on the streaming encrypt/decrypt and the batch paths served ahead of
     # FastAPI's router, through the same middleware (app/api/hotpath.py).

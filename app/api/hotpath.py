@@ -2,17 +2,21 @@
 
 For a 1 KiB message, FastAPI's way to a route (its telemetry check, its outer error layer, the exception
 handlers, the router, dependency solving) cost more server time than the route itself. :class:`KeystreamApp`
-is the FastAPI app with one shortcut: ``POST`` on the streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt``
-and, without a query string, on the three batch routes goes to the route through the service's middleware
-stack (:func:`app.api.middleware.wrap`: the same layers, in the same order, as FastAPI runs) and then
-:func:`_route`, which does what FastAPI's router and exception handlers would: the route and its path
-parameter in the scope, the handler, and the JSON answer of a domain error (or of a batch body that does not
-fit its schema) raised before the handler answered (:mod:`app.api.errors`). An exception raised after the
-response started propagates, so the server aborts the connection (the sealed-decrypt rule), as through
-FastAPI.
+is the FastAPI app with one shortcut: ``POST`` on the streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt``,
+on the JWT and the certificate logins and, without a query string, on the three batch routes goes to the
+route through the service's middleware stack (:func:`app.api.middleware.wrap`: the same layers, in the
+same order, as FastAPI runs) and then :func:`_route`, which does what FastAPI's router and exception
+handlers would: the route and its path parameter in the scope, the handler, and the JSON answer of a domain
+error (or of a body that does not fit its schema) raised before the handler answered
+(:mod:`app.api.errors`). An exception raised after the response started propagates, so the server aborts
+the connection (the sealed-decrypt rule), as through FastAPI.FastAPI.
 
 The streaming handlers take the request alone (:mod:`app.api.routes.crypto`); the batch endpoints are called
-through :func:`app.api.routes.batch.request_handler`, with what FastAPI's dependencies would give them. A
+through :func:`app.api.routes.batch.request_handler`, with what FastAPI's dependencies would give them, and
+the logins through :data:`app.api.routes.auth.REQUEST_HANDLERS`, which read and validate the body as FastAPI
+does (:mod:`app.api.json_body`). For a login, FastAPI's way to the route (route matching among every route
+of the service, dependency solving, its answer's serialization) cost about as much server time as the
+login's own work: the JWT's verification and the token's commit. A
 batch request with a query string (``backend``, ``key_version``) goes through FastAPI, whose parameter
 validation then answers.
 
@@ -42,10 +46,18 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.errors import keystream_error_response, validation_error_response
+from app.api.errors import keystream_error_response, validation_error_response, vault_error_response
 from app.api.middleware import middleware, wrap
-from app.api.paths import BATCH_PATHS, BATCH_ROUTE, OPEN_WHILE_SEALED, SEALED_MESSAGE, STREAMING_ROUTE
-from app.api.routes import batch, crypto
+from app.api.paths import (
+    BATCH_PATHS,
+    BATCH_ROUTE,
+    OPEN_WHILE_SEALED,
+    SEALED_MESSAGE,
+    STREAMING_ROUTE,
+    TRANSIT,
+    transit_alias,
+)
+from app.api.routes import auth, batch, crypto
 from app.core.config import Settings
 from app.errors import KeystreamError, SealedError
 from app.seal import Seal
@@ -62,6 +74,12 @@ _BATCH: dict[str, tuple[BaseRoute, Handler]] = {
     for operation, path in BATCH_PATHS.items()
     for route in batch.router.routes
     if isinstance(route, APIRoute) and route.path == path
+}
+#: The routes served at one fixed path, by path: the JWT and the certificate logins.
+_FIXED: dict[str, tuple[BaseRoute, Handler]] = {
+    route.path: (route, auth.REQUEST_HANDLERS[route.path])
+    for route in auth.router.routes
+    if isinstance(route, APIRoute) and route.path in auth.REQUEST_HANDLERS
 }
 #: Key in the scope under which the dispatcher hands :func:`_route` what it found (route, handler, key name).
 FOUND = "keystream.found"
@@ -80,14 +98,24 @@ class KeystreamApp(FastAPI):
     sealable: Seal | None = None
     #: The middleware stack around :func:`_route` (:meth:`install_middleware`).
     _fast: ASGIApp | None = None
+    #: ``/v1/<mount>/`` when the Transit API is mounted elsewhere than ``transit`` (:func:`_mount_transit`).
+    _transit_alias: str | None = None
 
     def install_middleware(self, settings: Settings) -> None:
         """Give FastAPI the service's middleware (:func:`app.api.middleware.middleware`) and build the same
         stack around the shortcut's routes, so both ways to a route pass one list of layers."""
         self.user_middleware = middleware(settings)
         self._fast = wrap(_route, settings)
+        self._transit_alias = transit_alias(settings.transit_mount)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        alias = self._transit_alias
+        if alias is not None and scope["type"] == "http":
+            mounted = _mount_transit(scope, alias)
+            if mounted is None:
+                await vault_error_response(404, [])(scope, receive, send)  # Vault's: nothing mounted there
+                return
+            scope = mounted
         sealable = self.sealable
         if (
             sealable is not None
@@ -132,9 +160,32 @@ class KeystreamApp(FastAPI):
         return self._telemetry_enabled
 
 
-def _find(scope: Scope) -> tuple[BaseRoute, Handler, str] | None:
-    """The route, handler and key name of a request the shortcut serves, else ``None``."""
+def _mount_transit(scope: Scope, alias: str) -> Scope | None:
+    """``scope`` with a path under ``alias`` (the configured Transit mount) moved to ``/v1/transit/``, where
+    the routes are; ``None`` for a path under ``/v1/transit/`` itself, which is not mounted then; any other
+    ``scope`` unchanged. Everything after the rewrite (routes, Vault's error shape, the audit log and the
+    metrics, which record the route template) sees the Transit path."""
+    path: str = scope["path"]
+    if path.startswith(alias) or path == alias[:-1]:
+        moved = TRANSIT + path[len(alias) :]
+        raw = scope.get("raw_path")
+        prefix = alias.encode()
+        raw_moved = moved.encode()
+        if raw and raw.startswith(prefix):
+            raw_moved = TRANSIT.encode() + raw[len(prefix) :]
+        return {**scope, "path": moved, "raw_path": raw_moved}
+    if path.startswith(TRANSIT) or path == TRANSIT[:-1]:
+        return None
+    return scope
+
+
+def _find(scope: Scope) -> tuple[BaseRoute, Handler, str | None] | None:
+    """The route, handler and key name (``None`` for a route without one) of a request the shortcut serves,
+    else ``None``."""
     path = scope["path"]
+    fixed = _FIXED.get(path)
+    if fixed is not None:
+        return (*fixed, None)
     found = STREAMING_ROUTE.fullmatch(path)
     if found is not None:
         entry = _STREAMING.get(found["operation"])
@@ -159,7 +210,7 @@ async def _route(scope: Scope, receive: Receive, send: Send) -> None:
     route, handler, name = scope.pop(FOUND)
     scope["route"] = route
     scope["endpoint"] = getattr(route, "endpoint", handler)
-    scope["path_params"] = {"name": name}
+    scope["path_params"] = {} if name is None else {"name": name}
     try:
         response = await handler(Request(scope, receive))
     except KeystreamError as exc:

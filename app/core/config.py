@@ -194,6 +194,26 @@ class Settings(BaseSettings):
         "never set it in production.",
     )
 
+    transit_mount: str = Field(
+        default="transit",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}){0,3}$",
+        description=(
+            "Where the Transit-compatible API is mounted: /v1/<mount>/ (Vault's mount path, e.g. kms or "
+            "team/transit); /v1/transit/ then answers 404. It may not start with a native /v1 path segment "
+            "(keys, tokens, sys, ...)."
+        ),
+    )
+    metrics_flush_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description=(
+            "How often a worker applies its buffered per-request metric updates (app/core/metric_buffer.py). "
+            "A scrape answered by the worker itself is always exact; with several workers, another worker's "
+            "requests show in /metrics within this interval. 0 applies every update at once (about 45k more "
+            "instructions a request)."
+        ),
+    )
     batch_max_items: int = Field(default=1000, ge=1)
     batch_max_bytes: int = Field(default=16 * MIB, ge=1024)
     batch_buffer_budget_bytes: int = Field(

@@ -20,6 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
+from app.core import metric_buffer
+
 HWSIM_PREFIX = "keystream_hwsim_"
 #: (name, type, labels, value) as produced by ``hwsim.prometheus_samples``.
 Sample = tuple[str, str, dict[str, str], float]
@@ -63,6 +65,7 @@ def render_metrics(extra: CollectorRegistry | None = None) -> tuple[bytes, str]:
     Multiprocess mode is on when ``PROMETHEUS_MULTIPROC_DIR`` is set (``keystream serve --workers N``).
     ``extra`` holds per-app collectors such as the hwsim device's.
     """
+    metric_buffer.flush()  # this worker's own updates; the others' arrive with their periodic flush
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

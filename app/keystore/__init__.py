@@ -45,7 +45,7 @@ from .master import (
     read_master_key_file,
 )
 from .migrations import KeystoreSchemaError, Migration
-from .records import KeyInfo, KeyVersionInfo, RoleRecord, TokenRecord
+from .records import KeyInfo, KeyOptions, KeyVersionInfo, RoleRecord, TokenRecord
 from .rotation import MAX_AUTO_ROTATE_PERIOD, MIN_AUTO_ROTATE_PERIOD, check_auto_rotate_period
 from .sqlite import DATABASE_FILE, SCHEMA_VERSION, SqliteKeyStore
 
@@ -68,6 +68,7 @@ __all__ = [
     "Change",
     "ChangeBatch",
     "KeyInfo",
+    "KeyOptions",
     "KeyStore",
     "KeyUnwrapError",
     "KeyVersionInfo",

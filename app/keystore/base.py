@@ -45,8 +45,10 @@ from .checks import (
     check_bool,
     check_integer,
     check_key_name,
+    check_key_options,
     check_key_type,
     check_min_decryption_version,
+    check_one_way_flags,
     check_scheme,
     check_segment_size,
     check_token_expiry,
@@ -58,7 +60,16 @@ from .checks import (
 )
 from .generations import MasterRotationStatus
 from .master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
-from .records import KeyExport, KeyInfo, RoleRecord, TokenRecord, new_key_info, utc_now
+from .records import (
+    KeyExport,
+    KeyInfo,
+    KeyOptions,
+    KeyPolicy,
+    RoleRecord,
+    TokenRecord,
+    new_key_info,
+    utc_now,
+)
 from .reseal import reseal_rows
 from .rotation import (
     MIN_AUTO_ROTATE_PERIOD,
@@ -102,22 +113,24 @@ class KeyStore(abc.ABC):
         *,
         scheme: str = DEFAULT_SCHEME,
         auto_rotate_period: int | str = 0,
+        options: KeyOptions | None = None,
     ) -> KeyInfo:
         """Create key ``name`` with a random version 1 (``getrandom``, into locked memory) and the sealed
         ``scheme``.
 
         ``auto_rotate_period`` (seconds or a duration string, 0: off) is checked by
-        :func:`~app.keystore.rotation.check_auto_rotate_period` against :attr:`auto_rotate_min_period`.
+        :func:`~app.keystore.rotation.check_auto_rotate_period` against :attr:`auto_rotate_min_period`;
+        ``options`` (none set when ``None``) by :func:`~app.keystore.checks.check_key_options`.
 
         Raises:
-            BadRequestError: invalid name, key type, segment size, scheme or auto_rotate_period.
+            BadRequestError: invalid name, key type, segment size, scheme, auto_rotate_period or options.
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
         check_key_name(name)
         check_key_type(key_type)
         info = self._new_info(
-            name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period, False
+            name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period, False, options
         )
         return self._insert_key(info, random_secret(KEY_TYPES[key_type]).readonly())
 
@@ -130,19 +143,20 @@ class KeyStore(abc.ABC):
         *,
         scheme: str = DEFAULT_SCHEME,
         auto_rotate_period: int | str = 0,
+        options: KeyOptions | None = None,
     ) -> KeyInfo:
         """Create key ``name`` whose version 1 is ``material``; the type follows from its length.
 
         Raises:
-            BadRequestError: invalid name, segment size, scheme or auto_rotate_period, or material not 16, 24
-                or 32 bytes long.
+            BadRequestError: invalid name, segment size, scheme, auto_rotate_period or options, or material
+                not 16, 24 or 32 bytes long.
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
         check_key_name(name)
         key_type, data = key_type_for_material(material)
         info = self._new_info(
-            name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period, True
+            name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period, True, options
         )
         return self._insert_key(info, data)
 
@@ -249,40 +263,57 @@ class KeyStore(abc.ABC):
         min_decryption_version: int | None = None,
         deletion_allowed: bool | None = None,
         auto_rotate_period: int | str | None = None,
+        exportable: bool | None = None,
+        allow_plaintext_backup: bool | None = None,
     ) -> KeyInfo:
         """Change the policy of key ``name``; ``None`` leaves a field as it is.
 
         A new ``auto_rotate_period`` counts from the latest version's creation: a key whose latest version is
-        already older than the period is due at once.
+        already older than the period is due at once. ``exportable`` and ``allow_plaintext_backup`` may be
+        turned on, never off (:func:`~app.keystore.checks.check_one_way_flags`); ``derived`` and
+        ``convergent_encryption`` are fixed at creation.
 
         Raises:
             KeyNotFoundError: no such key.
             BadRequestError: ``min_decryption_version`` outside 1..``latest_version``, an invalid
-                ``auto_rotate_period``, or wrong types.
+                ``auto_rotate_period``, ``exportable`` or ``allow_plaintext_backup`` turned off, or wrong
+                types.
         """
         check_key_name(name)
         if min_decryption_version is not None:
             check_integer("min_decryption_version", min_decryption_version)
-        if deletion_allowed is not None:
-            check_bool("deletion_allowed", deletion_allowed)
+        for field_name, flag in (
+            ("deletion_allowed", deletion_allowed),
+            ("exportable", exportable),
+            ("allow_plaintext_backup", allow_plaintext_backup),
+        ):
+            if flag is not None:
+                check_bool(field_name, flag)
         period = (
             None
             if auto_rotate_period is None
             else check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
         )
-        if min_decryption_version is None and deletion_allowed is None and period is None:
+        changes = (min_decryption_version, deletion_allowed, period, exportable, allow_plaintext_backup)
+        if all(change is None for change in changes):
             return self.get_key(name)
 
-        def policy(info: KeyInfo) -> tuple[int, bool, int]:
+        def policy(info: KeyInfo) -> KeyPolicy:
             new_min = (
                 info.min_decryption_version if min_decryption_version is None else min_decryption_version
             )
             if new_min != info.min_decryption_version:
                 check_min_decryption_version(name, new_min, info.latest_version, info.versions[0].version)
-            return (
-                new_min,
-                info.deletion_allowed if deletion_allowed is None else deletion_allowed,
-                info.auto_rotate_period if period is None else period,
+            now = info.policy
+            return check_one_way_flags(
+                info,
+                KeyPolicy(
+                    new_min,
+                    now.deletion_allowed if deletion_allowed is None else deletion_allowed,
+                    now.auto_rotate_period if period is None else period,
+                    now.exportable if exportable is None else exportable,
+                    now.allow_plaintext_backup if allow_plaintext_backup is None else allow_plaintext_backup,
+                ),
             )
 
         return self._update_policy(name, policy)
@@ -749,17 +780,19 @@ class KeyStore(abc.ABC):
         scheme: str,
         auto_rotate_period: int | str,
         imported: bool,
+        options: KeyOptions | None,
     ) -> KeyInfo:
         """The checked metadata of a key to create (version 1, now).
 
         Raises:
-            BadRequestError: invalid segment size, deletion_allowed, scheme or auto_rotate_period.
+            BadRequestError: invalid segment size, deletion_allowed, scheme, auto_rotate_period or options.
         """
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
         period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        return new_key_info(name, key_type, scheme, segment_size, deletion_allowed, imported, period)
+        checked = KeyOptions() if options is None else check_key_options(options)
+        return new_key_info(name, key_type, scheme, segment_size, deletion_allowed, imported, period, checked)
 
     @abc.abstractmethod
     def _insert_key(self, info: KeyInfo, material: memoryview) -> KeyInfo:
@@ -804,10 +837,9 @@ class KeyStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def _update_policy(self, name: str, policy: Callable[[KeyInfo], tuple[int, bool, int]]) -> KeyInfo:
-        """In one write transaction that holds key ``name``: set its ``(min_decryption_version,
-        deletion_allowed, auto_rotate_period)`` to ``policy(info)``, append a ``key_updated`` change and
-        return the key as it is then.
+    def _update_policy(self, name: str, policy: Callable[[KeyInfo], KeyPolicy]) -> KeyInfo:
+        """In one write transaction that holds key ``name``: set its policy fields to ``policy(info)``, append
+        a ``key_updated`` change and return the key as it is then.
 
         Raises:
             KeyNotFoundError: no such key.

@@ -15,11 +15,12 @@ from app.core.schemes import SCHEMES
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS
 from app.errors import BadRequestError
 
-from .records import TokenRecord
+from .records import KeyInfo, KeyOptions, KeyPolicy, TokenRecord
 
 __all__ = [
     "ALLOWED_SEGMENT_SIZES",
     "DEFAULT_SEGMENT_SIZE",
+    "IMPORTED_KEY_TYPES",
     "KEY_NAME_PATTERN",
     "KEY_TYPES",
     "MAX_METADATA_ENTRIES",
@@ -30,9 +31,11 @@ __all__ = [
     "check_bool",
     "check_integer",
     "check_key_name",
+    "check_key_options",
     "check_key_type",
     "check_metadata",
     "check_min_decryption_version",
+    "check_one_way_flags",
     "check_scheme",
     "check_segment_size",
     "check_token_expiry",
@@ -43,8 +46,12 @@ __all__ = [
     "key_type_for_material",
 ]
 
-#: Key type -> key size in bytes.
-KEY_TYPES: dict[str, int] = {"aes128": 16, "aes192": 24, "aes256": 32}
+#: Key type -> key size in bytes. ``aes256-siv`` is AES-SIV (RFC 5297) with two 32-byte AES keys, for
+#: deterministic encryption.
+KEY_TYPES: dict[str, int] = {"aes128": 16, "aes192": 24, "aes256": 32, "aes256-siv": 64}
+#: The key types an imported key's type is told from by its length alone: AES keys; an ``aes256-siv`` key
+#: is never guessed from 64 bytes.
+IMPORTED_KEY_TYPES: dict[str, int] = {"aes128": 16, "aes192": 24, "aes256": 32}
 
 #: Smallest ciphertext segment size a key may have (Tink accepts this for every derived key size).
 MIN_SEGMENT_SIZE = 4096
@@ -151,10 +158,10 @@ def key_type_for_material(material: object) -> tuple[str, memoryview]:
             length, never the bytes.
     """
     data = _material_view(material)
-    for key_type, size in KEY_TYPES.items():
+    for key_type, size in IMPORTED_KEY_TYPES.items():
         if len(data) == size:
             return key_type, data
-    allowed = ", ".join(f"{size} ({key_type})" for key_type, size in KEY_TYPES.items())
+    allowed = ", ".join(f"{size} ({key_type})" for key_type, size in IMPORTED_KEY_TYPES.items())
     raise BadRequestError(f"imported key must be {allowed} bytes long, got {len(data)} bytes")
 
 
@@ -164,7 +171,8 @@ def check_version_material(name: str, key_type: str, material: object) -> memory
 
     Raises:
         BadRequestError: ``material`` is not bytes-like, or its length is not the size of ``key_type``
-            (aes128: 16, aes192: 24, aes256: 32). The message gives the lengths, never the bytes.
+            (aes128: 16, aes192: 24, aes256: 32, aes256-siv: 64). The message gives the lengths, never the
+            bytes.
     """
     data = _material_view(material)
     size = KEY_TYPES[key_type]
@@ -200,6 +208,38 @@ def check_bool(field_name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise BadRequestError(f"{field_name} must be a boolean, got {type(value).__name__}")
     return value
+
+
+def check_key_options(options: object) -> KeyOptions:
+    """Return ``options`` if it is a :class:`~app.keystore.records.KeyOptions` of bools that fit together.
+
+    Raises:
+        BadRequestError: not a ``KeyOptions``, a flag that is not a bool, or ``convergent_encryption`` without
+            ``derived`` (equal ciphertexts are only ever made under one context, as in Vault).
+    """
+    if not isinstance(options, KeyOptions):
+        raise BadRequestError(f"key options must be KeyOptions, got {type(options).__name__}")
+    for field_name, value in options.to_json().items():
+        check_bool(field_name, value)
+    if options.convergent_encryption and not options.derived:
+        raise BadRequestError("convergent_encryption requires derived: create the key with derived true")
+    return options
+
+
+def check_one_way_flags(info: KeyInfo, policy: KeyPolicy) -> KeyPolicy:
+    """Return ``policy`` if it turns neither ``exportable`` nor ``allow_plaintext_backup`` of key ``info``
+    off: once material may have left, saying it cannot would be a false promise (Vault's rule too).
+
+    Raises:
+        BadRequestError: ``policy`` turns one of them from true to false.
+    """
+    for field_name, now, wanted in (
+        ("exportable", info.options.exportable, policy.exportable),
+        ("allow_plaintext_backup", info.options.allow_plaintext_backup, policy.allow_plaintext_backup),
+    ):
+        if now and not wanted:
+            raise BadRequestError(f"{field_name} cannot be turned off once it is on (key {info.name!r})")
+    return policy
 
 
 def check_integer(field_name: str, value: object) -> int:

@@ -105,6 +105,10 @@ def _key_difference(source: KeyExport, target: KeyExport, keyrings: tuple[Keyrin
     for name in _SAME_KEY_FIELDS:
         if getattr(source.info, name) != getattr(target.info, name):
             return f"its {name.replace('_', ' ')} differs"
+    target_options = target.info.options.to_json()
+    for name, value in source.info.options.to_json().items():
+        if value != target_options[name]:
+            return f"its option {name} differs"
     source_versions = [version.version for version in source.info.versions]
     target_versions = [version.version for version in target.info.versions]
     if source_versions != target_versions:

@@ -5,7 +5,8 @@ Each implementation keeps its own list of steps (:mod:`app.keystore.sqlite.schem
 :mod:`app.keystore.postgres.schema`) in its own SQL dialect and applies the ones newer than the database at
 open. What the two lists must agree on is here, once: which change kinds the change log accepted at each
 schema version and the schemes, as the SQL lists their ``CHECK`` constraints hold, and the steps whose SQL
-is the same in both dialects (versions 3 and 5). The other steps differ in types (``bytea`` and
+is the same in both dialects (versions 3 and 5), and the key types each version's ``CHECK`` allows (version 8
+added ``aes256-siv``). The other steps differ in types (``bytea`` and
 ``timestamptz`` against ``BLOB`` and ``TEXT``) and in how a ``CHECK`` is changed (SQLite rebuilds the table).
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from app.core.schemes import DEFAULT_SCHEME, SCHEMES
 
 from .changes import CHANGE_KINDS, MASTER_KEY_ROTATED, NAMELESS_KINDS
+from .checks import KEY_TYPES
 
 __all__ = [
     "CHANGE_KINDS_SQL",
@@ -25,6 +27,8 @@ __all__ = [
     "CHANGE_KINDS_V6_SQL",
     "KEY_AUTO_ROTATE_PERIOD",
     "KEY_SCHEME",
+    "KEY_TYPES_SQL",
+    "KEY_TYPES_V1_SQL",
     "NAMELESS_KINDS_SQL",
     "SCHEMES_SQL",
     "KeystoreSchemaError",
@@ -53,6 +57,10 @@ CHANGE_KINDS_V6_SQL = sql_list(_KINDS_BEFORE_7)
 CHANGE_KINDS_SQL = sql_list(CHANGE_KINDS)
 #: The kinds whose change-log row names neither a key nor a token (schema version 7 on).
 NAMELESS_KINDS_SQL = sql_list(NAMELESS_KINDS)
+#: The key types the ``keys`` table allowed from schema version 1 to 7 (written out: this list never changes).
+KEY_TYPES_V1_SQL = sql_list(("aes128", "aes192", "aes256"))
+#: ... from schema version 8 (which added ``aes256-siv``).
+KEY_TYPES_SQL = sql_list(KEY_TYPES)
 #: A key's allowed schemes (schema version 3 on).
 SCHEMES_SQL = sql_list(SCHEMES)
 

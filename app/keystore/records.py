@@ -10,18 +10,31 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
+    "KEY_COLUMNS",
     "KeyExport",
     "KeyInfo",
+    "KeyOptions",
+    "KeyPolicy",
     "KeyVersionInfo",
     "RoleRecord",
     "TokenRecord",
     "key_info_from_row",
+    "key_row",
     "new_key_info",
     "utc_now",
 ]
+
+
+#: The ``keys`` table's columns in the order both stores select and insert them (:func:`key_info_from_row`,
+#: :func:`key_row`).
+KEY_COLUMNS = (
+    "name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, latest_version, "
+    "imported, created_at, updated_at, auto_rotate_period, derived, convergent_encryption, exportable, "
+    "allow_plaintext_backup"
+)
 
 
 def utc_now() -> datetime:
@@ -46,6 +59,43 @@ class KeyVersionInfo:
 
 
 @dataclass(frozen=True)
+class KeyOptions:
+    """A key's options, as Vault's Transit names them; all false unless asked for.
+
+    ``derived`` and ``convergent_encryption`` are fixed at creation: a derived key derives a key per
+    ``context`` from a version's material, and convergent encryption (only on a derived key) makes equal
+    plaintexts under one context give equal ciphertexts, so turning either on or off later would strand the
+    ciphertexts already made. ``exportable`` (a version's material may be exported) and
+    ``allow_plaintext_backup`` (the key may be backed up) can be turned on later but never off again, as in
+    Vault: once material may have left, saying it cannot would be a false promise.
+    """
+
+    derived: bool = False
+    convergent_encryption: bool = False
+    exportable: bool = False
+    allow_plaintext_backup: bool = False
+
+    def to_json(self) -> dict[str, bool]:
+        """The four flags by name."""
+        return {
+            "derived": self.derived,
+            "convergent_encryption": self.convergent_encryption,
+            "exportable": self.exportable,
+            "allow_plaintext_backup": self.allow_plaintext_backup,
+        }
+
+
+class KeyPolicy(NamedTuple):
+    """What a policy update may change on a key, as the stores write it in one statement."""
+
+    min_decryption_version: int
+    deletion_allowed: bool
+    auto_rotate_period: int
+    exportable: bool
+    allow_plaintext_backup: bool
+
+
+@dataclass(frozen=True)
 class KeyInfo:
     """Metadata of a key. Never carries material.
 
@@ -53,7 +103,8 @@ class KeyInfo:
     ``latest_version``. ``segment_size`` is the ciphertext segment size of the sealed format and ``scheme``
     its per-segment primitive (:mod:`app.core.schemes`), both fixed at creation so that a change of settings
     never strands old ciphertexts and no key material ever keys two primitives. ``auto_rotate_period`` is the
-    automatic rotation period in seconds (0: off; see :mod:`app.keystore.rotation`).
+    automatic rotation period in seconds (0: off; see :mod:`app.keystore.rotation`). ``options`` are the
+    Transit options (:class:`KeyOptions`).
     """
 
     name: str
@@ -68,6 +119,18 @@ class KeyInfo:
     updated_at: datetime
     versions: tuple[KeyVersionInfo, ...]
     auto_rotate_period: int = 0
+    options: KeyOptions = KeyOptions()
+
+    @property
+    def policy(self) -> KeyPolicy:
+        """The fields a policy update may change, as they are now."""
+        return KeyPolicy(
+            self.min_decryption_version,
+            self.deletion_allowed,
+            self.auto_rotate_period,
+            self.options.exportable,
+            self.options.allow_plaintext_backup,
+        )
 
     @property
     def last_rotated(self) -> datetime:
@@ -86,6 +149,7 @@ class KeyInfo:
             "latest_version": self.latest_version,
             "imported": self.imported,
             "auto_rotate_period": self.auto_rotate_period,
+            **self.options.to_json(),
             "created_at": _iso(self.created_at),
             "updated_at": _iso(self.updated_at),
             "versions": [version.to_json() for version in self.versions],
@@ -95,9 +159,8 @@ class KeyInfo:
 def key_info_from_row(
     row: Sequence[Any], versions: Iterable[KeyVersionInfo], to_time: Callable[[Any], datetime]
 ) -> KeyInfo:
-    """The :class:`KeyInfo` of a ``keys`` row as both stores select it (``name, key_type, scheme,
-    segment_size, deletion_allowed, min_decryption_version, latest_version, imported, created_at, updated_at,
-    auto_rotate_period``), with its ``versions``; ``to_time`` reads a stored time as an aware UTC datetime."""
+    """The :class:`KeyInfo` of a ``keys`` row as both stores select it (:data:`KEY_COLUMNS`), with its
+    ``versions``; ``to_time`` reads a stored time as an aware UTC datetime."""
     name, key_type, scheme, segment_size, deletion_allowed, min_dv, latest, imported = row[:8]
     return KeyInfo(
         name=name,
@@ -112,6 +175,29 @@ def key_info_from_row(
         updated_at=to_time(row[9]),
         versions=tuple(versions),
         auto_rotate_period=int(row[10]),
+        options=KeyOptions(*(bool(flag) for flag in row[11:15])),
+    )
+
+
+def key_row(info: KeyInfo) -> tuple[Any, ...]:
+    """The values of :data:`KEY_COLUMNS` for ``info``, times and flags as given (each store converts them)."""
+    options = info.options
+    return (
+        info.name,
+        info.key_type,
+        info.scheme,
+        info.segment_size,
+        info.deletion_allowed,
+        info.min_decryption_version,
+        info.latest_version,
+        info.imported,
+        info.created_at,
+        info.updated_at,
+        info.auto_rotate_period,
+        options.derived,
+        options.convergent_encryption,
+        options.exportable,
+        options.allow_plaintext_backup,
     )
 
 
@@ -123,6 +209,7 @@ def new_key_info(
     deletion_allowed: bool,
     imported: bool,
     auto_rotate_period: int,
+    options: KeyOptions = KeyOptions(),
 ) -> KeyInfo:
     """The metadata of a key about to be created: version 1, created now (what a store inserts)."""
     now = utc_now()
@@ -139,6 +226,7 @@ def new_key_info(
         updated_at=now,
         versions=(KeyVersionInfo(1, now),),
         auto_rotate_period=auto_rotate_period,
+        options=options,
     )
 
 

@@ -18,9 +18,9 @@ from typing import TypeVar
 
 from anyio import CapacityLimiter, to_thread
 from anyio.lowlevel import RunVar
-from prometheus_client import Counter, Histogram
 
 import aescore
+from app.core.metric_buffer import BufferedCounter, BufferedHistogram, Observer
 from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
 from app.keycache import CacheMissError
 from app.services.offload import run_crypto
@@ -61,15 +61,16 @@ def trial_work(nbytes: int, first_segment_bytes: int, candidates: int) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def crypto_metrics(backend: str, operation: str, fmt: str) -> tuple[Histogram, Counter]:
-    """The labelled ``keystream_crypto_seconds`` / ``_bytes_total`` children (``labels()`` is not free)."""
+def crypto_metrics(backend: str, operation: str, fmt: str) -> tuple[BufferedHistogram, BufferedCounter]:
+    """The labelled ``keystream_crypto_seconds`` / ``_bytes_total`` children (``labels()`` is not free),
+    recorded through :mod:`app.core.metric_buffer`."""
     return (
-        CRYPTO_SECONDS.labels(backend=backend, operation=operation, format=fmt),
-        CRYPTO_BYTES.labels(backend=backend, operation=operation),
+        BufferedHistogram(CRYPTO_SECONDS.labels(backend=backend, operation=operation, format=fmt)),
+        BufferedCounter(CRYPTO_BYTES.labels(backend=backend, operation=operation)),
     )
 
 
-def timed(seconds: Histogram, work: Callable[[], T]) -> T:
+def timed(seconds: Observer, work: Callable[[], T]) -> T:
     """Run ``work`` and observe its duration in ``seconds`` (also when it raises)."""
     start = time.perf_counter()
     try:
@@ -78,7 +79,7 @@ def timed(seconds: Histogram, work: Callable[[], T]) -> T:
         seconds.observe(time.perf_counter() - start)
 
 
-async def timed_async(seconds: Histogram, work: Awaitable[T]) -> T:
+async def timed_async(seconds: Observer, work: Awaitable[T]) -> T:
     """Await ``work`` and observe its duration in ``seconds`` (also when it raises)."""
     start = time.perf_counter()
     try:

@@ -35,6 +35,7 @@ __all__ = [
     "decryption_keys",
     "encryption_key",
     "from_cache",
+    "on_event_loop",
     "sealed_encryptor",
     "sealed_rewrapper",
 ]
@@ -154,7 +155,7 @@ async def decryption_keys(
     return DecryptionKeys(candidates, more)
 
 
-def _on_event_loop() -> bool:
+def on_event_loop() -> bool:
     """True in the thread that runs an event loop (where nothing may wait on the keystore)."""
     try:
         asyncio.get_running_loop()
@@ -178,7 +179,7 @@ def _fresh_candidates(
 
     @functools.cache
     def more() -> list[tuple[int, KeyMaterial]]:
-        if _on_event_loop():
+        if on_event_loop():
             raise CacheMissError(name)
         return keycache.refreshed_candidates(name, backend)
 

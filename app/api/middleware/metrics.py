@@ -1,7 +1,8 @@
 """HTTP request metrics: in-flight requests and durations, labelled by route template.
 
 The request histogram is labelled by route *template* (``/v1/keys/{name}/encrypt``), never by the raw path,
-so key names never reach a label. Unmatched paths share the label ``unmatched``.
+so key names never reach a label. Unmatched paths share the label ``unmatched``. Both are recorded through
+:mod:`app.core.metric_buffer` (applied in batches; the lag is documented there).
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import functools
 import time
 
-from prometheus_client import Histogram
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.middleware.layer import Layer
+from app.core.metric_buffer import BufferedGauge, BufferedHistogram
 from app.core.metrics import HTTP_REQUEST_SECONDS, INFLIGHT_REQUESTS
+
+_INFLIGHT = BufferedGauge(INFLIGHT_REQUESTS)
 
 
 class HttpMetricsMiddleware(Layer):
@@ -32,11 +35,11 @@ class HttpMetricsMiddleware(Layer):
                 status = message["status"]
             await send(message)
 
-        INFLIGHT_REQUESTS.inc()
+        _INFLIGHT.inc()
         try:
             await self.app(scope, receive, timed_send)
         finally:
-            INFLIGHT_REQUESTS.dec()
+            _INFLIGHT.dec()
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             observe_request(route, scope.get("method", ""), status, time.perf_counter() - start)
 
@@ -47,5 +50,5 @@ def observe_request(route: str, method: str, status: int, seconds: float) -> Non
 
 
 @functools.lru_cache(maxsize=1024)  # bounded like the label set: route templates x methods x statuses
-def _request_seconds(route: str, method: str, status: int) -> Histogram:
-    return HTTP_REQUEST_SECONDS.labels(route=route, method=method, status=str(status))
+def _request_seconds(route: str, method: str, status: int) -> BufferedHistogram:
+    return BufferedHistogram(HTTP_REQUEST_SECONDS.labels(route=route, method=method, status=str(status)))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.errors import KeyNotFoundError
 
-from ..records import KeyExport, KeyInfo, KeyVersionInfo, key_info_from_row
+from ..records import KEY_COLUMNS, KeyExport, KeyInfo, KeyPolicy, KeyVersionInfo, key_info_from_row, key_row
 from ..tombstones import recently_deleted
 
 if TYPE_CHECKING:
@@ -46,12 +46,13 @@ __all__ = [
 
 _INFO_SELECT = """
     SELECT k.name, k.key_type, k.scheme, k.segment_size, k.deletion_allowed, k.min_decryption_version,
-           k.latest_version, k.imported, k.created_at, k.updated_at, k.auto_rotate_period,
+           k.latest_version, k.imported, k.created_at, k.updated_at, k.auto_rotate_period, k.derived,
+           k.convergent_encryption, k.exportable, k.allow_plaintext_backup,
            array_agg(v.version ORDER BY v.version), array_agg(v.created_at ORDER BY v.version)
     FROM keys k JOIN key_versions v ON v.key_name = k.name
 """
 
-#: :data:`_INFO_SELECT` plus every version's wrapped blob (column 13), in version order.
+#: :data:`_INFO_SELECT` plus every version's wrapped blob (column 17), in version order.
 _EXPORT_SELECT = _INFO_SELECT.replace(
     "FROM keys k", ", array_agg(v.wrapped ORDER BY v.version)\n    FROM keys k"
 )
@@ -62,7 +63,7 @@ def _utc(moment: datetime) -> datetime:
 
 
 def _info(row: Sequence[Any]) -> KeyInfo:
-    versions = (KeyVersionInfo(int(n), _utc(t)) for n, t in zip(row[11], row[12], strict=True))
+    versions = (KeyVersionInfo(int(n), _utc(t)) for n, t in zip(row[15], row[16], strict=True))
     return key_info_from_row(row, versions, _utc)
 
 
@@ -86,23 +87,11 @@ def read_keys(conn: Connection) -> list[KeyInfo]:
 
 def _insert_row(conn: Connection, info: KeyInfo) -> bool:
     """Insert the ``keys`` row of ``info`` as it is; False when the name is taken."""
+    values = key_row(info)
     row = conn.execute(
-        "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at, auto_rotate_period) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING name",
-        (
-            info.name,
-            info.key_type,
-            info.scheme,
-            info.segment_size,
-            info.deletion_allowed,
-            info.min_decryption_version,
-            info.latest_version,
-            info.imported,
-            info.created_at,
-            info.updated_at,
-            info.auto_rotate_period,
-        ),
+        f"INSERT INTO keys ({KEY_COLUMNS}) VALUES ({', '.join(['%s'] * len(values))}) "  # noqa: S608 - constants
+        "ON CONFLICT (name) DO NOTHING RETURNING name",
+        values,
     ).fetchone()
     return row is not None
 
@@ -110,7 +99,7 @@ def _insert_row(conn: Connection, info: KeyInfo) -> bool:
 def export_keys(conn: Connection) -> list[KeyExport]:
     """Every key with its versions' wrapped blobs, by name, in one statement (one snapshot)."""
     rows = conn.execute(_EXPORT_SELECT + ' GROUP BY k.name ORDER BY k.name COLLATE "C"').fetchall()
-    return [KeyExport(_info(row), tuple(bytes(blob) for blob in row[13])) for row in rows]
+    return [KeyExport(_info(row), tuple(bytes(blob) for blob in row[17])) for row in rows]
 
 
 def insert_exported(conn: Connection, key: KeyExport) -> bool:
@@ -169,19 +158,12 @@ def delete_versions_below(conn: Connection, name: str, min_available_version: in
     return int(deleted)
 
 
-def update_policy(
-    conn: Connection,
-    name: str,
-    min_decryption_version: int,
-    deletion_allowed: bool,
-    auto_rotate_period: int,
-    now: datetime,
-) -> None:
-    """Set the key's policy fields (the caller holds the row lock and has checked the values)."""
+def update_policy(conn: Connection, name: str, policy: KeyPolicy, now: datetime) -> None:
+    """Set the key's policy fields to ``policy`` (the caller holds the row lock and checked the values)."""
     conn.execute(
         "UPDATE keys SET min_decryption_version = %s, deletion_allowed = %s, auto_rotate_period = %s, "
-        "updated_at = %s WHERE name = %s",
-        (min_decryption_version, deletion_allowed, auto_rotate_period, now, name),
+        "exportable = %s, allow_plaintext_backup = %s, updated_at = %s WHERE name = %s",
+        (*policy, now, name),
     )
 
 

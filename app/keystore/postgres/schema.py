@@ -22,7 +22,9 @@ rotation's state (:mod:`app.keystore.generations`; a keystore from before it is 
 own key) and lets the change log record ``master_key_rotated``, a row naming neither a key nor a token.
 Version 7 adds the login roles (``auth_roles``: a role's policy and its method's bindings as JSON text) and
 the auth methods' configurations (``auth_methods``), each token's ``metadata`` (``{}`` for tokens stored
-before it), and a ``role_name`` column to the change log for the ``role_*`` kinds.
+before it), and a ``role_name`` column to the change log for the ``role_*`` kinds. Version 8 adds each key's
+options (``derived``, ``convergent_encryption``, ``exportable``, ``allow_plaintext_backup``; false for keys
+stored before it, see :class:`~app.keystore.records.KeyOptions`) and lets ``key_type`` be ``aes256-siv``.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 from app.seal import Seal
 
 from .. import migrations as shared
-from ..checks import KEY_TYPES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
+from ..checks import MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE
 from ..master import SEAL_ROWS, settle_seal
-from ..migrations import KeystoreSchemaError, Migration, sql_list
+from ..migrations import KeystoreSchemaError, Migration
 from ..records import utc_now
 from .changes import MASTER_KEY_ROTATED
 
@@ -46,8 +48,6 @@ __all__ = ["MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate", "read_me
 
 #: ``pg_advisory_xact_lock`` key held while migrating ("keystrea" as a big-endian 64-bit number).
 MIGRATION_LOCK = int.from_bytes(b"keystrea", "big") >> 1
-
-_KEY_TYPES_SQL = sql_list(KEY_TYPES)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -65,7 +65,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
             f"""CREATE TABLE keys (
                 name                   text PRIMARY KEY,
-                key_type               text NOT NULL CHECK (key_type IN ({_KEY_TYPES_SQL})),
+                key_type               text NOT NULL CHECK (key_type IN ({shared.KEY_TYPES_V1_SQL})),
                 segment_size           integer NOT NULL
                                        CHECK (segment_size BETWEEN {MIN_SEGMENT_SIZE} AND {MAX_SEGMENT_SIZE}),
                 deletion_allowed       boolean NOT NULL,
@@ -185,6 +185,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             f"""ALTER TABLE key_changes ADD CONSTRAINT key_changes_check CHECK (
                 (key_name IS NOT NULL)::int + (token_id IS NOT NULL)::int + (role_name IS NOT NULL)::int
                 = (CASE WHEN kind IN ({shared.NAMELESS_KINDS_SQL}) THEN 0 ELSE 1 END))""",
+        ),
+    ),
+    Migration(
+        8,
+        "key options (derived, convergent_encryption, exportable, allow_plaintext_backup); aes256-siv keys",
+        (
+            """ALTER TABLE keys ADD COLUMN derived boolean NOT NULL DEFAULT false,
+                ADD COLUMN convergent_encryption boolean NOT NULL DEFAULT false,
+                ADD COLUMN exportable boolean NOT NULL DEFAULT false,
+                ADD COLUMN allow_plaintext_backup boolean NOT NULL DEFAULT false,
+                ADD CONSTRAINT keys_convergent_check CHECK (derived OR NOT convergent_encryption)""",
+            "ALTER TABLE keys DROP CONSTRAINT keys_key_type_check",
+            "ALTER TABLE keys ADD CONSTRAINT keys_key_type_check "
+            f"CHECK (key_type IN ({shared.KEY_TYPES_SQL}))",
         ),
     ),
 )

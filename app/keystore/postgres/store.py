@@ -31,7 +31,7 @@ from ..master import (
     wrap_key_material,
 )
 from ..migrations import Migration
-from ..records import KeyExport, KeyInfo, TokenRecord, utc_now
+from ..records import KeyExport, KeyInfo, KeyPolicy, TokenRecord, utc_now
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
 )
@@ -192,9 +192,9 @@ class PostgresKeyStore(KeyStore):
 
         return self._database.write(work)
 
-    def _update_policy(self, name: str, policy: Callable[[KeyInfo], tuple[int, bool, int]]) -> KeyInfo:
+    def _update_policy(self, name: str, policy: Callable[[KeyInfo], KeyPolicy]) -> KeyInfo:
         def work(conn: Connection) -> KeyInfo:
-            keys.update_policy(conn, name, *policy(keys.lock_key(conn, name)), utc_now())
+            keys.update_policy(conn, name, policy(keys.lock_key(conn, name)), utc_now())
             changes.append_change(conn, "key_updated", key_name=name)
             return keys.read_key(conn, name)
 

@@ -16,15 +16,23 @@ from app.errors import KeyExistsError, KeyNotFoundError, KeyVersionNotFoundError
 from app.seal.keyring import Keyring
 
 from ..master import unwrap_key_material, wrap_key_material
-from ..records import KeyExport, KeyInfo, KeyVersionInfo, key_info_from_row, utc_now
+from ..records import (
+    KEY_COLUMNS,
+    KeyExport,
+    KeyInfo,
+    KeyPolicy,
+    KeyVersionInfo,
+    key_info_from_row,
+    key_row,
+    utc_now,
+)
 from .schema import from_text, to_text
 
 
 def key_info(conn: sqlite3.Connection, name: str) -> KeyInfo | None:
     """Key ``name`` with its versions, or ``None``."""
     row = conn.execute(
-        "SELECT name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at, auto_rotate_period FROM keys WHERE name = ?",
+        f"SELECT {KEY_COLUMNS} FROM keys WHERE name = ?",  # noqa: S608 - constant column names
         (name,),
     ).fetchone()
     if row is None:
@@ -66,23 +74,10 @@ def insert_exported(conn: sqlite3.Connection, key: KeyExport) -> None:
     info = key.info
     if conn.execute("SELECT 1 FROM keys WHERE name = ?", (info.name,)).fetchone() is not None:
         raise KeyExistsError(f"key {info.name!r} already exists")
+    row = key_row(info)
     conn.execute(
-        "INSERT INTO keys (name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at, auto_rotate_period) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            info.name,
-            info.key_type,
-            info.scheme,
-            info.segment_size,
-            int(info.deletion_allowed),
-            info.min_decryption_version,
-            info.latest_version,
-            int(info.imported),
-            to_text(info.created_at),
-            to_text(info.updated_at),
-            info.auto_rotate_period,
-        ),
+        f"INSERT INTO keys ({KEY_COLUMNS}) VALUES ({', '.join('?' * len(row))})",  # noqa: S608 - constants
+        tuple(to_text(value) if isinstance(value, datetime) else value for value in row),
     )
     conn.executemany(
         "INSERT INTO key_versions (key_name, version, wrapped, created_at) VALUES (?, ?, ?, ?)",
@@ -95,10 +90,7 @@ def insert_exported(conn: sqlite3.Connection, key: KeyExport) -> None:
 
 def list_keys(conn: sqlite3.Connection) -> list[KeyInfo]:
     """Every key with its versions, by name."""
-    rows = conn.execute(
-        "SELECT name, key_type, scheme, segment_size, deletion_allowed, min_decryption_version, "
-        "latest_version, imported, created_at, updated_at, auto_rotate_period FROM keys ORDER BY name"
-    ).fetchall()
+    rows = conn.execute(f"SELECT {KEY_COLUMNS} FROM keys ORDER BY name").fetchall()  # noqa: S608 - constants
     versions: dict[str, list[KeyVersionInfo]] = {}
     for key_name, version, created in conn.execute(
         "SELECT key_name, version, created_at FROM key_versions ORDER BY key_name, version"
@@ -153,19 +145,20 @@ def delete_versions_below(conn: sqlite3.Connection, name: str, min_available_ver
     return deleted
 
 
-def update_policy(
-    conn: sqlite3.Connection,
-    name: str,
-    min_decryption_version: int,
-    deletion_allowed: bool,
-    auto_rotate_period: int,
-) -> KeyInfo:
-    """Set key ``name``'s ``min_decryption_version``, ``deletion_allowed`` and ``auto_rotate_period`` (checked
-    by the caller) and return the key."""
+def update_policy(conn: sqlite3.Connection, name: str, policy: KeyPolicy) -> KeyInfo:
+    """Set key ``name``'s policy fields to ``policy`` (checked by the caller) and return the key."""
     conn.execute(
         "UPDATE keys SET min_decryption_version = ?, deletion_allowed = ?, auto_rotate_period = ?, "
-        "updated_at = ? WHERE name = ?",
-        (min_decryption_version, int(deletion_allowed), auto_rotate_period, to_text(utc_now()), name),
+        "exportable = ?, allow_plaintext_backup = ?, updated_at = ? WHERE name = ?",
+        (
+            policy.min_decryption_version,
+            int(policy.deletion_allowed),
+            policy.auto_rotate_period,
+            int(policy.exportable),
+            int(policy.allow_plaintext_backup),
+            to_text(utc_now()),
+            name,
+        ),
     )
     return require_key(conn, name)
 

@@ -15,6 +15,10 @@ token (the log is rebuilt as in version 4). Version 7 adds the login roles (``au
 and its method's bindings as JSON) and the auth methods' configurations (``auth_methods``), each token's
 ``metadata`` (what a login records: its role and subject; ``{}`` for tokens stored before it), and a
 ``role_name`` column to the change log for the ``role_*`` kinds (the log is rebuilt as in version 4).
+Version 8 adds each key's options (``derived``, ``convergent_encryption``, ``exportable``,
+``allow_plaintext_backup``; false for keys stored before it, see :class:`~app.keystore.records.KeyOptions`)
+and lets ``key_type`` be ``aes256-siv``: ``keys`` is rebuilt with its rows, and ``key_versions`` with it,
+since dropping the old ``keys`` while a table still referred to it would delete every version by cascade.
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ __all__ = [
 
 logger = logging.getLogger("app.keystore.sqlite")
 
+#: The ``keys`` table's columns at schema version 7, copied as they are by version 8.
+_KEY_COLUMNS_V7 = (
+    "name, key_type, segment_size, deletion_allowed, min_decryption_version, latest_version, imported, "
+    "created_at, updated_at, scheme, auto_rotate_period"
+)
+
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -60,9 +70,9 @@ MIGRATIONS: tuple[Migration, ...] = (
                 name  TEXT PRIMARY KEY,
                 value BLOB NOT NULL
             )""",
-            """CREATE TABLE keys (
+            f"""CREATE TABLE keys (
                 name                   TEXT PRIMARY KEY,
-                key_type               TEXT NOT NULL CHECK (key_type IN ('aes128', 'aes192', 'aes256')),
+                key_type               TEXT NOT NULL CHECK (key_type IN ({shared.KEY_TYPES_V1_SQL})),
                 segment_size           INTEGER NOT NULL,
                 deletion_allowed       INTEGER NOT NULL CHECK (deletion_allowed IN (0, 1)),
                 min_decryption_version INTEGER NOT NULL CHECK (min_decryption_version >= 1),
@@ -213,6 +223,46 @@ MIGRATIONS: tuple[Migration, ...] = (
             "SELECT 'key_changes_v7', seq FROM sqlite_sequence WHERE name = 'key_changes'",
             "DROP TABLE key_changes",
             "ALTER TABLE key_changes_v7 RENAME TO key_changes",
+        ),
+    ),
+    Migration(
+        8,
+        "key options (derived, convergent_encryption, exportable, allow_plaintext_backup); aes256-siv keys",
+        (
+            f"""CREATE TABLE keys_v8 (
+                name                   TEXT PRIMARY KEY,
+                key_type               TEXT NOT NULL CHECK (key_type IN ({shared.KEY_TYPES_SQL})),
+                segment_size           INTEGER NOT NULL,
+                deletion_allowed       INTEGER NOT NULL CHECK (deletion_allowed IN (0, 1)),
+                min_decryption_version INTEGER NOT NULL CHECK (min_decryption_version >= 1),
+                latest_version         INTEGER NOT NULL CHECK (latest_version >= min_decryption_version),
+                imported               INTEGER NOT NULL CHECK (imported IN (0, 1)),
+                created_at             TEXT NOT NULL,
+                updated_at             TEXT NOT NULL,
+                scheme                 TEXT NOT NULL CHECK (scheme IN ({shared.SCHEMES_SQL})),
+                auto_rotate_period     INTEGER NOT NULL CHECK (auto_rotate_period >= 0),
+                derived                INTEGER NOT NULL DEFAULT 0 CHECK (derived IN (0, 1)),
+                convergent_encryption  INTEGER NOT NULL DEFAULT 0
+                                       CHECK (convergent_encryption IN (0, 1)),
+                exportable             INTEGER NOT NULL DEFAULT 0 CHECK (exportable IN (0, 1)),
+                allow_plaintext_backup INTEGER NOT NULL DEFAULT 0 CHECK (allow_plaintext_backup IN (0, 1)),
+                CHECK (derived OR NOT convergent_encryption)
+            )""",
+            f"INSERT INTO keys_v8 ({_KEY_COLUMNS_V7}) SELECT {_KEY_COLUMNS_V7} FROM keys",  # noqa: S608
+            """CREATE TABLE key_versions_v8 (
+                key_name   TEXT NOT NULL REFERENCES keys_v8 (name) ON DELETE CASCADE,
+                version    INTEGER NOT NULL CHECK (version >= 1),
+                wrapped    BLOB NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (key_name, version)
+            )""",
+            "INSERT INTO key_versions_v8 (key_name, version, wrapped, created_at) "
+            "SELECT key_name, version, wrapped, created_at FROM key_versions",
+            "DROP TABLE key_versions",
+            "DROP TABLE keys",
+            # Renaming keys_v8 rewrites key_versions_v8's reference to it: it then refers to keys.
+            "ALTER TABLE keys_v8 RENAME TO keys",
+            "ALTER TABLE key_versions_v8 RENAME TO key_versions",
         ),
     ),
 )

@@ -22,7 +22,7 @@ from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..errors import KeystoreUnavailableError
 from ..master import wrap_key_material
 from ..migrations import Migration
-from ..records import KeyExport, KeyInfo, TokenRecord
+from ..records import KeyExport, KeyInfo, KeyPolicy, TokenRecord
 from ..rotation import (
     MIN_AUTO_ROTATE_PERIOD,
 )
@@ -166,10 +166,10 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             changes.append_change(conn, "key_updated", key_name=name)
             return keys.require_key(conn, name)
 
-    def _update_policy(self, name: str, policy: Callable[[KeyInfo], tuple[int, bool, int]]) -> KeyInfo:
+    def _update_policy(self, name: str, policy: Callable[[KeyInfo], KeyPolicy]) -> KeyInfo:
         with self._write() as conn:
             info = keys.require_key(conn, name)
-            updated = keys.update_policy(conn, name, *policy(info))
+            updated = keys.update_policy(conn, name, policy(info))
             changes.append_change(conn, "key_updated", key_name=name)
             return updated
 

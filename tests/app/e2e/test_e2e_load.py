@@ -89,13 +89,20 @@ async def test_two_workers_aggregate_metrics(tmp_path: Path) -> None:
                     "/v1/keys/mp/encrypt?format=raw", content=bytes(1000), headers={"Connection": "close"}
                 )
                 assert response.status_code == 200
-            text = (await client.get("/metrics")).text
-        total = sum(
-            float(line.split()[-1])
-            for line in text.splitlines()
-            if line.startswith("keystream_crypto_bytes_total{") and 'operation="encrypt"' in line
-        )
-        assert total == 8000
+            # Each worker applies its buffered metric updates every metrics_flush_seconds (1 s by default):
+            # a scrape answered by one worker shows the other's requests within that interval (or busy loop).
+            sent = time.monotonic()
+            while True:
+                text = (await client.get("/metrics")).text
+                total = sum(
+                    float(line.split()[-1])
+                    for line in text.splitlines()
+                    if line.startswith("keystream_crypto_bytes_total{") and 'operation="encrypt"' in line
+                )
+                if total >= 8000 or time.monotonic() - sent > 5:
+                    break
+                await asyncio.sleep(0.05)
+        assert total == 8000, f"{total} bytes counted {time.monotonic() - sent:.1f} s after the last request"
         assert 'route="/v1/keys/{name}/encrypt"' in text
         if PROMTOOL is not None:
             result = subprocess.run(

@@ -14,6 +14,7 @@ from app.keystore import (
     MAX_SEGMENT_SIZE,
     MIN_SEGMENT_SIZE,
     KeyInfo,
+    KeyOptions,
     KeyVersionInfo,
     TokenRecord,
     check_key_name,
@@ -24,7 +25,7 @@ from app.keystore.checks import check_token_id, key_type_for_material
 
 
 def test_key_types_and_segment_limits() -> None:
-    assert KEY_TYPES == {"aes128": 16, "aes192": 24, "aes256": 32}
+    assert KEY_TYPES == {"aes128": 16, "aes192": 24, "aes256": 32, "aes256-siv": 64}
     assert (MIN_SEGMENT_SIZE, MAX_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE) == (4096, 1 << 24, 1 << 20)
     assert 4096 in ALLOWED_SEGMENT_SIZES and (1 << 24) in ALLOWED_SEGMENT_SIZES
     assert 4095 not in ALLOWED_SEGMENT_SIZES and (1 << 24) + 1 not in ALLOWED_SEGMENT_SIZES
@@ -121,6 +122,7 @@ def test_key_info_json_shape() -> None:
         updated_at=later,
         versions=(KeyVersionInfo(1, created), KeyVersionInfo(2, later)),
         auto_rotate_period=86400,
+        options=KeyOptions(exportable=True),
     )
     assert info.last_rotated == later
     assert info.to_json() == {
@@ -133,6 +135,10 @@ def test_key_info_json_shape() -> None:
         "latest_version": 2,
         "imported": False,
         "auto_rotate_period": 86400,
+        "derived": False,
+        "convergent_encryption": False,
+        "exportable": True,
+        "allow_plaintext_backup": False,
         "created_at": "2026-01-02T03:04:05.600000Z",
         "updated_at": "2026-01-02T03:04:05Z",
         "versions": [

@@ -19,7 +19,7 @@ import pytest
 import aescore
 from app.errors import KeyExistsError
 from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor
-from app.keystore import KeyStore, KeyUnwrapError, SqliteKeyStore, TokenRecord
+from app.keystore import KeyOptions, KeyStore, KeyUnwrapError, SqliteKeyStore, TokenRecord
 from app.keystore.copy import CopyConflictError, copy_keystore
 from app.keystore.generations import MasterRotation
 from app.keystore.postgres import PostgresKeyStore
@@ -69,8 +69,16 @@ def _fill(store: KeyStore) -> None:
     store.rotate_key("orders")
     store.rotate_key("orders")
     store.update_key("orders", min_decryption_version=2)
-    store.create_key("gcm-key", "aes128", scheme="gcm", auto_rotate_period="24h")
-    store.import_key("imported", secrets.token_bytes(24), auto_rotate_period=7200)
+    store.create_key(
+        "gcm-key",
+        "aes128",
+        scheme="gcm",
+        auto_rotate_period="24h",
+        options=KeyOptions(derived=True, convergent_encryption=True, allow_plaintext_backup=True),
+    )
+    store.import_key(
+        "imported", secrets.token_bytes(24), auto_rotate_period=7200, options=KeyOptions(exportable=True)
+    )
     store.create_token(_token("tok-a"))
     store.create_token(_token("tok-b", "second"))
 
@@ -120,6 +128,11 @@ def test_copy_carries_every_key_version_policy_and_token(
         "imported": 7200,
         "orders": 0,
     }
+    assert {key.name: key.options for key in target.list_keys()} == {
+        "gcm-key": KeyOptions(derived=True, convergent_encryption=True, allow_plaintext_backup=True),
+        "imported": KeyOptions(exportable=True),
+        "orders": KeyOptions(),
+    }
     assert target.list_tokens() == source.list_tokens()
     for key in source.list_keys():
         for version in key.versions:
@@ -147,6 +160,15 @@ def test_a_differing_auto_rotate_period_is_a_conflict(
     copy_keystore(source, target)
     target.update_key("orders", auto_rotate_period="1h")
     with pytest.raises(CopyConflictError, match="key 'orders' \\(its auto rotate period differs\\)"):
+        copy_keystore(source, target)
+
+
+def test_a_differing_option_is_a_conflict(pair: tuple[KeyStore, KeyStore], master_key: bytes) -> None:
+    source, target = pair
+    _fill(source)
+    copy_keystore(source, target)
+    target.update_key("orders", exportable=True)
+    with pytest.raises(CopyConflictError, match="key 'orders' \\(its option exportable differs\\)"):
         copy_keystore(source, target)
 
 

@@ -24,6 +24,10 @@ KEY_FIELDS = {
     "latest_version",
     "imported",
     "auto_rotate_period",
+    "derived",
+    "convergent_encryption",
+    "exportable",
+    "allow_plaintext_backup",
     "created_at",
     "updated_at",
     "versions",
@@ -37,6 +41,9 @@ async def test_create_returns_metadata_only(api: Api) -> None:
     assert body["segment_size"] == 4096
     assert body["latest_version"] == 1
     assert body["imported"] is False
+    assert not any(
+        body[flag] for flag in ("derived", "convergent_encryption", "exportable", "allow_plaintext_backup")
+    )
     assert [v["version"] for v in body["versions"]] == [1]
 
 

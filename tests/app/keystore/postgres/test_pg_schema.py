@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from app.keystore import KeystoreSchemaError, MasterKeyError, Migration, TokenRecord
+from app.keystore import KeyOptions, KeystoreSchemaError, MasterKeyError, Migration, TokenRecord
 from app.keystore.generations import MasterRotation
 from app.keystore.master import wrap_key_material
 from app.keystore.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresKeyStore
@@ -24,9 +24,9 @@ def versions(raw: Raw) -> list[int]:
 
 
 def test_schema_version_is_recorded(pg_store: PostgresKeyStore, raw: Raw) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 7
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 8
     assert pg_store.schema_version() == SCHEMA_VERSION
-    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7, 8]
     tables = {
         row[0] for row in raw.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     }
@@ -53,7 +53,7 @@ def test_replicas_starting_together_migrate_once(pg_url: str, master_key: bytes,
         thread.join(timeout=60)
     try:
         assert errors == [] and len(stores) == count
-        assert versions(raw) == [1, 2, 3, 4, 5, 6, 7]
+        assert versions(raw) == [1, 2, 3, 4, 5, 6, 7, 8]
         assert raw.execute("SELECT count(*) FROM meta").fetchone() == (1,)
         stores[0].create_key("orders")
         assert stores[-1].get_key("orders").latest_version == 1
@@ -76,18 +76,18 @@ def test_a_new_migration_is_applied_once_and_an_old_release_refuses_it(
     pg_url: str, master_key: bytes, raw: Raw
 ) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    step = Migration(8, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
+    step = Migration(9, "key labels", ("ALTER TABLE keys ADD COLUMN label text NOT NULL DEFAULT ''",))
     for _ in range(2):
         upgraded = PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, step))
         try:
-            assert upgraded.schema_version() == 8
+            assert upgraded.schema_version() == 9
             upgraded.create_key(f"k{secrets.token_hex(4)}")
         finally:
             upgraded.close()
-    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert {row[0] for row in raw.execute("SELECT label FROM keys")} == {""}
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 8, newer than this release supports \\(7\\)"
+        KeystoreSchemaError, match="schema version 9, newer than this release supports \\(8\\)"
     ) as caught:
         PostgresKeyStore(pg_url, master_key)
     assert "upgrade Keystream" in str(caught.value) and "database 'postgres' on 127.0.0.1:" in str(
@@ -191,7 +191,7 @@ def test_migration_5_gives_existing_keys_no_automatic_rotation(
         assert "auto_rotate_period" not in columns
     store = PostgresKeyStore(url, master_key, auto_rotate_min_period=1)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert store.schema_version() == SCHEMA_VERSION == 8
         assert store.get_key("old").auto_rotate_period == 0
         assert store.due_for_rotation() == []
         assert store.update_key("old", auto_rotate_period="2s").auto_rotate_period == 2
@@ -209,10 +209,10 @@ def test_migration_5_gives_existing_keys_no_automatic_rotation(
 
 def test_failed_migration_leaves_the_database_unchanged(pg_url: str, master_key: bytes, raw: Raw) -> None:
     PostgresKeyStore(pg_url, master_key).close()
-    broken = Migration(8, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
+    broken = Migration(9, "broken", ("ALTER TABLE keys ADD COLUMN x text", "THIS IS NOT SQL"))
     with pytest.raises(psycopg.errors.SyntaxError):
         PostgresKeyStore(pg_url, master_key, migrations=(*MIGRATIONS, broken))
-    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7]
+    assert versions(raw) == [1, 2, 3, 4, 5, 6, 7, 8]
     columns = {
         row[0]
         for row in raw.execute(
@@ -254,7 +254,7 @@ def test_migration_6_starts_at_generation_1_and_lets_the_log_record_rotations(
             conn.execute("INSERT INTO key_changes (kind, at) VALUES ('master_key_rotated', now())")
     store = PostgresKeyStore(url, master_key)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert store.schema_version() == SCHEMA_VERSION == 8
         status = store.master_rotation_status()
         assert (status.generation, status.rotating, status.rewrapped) == (1, False, 0)
         start = store.changes_since(1 << 62).latest
@@ -285,7 +285,7 @@ def test_migration_7_keeps_tokens_and_the_change_log_and_adds_roles(
             conn.execute("INSERT INTO key_changes (kind, at) VALUES ('auth_config_written', now())")
     store = PostgresKeyStore(url, master_key)
     try:
-        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert store.schema_version() == SCHEMA_VERSION == 8
         assert store.get_token("old1").metadata == {}
         assert [(c.seq, c.kind, c.token_id) for c in store.changes_since(0).changes] == [
             (1, "token_created", "old1")
@@ -294,5 +294,51 @@ def test_migration_7_keeps_tokens_and_the_change_log_and_adds_roles(
         assert [c.kind for c in store.changes_since(1).changes] == ["auth_config_written"]
         with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.errors.CheckViolation):
             conn.execute("INSERT INTO key_changes (kind, at) VALUES ('role_written', now())")  # names nothing
+    finally:
+        store.close()
+
+
+def test_migration_8_keeps_keys_and_adds_options_and_siv(pg_cluster: PgCluster, master_key: bytes) -> None:
+    url = pg_cluster.new_database()
+    old = PostgresKeyStore(url, master_key, migrations=MIGRATIONS[:7])
+    blobs = [wrap_key_material(old.keyring, "old", version, bytes([version]) * 16) for version in (1, 2)]
+    old.close()
+    with psycopg.connect(url, autocommit=True) as conn:  # as a release at schema version 7 stored a key
+        conn.execute(
+            "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+            "latest_version, imported, created_at, updated_at, scheme, auto_rotate_period) "
+            "VALUES ('old', 'aes128', 4096, true, 2, 2, false, '2026-01-01Z', '2026-01-01Z', 'gcm', 7200)"
+        )
+        for version, blob in zip((1, 2), blobs, strict=True):
+            conn.execute(
+                "INSERT INTO key_versions (key_name, version, wrapped, created_at) "
+                "VALUES ('old', %s, %s, '2026-01-01Z')",
+                (version, blob),
+            )
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(
+                "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+                "latest_version, imported, created_at, updated_at) "
+                "VALUES ('siv', 'aes256-siv', 4096, false, 1, 1, false, now(), now())"
+            )
+    store = PostgresKeyStore(url, master_key)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION == 8
+        info = store.get_key("old")
+        assert (info.key_type, info.scheme, info.auto_rotate_period, info.min_decryption_version) == (
+            "aes128",
+            "gcm",
+            7200,
+            2,
+        )
+        assert info.options == KeyOptions()
+        assert [store.key_material("old", v) for v in (1, 2)] == [b"\x01" * 16, b"\x02" * 16]
+        assert store.create_key("siv", "aes256-siv").key_type == "aes256-siv"
+        assert len(store.key_material("siv", 1)) == 64
+        with psycopg.connect(url, autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.CheckViolation):
+                conn.execute("UPDATE keys SET convergent_encryption = true WHERE name = 'old'")  # not derived
+            with pytest.raises(psycopg.errors.CheckViolation):
+                conn.execute("UPDATE keys SET key_type = 'aes512' WHERE name = 'old'")
     finally:
         store.close()

@@ -133,9 +133,9 @@ def test_worker_processes_share_the_file(data_dir: Path, master_key: bytes) -> N
     total = 1 + processes * rotations
     assert sorted(seen) == list(range(2, total + 1))
     store = open_keystore(data_dir, master_key)
-    assert store.schema_version() == 7
+    assert store.schema_version() == 8
     with contextlib.closing(sqlite3.connect(data_dir / "keystore.db")) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 7
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 8
     assert store.get_key("orders").latest_version == total
     assert len({store.key_material("orders", v) for v in range(1, total + 1)}) == total
     store.close()

@@ -26,6 +26,7 @@ from app.errors import (
 )
 from app.keystore import (
     SCHEMA_VERSION,
+    KeyOptions,
     KeyStore,
     KeystoreSchemaError,
     KeyUnwrapError,
@@ -414,18 +415,18 @@ def test_open_database_file_is_tightened(data_dir: Path, master_key: bytes) -> N
 
 
 def test_schema_version_is_recorded(store: SqliteKeyStore) -> None:
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 7
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 8
     assert store.schema_version() == SCHEMA_VERSION
     with raw_connection(store) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         rows = conn.execute("SELECT version, description FROM schema_version").fetchall()
-    assert [row[0] for row in rows] == [1, 2, 3, 4, 5, 6, 7]
+    assert [row[0] for row in rows] == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_reopen_does_not_migrate_again(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 7
+        assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == 8
 
 
 def test_migration_3_gives_existing_keys_the_ctr_hmac_scheme(data_dir: Path, master_key: bytes) -> None:
@@ -524,7 +525,7 @@ def test_migration_5_gives_existing_keys_no_automatic_rotation(data_dir: Path, m
         with raw_connection(old) as conn:
             assert "auto_rotate_period" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
     with contextlib.closing(SqliteKeyStore(path, master_key, auto_rotate_min_period=1)) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert store.schema_version() == SCHEMA_VERSION == 8
         assert store.get_key("old").auto_rotate_period == 0
         assert store.due_for_rotation() == []
         assert store.update_key("old", auto_rotate_period="2s").auto_rotate_period == 2
@@ -542,11 +543,11 @@ def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: byt
     store = open_keystore(data_dir, master_key)
     store.create_key("orders")
     store.close()
-    step = Migration(8, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
+    step = Migration(9, "key labels", ("ALTER TABLE keys ADD COLUMN label TEXT NOT NULL DEFAULT ''",))
     path = data_dir / "keystore.db"
     for _ in range(2):
         with contextlib.closing(SqliteKeyStore(path, master_key, migrations=(*MIGRATIONS, step))) as upgraded:
-            assert upgraded.schema_version() == 8
+            assert upgraded.schema_version() == 9
             assert upgraded.get_key("orders").latest_version == 1
             with raw_connection(upgraded) as conn:
                 assert [r[0] for r in conn.execute("SELECT version FROM schema_version")] == [
@@ -558,22 +559,23 @@ def test_a_new_migration_is_applied_once_on_open(data_dir: Path, master_key: byt
                     6,
                     7,
                     8,
+                    9,
                 ]
                 assert conn.execute("SELECT label FROM keys").fetchone()[0] == ""
-    # ...and the release that only knows version 7 refuses the upgraded file instead of misreading it
+    # ...and the release that only knows version 8 refuses the upgraded file instead of misreading it
     with pytest.raises(
-        KeystoreSchemaError, match="schema version 8, newer than this release supports \\(7\\)"
+        KeystoreSchemaError, match="schema version 9, newer than this release supports \\(8\\)"
     ):
         open_keystore(data_dir, master_key)
 
 
 def test_failed_migration_leaves_the_database_unchanged(data_dir: Path, master_key: bytes) -> None:
     open_keystore(data_dir, master_key).close()
-    broken = Migration(8, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
+    broken = Migration(9, "broken", ("ALTER TABLE keys ADD COLUMN x TEXT", "THIS IS NOT SQL"))
     with pytest.raises(sqlite3.OperationalError):
         SqliteKeyStore(data_dir / "keystore.db", master_key, migrations=(*MIGRATIONS, broken))
     with contextlib.closing(open_keystore(data_dir, master_key)) as store, raw_connection(store) as conn:
-        assert store.schema_version() == 7
+        assert store.schema_version() == 8
         assert "x" not in [row[1] for row in conn.execute("PRAGMA table_info(keys)")]
 
 
@@ -656,7 +658,7 @@ def test_migration_6_starts_at_generation_1_and_keeps_the_change_log(
                 )
             conn.execute("DELETE FROM key_changes WHERE seq = 3")  # the counter (3) is above every row now
     with contextlib.closing(SqliteKeyStore(path, master_key)) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert store.schema_version() == SCHEMA_VERSION == 8
         status = store.master_rotation_status()
         assert (status.generation, status.rotating, status.rewrapped) == (1, False, 0)
         assert [change.seq for change in store.changes_since(0).changes] == [1, 2]
@@ -690,7 +692,7 @@ def test_migration_7_keeps_tokens_and_the_change_log_and_adds_roles(
             with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
                 conn.execute("INSERT INTO key_changes (kind, at) VALUES ('auth_config_written', 'x')")
     with contextlib.closing(SqliteKeyStore(path, master_key)) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 7
+        assert store.schema_version() == SCHEMA_VERSION == 8
         assert store.get_token("old1").metadata == {}
         assert [(c.seq, c.kind, c.token_id) for c in store.changes_since(0).changes] == [
             (1, "token_created", "old1")
@@ -699,3 +701,60 @@ def test_migration_7_keeps_tokens_and_the_change_log_and_adds_roles(
         assert [c.seq for c in store.changes_since(1).changes] == [2]
         with raw_connection(store) as conn, pytest.raises(sqlite3.IntegrityError, match="CHECK"):
             conn.execute("INSERT INTO key_changes (kind, at) VALUES ('role_written', 'x')")  # names nothing
+
+
+def test_migration_8_keeps_keys_and_versions_and_adds_options_and_siv(
+    data_dir: Path, master_key: bytes
+) -> None:
+    path = data_dir / "keystore.db"
+    data_dir.mkdir(mode=0o700)
+    with contextlib.closing(SqliteKeyStore(path, master_key, migrations=MIGRATIONS[:7])) as old:
+        with raw_connection(old) as conn:  # as a release at schema version 7 stored a key with two versions
+            now = "2026-01-01T00:00:00.000000+00:00"
+            conn.execute(
+                "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, min_decryption_version, "
+                "latest_version, imported, created_at, updated_at, scheme, auto_rotate_period) "
+                "VALUES ('old', 'aes128', 4096, 1, 2, 2, 0, ?, ?, 'gcm', 7200)",
+                (now, now),
+            )
+            for version in (1, 2):
+                blob = wrap_key_material(old.keyring, "old", version, bytes([version]) * 16)
+                conn.execute(
+                    "INSERT INTO key_versions (key_name, version, wrapped, created_at) "
+                    "VALUES ('old', ?, ?, ?)",
+                    (version, blob, now),
+                )
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+                conn.execute(
+                    "INSERT INTO keys (name, key_type, segment_size, deletion_allowed, "
+                    "min_decryption_version, latest_version, imported, created_at, updated_at) "
+                    "VALUES ('siv', 'aes256-siv', 4096, 0, 1, 1, 0, 'x', 'x')"
+                )
+    with contextlib.closing(SqliteKeyStore(path, master_key)) as store:
+        assert store.schema_version() == SCHEMA_VERSION == 8
+        info = store.get_key("old")
+        assert (info.key_type, info.scheme, info.segment_size, info.auto_rotate_period) == (
+            "aes128",
+            "gcm",
+            4096,
+            7200,
+        )
+        assert (info.deletion_allowed, info.min_decryption_version, [v.version for v in info.versions]) == (
+            True,
+            2,
+            [1, 2],
+        )
+        assert info.options == KeyOptions()
+        assert [store.key_material("old", v) for v in (1, 2)] == [b"\x01" * 16, b"\x02" * 16]
+        assert store.create_key("siv", "aes256-siv").key_type == "aes256-siv"
+        assert len(store.key_material("siv", 1)) == 64
+        with raw_connection(store) as conn:
+            conn.execute("PRAGMA foreign_keys = ON")
+            # key_versions still refers to keys: deleting a key deletes its versions
+            assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+            conn.execute("DELETE FROM keys WHERE name = 'siv'")
+            assert conn.execute("SELECT count(*) FROM key_versions WHERE key_name = 'siv'").fetchone()[0] == 0
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+                conn.execute("UPDATE keys SET convergent_encryption = 1 WHERE name = 'old'")  # not derived
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+                conn.execute("UPDATE keys SET key_type = 'aes512' WHERE name = 'old'")
