@@ -32,7 +32,7 @@ from app.core.metric_buffer import BufferedCounter
 from app.core.secret_memory import KeyMaterial, wipe_secret
 from app.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
 from app.formats.sealed import KeyParameters
-from app.keystore import KeyInfo, KeyStore
+from app.keystore import KeyInfo, KeyOptions, KeyStore
 
 if TYPE_CHECKING:
     import aescore
@@ -69,6 +69,8 @@ class ResolvedKey:
     parameters: KeyParameters
     material: KeyMaterial = field(repr=False)
     expanded: aescore.ExpandedKey
+    #: The key's options (fixed ones such as ``derived`` never change under a cached version).
+    options: KeyOptions = field(default_factory=KeyOptions)
 
 
 class CacheMissError(Exception):
@@ -312,6 +314,7 @@ class KeyCache:
             parameters=KeyParameters(info.key_type, info.segment_size, info.scheme),
             material=material,
             expanded=backend.expand_key(material),
+            options=info.options,
         )
         with self._lock:
             if self._generation(info.name) != generation:
