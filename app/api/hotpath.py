@@ -2,17 +2,21 @@
 
 For a 1 KiB message, FastAPI's way to a route (its telemetry check, its outer error layer, the exception
 handlers, the router, dependency solving) cost more server time than the route itself. :class:`KeystreamApp`
-is the FastAPI app with one shortcut: ``POST`` on the streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt``
-and, without a query string, on the three batch routes goes to the route through the service's middleware
-stack (:func:`app.api.middleware.wrap`: the same layers, in the same order, as FastAPI runs) and then
-:func:`_route`, which does what FastAPI's router and exception handlers would: the route and its path
-parameter in the scope, the handler, and the JSON answer of a domain error (or of a batch body that does not
-fit its schema) raised before the handler answered (:mod:`app.api.errors`). An exception raised after the
-response started propagates, so the server aborts the connection (the sealed-decrypt rule), as through
-FastAPI.
+is the FastAPI app with one shortcut: ``POST`` on the streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt``,
+on the JWT and the certificate logins and, without a query string, on the three batch routes goes to the
+route through the service's middleware stack (:func:`app.api.middleware.wrap`: the same layers, in the
+same order, as FastAPI runs) and then :func:`_route`, which does what FastAPI's router and exception
+handlers would: the route and its path parameter in the scope, the handler, and the JSON answer of a domain
+error (or of a body that does not fit its schema) raised before the handler answered
+(:mod:`app.api.errors`). An exception raised after the response started propagates, so the server aborts
+the connection (the sealed-decrypt rule), as through FastAPI.FastAPI.
 
 The streaming handlers take the request alone (:mod:`app.api.routes.crypto`); the batch endpoints are called
-through :func:`app.api.routes.batch.request_handler`, with what FastAPI's dependencies would give them. A
+through :func:`app.api.routes.batch.request_handler`, with what FastAPI's dependencies would give them, and
+the logins through :data:`app.api.routes.auth.REQUEST_HANDLERS`, which read and validate the body as FastAPI
+does (:mod:`app.api.json_body`). For a login, FastAPI's way to the route (route matching among every route
+of the service, dependency solving, its answer's serialization) cost about as much server time as the
+login's own work: the JWT's verification and the token's commit. A
 batch request with a query string (``backend``, ``key_version``) goes through FastAPI, whose parameter
 validation then answers.
 
@@ -45,7 +49,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.errors import keystream_error_response, validation_error_response
 from app.api.middleware import middleware, wrap
 from app.api.paths import BATCH_PATHS, BATCH_ROUTE, OPEN_WHILE_SEALED, SEALED_MESSAGE, STREAMING_ROUTE
-from app.api.routes import batch, crypto
+from app.api.routes import auth, batch, crypto
 from app.core.config import Settings
 from app.errors import KeystreamError, SealedError
 from app.seal import Seal
@@ -62,6 +66,12 @@ _BATCH: dict[str, tuple[BaseRoute, Handler]] = {
     for operation, path in BATCH_PATHS.items()
     for route in batch.router.routes
     if isinstance(route, APIRoute) and route.path == path
+}
+#: The routes served at one fixed path, by path: the JWT and the certificate logins.
+_FIXED: dict[str, tuple[BaseRoute, Handler]] = {
+    route.path: (route, auth.REQUEST_HANDLERS[route.path])
+    for route in auth.router.routes
+    if isinstance(route, APIRoute) and route.path in auth.REQUEST_HANDLERS
 }
 #: Key in the scope under which the dispatcher hands :func:`_route` what it found (route, handler, key name).
 FOUND = "keystream.found"
@@ -132,9 +142,13 @@ class KeystreamApp(FastAPI):
         return self._telemetry_enabled
 
 
-def _find(scope: Scope) -> tuple[BaseRoute, Handler, str] | None:
-    """The route, handler and key name of a request the shortcut serves, else ``None``."""
+def _find(scope: Scope) -> tuple[BaseRoute, Handler, str | None] | None:
+    """The route, handler and key name (``None`` for a route without one) of a request the shortcut serves,
+    else ``None``."""
     path = scope["path"]
+    fixed = _FIXED.get(path)
+    if fixed is not None:
+        return (*fixed, None)
     found = STREAMING_ROUTE.fullmatch(path)
     if found is not None:
         entry = _STREAMING.get(found["operation"])
@@ -159,7 +173,7 @@ async def _route(scope: Scope, receive: Receive, send: Send) -> None:
     route, handler, name = scope.pop(FOUND)
     scope["route"] = route
     scope["endpoint"] = getattr(route, "endpoint", handler)
-    scope["path_params"] = {"name": name}
+    scope["path_params"] = {} if name is None else {"name": name}
     try:
         response = await handler(Request(scope, receive))
     except KeystreamError as exc:

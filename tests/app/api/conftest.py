@@ -101,3 +101,21 @@ class running_api:
         assert self._client is not None
         await self._client.aclose()
         await self._lifespan.__aexit__(None, None, None)
+
+
+@pytest.fixture
+def stack_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths (with query) of the requests that went through FastAPI's own ``__call__`` (its middleware and
+    router), not the fast dispatcher's shortcut."""
+    calls: list[str] = []
+    original = FastAPI.__call__
+
+    async def counting(self: FastAPI, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            calls.append(
+                scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
+            )
+        await original(self, scope, receive, send)
+
+    monkeypatch.setattr(FastAPI, "__call__", counting)
+    return calls

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 from starlette.responses import Response
 
 from app.api import hotpath
@@ -18,21 +17,6 @@ from app.core.config import Settings
 from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor
 from app.formats.sealed import randomness as sealed_randomness
 from tests.app.api.conftest import Api, running_api
-
-
-@pytest.fixture
-def stack_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Paths of the requests that went through FastAPI's own ``__call__`` (its middleware and router)."""
-    calls: list[str] = []
-    original = FastAPI.__call__
-
-    async def counting(self: FastAPI, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            calls.append(scope["path"])
-        await original(self, scope, receive, send)
-
-    monkeypatch.setattr(FastAPI, "__call__", counting)
-    return calls
 
 
 async def test_encrypt_and_decrypt_skip_the_stack_and_round_trip(api: Api, stack_calls: list[str]) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 
 from app.api import hotpath
 from app.core.config import Settings
@@ -24,23 +23,6 @@ COUNT = re.compile(r"^keystream_http_request_duration_seconds_count(\{.*\}) (\S+
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-@pytest.fixture
-def stack_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Paths (with query) of the requests that went through FastAPI's own ``__call__``."""
-    calls: list[str] = []
-    original = FastAPI.__call__
-
-    async def counting(self: FastAPI, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            calls.append(
-                scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
-            )
-        await original(self, scope, receive, send)
-
-    monkeypatch.setattr(FastAPI, "__call__", counting)
-    return calls
 
 
 async def _chunks(data: bytes) -> AsyncIterator[bytes]:
