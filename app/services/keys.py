@@ -42,6 +42,7 @@ __all__ = [
     "decryption_keys",
     "encryption_key",
     "from_cache",
+    "on_event_loop",
     "sealed_encryptor",
     "sealed_rewrapper",
     "with_context",
@@ -207,7 +208,7 @@ async def decryption_keys(
     return DecryptionKeys(candidates, more)
 
 
-def _on_event_loop() -> bool:
+def on_event_loop() -> bool:
     """True in the thread that runs an event loop (where nothing may wait on the keystore)."""
     try:
         asyncio.get_running_loop()
@@ -231,7 +232,7 @@ def _fresh_candidates(
 
     @functools.cache
     def more() -> list[tuple[int, KeyMaterial]]:
-        if _on_event_loop():
+        if on_event_loop():
             raise CacheMissError(name)
         fresh = keycache.refreshed_candidates(name, backend)
         if context is None:

@@ -17,7 +17,8 @@ from app.errors import BadRequestError
 from app.formats.derivation import derive_transit
 from app.formats.mac import Signer, parse_tag
 from app.formats.transit import HMAC_PREFIX, TransitCipher, parse_text
-from app.keycache import KeyCache, ResolvedKey
+from app.keycache import DETERMINISTIC_KEY_TYPE, KeyCache, ResolvedKey
+from app.keystore import KeyInfo
 from app.services.keys import decryption_keys, encryption_key
 
 __all__ = [
@@ -46,9 +47,19 @@ NONCE_KEY_SIZE = 32
 KEY_TYPES = {"aes256-gcm96": "aes256", "aes128-gcm96": "aes128"}
 
 
-def transit_type(key_type: str) -> str:
-    """The Transit type a native key type reads as (``aes192``, which Vault lacks, reads ``aes192-gcm96``)."""
-    return f"{key_type}-gcm96"
+def transit_type(info: KeyInfo) -> str:
+    """The Transit type key ``info`` reads as (``aes192``, which Vault lacks, reads ``aes192-gcm96``).
+
+    Raises:
+        BadRequestError: an ``aes256-siv`` key: Vault has no such type (its deterministic mode is convergent
+            encryption on a derived key), so the Transit API neither makes nor serves one.
+    """
+    if info.key_type == DETERMINISTIC_KEY_TYPE:
+        raise BadRequestError(
+            f"key {info.name!r} is {DETERMINISTIC_KEY_TYPE} (deterministic AES-SIV), which has no Transit "
+            "type: use it through the native batch routes under /v1/keys"
+        )
+    return f"{info.key_type}-gcm96"
 
 
 def _cipher(key: ResolvedKey, context: bytes | None, sealing: bool) -> TransitCipher:

@@ -31,11 +31,16 @@ from app.keystore import (
     MIN_SEGMENT_SIZE,
     KeyOptions,
 )
+from app.services.deterministic import DETERMINISTIC_KEY_TYPE
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["keys"])
 
 #: Base64 of 16, 24 or 32 bytes (what import accepts; documented in the schema, checked by decoding).
 KEY_MATERIAL_BASE64 = r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=)$"
+#: Base64 of a new version's material: as :data:`KEY_MATERIAL_BASE64`, or 64 bytes for an ``aes256-siv`` key.
+VERSION_MATERIAL_BASE64 = (
+    r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=|[A-Za-z0-9+/]{86}==)$"
+)
 
 
 _SCHEME_DESCRIPTION = (
@@ -80,7 +85,12 @@ class CreateKeyRequest(KeyOptionsFields):
     name: str = Field(
         min_length=1, max_length=128, json_schema_extra={"pattern": f"^{KEY_NAME_PATTERN.pattern}$"}
     )
-    type: Literal["aes128", "aes192", "aes256"] = "aes256"
+    type: Literal["aes128", "aes192", "aes256", "aes256-siv"] = Field(
+        default="aes256",
+        description="aes128, aes192, aes256: the sealed format (streaming and batch routes); aes256-siv: "
+        "deterministic AES-SIV (Tink's DeterministicAead) through the batch routes only, where equal "
+        "plaintexts with equal associated data give equal ciphertexts under one version.",
+    )
     scheme: Scheme = Field(default=DEFAULT_SCHEME, description=_SCHEME_DESCRIPTION)
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
     deletion_allowed: bool = False
@@ -104,11 +114,11 @@ class ImportVersionRequest(BaseModel):
 
     key: str = Field(
         min_length=1,
-        max_length=64,
+        max_length=88,
         repr=False,
         description="Base64 of the new version's material: as long as the key's type (aes128: 16 bytes, "
-        "aes192: 24, aes256: 32).",
-        json_schema_extra={"pattern": KEY_MATERIAL_BASE64},
+        "aes192: 24, aes256: 32, aes256-siv: 64).",
+        json_schema_extra={"pattern": VERSION_MATERIAL_BASE64},
     )
 
 
@@ -145,6 +155,12 @@ class UpdateKeyRequest(BaseModel):
 async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
     """Create a key with a random version 1."""
     principal.require("admin", body.name)
+    sealed_only = body.model_fields_set & {"scheme", "segment_size"}
+    if body.type == DETERMINISTIC_KEY_TYPE and sealed_only:
+        raise BadRequestError(
+            f"{' and '.join(sorted(sealed_only))} belong to the sealed format: an "
+            f"{DETERMINISTIC_KEY_TYPE} key (deterministic AES-SIV) takes neither"
+        )
     info = await to_thread.run_sync(
         lambda: state.keystore.create_key(
             body.name,

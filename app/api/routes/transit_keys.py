@@ -5,7 +5,9 @@
 ``/hash(/{algorithm})``. Answers are Vault's envelope with the result under ``data``
 (:func:`vault_answer`); errors are ``{"errors": [...]}`` (:mod:`app.api.errors`). The keys are Keystream's
 own: a key made here is an ordinary key of type ``aes256`` or ``aes128`` (scheme ``gcm``), usable through
-the native API too, and every native key reads here as ``<type>-gcm96``.
+the native API too, and every native AES key reads here as ``<type>-gcm96``. An ``aes256-siv`` key
+(deterministic AES-SIV) has no Transit type: reading, configuring or rotating one here answers 400 saying so
+(before any change), and none can be created here.
 
 Key management needs the ``admin`` scope, reading a key any scope (as ``GET /v1/keys/{name}``), random and
 hash any valid token; every key operation needs a key pattern matching the name. ``derived`` and
@@ -33,6 +35,7 @@ from app.core.schemes import Scheme
 from app.errors import BadRequestError, ForbiddenError, KeyExistsError, KeyNotFoundError
 from app.keystore import DEFAULT_SEGMENT_SIZE, KeyInfo, KeyOptions
 from app.services.transit import KEY_TYPES, transit_type
+from app.state import ServiceState
 
 router = APIRouter(route_class=VaultJsonRoute, tags=["transit"])
 
@@ -96,7 +99,7 @@ def key_data(info: KeyInfo) -> dict[str, Any]:
             derivation["convergent_encryption_version"] = CONVERGENT_VERSION
     return {
         "name": info.name,
-        "type": transit_type(info.key_type),
+        "type": transit_type(info),
         "keys": {str(v.version): int(v.created_at.timestamp()) for v in info.versions},
         "latest_version": info.latest_version,
         "min_decryption_version": info.min_decryption_version,
@@ -198,6 +201,7 @@ async def configure_key(name: str, body: TransitConfigRequest, principal: AdminD
     """Change ``min_decryption_version`` (0 reads as 1), ``deletion_allowed``, ``auto_rotate_period``, and
     turn ``exportable`` or ``allow_plaintext_backup`` on (400 to turn either off once on, as Vault)."""
     principal.require("admin", name)
+    await _require_transit_key(state, name)
     _refuse_unsupported(min_encryption_version=bool(body.min_encryption_version))
     minimum = body.min_decryption_version
     info = await to_thread.run_sync(
@@ -218,9 +222,21 @@ async def configure_key(name: str, body: TransitConfigRequest, principal: AdminD
 async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> Any:
     """Add a new version: it encrypts from now on, older versions keep decrypting."""
     principal.require("admin", name)
+    await _require_transit_key(state, name)
     info = await to_thread.run_sync(state.keystore.rotate_key, name)
     state.keycache.invalidate(name)
     return vault_answer(key_data(info))
+
+
+async def _require_transit_key(state: ServiceState, name: str) -> None:
+    """Nothing when key ``name`` has a Transit type, checked before a change so that a key the Transit API
+    cannot show is not changed through it.
+
+    Raises:
+        KeyNotFoundError: no such key.
+        BadRequestError: an ``aes256-siv`` key (:func:`~app.services.transit.transit_type`).
+    """
+    transit_type(await to_thread.run_sync(state.keystore.get_key, name))
 
 
 def _encode(data: bytes, encoding: str) -> str:
