@@ -144,17 +144,19 @@ class KeyStore(abc.ABC):
         scheme: str = DEFAULT_SCHEME,
         auto_rotate_period: int | str = 0,
         options: KeyOptions | None = None,
+        key_type: str | None = None,
     ) -> KeyInfo:
-        """Create key ``name`` whose version 1 is ``material``; the type follows from its length.
+        """Create key ``name`` whose version 1 is ``material``; the type is ``key_type``, or follows from the
+        length (an AES type: 64 bytes are never taken for ``aes256-siv`` unless ``key_type`` says so).
 
         Raises:
             BadRequestError: invalid name, segment size, scheme, auto_rotate_period or options, or material
-                not 16, 24 or 32 bytes long.
+                not 16, 24 or 32 bytes long, or not as long as ``key_type`` says.
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
         check_key_name(name)
-        key_type, data = key_type_for_material(material)
+        key_type, data = key_type_for_material(material, key_type)
         info = self._new_info(
             name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period, True, options
         )
