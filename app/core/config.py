@@ -192,6 +192,15 @@ class Settings(BaseSettings):
         "never set it in production.",
     )
 
+    transit_mount: str = Field(
+        default="transit",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,63}){0,3}$",
+        description=(
+            "Where the Transit-compatible API is mounted: /v1/<mount>/ (Vault's mount path, e.g. kms or "
+            "team/transit); /v1/transit/ then answers 404. It may not start with a native /v1 path segment "
+            "(keys, tokens, sys, ...)."
+        ),
+    )
     metrics_flush_seconds: float = Field(
         default=1.0,
         ge=0,

@@ -787,13 +787,20 @@ class KeyStore(abc.ABC):
         """The checked metadata of a key to create (version 1, now).
 
         Raises:
-            BadRequestError: invalid segment size, deletion_allowed, scheme, auto_rotate_period or options.
+            BadRequestError: invalid segment size, deletion_allowed, scheme, auto_rotate_period or options,
+                or ``derived``/``convergent_encryption`` on an ``aes256-siv`` key (nothing derives per-context
+                AES-SIV keys: the option would be a promise the key does not keep).
         """
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
         period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
         checked = KeyOptions() if options is None else check_key_options(options)
+        if key_type == "aes256-siv" and (checked.derived or checked.convergent_encryption):
+            raise BadRequestError(
+                "an aes256-siv key is deterministic by itself and derives no per-context keys: derived and "
+                "convergent_encryption apply to AES keys"
+            )
         return new_key_info(name, key_type, scheme, segment_size, deletion_allowed, imported, period, checked)
 
     @abc.abstractmethod

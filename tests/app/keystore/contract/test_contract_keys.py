@@ -19,7 +19,7 @@ from app.errors import (
     KeyVersionNotFoundError,
     ServiceUnavailableError,
 )
-from app.keystore import KeyStore, MasterKeyError
+from app.keystore import KeyOptions, KeyStore, MasterKeyError
 from tests.app.keystore.contract.conftest import Backing
 
 
@@ -322,3 +322,14 @@ def test_import_key_takes_the_type_it_is_given_and_holds_the_material_to_it(stor
         store.import_key("odd", material, key_type="aes512")
     with pytest.raises(KeyNotFoundError):
         store.get_key("short")
+
+
+@pytest.mark.parametrize(
+    "options", [KeyOptions(derived=True), KeyOptions(derived=True, convergent_encryption=True)]
+)
+def test_an_aes256_siv_key_takes_no_derivation(store: KeyStore, options: KeyOptions) -> None:
+    with pytest.raises(BadRequestError, match="derived and convergent_encryption apply to AES keys"):
+        store.create_key("det", "aes256-siv", options=options)
+    with pytest.raises(BadRequestError, match="derived and convergent_encryption apply to AES keys"):
+        store.import_key("det", secrets.token_bytes(64), options=options, key_type="aes256-siv")
+    assert store.create_key("det", "aes256-siv", options=KeyOptions(exportable=True)).options.exportable
