@@ -37,7 +37,7 @@ from app.core.secret_memory import KeyMaterial, wipe_secret
 from app.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
 from app.formats.sealed import KeyParameters
 from app.formats.siv import KEY_TYPE as DETERMINISTIC_KEY_TYPE
-from app.keystore import KeyInfo, KeyStore
+from app.keystore import KeyInfo, KeyOptions, KeyStore
 
 if TYPE_CHECKING:
     import aescore
@@ -84,6 +84,8 @@ class ResolvedKey:
     parameters: KeyParameters
     material: KeyMaterial = field(repr=False)
     expanded: aescore.ExpandedKey
+    #: The key's options (fixed ones such as ``derived`` never change under a cached version).
+    options: KeyOptions = field(default_factory=KeyOptions)
 
 
 @dataclass(frozen=True)
@@ -418,6 +420,7 @@ class KeyCache:
                 parameters=KeyParameters(info.key_type, info.segment_size, info.scheme),
                 material=material,
                 expanded=backend.expand_key(material),
+                options=info.options,
             )
 
         return self._load(info, version, backend.name, ResolvedKey, build)

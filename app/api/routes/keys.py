@@ -1,7 +1,9 @@
 """``/v1/keys``: create, import, list, read, rotate, import a version, trim, update and delete keys (metadata
 only, never material).
 
-Keys may rotate automatically (``auto_rotate_period``, see :mod:`app.services.auto_rotate`). Key management
+Keys may rotate automatically (``auto_rotate_period``, see :mod:`app.services.auto_rotate`) and carry Vault
+Transit's options (``derived``, ``convergent_encryption``: set at creation; ``exportable``,
+``allow_plaintext_backup``: at creation or later, never turned off). Key management
 needs the ``admin`` scope and a key pattern matching the name; reading metadata needs any
 scope and a matching pattern. Every change invalidates the key cache entry of that key.
 """
@@ -27,6 +29,7 @@ from app.keystore import (
     KEY_NAME_PATTERN,
     MAX_SEGMENT_SIZE,
     MIN_SEGMENT_SIZE,
+    KeyOptions,
 )
 from app.services.deterministic import DETERMINISTIC_KEY_TYPE
 
@@ -46,7 +49,37 @@ _SCHEME_DESCRIPTION = (
 )
 
 
-class CreateKeyRequest(BaseModel):
+class KeyOptionsFields(BaseModel):
+    """The options a key is created with (Vault Transit's names)."""
+
+    derived: bool = Field(
+        default=False,
+        description="Every operation then needs a context and works under a per-context key derived from "
+        "the version (HKDF-SHA256); fixed for the key's life.",
+    )
+    convergent_encryption: bool = Field(
+        default=False,
+        description="Only with derived: Transit encryptions of one plaintext under one context are equal "
+        "(Vault's convergent encryption); fixed for the key's life.",
+    )
+    exportable: bool = Field(
+        default=False, description="Versions' material may be exported; cannot be turned off once on."
+    )
+    allow_plaintext_backup: bool = Field(
+        default=False, description="The key may be backed up; cannot be turned off once on."
+    )
+
+    def options(self) -> KeyOptions:
+        """The fields as the keystore takes them."""
+        return KeyOptions(
+            derived=self.derived,
+            convergent_encryption=self.convergent_encryption,
+            exportable=self.exportable,
+            allow_plaintext_backup=self.allow_plaintext_backup,
+        )
+
+
+class CreateKeyRequest(KeyOptionsFields):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(
@@ -64,7 +97,7 @@ class CreateKeyRequest(BaseModel):
     auto_rotate_period: AutoRotatePeriod = 0
 
 
-class ImportKeyRequest(BaseModel):
+class ImportKeyRequest(KeyOptionsFields):
     model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
 
     key: str = Field(
@@ -104,6 +137,8 @@ class UpdateKeyRequest(BaseModel):
     min_decryption_version: int | None = Field(default=None, ge=1)
     deletion_allowed: bool | None = None
     auto_rotate_period: AutoRotatePeriod | None = None
+    exportable: bool | None = Field(default=None, description="May be turned on, never off.")
+    allow_plaintext_backup: bool | None = Field(default=None, description="May be turned on, never off.")
     scheme: Scheme | None = Field(
         default=None,
         description="Cannot change: a value other than the key's scheme is refused with 400 "
@@ -134,6 +169,7 @@ async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDe
             body.deletion_allowed,
             scheme=body.scheme,
             auto_rotate_period=body.auto_rotate_period,
+            options=body.options(),
         )
     )
     state.keycache.invalidate(body.name)
@@ -161,6 +197,7 @@ async def import_key(
             body.deletion_allowed,
             scheme=body.scheme,
             auto_rotate_period=body.auto_rotate_period,
+            options=body.options(),
         )
     )
     state.keycache.invalidate(name)
@@ -240,7 +277,8 @@ async def trim_key(name: str, body: TrimRequest, principal: AdminDep, state: Sta
 async def update_key(
     name: str, body: UpdateKeyRequest, principal: AdminDep, state: StateDep
 ) -> dict[str, Any]:
-    """Change ``min_decryption_version``, ``deletion_allowed`` and/or ``auto_rotate_period``.
+    """Change ``min_decryption_version``, ``deletion_allowed`` and/or ``auto_rotate_period``; turn
+    ``exportable`` or ``allow_plaintext_backup`` on (400 to turn either off once on).
 
     ``scheme`` cannot change. A new ``auto_rotate_period`` counts from the latest version's creation: a key
     whose latest version is already older than the period rotates at the next check.
@@ -259,6 +297,8 @@ async def update_key(
             min_decryption_version=body.min_decryption_version,
             deletion_allowed=body.deletion_allowed,
             auto_rotate_period=body.auto_rotate_period,
+            exportable=body.exportable,
+            allow_plaintext_backup=body.allow_plaintext_backup,
         )
     )
     state.keycache.invalidate(name)
