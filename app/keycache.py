@@ -10,6 +10,10 @@ Two layers, one lock:
   last-resort bound on top.
 * **Resolved keys** (:class:`ResolvedKey`: material plus the backend's expanded key) per
   ``(name, version, backend name)`` in a bounded LRU. A hit costs a dict lookup: no SQLite, no key expansion.
+  Versions of an ``aes256-siv`` key (:class:`DeterministicKey`: AES-SIV's 64 bytes, no AES schedule, no
+  sealed format) share the LRU under ``(name, version, "aes-siv")``; :meth:`KeyCache.resolve` and
+  :meth:`KeyCache.decryption_candidates` refuse such a key with a 400 naming the routes that serve it, so
+  every route of the sealed, raw, HMAC or Transit formats refuses it the same way.
 
 Misses load outside the lock (SQLite read, unwrap, ``expand_key``) so one slow load never blocks hits. A
 generation number per key name keeps a load that raced with :meth:`KeyCache.invalidate` from putting stale
@@ -25,22 +29,33 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from app.core import metrics
 from app.core.metric_buffer import BufferedCounter
 from app.core.secret_memory import KeyMaterial, wipe_secret
 from app.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundError
 from app.formats.sealed import KeyParameters
-from app.keystore import KeyInfo, KeyStore
+from app.formats.siv import KEY_TYPE as DETERMINISTIC_KEY_TYPE
+from app.keystore import KeyInfo, KeyOptions, KeyStore
 
 if TYPE_CHECKING:
     import aescore
 
-__all__ = ["CacheKey", "CacheMissError", "KeyCache", "ResolvedKey"]
+__all__ = [
+    "DETERMINISTIC_KEY_TYPE",
+    "CacheKey",
+    "CacheMissError",
+    "DeterministicKey",
+    "KeyCache",
+    "ResolvedKey",
+]
 
-#: ``(key name, version, backend name)``.
+#: ``(key name, version, backend name)``; :data:`DETERMINISTIC_SLOT` instead of a backend for a version of an
+#: ``aes256-siv`` key, whose material no backend expands.
 CacheKey = tuple[str, int, str]
+#: The third part of a :data:`CacheKey` for a :class:`DeterministicKey` (no backend is named so).
+DETERMINISTIC_SLOT = "aes-siv"
 
 # Label children bound once: ``labels()`` on every lookup would cost more than the hit itself.
 _HITS = BufferedCounter(metrics.KEY_CACHE_REQUESTS.labels(result="hit"))  # one per request: batched
@@ -69,6 +84,48 @@ class ResolvedKey:
     parameters: KeyParameters
     material: KeyMaterial = field(repr=False)
     expanded: aescore.ExpandedKey
+    #: The key's options (fixed ones such as ``derived`` never change under a cached version).
+    options: KeyOptions = field(default_factory=KeyOptions)
+
+
+@dataclass(frozen=True)
+class DeterministicKey:
+    """One version of an ``aes256-siv`` key, ready for :mod:`app.formats.siv`: its 64 bytes of material.
+
+    ``material`` is a read-only view of locked memory left out of core dumps, zeroed once the cache and every
+    request using it let go, as a :class:`ResolvedKey`'s; it is left out of ``repr``/``str``.
+    """
+
+    name: str
+    version: int
+    material: KeyMaterial = field(repr=False)
+
+
+def _refuse_deterministic(info: KeyInfo) -> None:
+    """Raise unless key ``info`` is an AES key the sealed, raw, HMAC and Transit formats take.
+
+    Raises:
+        BadRequestError: it is an ``aes256-siv`` key (the message names the routes that serve it).
+    """
+    if info.key_type == DETERMINISTIC_KEY_TYPE:
+        raise BadRequestError(
+            f"key {info.name!r} is {DETERMINISTIC_KEY_TYPE} (deterministic AES-SIV): only the JSON batch "
+            "routes encrypt/batch, decrypt/batch and rewrap/batch serve it"
+        )
+
+
+def _require_deterministic(info: KeyInfo) -> None:
+    """Raise unless key ``info`` is an ``aes256-siv`` key.
+
+    Raises:
+        BadRequestError: it is not (the message names its type).
+    """
+    if info.key_type != DETERMINISTIC_KEY_TYPE:
+        raise BadRequestError(f"key {info.name!r} is {info.key_type}, not {DETERMINISTIC_KEY_TYPE}")
+
+
+#: What the LRU holds: a version resolved for a backend, or one of an ``aes256-siv`` key.
+Entry = TypeVar("Entry", ResolvedKey, DeterministicKey)
 
 
 class CacheMissError(Exception):
@@ -124,7 +181,7 @@ class KeyCache:
         self.metadata_ttl = float(metadata_ttl)
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[CacheKey, ResolvedKey] = OrderedDict()
+        self._entries: OrderedDict[CacheKey, ResolvedKey | DeterministicKey] = OrderedDict()
         self._metadata: dict[str, _Metadata] = {}
         self._generations: dict[str, int] = {}
         self._epoch = 0  # bumped by clear(): outdates every load in flight, whatever its key
@@ -203,19 +260,20 @@ class KeyCache:
         Does not check ``min_decryption_version``: decryption goes through :meth:`decryption_candidates`.
 
         Raises:
-            BadRequestError: invalid name or version type.
+            BadRequestError: invalid name or version type, or an ``aes256-siv`` key.
             KeyNotFoundError: no such key.
             KeyVersionNotFoundError: the key has no such version.
             KeyUnwrapError: the stored material does not unwrap under the master key.
             CacheMissError: ``cached_only`` and the answer needs the keystore (nothing was counted).
         """
         info = self.key_info(name, cached_only=cached_only)
+        _refuse_deterministic(info)
         if version is None:
             version = info.latest_version
         else:
             info = self._check_version(info, version, cached_only)
         if cached_only:
-            self._require_cached(name, (version,), backend)
+            self._require_cached(name, (version,), backend.name)
         return self._resolve(info, version, backend)
 
     def decryption_candidates(
@@ -233,13 +291,75 @@ class KeyCache:
         ciphertext of an older version needs its ``version``).
 
         Raises:
-            BadRequestError: invalid name or version type, or ``version`` below ``min_decryption_version``.
+            BadRequestError: invalid name or version type, ``version`` below ``min_decryption_version``, or an
+                ``aes256-siv`` key.
             KeyNotFoundError: no such key.
             KeyVersionNotFoundError: ``version`` does not exist.
             KeyUnwrapError: stored material does not unwrap under the master key.
             CacheMissError: ``cached_only`` and the answer needs the keystore (nothing was counted).
         """
         info = self.key_info(name, cached_only=cached_only)
+        _refuse_deterministic(info)
+        info, versions = self._decryption_versions(info, version, cached_only)
+        if cached_only:
+            self._require_cached(name, versions, backend.name)
+        return [self._resolve(info, number, backend) for number in versions]
+
+    def deterministic_candidates(
+        self, name: str, version: int | None = None, *, cached_only: bool = False
+    ) -> list[DeterministicKey]:
+        """Return the versions of ``aes256-siv`` key ``name`` a ciphertext may be opened with, newest first,
+        chosen as :meth:`decryption_candidates` chooses them (so ``[0]`` of an explicit ``version`` is the one
+        an encrypt under it uses: not below ``min_decryption_version``).
+
+        Raises:
+            BadRequestError: invalid name or version type, ``version`` below ``min_decryption_version``, or
+                not an ``aes256-siv`` key.
+            KeyNotFoundError: no such key.
+            KeyVersionNotFoundError: ``version`` does not exist.
+            KeyUnwrapError: stored material does not unwrap under the master key.
+            CacheMissError: ``cached_only`` and the answer needs the keystore (nothing was counted).
+        """
+        info = self.key_info(name, cached_only=cached_only)
+        _require_deterministic(info)
+        info, versions = self._decryption_versions(info, version, cached_only)
+        if cached_only:
+            self._require_cached(name, versions, DETERMINISTIC_SLOT)
+        return [self._resolve_deterministic(info, number) for number in versions]
+
+    def deterministic_key(self, name: str, *, cached_only: bool = False) -> DeterministicKey:
+        """Return the latest version of ``aes256-siv`` key ``name`` (what an encrypt uses by default).
+
+        Raises:
+            BadRequestError: invalid name, or not an ``aes256-siv`` key.
+            KeyNotFoundError: no such key.
+            KeyUnwrapError: the stored material does not unwrap under the master key.
+            CacheMissError: ``cached_only`` and the answer needs the keystore (nothing was counted).
+        """
+        info = self.key_info(name, cached_only=cached_only)
+        _require_deterministic(info)
+        if cached_only:
+            self._require_cached(name, (info.latest_version,), DETERMINISTIC_SLOT)
+        return self._resolve_deterministic(info, info.latest_version)
+
+    def refreshed_deterministic_candidates(self, name: str) -> list[tuple[int, KeyMaterial]]:
+        """``(version, material)`` of every version of ``aes256-siv`` key ``name`` that may decrypt, after
+        re-reading the metadata now (as :meth:`refreshed_candidates`, for :func:`app.formats.siv.open_all`).
+
+        Raises:
+            BadRequestError: the key is no longer an ``aes256-siv`` key (deleted and re-created meanwhile).
+            KeyNotFoundError: the key was deleted meanwhile.
+            KeyUnwrapError: stored material does not unwrap under the master key.
+        """
+        self.refresh(name)
+        return [(key.version, key.material) for key in self.deterministic_candidates(name)]
+
+    def _decryption_versions(
+        self, info: KeyInfo, version: int | None, cached_only: bool
+    ) -> tuple[KeyInfo, Sequence[int]]:
+        """The versions a decrypt of key ``info`` tries, newest first (see :meth:`decryption_candidates`),
+        and the metadata they were checked against (re-read once if ``version`` is newer than it)."""
+        name = info.name
         if version is None:
             oldest = info.min_decryption_version
             if self.max_decrypt_versions is not None:
@@ -253,9 +373,7 @@ class KeyCache:
                     f"({info.min_decryption_version}) and may not decrypt"
                 )
             versions = (version,)
-        if cached_only:
-            self._require_cached(name, versions, backend)
-        return [self._resolve(info, number, backend) for number in versions]
+        return info, versions
 
     def refreshed_candidates(self, name: str, backend: aescore.Backend) -> list[tuple[int, KeyMaterial]]:
         """``(version, material)`` of every version that may decrypt, after re-reading the metadata now.
@@ -271,10 +389,11 @@ class KeyCache:
         self.refresh(name)
         return [(key.version, key.material) for key in self.decryption_candidates(name, backend)]
 
-    def _require_cached(self, name: str, versions: Sequence[int], backend: aescore.Backend) -> None:
-        """Raise :class:`CacheMissError` unless every one of ``versions`` is resolved for ``backend``."""
+    def _require_cached(self, name: str, versions: Sequence[int], slot: str) -> None:
+        """Raise :class:`CacheMissError` unless every one of ``versions`` is resolved for ``slot`` (a
+        backend's name, or :data:`DETERMINISTIC_SLOT`)."""
         with self._lock:
-            if all((name, number, backend.name) in self._entries for number in versions):
+            if all((name, number, slot) in self._entries for number in versions):
                 return
         raise CacheMissError(name)
 
@@ -294,10 +413,35 @@ class KeyCache:
         return info
 
     def _resolve(self, info: KeyInfo, version: int, backend: aescore.Backend) -> ResolvedKey:
-        cache_key: CacheKey = (info.name, version, backend.name)
+        def build(material: KeyMaterial) -> ResolvedKey:
+            return ResolvedKey(
+                name=info.name,
+                version=version,
+                parameters=KeyParameters(info.key_type, info.segment_size, info.scheme),
+                material=material,
+                expanded=backend.expand_key(material),
+                options=info.options,
+            )
+
+        return self._load(info, version, backend.name, ResolvedKey, build)
+
+    def _resolve_deterministic(self, info: KeyInfo, version: int) -> DeterministicKey:
+        def build(material: KeyMaterial) -> DeterministicKey:
+            return DeterministicKey(name=info.name, version=version, material=material)
+
+        return self._load(info, version, DETERMINISTIC_SLOT, DeterministicKey, build)
+
+    def _load(
+        self, info: KeyInfo, version: int, slot: str, kind: type[Entry], build: Callable[[KeyMaterial], Entry]
+    ) -> Entry:
+        """The cached entry of ``(info.name, version, slot)``, else ``build`` over the version's material read
+        from the keystore, cached unless the key was invalidated during the load."""
+        cache_key: CacheKey = (info.name, version, slot)
         with self._lock:
             entry = self._entries.get(cache_key)
-            if entry is not None:
+            if isinstance(
+                entry, kind
+            ):  # a slot holds one kind: a backend's ResolvedKey or a DeterministicKey
                 self._entries.move_to_end(cache_key)
                 self.hits += 1
                 _HITS.inc()
@@ -305,14 +449,7 @@ class KeyCache:
             self.misses += 1
             generation = self._generation(info.name)
         _MISSES.inc()
-        material = self._keystore.key_material(info.name, version)
-        resolved = ResolvedKey(
-            name=info.name,
-            version=version,
-            parameters=KeyParameters(info.key_type, info.segment_size, info.scheme),
-            material=material,
-            expanded=backend.expand_key(material),
-        )
+        resolved = build(self._keystore.key_material(info.name, version))
         with self._lock:
             if self._generation(info.name) != generation:
                 return resolved  # invalidated during the load: serve this request, cache nothing

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 import uvicorn
 
+from app.api.paths import transit_alias
 from app.audit import check_writable, worker_paths
 from app.core.config import Settings, get_settings
 from app.core.secret_memory import disable_core_dumps
@@ -138,11 +139,11 @@ def serve(settings: Settings | None = None) -> None:
     on a non-loopback host needs ``tls_disable`` and logs a WARNING.
 
     Raises:
-        StartupRefusedError: a TLS file is unusable, or plain HTTP on a non-loopback host without
-            ``tls_disable`` (checked before anything is created or bound); the listening address is in use
-            or invalid (checked before the data directory or a root token is created); an audit log file
-            (each worker's) cannot be opened for appending; the single worker did not start (its error is
-            logged).
+        StartupRefusedError: a Transit mount over the service's own paths; a TLS file is unusable, or plain
+            HTTP on a non-loopback host without ``tls_disable`` (checked before anything is created or bound);
+            the listening address is in use or invalid (checked before the data directory or a root token is
+            created); an audit log file (each worker's) cannot be opened for appending; the single worker did
+            not start (its error is logged).
         app.keystore.master.MasterKeyError: bad master key (nothing is served).
     """
     settings = settings if settings is not None else get_settings()
@@ -152,6 +153,7 @@ def serve(settings: Settings | None = None) -> None:
     if tls is not None:
         tls.context()  # a bad file stops the start here with one line, not in every worker
     plain_http_warning = check_plain_http_bind(settings.host, tls, settings.tls_disable)
+    transit_alias(settings.transit_mount)  # a mount over the service's own paths stops the start here
     common = uvicorn_options(settings, tls)
     # A Config configures uvicorn's logging (as uvicorn.run does), so the warning below has its format.
     uvicorn.Config(APP_FACTORY, factory=True, **common)

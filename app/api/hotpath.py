@@ -46,9 +46,17 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.errors import keystream_error_response, validation_error_response
+from app.api.errors import keystream_error_response, validation_error_response, vault_error_response
 from app.api.middleware import middleware, wrap
-from app.api.paths import BATCH_PATHS, BATCH_ROUTE, OPEN_WHILE_SEALED, SEALED_MESSAGE, STREAMING_ROUTE
+from app.api.paths import (
+    BATCH_PATHS,
+    BATCH_ROUTE,
+    OPEN_WHILE_SEALED,
+    SEALED_MESSAGE,
+    STREAMING_ROUTE,
+    TRANSIT,
+    transit_alias,
+)
 from app.api.routes import auth, batch, crypto
 from app.core.config import Settings
 from app.errors import KeystreamError, SealedError
@@ -90,14 +98,24 @@ class KeystreamApp(FastAPI):
     sealable: Seal | None = None
     #: The middleware stack around :func:`_route` (:meth:`install_middleware`).
     _fast: ASGIApp | None = None
+    #: ``/v1/<mount>/`` when the Transit API is mounted elsewhere than ``transit`` (:func:`_mount_transit`).
+    _transit_alias: str | None = None
 
     def install_middleware(self, settings: Settings) -> None:
         """Give FastAPI the service's middleware (:func:`app.api.middleware.middleware`) and build the same
         stack around the shortcut's routes, so both ways to a route pass one list of layers."""
         self.user_middleware = middleware(settings)
         self._fast = wrap(_route, settings)
+        self._transit_alias = transit_alias(settings.transit_mount)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        alias = self._transit_alias
+        if alias is not None and scope["type"] == "http":
+            mounted = _mount_transit(scope, alias)
+            if mounted is None:
+                await vault_error_response(404, [])(scope, receive, send)  # Vault's: nothing mounted there
+                return
+            scope = mounted
         sealable = self.sealable
         if (
             sealable is not None
@@ -140,6 +158,25 @@ class KeystreamApp(FastAPI):
             self._telemetry_enabled = telemetry is not None and bool(telemetry.enabled())
             self._telemetry_checked_at = now
         return self._telemetry_enabled
+
+
+def _mount_transit(scope: Scope, alias: str) -> Scope | None:
+    """``scope`` with a path under ``alias`` (the configured Transit mount) moved to ``/v1/transit/``, where
+    the routes are; ``None`` for a path under ``/v1/transit/`` itself, which is not mounted then; any other
+    ``scope`` unchanged. Everything after the rewrite (routes, Vault's error shape, the audit log and the
+    metrics, which record the route template) sees the Transit path."""
+    path: str = scope["path"]
+    if path.startswith(alias) or path == alias[:-1]:
+        moved = TRANSIT + path[len(alias) :]
+        raw = scope.get("raw_path")
+        prefix = alias.encode()
+        raw_moved = moved.encode()
+        if raw and raw.startswith(prefix):
+            raw_moved = TRANSIT.encode() + raw[len(prefix) :]
+        return {**scope, "path": moved, "raw_path": raw_moved}
+    if path.startswith(TRANSIT) or path == TRANSIT[:-1]:
+        return None
+    return scope
 
 
 def _find(scope: Scope) -> tuple[BaseRoute, Handler, str | None] | None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from app.errors import StartupRefusedError
+
 #: Every path under this prefix is the versioned API: audited, and (but for :data:`NO_TOKEN_PATHS`) behind
 #: a bearer token.
 V1 = "/v1/"
@@ -26,6 +28,8 @@ BACKENDS = "/v1/backends"
 #: every file of the built console is served.
 UI = "/ui"
 UI_ROOT = f"{UI}/"
+#: What the console's page asks the service at start (where its dashboard reads metrics).
+UI_CONFIG = f"{UI}/config.json"
 #: The benchmark's baseline route (served only with ``KEYSTREAM_BENCH_ECHO=1``).
 BENCH_ECHO = "/bench/echo"
 
@@ -52,8 +56,10 @@ STREAMING_PATHS = {"encrypt": ENCRYPT, "decrypt": DECRYPT, "rewrap": REWRAP}
 BATCH_PATHS = {operation: f"{path}/batch" for operation, path in STREAMING_PATHS.items()}
 
 #: The Transit-compatible API (:mod:`app.api.routes.transit`): Vault's paths, request and answer shapes under
-#: this mount, errors as ``{"errors": [...]}`` (:mod:`app.api.errors`).
-TRANSIT = "/v1/transit/"
+#: this mount, errors as ``{"errors": [...]}`` (:mod:`app.api.errors`). The routes live here whatever
+#: ``transit_mount`` says; another mount is an alias the dispatcher rewrites to it (:func:`transit_alias`).
+TRANSIT_MOUNT = "transit"
+TRANSIT = f"/v1/{TRANSIT_MOUNT}/"
 TRANSIT_KEYS = f"{TRANSIT}keys"
 TRANSIT_KEY = f"{TRANSIT_KEYS}/{{name}}"
 TRANSIT_KEY_CONFIG = f"{TRANSIT_KEY}/config"
@@ -133,3 +139,34 @@ PURE_ROUTE = re.compile(
     + re.escape(TRANSIT)
     + "(?:(?:encrypt|decrypt|rewrap|hmac|verify|datakey/[^/]+)/[^/]+(?:/[^/]+)?|(?:random|hash)(?:/[^/]+)?)"
 )
+
+
+def _reserved_v1_segments() -> frozenset[str]:
+    """The first segment after ``/v1/`` of every path above (``keys``, ``sys``, ``transit``, ...)."""
+    return frozenset(
+        value.split("/")[2]
+        for name, value in globals().items()
+        if name.isupper() and isinstance(value, str) and value.startswith(V1) and value != V1
+    )
+
+
+#: ``/v1/<segment>`` names the service's routes use: another Transit mount may not start with one.
+RESERVED_V1_SEGMENTS = _reserved_v1_segments()
+
+
+def transit_alias(mount: str) -> str | None:
+    """The path prefix (``/v1/<mount>/``) that serves the Transit API when it is mounted elsewhere than
+    ``transit`` (``None`` for the default mount).
+
+    Raises:
+        StartupRefusedError: ``mount`` starts with a segment the service's routes use (``keys``, ...).
+    """
+    if mount == TRANSIT_MOUNT:
+        return None
+    first = mount.split("/")[0]
+    if first in RESERVED_V1_SEGMENTS:
+        raise StartupRefusedError(
+            f"KEYSTREAM_TRANSIT_MOUNT {mount!r} starts with {first!r}, a path the service's own routes use "
+            f"(reserved: {', '.join(sorted(RESERVED_V1_SEGMENTS))})"
+        )
+    return f"{V1}{mount}/"

@@ -17,6 +17,11 @@ nonces come from :func:`os.urandom`. The material is read from the key cache's l
 :class:`TransitCipher`, one request: unlike the native formats' schedules, that copy is not locked or left
 out of core dumps by Keystream, and is freed, not zeroed, by the library.
 
+A ``derived`` key's AES key is the per-context key :func:`~app.formats.derivation.derive_transit` makes as
+Vault does; with ``convergent_encryption`` (Vault's convergent version 3) the derivation is 32 bytes longer
+and those 32 bytes are an HMAC-SHA256 key whose HMAC of the plaintext, cut to 12 bytes, is the nonce: the
+same plaintext under the same context and version gives the same ciphertext, as in Vault.
+
 HMACs made through the Transit API use :mod:`app.formats.mac`'s derived HMAC key with the text
 ``vault:v<version>:<base64>`` (:data:`HMAC_PREFIX`); Vault's HMAC keys are separate random keys, so the
 values differ from Vault's for the same material.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import os
 import re
 
@@ -34,6 +40,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.core.secret_memory import KeyMaterial
 from app.errors import BadRequestError, DecryptionFailedError
+from app.formats.mac import hmac_states
 
 #: Bytes of the random nonce at the start of a ciphertext (GCM's 96-bit IV: the ``96`` in ``gcm96``).
 NONCE_SIZE = 12
@@ -70,25 +77,39 @@ def format_text(version: int, raw: bytes) -> str:
 
 
 class TransitCipher:
-    """AES-GCM in Transit's layout under one key version's material (used directly as the AES key).
+    """AES-GCM in Transit's layout under one key version's material (used directly as the AES key), or a
+    derived key's per-context key.
+
+    ``nonce_key`` (a convergent key's, 32 bytes) makes each nonce the first 12 bytes of HMAC-SHA256 of the
+    plaintext under it instead of random bytes; only its HMAC states are kept.
 
     Raises (construction):
         ValueError: the material is not 16, 24 or 32 bytes.
     """
 
-    __slots__ = ("_aead", "version")
+    __slots__ = ("_aead", "_nonce_states", "version")
 
-    def __init__(self, material: KeyMaterial, version: int) -> None:
+    def __init__(self, material: KeyMaterial, version: int, nonce_key: KeyMaterial | None = None) -> None:
         self._aead = AESGCM(material)
+        self._nonce_states = None if nonce_key is None else hmac_states(hashlib.sha256, nonce_key)
         self.version = version
 
     def __repr__(self) -> str:
         return f"TransitCipher(version={self.version})"
 
+    def _nonce(self, plaintext: bytes) -> bytes:
+        """A random nonce, or a convergent key's HMAC of ``plaintext`` cut to :data:`NONCE_SIZE`."""
+        if self._nonce_states is None:
+            return os.urandom(NONCE_SIZE)
+        inner, outer = (state.copy() for state in self._nonce_states)
+        inner.update(plaintext)
+        outer.update(inner.digest())
+        return outer.digest()[:NONCE_SIZE]
+
     def encrypt(self, plaintext: bytes, associated_data: bytes | None) -> str:
         """``vault:v<version>:base64(nonce || ciphertext || tag)`` of ``plaintext`` with a fresh random
-        nonce."""
-        nonce = os.urandom(NONCE_SIZE)
+        nonce (a convergent key's: derived from the plaintext)."""
+        nonce = self._nonce(plaintext)
         return format_text(
             self.version, nonce + self._aead.encrypt(nonce, plaintext, associated_data or None)
         )

@@ -10,11 +10,17 @@ read, unwrap, key expansion: about half a millisecond) in a worker thread (:func
   ``key_version`` a ciphertext that verifies under none of the cached versions gets one fresh read of the
   key's versions (another worker may have rotated the key less than ``key_metadata_ttl`` ago).
 * Rewrap opens with the decrypt candidates and seals under the latest version (:func:`sealed_rewrapper`).
+
+A ``derived`` key's versions are never used as they are: the native API works under the per-context key
+:func:`~app.formats.derivation.derive_native` makes from a version and the request's ``context``, which such
+a key requires and any other key refuses (:func:`with_context`). ``raw=True`` skips that for the Transit API,
+which derives Vault's way itself (:mod:`app.services.transit`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +30,8 @@ from anyio import to_thread
 
 import aescore
 from app.core.secret_memory import KeyMaterial
-from app.errors import ServiceUnavailableError
+from app.errors import BadRequestError, ServiceUnavailableError
+from app.formats.derivation import derive_native
 from app.formats.sealed import SealedDecryptor, SealedEncryptor, SealedRewrapper
 from app.keycache import CacheMissError, KeyCache, ResolvedKey
 
@@ -35,8 +42,10 @@ __all__ = [
     "decryption_keys",
     "encryption_key",
     "from_cache",
+    "on_event_loop",
     "sealed_encryptor",
     "sealed_rewrapper",
+    "with_context",
 ]
 
 
@@ -55,23 +64,58 @@ async def from_cache(lookup: Callable[[bool], T]) -> T:
         return await to_thread.run_sync(lookup, False)
 
 
+def with_context(key: ResolvedKey, context: bytes | None, backend: aescore.Backend) -> ResolvedKey:
+    """``key`` as the native API uses it: a derived key's per-context key for ``context``, any other key as
+    it is.
+
+    Raises:
+        BadRequestError: a derived key without ``context``, a ``context`` for a key that is not derived, or
+            a context that is empty or too long.
+    """
+    if not key.options.derived:
+        if context is not None:
+            raise BadRequestError(
+                f"key {key.name!r} is not derived: a context is only for keys created with derived true"
+            )
+        return key
+    if context is None:
+        raise BadRequestError(
+            f"key {key.name!r} is derived: every operation needs a context (base64; the Keystream-Context "
+            "header on the streaming routes)"
+        )
+    material = derive_native(key.material, context)
+    return dataclasses.replace(key, material=material, expanded=backend.expand_key(material))
+
+
 async def encryption_key(
-    keycache: KeyCache, name: str, backend: aescore.Backend, version: int | None
+    keycache: KeyCache,
+    name: str,
+    backend: aescore.Backend,
+    version: int | None,
+    context: bytes | None = None,
+    *,
+    raw: bool = False,
 ) -> ResolvedKey:
-    """The key version to encrypt with: the latest, or ``version`` when given.
+    """The key version to encrypt with: the latest, or ``version`` when given; for a derived key its
+    per-context key for ``context`` (:func:`with_context`), unless ``raw``.
 
     Raises:
         KeyNotFoundError: no such key.
         KeyVersionNotFoundError: ``version`` does not exist.
-        BadRequestError: ``version`` is below the key's ``min_decryption_version`` (nobody could decrypt).
+        BadRequestError: ``version`` is below the key's ``min_decryption_version`` (nobody could decrypt), or
+            ``context`` does not fit the key (:func:`with_context`).
         KeyUnwrapError: the stored material does not unwrap under the master key.
     """
     if version is None:
-        return await from_cache(lambda cached: keycache.resolve(name, None, backend, cached_only=cached))
-    return (await _candidates(keycache, name, backend, version))[0]
+        key = await from_cache(lambda cached: keycache.resolve(name, None, backend, cached_only=cached))
+    else:
+        key = (await _candidates(keycache, name, backend, version))[0]
+    return key if raw else with_context(key, context, backend)
 
 
-async def rewrap_target(keycache: KeyCache, name: str, backend: aescore.Backend) -> ResolvedKey:
+async def rewrap_target(
+    keycache: KeyCache, name: str, backend: aescore.Backend, context: bytes | None = None
+) -> ResolvedKey:
     """The key version a rewrap seals under: the latest, after a fresh read of the key's metadata.
 
     The cached latest may trail a rotation made through another worker or replica by the change log's
@@ -87,7 +131,7 @@ async def rewrap_target(keycache: KeyCache, name: str, backend: aescore.Backend)
         await to_thread.run_sync(keycache.refresh, name)
     except ServiceUnavailableError:
         pass  # the cached metadata, while the change log still vouches for it (see app.services.coherence)
-    return await encryption_key(keycache, name, backend, None)
+    return await encryption_key(keycache, name, backend, None, context)
 
 
 async def _candidates(
@@ -136,9 +180,16 @@ class DecryptionKeys:
 
 
 async def decryption_keys(
-    keycache: KeyCache, name: str, backend: aescore.Backend, version: int | None
+    keycache: KeyCache,
+    name: str,
+    backend: aescore.Backend,
+    version: int | None,
+    context: bytes | None = None,
+    *,
+    raw: bool = False,
 ) -> DecryptionKeys:
-    """The versions that may decrypt: ``version`` alone, or latest down to ``min_decryption_version``.
+    """The versions that may decrypt: ``version`` alone, or latest down to ``min_decryption_version``; for a
+    derived key their per-context keys for ``context`` (:func:`with_context`), unless ``raw``.
 
     An explicit ``version`` newer than the cached metadata re-reads the metadata first (another worker may
     have rotated the key), so it is found at once rather than after ``key_metadata_ttl``.
@@ -146,15 +197,18 @@ async def decryption_keys(
     Raises:
         KeyNotFoundError: no such key.
         KeyVersionNotFoundError: ``version`` does not exist.
-        BadRequestError: ``version`` is below the key's ``min_decryption_version``.
+        BadRequestError: ``version`` is below the key's ``min_decryption_version``, or ``context`` does not
+            fit the key.
         KeyUnwrapError: stored material does not unwrap under the master key.
     """
     candidates = await _candidates(keycache, name, backend, version)
-    more = _fresh_candidates(keycache, name, backend) if version is None else None
+    if not raw:
+        candidates = [with_context(key, context, backend) for key in candidates]
+    more = _fresh_candidates(keycache, name, backend, None if raw else context) if version is None else None
     return DecryptionKeys(candidates, more)
 
 
-def _on_event_loop() -> bool:
+def on_event_loop() -> bool:
     """True in the thread that runs an event loop (where nothing may wait on the keystore)."""
     try:
         asyncio.get_running_loop()
@@ -164,7 +218,7 @@ def _on_event_loop() -> bool:
 
 
 def _fresh_candidates(
-    keycache: KeyCache, name: str, backend: aescore.Backend
+    keycache: KeyCache, name: str, backend: aescore.Backend, context: bytes | None
 ) -> Callable[[], list[tuple[int, KeyMaterial]]]:
     """A decryptor's ``more_candidates``: the key's versions after a fresh read of its metadata, read at most
     once per instance.
@@ -173,14 +227,17 @@ def _fresh_candidates(
     :class:`~app.keycache.CacheMissError`: :func:`app.services.crypto_work.run_timed` then runs the whole
     (repeatable) work again in a worker thread, where the read may wait for the database. The streaming
     routes never call it on the loop (:class:`app.services.crypto_step.CryptoStep` runs a call that may
-    need it in a thread).
+    need it in a thread). With a ``context`` (a derived key's), each version's per-context key.
     """
 
     @functools.cache
     def more() -> list[tuple[int, KeyMaterial]]:
-        if _on_event_loop():
+        if on_event_loop():
             raise CacheMissError(name)
-        return keycache.refreshed_candidates(name, backend)
+        fresh = keycache.refreshed_candidates(name, backend)
+        if context is None:
+            return fresh  # a key that is not derived (a derived one was refused before this could run)
+        return [(version, derive_native(material, context)) for version, material in fresh]
 
     return more
 

@@ -15,6 +15,11 @@ Per batch: the body is decoded once (:mod:`app.api.batch_json`), each item's bas
 here, and all items sealed or opened by one call of :mod:`app.services.sealing` (native C where the backend
 has a native sealer), which also decides whether that call runs on the event loop or in a worker thread.
 
+An ``aes256-siv`` key takes the same items and answers the same results, made by deterministic AES-SIV
+(:mod:`app.services.deterministic`: Tink's ``DeterministicAead``, the same ciphertext for the same plaintext
+and associated data under one version) instead of the sealed format; its decrypt, like the sealed one, tries
+the key's versions newest first and says which one opened each item.
+
 Without a query string a batch request skips FastAPI's router and dependency solving: the fast dispatcher
 (:mod:`app.api.hotpath`) calls the endpoint through :func:`request_handler`; with one (``backend``,
 ``key_version``) it goes through FastAPI, whose parameter validation answers.
@@ -31,7 +36,9 @@ from starlette.responses import Response
 from app.api import paths
 from app.api.batch_json import (
     DecryptBatch,
+    DecryptItems,
     EncryptBatch,
+    EncryptItems,
     RewrapBatch,
     json_response,
     openapi_extra,
@@ -50,6 +57,14 @@ from app.api.params import (
 )
 from app.api.strict_json import StrictJsonRoute
 from app.errors import KeystreamError
+from app.services.deterministic import (
+    deterministic_decryption_keys,
+    deterministic_encryption_key,
+    deterministic_rewrap_target,
+    is_deterministic,
+    open_deterministic,
+    seal_deterministic,
+)
 from app.services.keys import decryption_keys, encryption_key, rewrap_target
 from app.services.sealing import open_messages, seal_messages
 from app.state import ServiceState
@@ -144,6 +159,8 @@ async def encrypt_batch(
     principal.require("encrypt", name)
     chosen = state.backends.get(backend)
     items = await read_encrypt_batch(request, state.settings.batch_max_items)
+    if await is_deterministic(state.keycache, name):
+        return await _encrypt_deterministic(name, request, state, items, key_version)
     resolved = await encryption_key(state.keycache, name, chosen, key_version)
     note(
         request.scope,
@@ -187,6 +204,8 @@ async def decrypt_batch(
     principal.require("decrypt", name)
     chosen = state.backends.get(backend)
     items = await read_decrypt_batch(request, state.settings.batch_max_items)
+    if await is_deterministic(state.keycache, name):
+        return await _decrypt_deterministic(name, request, state, items, key_version)
     # Cached metadata may predate a rotation by another worker: items that verify under no cached version
     # trigger one fresh read of the key's versions for the whole batch, not one per item.
     keys = await decryption_keys(state.keycache, name, chosen, key_version)
@@ -232,6 +251,8 @@ async def rewrap_batch(
     principal.require("rewrap", name)
     chosen = state.backends.get(backend)
     items = await read_decrypt_batch(request, state.settings.batch_max_items)
+    if await is_deterministic(state.keycache, name):
+        return await _rewrap_deterministic(name, request, state, items, key_version)
     keys = await decryption_keys(state.keycache, name, chosen, key_version)
     target = await rewrap_target(state.keycache, name, chosen)
     note(
@@ -258,6 +279,64 @@ async def rewrap_batch(
     del opened
     references = [item.reference for item in items]
     del items
+    return json_response(_results(references, errors, outputs, "ciphertext"))
+
+
+async def _encrypt_deterministic(
+    name: str, request: Request, state: ServiceState, items: EncryptItems, key_version: int | None
+) -> Response:
+    """:func:`encrypt_batch` for an ``aes256-siv`` key."""
+    key = await deterministic_encryption_key(state.keycache, name, key_version)
+    note(request.scope, format="siv", backend="openssl", key_version=key.version)
+    data, ads, errors = _inputs(
+        state, [item.plaintext for item in items], [item.associated_data for item in items], "plaintext"
+    )
+    sealed = await seal_deterministic(state.settings, key, data, ads)
+    data.clear()
+    references = [item.reference for item in items]
+    outputs = ((output, key.version) for output in sealed)
+    return json_response(_results(references, errors, outputs, "ciphertext"))
+
+
+async def _decrypt_deterministic(
+    name: str, request: Request, state: ServiceState, items: DecryptItems, key_version: int | None
+) -> Response:
+    """:func:`decrypt_batch` for an ``aes256-siv`` key."""
+    keys = await deterministic_decryption_keys(state.keycache, name, key_version)
+    note(request.scope, format="siv", backend="openssl", key_version=key_version)
+    data, ads, errors = _inputs(
+        state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
+    )
+    opened = await open_deterministic(state.settings, keys, data, ads)
+    data.clear()
+    references = [item.reference for item in items]
+    return json_response(_results(references, errors, opened, "plaintext"))
+
+
+async def _rewrap_deterministic(
+    name: str, request: Request, state: ServiceState, items: DecryptItems, key_version: int | None
+) -> Response:
+    """:func:`rewrap_batch` for an ``aes256-siv`` key: opened as :func:`_decrypt_deterministic` opens, each
+    plaintext encrypted again under the latest version with its own associated data."""
+    keys = await deterministic_decryption_keys(state.keycache, name, key_version)
+    target = await deterministic_rewrap_target(state.keycache, name)
+    note(request.scope, format="siv", backend="openssl", key_version=target.version)
+    data, ads, errors = _inputs(
+        state, [item.ciphertext for item in items], [item.associated_data for item in items], "ciphertext"
+    )
+    opened = await open_deterministic(state.settings, keys, data, ads)
+    data.clear()
+    kept = [(out[0], ad) for out, ad in zip(opened, ads, strict=True) if not isinstance(out, KeystreamError)]
+    sealed = iter(
+        await seal_deterministic(
+            state.settings, target, [pair[0] for pair in kept], [pair[1] for pair in kept]
+        )
+    )
+    kept.clear()
+    version = target.version
+    outputs = [out if isinstance(out, KeystreamError) else (next(sealed), version) for out in opened]
+    del opened
+    references = [item.reference for item in items]
     return json_response(_results(references, errors, outputs, "ciphertext"))
 
 

@@ -1,7 +1,9 @@
 """``/v1/keys``: create, import, list, read, rotate, import a version, trim, update and delete keys (metadata
 only, never material).
 
-Keys may rotate automatically (``auto_rotate_period``, see :mod:`app.services.auto_rotate`). Key management
+Keys may rotate automatically (``auto_rotate_period``, see :mod:`app.services.auto_rotate`) and carry Vault
+Transit's options (``derived``, ``convergent_encryption``: set at creation; ``exportable``,
+``allow_plaintext_backup``: at creation or later, never turned off). Key management
 needs the ``admin`` scope and a key pattern matching the name; reading metadata needs any
 scope and a matching pattern. Every change invalidates the key cache entry of that key.
 """
@@ -27,12 +29,18 @@ from app.keystore import (
     KEY_NAME_PATTERN,
     MAX_SEGMENT_SIZE,
     MIN_SEGMENT_SIZE,
+    KeyOptions,
 )
+from app.services.deterministic import DETERMINISTIC_KEY_TYPE
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["keys"])
 
 #: Base64 of 16, 24 or 32 bytes (what import accepts; documented in the schema, checked by decoding).
 KEY_MATERIAL_BASE64 = r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=)$"
+#: Base64 of a new version's material: as :data:`KEY_MATERIAL_BASE64`, or 64 bytes for an ``aes256-siv`` key.
+VERSION_MATERIAL_BASE64 = (
+    r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=|[A-Za-z0-9+/]{86}==)$"
+)
 
 
 _SCHEME_DESCRIPTION = (
@@ -41,20 +49,55 @@ _SCHEME_DESCRIPTION = (
 )
 
 
-class CreateKeyRequest(BaseModel):
+class KeyOptionsFields(BaseModel):
+    """The options a key is created with (Vault Transit's names)."""
+
+    derived: bool = Field(
+        default=False,
+        description="Every operation then needs a context and works under a per-context key derived from "
+        "the version (HKDF-SHA256); fixed for the key's life.",
+    )
+    convergent_encryption: bool = Field(
+        default=False,
+        description="Only with derived: Transit encryptions of one plaintext under one context are equal "
+        "(Vault's convergent encryption); fixed for the key's life.",
+    )
+    exportable: bool = Field(
+        default=False, description="Versions' material may be exported; cannot be turned off once on."
+    )
+    allow_plaintext_backup: bool = Field(
+        default=False, description="The key may be backed up; cannot be turned off once on."
+    )
+
+    def options(self) -> KeyOptions:
+        """The fields as the keystore takes them."""
+        return KeyOptions(
+            derived=self.derived,
+            convergent_encryption=self.convergent_encryption,
+            exportable=self.exportable,
+            allow_plaintext_backup=self.allow_plaintext_backup,
+        )
+
+
+class CreateKeyRequest(KeyOptionsFields):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(
         min_length=1, max_length=128, json_schema_extra={"pattern": f"^{KEY_NAME_PATTERN.pattern}$"}
     )
-    type: Literal["aes128", "aes192", "aes256"] = "aes256"
+    type: Literal["aes128", "aes192", "aes256", "aes256-siv"] = Field(
+        default="aes256",
+        description="aes128, aes192, aes256: the sealed format (streaming and batch routes); aes256-siv: "
+        "deterministic AES-SIV (Tink's DeterministicAead) through the batch routes only, where equal "
+        "plaintexts with equal associated data give equal ciphertexts under one version.",
+    )
     scheme: Scheme = Field(default=DEFAULT_SCHEME, description=_SCHEME_DESCRIPTION)
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
     deletion_allowed: bool = False
     auto_rotate_period: AutoRotatePeriod = 0
 
 
-class ImportKeyRequest(BaseModel):
+class ImportKeyRequest(KeyOptionsFields):
     model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
 
     key: str = Field(
@@ -71,11 +114,11 @@ class ImportVersionRequest(BaseModel):
 
     key: str = Field(
         min_length=1,
-        max_length=64,
+        max_length=88,
         repr=False,
         description="Base64 of the new version's material: as long as the key's type (aes128: 16 bytes, "
-        "aes192: 24, aes256: 32).",
-        json_schema_extra={"pattern": KEY_MATERIAL_BASE64},
+        "aes192: 24, aes256: 32, aes256-siv: 64).",
+        json_schema_extra={"pattern": VERSION_MATERIAL_BASE64},
     )
 
 
@@ -94,6 +137,8 @@ class UpdateKeyRequest(BaseModel):
     min_decryption_version: int | None = Field(default=None, ge=1)
     deletion_allowed: bool | None = None
     auto_rotate_period: AutoRotatePeriod | None = None
+    exportable: bool | None = Field(default=None, description="May be turned on, never off.")
+    allow_plaintext_backup: bool | None = Field(default=None, description="May be turned on, never off.")
     scheme: Scheme | None = Field(
         default=None,
         description="Cannot change: a value other than the key's scheme is refused with 400 "
@@ -110,6 +155,12 @@ class UpdateKeyRequest(BaseModel):
 async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
     """Create a key with a random version 1."""
     principal.require("admin", body.name)
+    sealed_only = body.model_fields_set & {"scheme", "segment_size"}
+    if body.type == DETERMINISTIC_KEY_TYPE and sealed_only:
+        raise BadRequestError(
+            f"{' and '.join(sorted(sealed_only))} belong to the sealed format: an "
+            f"{DETERMINISTIC_KEY_TYPE} key (deterministic AES-SIV) takes neither"
+        )
     info = await to_thread.run_sync(
         lambda: state.keystore.create_key(
             body.name,
@@ -118,6 +169,7 @@ async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDe
             body.deletion_allowed,
             scheme=body.scheme,
             auto_rotate_period=body.auto_rotate_period,
+            options=body.options(),
         )
     )
     state.keycache.invalidate(body.name)
@@ -145,6 +197,7 @@ async def import_key(
             body.deletion_allowed,
             scheme=body.scheme,
             auto_rotate_period=body.auto_rotate_period,
+            options=body.options(),
         )
     )
     state.keycache.invalidate(name)
@@ -224,7 +277,8 @@ async def trim_key(name: str, body: TrimRequest, principal: AdminDep, state: Sta
 async def update_key(
     name: str, body: UpdateKeyRequest, principal: AdminDep, state: StateDep
 ) -> dict[str, Any]:
-    """Change ``min_decryption_version``, ``deletion_allowed`` and/or ``auto_rotate_period``.
+    """Change ``min_decryption_version``, ``deletion_allowed`` and/or ``auto_rotate_period``; turn
+    ``exportable`` or ``allow_plaintext_backup`` on (400 to turn either off once on).
 
     ``scheme`` cannot change. A new ``auto_rotate_period`` counts from the latest version's creation: a key
     whose latest version is already older than the period rotates at the next check.
@@ -243,6 +297,8 @@ async def update_key(
             min_decryption_version=body.min_decryption_version,
             deletion_allowed=body.deletion_allowed,
             auto_rotate_period=body.auto_rotate_period,
+            exportable=body.exportable,
+            allow_plaintext_backup=body.allow_plaintext_backup,
         )
     )
     state.keycache.invalidate(name)

@@ -9,6 +9,10 @@ Scopes are the native ones: encrypt, decrypt, rewrap, hmac, verify; ``datakey/wr
 ``datakey/plaintext`` encrypt and decrypt (it hands out what a decrypt would). Every batch item carries its
 ``reference`` ("" when none) and a failed one its ``error``; an encrypt, decrypt or rewrap batch with a
 failed item answers 400 with all the results, an hmac or verify batch 200, as OpenBao answers.
+
+A ``derived`` key takes each item's ``context`` (base64; the request's for a single operation or a data key)
+and works under the per-context key Vault derives (:mod:`app.services.transit`); other keys ignore a
+context, as Vault does. HMACs are made as for any key: Vault does not derive them either.
 """
 
 from __future__ import annotations
@@ -64,9 +68,14 @@ class TransitDataKeyRequest(TransitModel):
     nonce: str | None = None
 
 
-def _nonce(item: TransitItem) -> None:
+def _nonce(item: TransitItem | TransitDataKeyRequest) -> None:
     if item.nonce:
-        raise BadRequestError("a nonce is only allowed with convergent encryption, which this key lacks")
+        raise BadRequestError("nonce provided when not allowed")  # Vault's answer since convergent version 3
+
+
+def _context(value: str | None) -> bytes | None:
+    """A request's or item's ``context``, decoded (``None`` when absent or empty, as Vault reads it)."""
+    return decode_base64("context", value) or None if value else None
 
 
 def _required(value: str | None, field: str) -> str:
@@ -76,19 +85,21 @@ def _required(value: str | None, field: str) -> str:
 
 
 class _Versions:
-    """Builds one object per key version asked for in a request (a batch names a few), keeping failures."""
+    """Builds one object per key version and context asked for in a request (a batch names a few), keeping
+    failures."""
 
-    def __init__(self, make: Callable[[int | None], Awaitable[Any]]) -> None:
+    def __init__(self, make: Callable[[int | None, bytes | None], Awaitable[Any]]) -> None:
         self._make = make
-        self._made: dict[int | None, Any] = {}
+        self._made: dict[tuple[int | None, bytes | None], Any] = {}
 
-    async def get(self, version: int | None) -> Any:
-        if version not in self._made:
+    async def get(self, version: int | None, context: bytes | None = None) -> Any:
+        wanted = (version, context)
+        if wanted not in self._made:
             try:
-                self._made[version] = await self._make(version)
+                self._made[wanted] = await self._make(version, context)
             except KeystreamError as exc:
-                self._made[version] = exc
-        made = self._made[version]
+                self._made[wanted] = exc
+        made = self._made[wanted]
         if isinstance(made, KeystreamError):
             raise made
         return made
@@ -139,12 +150,16 @@ async def encrypt(
     """Encrypt ``plaintext`` (base64) under the key's latest version or ``key_version``."""
     principal.require("encrypt", name)
     backend = _backend(state)
-    ciphers = _Versions(lambda version: transit.encryption_cipher(state.keycache, backend, name, version))
+    ciphers = _Versions(
+        lambda version, context: transit.encryption_cipher(state.keycache, backend, name, version, context)
+    )
 
     async def one(item: TransitItem) -> dict[str, Any]:
         _nonce(item)
         plaintext = decode_base64("plaintext", _required(item.plaintext, "plaintext"))
-        cipher: TransitCipher = await ciphers.get(item.key_version or body.key_version)
+        cipher: TransitCipher = await ciphers.get(
+            item.key_version or body.key_version, _context(item.context)
+        )
         return {
             "ciphertext": cipher.encrypt(plaintext, _associated(state, item)),
             "key_version": cipher.version,
@@ -162,12 +177,14 @@ async def decrypt(
     principal.require("decrypt", name)
     backend = _backend(state)
     ciphers = _Versions(
-        lambda version: transit.decryption_cipher(state.keycache, backend, name, version or 1)
+        lambda version, context: transit.decryption_cipher(
+            state.keycache, backend, name, version or 1, context
+        )
     )
 
     async def one(item: TransitItem) -> dict[str, Any]:
         version, raw = transit.parse_text(_required(item.ciphertext, "ciphertext"))
-        cipher: TransitCipher = await ciphers.get(version)
+        cipher: TransitCipher = await ciphers.get(version, _context(item.context))
         plaintext = cipher.decrypt(raw, _associated(state, item))
         return {"plaintext": base64.b64encode(plaintext).decode()}
 
@@ -184,16 +201,21 @@ async def rewrap(
     principal.require("rewrap", name)
     backend = _backend(state)
     openers = _Versions(
-        lambda version: transit.decryption_cipher(state.keycache, backend, name, version or 1)
+        lambda version, context: transit.decryption_cipher(
+            state.keycache, backend, name, version or 1, context
+        )
     )
-    sealers = _Versions(lambda version: transit.encryption_cipher(state.keycache, backend, name, version))
+    sealers = _Versions(
+        lambda version, context: transit.encryption_cipher(state.keycache, backend, name, version, context)
+    )
 
     async def one(item: TransitItem) -> dict[str, Any]:
         version, raw = transit.parse_text(_required(item.ciphertext, "ciphertext"))
-        opener: TransitCipher = await openers.get(version)
+        context = _context(item.context)
+        opener: TransitCipher = await openers.get(version, context)
         associated = _associated(state, item)
         plaintext = opener.decrypt(raw, associated)
-        sealer: TransitCipher = await sealers.get(item.key_version or body.key_version)
+        sealer: TransitCipher = await sealers.get(item.key_version or body.key_version, context)
         return {"ciphertext": sealer.encrypt(plaintext, associated), "key_version": sealer.version}
 
     note(request.scope, format="transit", items=len(body.batch_input or [body]))
@@ -218,9 +240,10 @@ async def datakey(
         principal.require("decrypt", name)
     if body.bits not in DATA_KEY_BITS:
         raise BadRequestError(f"invalid bits: one of {', '.join(map(str, DATA_KEY_BITS))}")
-    if body.nonce:
-        raise BadRequestError("a nonce is only allowed with convergent encryption, which this key lacks")
-    cipher = await transit.encryption_cipher(state.keycache, _backend(state), name, None)
+    _nonce(body)
+    cipher = await transit.encryption_cipher(
+        state.keycache, _backend(state), name, None, _context(body.context)
+    )
     data_key = secrets.token_bytes(body.bits // 8)
     result: dict[str, Any] = {"ciphertext": cipher.encrypt(data_key, None), "key_version": cipher.version}
     if kind == "plaintext":
@@ -238,7 +261,9 @@ async def _hmac(
 ) -> Any:
     principal.require("hmac", name)
     backend = _backend(state)
-    signers = _Versions(lambda version: macs.signer(state.keycache, backend, name, version, algorithm))
+    signers = _Versions(
+        lambda version, _context: macs.signer(state.keycache, backend, name, version, algorithm, raw=True)
+    )
 
     async def one(item: TransitItem) -> dict[str, Any]:
         data = decode_base64("input", _required(item.input, "input"))
@@ -268,7 +293,9 @@ async def _verify(
     principal.require("verify", name)
     backend = _backend(state)
     verifiers = _Versions(
-        lambda version: macs.verifier(state.keycache, backend, name, version or 1, algorithm)
+        lambda version, _context: macs.verifier(
+            state.keycache, backend, name, version or 1, algorithm, raw=True
+        )
     )
 
     async def one(item: TransitItem) -> dict[str, Any]:

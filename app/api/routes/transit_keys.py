@@ -5,12 +5,15 @@
 ``/hash(/{algorithm})``. Answers are Vault's envelope with the result under ``data``
 (:func:`vault_answer`); errors are ``{"errors": [...]}`` (:mod:`app.api.errors`). The keys are Keystream's
 own: a key made here is an ordinary key of type ``aes256`` or ``aes128`` (scheme ``gcm``), usable through
-the native API too, and every native key reads here as ``<type>-gcm96``.
+the native API too, and every native AES key reads here as ``<type>-gcm96``. An ``aes256-siv`` key
+(deterministic AES-SIV) has no Transit type: reading, configuring or rotating one here answers 400 saying so
+(before any change), and none can be created here.
 
 Key management needs the ``admin`` scope, reading a key any scope (as ``GET /v1/keys/{name}``), random and
-hash any valid token; every key operation needs a key pattern matching the name. Options Keystream lacks
-(``derived``, ``convergent_encryption``, ``exportable``, ``allow_plaintext_backup``, a non-zero
-``min_encryption_version``) are refused with 400 rather than ignored.
+hash any valid token; every key operation needs a key pattern matching the name. ``derived`` and
+``convergent_encryption`` are set at creation, ``exportable`` and ``allow_plaintext_backup`` at creation or
+later by ``config`` (never turned off again), as in Vault; a non-zero ``min_encryption_version`` is refused
+with 400 rather than ignored.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from app.api.params import HASHES, MAX_RANDOM_BYTES, AutoRotatePeriod, Encoding,
 from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer, vault_write
 from app.core.schemes import Scheme
 from app.errors import BadRequestError, ForbiddenError, KeyExistsError, KeyNotFoundError
-from app.keystore import DEFAULT_SEGMENT_SIZE, KeyInfo
+from app.keystore import DEFAULT_SEGMENT_SIZE, KeyInfo, KeyOptions
 from app.services.transit import KEY_TYPES, transit_type
+from app.state import ServiceState
 
 router = APIRouter(route_class=VaultJsonRoute, tags=["transit"])
 
@@ -78,26 +82,39 @@ def _refuse_unsupported(**options: bool) -> None:
             raise BadRequestError(f"{option} is not supported by Keystream's Transit API")
 
 
+#: Vault's name of the derivation a derived key uses (:mod:`app.formats.derivation`).
+KDF = "hkdf_sha256"
+#: Vault's convergent encryption version this API implements (the nonce an HMAC of the plaintext).
+CONVERGENT_VERSION = 3
+
+
 def key_data(info: KeyInfo) -> dict[str, Any]:
     """Vault's key information for ``info`` (``keys``: each version's creation time in Unix seconds)."""
     versions = [version.version for version in info.versions]
+    options = info.options
+    derivation: dict[str, Any] = {}
+    if options.derived:
+        derivation = {"kdf": KDF, "convergent_encryption": options.convergent_encryption}
+        if options.convergent_encryption:
+            derivation["convergent_encryption_version"] = CONVERGENT_VERSION
     return {
         "name": info.name,
-        "type": transit_type(info.key_type),
+        "type": transit_type(info),
         "keys": {str(v.version): int(v.created_at.timestamp()) for v in info.versions},
         "latest_version": info.latest_version,
         "min_decryption_version": info.min_decryption_version,
         "min_encryption_version": 0,
         "min_available_version": min(versions) if versions and min(versions) > 1 else 0,
         "deletion_allowed": info.deletion_allowed,
-        "derived": False,
-        "exportable": False,
-        "allow_plaintext_backup": False,
+        "derived": options.derived,
+        **derivation,
+        "exportable": options.exportable,
+        "allow_plaintext_backup": options.allow_plaintext_backup,
         "imported_key": info.imported,
         "auto_rotate_period": info.auto_rotate_period,
         "supports_encryption": True,
         "supports_decryption": True,
-        "supports_derivation": False,
+        "supports_derivation": True,
         "supports_signing": False,
         "soft_deleted": False,
     }
@@ -111,7 +128,7 @@ async def create_key(
     optional, as in Vault."""
     principal.require("admin", name)
     body = body or TransitCreateKeyRequest()
-    _refuse_unsupported(
+    options = KeyOptions(
         derived=body.derived,
         convergent_encryption=body.convergent_encryption,
         exportable=body.exportable,
@@ -126,6 +143,7 @@ async def create_key(
                 False,
                 scheme=TRANSIT_SCHEME,
                 auto_rotate_period=body.auto_rotate_period,
+                options=options,
             )
         )
     except KeyExistsError:
@@ -180,13 +198,11 @@ async def delete_key(name: str, principal: AdminDep, state: StateDep) -> Respons
 
 @vault_write(router, paths.TRANSIT_KEY_CONFIG, responses=transit_errors(403))
 async def configure_key(name: str, body: TransitConfigRequest, principal: AdminDep, state: StateDep) -> Any:
-    """Change ``min_decryption_version`` (0 reads as 1), ``deletion_allowed``, ``auto_rotate_period``."""
+    """Change ``min_decryption_version`` (0 reads as 1), ``deletion_allowed``, ``auto_rotate_period``, and
+    turn ``exportable`` or ``allow_plaintext_backup`` on (400 to turn either off once on, as Vault)."""
     principal.require("admin", name)
-    _refuse_unsupported(
-        exportable=bool(body.exportable),
-        allow_plaintext_backup=bool(body.allow_plaintext_backup),
-        min_encryption_version=bool(body.min_encryption_version),
-    )
+    await _require_transit_key(state, name)
+    _refuse_unsupported(min_encryption_version=bool(body.min_encryption_version))
     minimum = body.min_decryption_version
     info = await to_thread.run_sync(
         lambda: state.keystore.update_key(
@@ -194,6 +210,8 @@ async def configure_key(name: str, body: TransitConfigRequest, principal: AdminD
             min_decryption_version=None if minimum is None else max(minimum, 1),
             deletion_allowed=body.deletion_allowed,
             auto_rotate_period=body.auto_rotate_period,
+            exportable=body.exportable,
+            allow_plaintext_backup=body.allow_plaintext_backup,
         )
     )
     state.keycache.invalidate(name)
@@ -204,9 +222,21 @@ async def configure_key(name: str, body: TransitConfigRequest, principal: AdminD
 async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> Any:
     """Add a new version: it encrypts from now on, older versions keep decrypting."""
     principal.require("admin", name)
+    await _require_transit_key(state, name)
     info = await to_thread.run_sync(state.keystore.rotate_key, name)
     state.keycache.invalidate(name)
     return vault_answer(key_data(info))
+
+
+async def _require_transit_key(state: ServiceState, name: str) -> None:
+    """Nothing when key ``name`` has a Transit type, checked before a change so that a key the Transit API
+    cannot show is not changed through it.
+
+    Raises:
+        KeyNotFoundError: no such key.
+        BadRequestError: an ``aes256-siv`` key (:func:`~app.services.transit.transit_type`).
+    """
+    transit_type(await to_thread.run_sync(state.keystore.get_key, name))
 
 
 def _encode(data: bytes, encoding: str) -> str:

@@ -168,8 +168,11 @@ class KeystreamClient(SyncStreamingClient):
     ) -> Key:
         """Create a key with server-generated material.
 
-        ``scheme`` picks the sealed format's primitive for the key's whole life: ``ctr-hmac`` (the
-        service's default when ``None``) or ``gcm`` (Tink AesGcmHkdfStreaming). ``auto_rotate_period``
+        ``key_type``: ``aes128``, ``aes192`` or ``aes256`` for the sealed format, or ``aes256-siv`` for
+        deterministic encryption (AES-SIV, as Tink's DeterministicAead) through the batch methods only: equal
+        plaintexts with equal associated data give equal ciphertexts under one version. ``scheme`` picks the
+        sealed format's primitive for the key's whole life: ``ctr-hmac`` (the service's default when
+        ``None``) or ``gcm`` (Tink AesGcmHkdfStreaming). ``auto_rotate_period``
         (seconds, or a duration such as ``"24h"``, ``"1h30m"`` or ``"7d"``; at least one hour, 0 for never)
         makes the service rotate the key by itself whenever its latest version is that old.
 
@@ -571,7 +574,8 @@ class KeystreamClient(SyncStreamingClient):
         key_version: int | None = None,
         backend: str | None = None,
     ) -> list[BatchResult]:
-        """Encrypt many small items (sealed format) in one request; per-item errors do not fail the batch.
+        """Encrypt many small items in one request (sealed format, or deterministic AES-SIV under an
+        ``aes256-siv`` key); per-item errors do not fail the batch.
 
         Raises:
             KeystreamAPIError: the whole batch failed (e.g. 413 beyond the service's limits, 404 key).

@@ -73,6 +73,19 @@ def test_serve_rejects_bad_settings(tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()  # nothing was bootstrapped
 
 
+def test_serve_refuses_a_transit_mount_over_its_own_paths_in_one_line(tmp_path: Path) -> None:
+    result = _serve(
+        "--data-dir", str(tmp_path / "data"), "--port", "0", env={"KEYSTREAM_TRANSIT_MOUNT": "keys"}
+    )
+    assert result.returncode == EXIT_USAGE, result.stderr
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and b"Traceback" not in result.stderr, result.stderr.decode()
+    assert lines[0].startswith(
+        "keystream-server: error: cannot start: KEYSTREAM_TRANSIT_MOUNT 'keys' starts with"
+    )
+    assert not (tmp_path / "data").exists()  # refused before the bootstrap
+
+
 def test_serve_refuses_an_unusable_master_key_in_one_line(tmp_path: Path) -> None:
     """A master.key open to other users stops the start with one error line and exit 2, not a traceback."""
     data = tmp_path / "data"

@@ -149,3 +149,33 @@ def test_the_list_method_reaches_the_app_only_as_list(server: Server) -> None:
         assert native.status_code == 405  # not a GET in disguise
         again = client.get("/v1/transit/keys/listed")  # the same connection, the next request a GET
         assert again.status_code == 200
+
+
+def test_derived_and_convergent_keys_with_contexts(transit: hvac.api.secrets_engines.Transit) -> None:
+    transit.create_key(name="tenants", derived=True)
+    transit.create_key(name="dedup", derived=True, convergent_encryption=True)
+    assert transit.read_key(name="dedup")["data"]["convergent_encryption_version"] == 3
+    context = b64(b"tenant-1")
+    made = transit.encrypt_data(name="tenants", plaintext=b64(b"row"), context=context)["data"]["ciphertext"]
+    opened = transit.decrypt_data(name="tenants", ciphertext=made, context=context)["data"]["plaintext"]
+    assert base64.b64decode(opened) == b"row"
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="missing 'context' for key derivation"):
+        transit.encrypt_data(name="tenants", plaintext=b64(b"row"))
+    same = [
+        transit.encrypt_data(name="dedup", plaintext=b64(b"a@example.com"), context=context)["data"][
+            "ciphertext"
+        ]
+        for _ in range(2)
+    ]
+    assert same[0] == same[1]
+    items = [{"plaintext": b64(b"x"), "context": b64(b"t1")}, {"plaintext": b64(b"y"), "context": b64(b"t2")}]
+    results = transit.encrypt_data(name="tenants", batch_input=items)["data"]["batch_results"]
+    back = [
+        {"ciphertext": r["ciphertext"], "context": i["context"]} for r, i in zip(results, items, strict=True)
+    ]
+    plain = transit.decrypt_data(name="tenants", batch_input=back)["data"]["batch_results"]
+    assert [base64.b64decode(r["plaintext"]) for r in plain] == [b"x", b"y"]
+    transit.update_key_configuration(name="tenants", exportable=True)
+    assert transit.read_key(name="tenants")["data"]["exportable"] is True
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="cannot be turned off"):
+        transit.update_key_configuration(name="tenants", exportable=False)

@@ -48,6 +48,8 @@ _PERIOD_HELP = (
 
 #: The service's sealed schemes (``app.core.schemes`` on the server; the client does not import the server).
 SCHEMES = ("ctr-hmac", "gcm")
+#: Key types ``keys create --type`` offers (the service's ``type``).
+KEY_TYPES = ("aes128", "aes192", "aes256", "aes256-siv")
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?)?\s*$", re.IGNORECASE)
 
 
@@ -195,7 +197,14 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     create = sub.add_parser("create", parents=[conn, as_json], help="create a key")
     create.description = "Create a key with server-generated material."
     create.add_argument("name")
-    create.add_argument("--type", dest="key_type", choices=("aes128", "aes192", "aes256"), default="aes256")
+    create.add_argument(
+        "--type",
+        dest="key_type",
+        choices=KEY_TYPES,
+        default="aes256",
+        help="aes128/aes192/aes256: the sealed format; aes256-siv: deterministic AES-SIV for the batch "
+        "commands (equal plaintexts give equal ciphertexts)",
+    )
     create.add_argument(
         "--segment-size", type=parse_size, help="sealed segment size, e.g. 4KiB (default 1MiB)"
     )
