@@ -791,7 +791,7 @@ class KeyStore(abc.ABC):
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
         period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
-        checked = KeyOptions() if options is None else check_key_options(options)
+        checked = KeyOptions() if options is None else check_key_options(options, key_type)
         return new_key_info(name, key_type, scheme, segment_size, deletion_allowed, imported, period, checked)
 
     @abc.abstractmethod

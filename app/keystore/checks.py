@@ -210,12 +210,14 @@ def check_bool(field_name: str, value: object) -> bool:
     return value
 
 
-def check_key_options(options: object) -> KeyOptions:
-    """Return ``options`` if it is a :class:`~app.keystore.records.KeyOptions` of bools that fit together.
+def check_key_options(options: object, key_type: str) -> KeyOptions:
+    """Return ``options`` if it is a :class:`~app.keystore.records.KeyOptions` of bools that fit together
+    and a key of ``key_type``.
 
     Raises:
-        BadRequestError: not a ``KeyOptions``, a flag that is not a bool, or ``convergent_encryption`` without
-            ``derived`` (equal ciphertexts are only ever made under one context, as in Vault).
+        BadRequestError: not a ``KeyOptions``, a flag that is not a bool, ``convergent_encryption`` without
+            ``derived`` (equal ciphertexts are only ever made under one context, as in Vault), or ``derived``
+            on an ``aes256-siv`` key (only AES keys derive per-context keys).
     """
     if not isinstance(options, KeyOptions):
         raise BadRequestError(f"key options must be KeyOptions, got {type(options).__name__}")
@@ -223,6 +225,8 @@ def check_key_options(options: object) -> KeyOptions:
         check_bool(field_name, value)
     if options.convergent_encryption and not options.derived:
         raise BadRequestError("convergent_encryption requires derived: create the key with derived true")
+    if options.derived and key_type not in IMPORTED_KEY_TYPES:
+        raise BadRequestError(f"{key_type} keys cannot be derived: only aes128, aes192 and aes256 keys can")
     return options
 
 
