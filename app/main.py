@@ -134,7 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(sys.router)
     install_docs(app)
     if settings.ui:
-        install_console(app)
+        install_console(app, settings)
     if settings.bench_echo:
         app.include_router(ops.echo_router)
     install_error_handlers(app)

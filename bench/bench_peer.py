@@ -9,7 +9,11 @@ workloads in alternating rounds (Keystream, OpenBao, Keystream, ...) with the sa
 * 1 KiB encrypt as a Keystream batch of one item (the issue's "batch of 1" target);
 * 100 x 1 KiB batch encrypt and decrypt, at 16 connections (and Keystream at 1 connection, for the
   "requests/s must not fall as concurrency rises" target);
-* a 16 MiB encrypt uploaded by curl with its defaults (``Expect: 100-continue`` included).
+* a 16 MiB encrypt uploaded by curl with its defaults (``Expect: 100-continue`` included);
+* the same Transit request bodies, byte for byte, sent to both servers' ``/v1/transit/`` (1 KiB encrypt and
+  decrypt, 100 x 1 KiB batches): OpenBao's key ``bench-transit`` is made exportable and its material imported
+  into Keystream (``KEYSTREAM_ALLOW_KEY_IMPORT``, which changes no request path), so OpenBao's ciphertexts
+  are the decrypt bodies of both.
 
 The 1 KiB encrypt and decrypt also run against two floors (:mod:`bench.floor_app`): a raw ASGI app served by
 Keystream's own server stack (the same uvicorn options, supervisor and number of workers) and, when
@@ -60,6 +64,8 @@ BAO_TOKEN = "root"
 #: The workloads also run against the floors (:mod:`bench.floor_app`).
 FLOOR_WORKLOADS = ("1 KiB encrypt", "1 KiB decrypt")
 KEY = "bench"
+#: The key both servers hold with the same material, for the Transit rows.
+TRANSIT_KEY = "bench-transit"
 LUA = """wrk.method = "POST"
 wrk.headers["{auth_header}"] = "{auth_value}"
 wrk.headers["Content-Type"] = "{content_type}"
@@ -153,6 +159,9 @@ def start_openbao(binary: Path, work: Path) -> tuple[subprocess.Popen[bytes], Ta
     with httpx.Client(base_url=url, headers=target.headers(), timeout=30) as client:
         client.post("/v1/sys/mounts/transit", json={"type": "transit"}).raise_for_status()
         client.post(f"/v1/transit/keys/{KEY}", json={"type": "aes256-gcm96"}).raise_for_status()
+        client.post(
+            f"/v1/transit/keys/{TRANSIT_KEY}", json={"type": "aes256-gcm96", "exportable": True}
+        ).raise_for_status()
     return process, target
 
 
@@ -161,13 +170,25 @@ def start_keystream(work: Path) -> tuple[Server, Target]:
     data = work / "keystream"
     data.mkdir()
     workers = str(len(os.sched_getaffinity(0)))
-    server = start_server(data, work / "keystream.log", KEYSTREAM_WORKERS=workers)
+    server = start_server(
+        data, work / "keystream.log", KEYSTREAM_WORKERS=workers, KEYSTREAM_ALLOW_KEY_IMPORT="true"
+    )
     target = Target(
         "keystream", server.url, "Authorization", f"Bearer {ROOT_TOKEN}", psutil.Process(server.process.pid)
     )
     with server.client() as client:
         client.post("/v1/keys", json={"name": KEY, "type": "aes256"}).raise_for_status()
     return server, target
+
+
+def share_transit_key(keystream: Target, openbao: Target) -> None:
+    """Import OpenBao's ``bench-transit`` version 1 into Keystream (docs/transit-compat.md, migrating)."""
+    with httpx.Client(base_url=openbao.url, headers=openbao.headers(), timeout=30) as bao:
+        exported = bao.get(f"/v1/transit/export/encryption-key/{TRANSIT_KEY}/1")
+        exported.raise_for_status()
+        material = exported.json()["data"]["keys"]["1"]
+    with httpx.Client(base_url=keystream.url, headers=keystream.headers(), timeout=30) as ks:
+        ks.post(f"/v1/keys/{TRANSIT_KEY}/import", json={"key": material}).raise_for_status()
 
 
 def start_floors(work: Path, workers: int) -> tuple[list[subprocess.Popen[bytes]], list[Target]]:
@@ -258,6 +279,20 @@ def prepare(keystream: Target, openbao: Target, work: Path) -> list[Workload]:
         bao_big = bao.post(f"/v1/transit/encrypt/{KEY}", json={"plaintext": b64(upload)}).json()["data"]
         bao_big_back = bao.post(f"/v1/transit/decrypt/{KEY}", json={"ciphertext": bao_big["ciphertext"]})
         check(base64.b64decode(bao_big_back.json()["data"]["plaintext"]) == upload, "openbao 16 MiB")
+        # The Transit rows: OpenBao's ciphertexts under the shared key, opened by both servers.
+        shared_enc, shared_dec = f"/v1/transit/encrypt/{TRANSIT_KEY}", f"/v1/transit/decrypt/{TRANSIT_KEY}"
+        shared_one = bao.post(shared_enc, json={"plaintext": b64(item)}).json()["data"]["ciphertext"]
+        shared_sealed = bao.post(shared_enc, json=bao_batch).json()["data"]["batch_results"]
+        shared_open_body = {"batch_input": [{"ciphertext": r["ciphertext"]} for r in shared_sealed]}
+        for client, name in ((ks, "keystream"), (bao, "openbao")):
+            mine = client.post(shared_enc, json={"plaintext": b64(item)}).json()["data"]["ciphertext"]
+            for ciphertext in (shared_one, mine):
+                back_one = client.post(shared_dec, json={"ciphertext": ciphertext}).json()["data"][
+                    "plaintext"
+                ]
+                check(base64.b64decode(back_one) == item, f"{name} Transit 1 KiB")
+            back_many = client.post(shared_dec, json=shared_open_body).json()["data"]["batch_results"]
+            check([base64.b64decode(r["plaintext"]) for r in back_many] == items, f"{name} Transit batch")
 
     enc, dec = f"/v1/keys/{KEY}/encrypt", f"/v1/keys/{KEY}/decrypt"
     t_enc, t_dec = f"/v1/transit/encrypt/{KEY}", f"/v1/transit/decrypt/{KEY}"
@@ -270,6 +305,10 @@ def prepare(keystream: Target, openbao: Target, work: Path) -> list[Workload]:
         Workload("100 x 1 KiB batch encrypt, 1 connection", "items/s", BATCH_ITEMS, 1),
         Workload("100 x 1 KiB batch decrypt, 1 connection", "items/s", BATCH_ITEMS, 1),
         Workload("16 MiB encrypt, curl defaults", "MiB/s", UPLOAD_BYTES // 2**20, 1),
+        Workload("Transit: 1 KiB encrypt, same body", "req/s", 1, 16),
+        Workload("Transit: 1 KiB decrypt, same body", "req/s", 1, 16),
+        Workload("Transit: 100 x 1 KiB batch encrypt, same body", "items/s", BATCH_ITEMS, 16),
+        Workload("Transit: 100 x 1 KiB batch decrypt, same body", "items/s", BATCH_ITEMS, 16),
     ]
     by_name = {w.name: w for w in workloads}
     by_name["1 KiB encrypt"].bodies = {
@@ -304,6 +343,15 @@ def prepare(keystream: Target, openbao: Target, work: Path) -> list[Workload]:
         "keystream": (enc, octets, upload_path),
         "openbao": (t_enc, js, write("bao-16m.json", json.dumps({"plaintext": b64(upload)}).encode())),
     }
+    shared_bodies = {
+        "Transit: 1 KiB encrypt, same body": (shared_enc, "t-1k-enc.json", {"plaintext": b64(item)}),
+        "Transit: 1 KiB decrypt, same body": (shared_dec, "t-1k-dec.json", {"ciphertext": shared_one}),
+        "Transit: 100 x 1 KiB batch encrypt, same body": (shared_enc, "t-batch-enc.json", bao_batch),
+        "Transit: 100 x 1 KiB batch decrypt, same body": (shared_dec, "t-batch-dec.json", shared_open_body),
+    }
+    for name, (route, filename, request) in shared_bodies.items():
+        shared = write(filename, json.dumps(request).encode())
+        by_name[name].bodies = {"keystream": (route, js, shared), "openbao": (route, js, shared)}
     return workloads
 
 
@@ -423,6 +471,7 @@ def main() -> None:
         bao_process, openbao = start_openbao(args.openbao, work)
         server, keystream = start_keystream(work)
         targets = [keystream, openbao]
+        share_transit_key(keystream, openbao)
         workloads = prepare(keystream, openbao, work)
         if not args.no_floors:
             floor_processes, floors = start_floors(work, len(os.sched_getaffinity(0)))

@@ -74,12 +74,12 @@ def run_load(server: Server, stop: threading.Event) -> None:
 
 
 def wait_for_series(page: Page, timeout_seconds: float) -> None:
-    """Wait until the throughput chart shows a non-zero latest value for aesni and python.
+    """Wait until the throughput chart shows a non-zero latest encrypt value for aesni and python.
 
     Raises:
         TimeoutError: the dashboard drew no such value in time (the load or the page is broken).
     """
-    check = """() => ['aesni', 'python'].every((series) => {
+    check = """() => ['aesni encrypt', 'python encrypt'].every((series) => {
       const cell = document.querySelector(`#chart-throughput tr[data-series='${series}'] .value`);
       return cell !== null && Number(cell.textContent) > 0;
     })"""

@@ -28,6 +28,8 @@ BACKENDS = "/v1/backends"
 #: every file of the built console is served.
 UI = "/ui"
 UI_ROOT = f"{UI}/"
+#: What the console's page asks the service at start (where its dashboard reads metrics).
+UI_CONFIG = f"{UI}/config.json"
 #: The benchmark's baseline route (served only with ``KEYSTREAM_BENCH_ECHO=1``).
 BENCH_ECHO = "/bench/echo"
 

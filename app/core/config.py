@@ -11,10 +11,12 @@ import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.core.console_url import check_prometheus_url
 from app.core.database_url import check_database_url
 from app.core.master_key_format import MasterKeyError, check_master_key_source, parse_master_key
 from app.core.token_format import parse_token
@@ -295,6 +297,12 @@ class Settings(BaseSettings):
         description="Serve the web console under /ui/ (its pages use the API with the token a person signs "
         "in with); false: /ui answers 404.",
     )
+    ui_prometheus_url: str | None = Field(
+        default=None,
+        description="The Prometheus (http or https, no credentials) whose HTTP API the console's dashboard "
+        "reads for every replica, e.g. http://prometheus:9090; the page's Content-Security-Policy then "
+        "allows connections to that origin. Unset: the dashboard reads this server's /metrics.",
+    )
 
     @property
     def effective_tombstone_seconds(self) -> float:
@@ -384,6 +392,7 @@ class Settings(BaseSettings):
         "tls_key_file",
         "tls_client_ca_file",
         "audit_log",
+        "ui_prometheus_url",
         mode="before",
     )
     @classmethod
@@ -397,6 +406,19 @@ class Settings(BaseSettings):
             return None
         check_database_url(value.get_secret_value())  # its ValueError never quotes the URL
         return value
+
+    @field_validator("ui_prometheus_url")
+    @classmethod
+    def _prometheus_url_shape(cls, value: str | None) -> str | None:
+        return None if value is None else check_prometheus_url(value)
+
+    @property
+    def ui_prometheus_origin(self) -> str | None:
+        """The origin (``scheme://host[:port]``) of ``ui_prometheus_url``: the console may connect to it."""
+        if self.ui_prometheus_url is None:
+            return None
+        parts = urlsplit(self.ui_prometheus_url)
+        return f"{parts.scheme}://{parts.netloc}"
 
     @field_validator("root_token")
     @classmethod

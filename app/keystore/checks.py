@@ -150,14 +150,24 @@ def _material_view(material: object) -> memoryview:
     return memoryview(material).cast("B").toreadonly()
 
 
-def key_type_for_material(material: object) -> tuple[str, memoryview]:
+def key_type_for_material(material: object, key_type: str | None = None) -> tuple[str, memoryview]:
     """Return the key type that fits imported ``material`` and the material as a read-only view of it.
 
+    ``key_type`` given: it must be one of :data:`KEY_TYPES` and ``material`` as long as it says (the only way
+    to import an ``aes256-siv`` key, whose 64 bytes are never guessed); else the AES type of that length.
+
     Raises:
-        BadRequestError: ``material`` is not bytes-like, or not 16, 24 or 32 bytes long. The message gives the
-            length, never the bytes.
+        BadRequestError: ``material`` is not bytes-like, ``key_type`` is unknown, or the length fits no AES
+            type (16, 24 or 32 bytes) or not ``key_type``. The message gives the length, never the bytes.
     """
     data = _material_view(material)
+    if key_type is not None:
+        size = KEY_TYPES[check_key_type(key_type)]
+        if len(data) != size:
+            raise BadRequestError(
+                f"an imported {key_type} key must be {size} bytes long, got {len(data)} bytes"
+            )
+        return key_type, data
     for key_type, size in IMPORTED_KEY_TYPES.items():
         if len(data) == size:
             return key_type, data
@@ -210,14 +220,12 @@ def check_bool(field_name: str, value: object) -> bool:
     return value
 
 
-def check_key_options(options: object, key_type: str) -> KeyOptions:
-    """Return ``options`` if it is a :class:`~app.keystore.records.KeyOptions` of bools that fit together
-    and a key of ``key_type``.
+def check_key_options(options: object) -> KeyOptions:
+    """Return ``options`` if it is a :class:`~app.keystore.records.KeyOptions` of bools that fit together.
 
     Raises:
-        BadRequestError: not a ``KeyOptions``, a flag that is not a bool, ``convergent_encryption`` without
-            ``derived`` (equal ciphertexts are only ever made under one context, as in Vault), or ``derived``
-            on an ``aes256-siv`` key (only AES keys derive per-context keys).
+        BadRequestError: not a ``KeyOptions``, a flag that is not a bool, or ``convergent_encryption`` without
+            ``derived`` (equal ciphertexts are only ever made under one context, as in Vault).
     """
     if not isinstance(options, KeyOptions):
         raise BadRequestError(f"key options must be KeyOptions, got {type(options).__name__}")
@@ -225,8 +233,6 @@ def check_key_options(options: object, key_type: str) -> KeyOptions:
         check_bool(field_name, value)
     if options.convergent_encryption and not options.derived:
         raise BadRequestError("convergent_encryption requires derived: create the key with derived true")
-    if options.derived and key_type not in IMPORTED_KEY_TYPES:
-        raise BadRequestError(f"{key_type} keys cannot be derived: only aes128, aes192 and aes256 keys can")
     return options
 
 

@@ -22,10 +22,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from deploy_paths import DASHBOARD, PROMETHEUS_DIR, tool
+from deploy_paths import DASHBOARD, PROMETHEUS_DIR
 
 from loadtests import run
-from loadtests.service import Service, free_port, keystream_service, stop_process, wait_for_http
+from loadtests.service import Service, free_port, keystream_service, stop_process
+from tests.prometheus_server import local_config, running_prometheus
 
 # Serial: a Locust load with Prometheus scraping: alone.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.serial]
@@ -64,17 +65,13 @@ def usable_backends(service: Service) -> list[str]:
 
 
 def prometheus_config(service_port: int, locust_port: int, prometheus_port: int) -> dict[str, Any]:
-    config: dict[str, Any] = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
-    config["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
-    config["rule_files"] = [str(PROMETHEUS_DIR / path) for path in config["rule_files"]]
-    targets = {
-        "keystream": f"127.0.0.1:{service_port}",
-        "locust": f"127.0.0.1:{locust_port}",
-        "prometheus": f"127.0.0.1:{prometheus_port}",
-    }
-    for job in config["scrape_configs"]:
-        job["static_configs"] = [{"targets": [targets[job["job_name"]]]}]
-    return config
+    return local_config(
+        {
+            "keystream": [f"127.0.0.1:{service_port}"],
+            "locust": [f"127.0.0.1:{locust_port}"],
+            "prometheus": [f"127.0.0.1:{prometheus_port}"],
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,23 +93,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.callback(stop_process, locust)
         prometheus_port = free_port()
         config = prometheus_config(int(service.url.rsplit(":", 1)[1]), locust_port, prometheus_port)
-        config_path = work / "prometheus.yml"
-        config_path.write_text(yaml.safe_dump(config))
-        prometheus = subprocess.Popen(
-            [
-                tool("prometheus"),
-                f"--config.file={config_path}",
-                f"--storage.tsdb.path={work / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prometheus_port}",
-                "--log.level=warn",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=stack.enter_context(open(work / "prometheus.log", "wb")),
-            stderr=subprocess.STDOUT,
-        )
-        stack.callback(stop_process, prometheus)
-        url = f"http://127.0.0.1:{prometheus_port}"
-        wait_for_http(f"{url}/-/ready", 30, prometheus)
+        url = stack.enter_context(running_prometheus(config, work, prometheus_port))
         yield Stack(service, url, backends)
 
 

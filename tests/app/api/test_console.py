@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from app.api.console import CONTENT_SECURITY_POLICY, SECURITY_HEADERS
+from app.api.console import CONTENT_SECURITY_POLICY, SECURITY_HEADERS, security_headers
 from app.core.config import Settings
 from app.ui import STATIC_DIR
 from tests.app.api.conftest import Api, running_api
@@ -22,6 +22,7 @@ UI_ANSWERS = [
     ("/ui/LICENSES.txt", 200),
     ("/ui", 307),
     ("/ui/no-such-file.js", 404),
+    ("/ui/config.json", 200),
 ]
 
 
@@ -69,3 +70,28 @@ async def test_ui_false_serves_no_console(settings_factory: Callable[..., Settin
         response = await api.client.get(path, follow_redirects=False)
         assert response.status_code == 404
         assert "Content-Security-Policy" not in response.headers
+
+
+async def test_the_page_learns_that_no_prometheus_is_configured(api: Api) -> None:
+    response = await api.client.get("/ui/config.json")
+    assert response.json() == {"prometheus_url": None}
+
+
+@pytest.mark.parametrize("path", [path for path, _ in UI_ANSWERS])
+async def test_a_configured_prometheus_is_the_one_other_origin_the_page_may_connect_to(
+    settings_factory: Callable[..., Settings], path: str
+) -> None:
+    settings = settings_factory(ui_prometheus_url="HTTP://Prometheus.example:9090/prom/")
+    async with running_api(settings) as api:
+        response = await api.client.get(path, follow_redirects=False)
+        assert (
+            response.headers["Content-Security-Policy"]
+            == security_headers("http://prometheus.example:9090")["Content-Security-Policy"]
+        )
+        directives = dict(
+            part.strip().split(" ", 1) for part in response.headers["Content-Security-Policy"].split(";")
+        )
+        assert directives["connect-src"] == "'self' http://prometheus.example:9090"
+        assert directives["default-src"] == directives["img-src"] == directives["script-src"] == "'self'"
+        if path == "/ui/config.json":
+            assert response.json() == {"prometheus_url": "http://prometheus.example:9090/prom"}

@@ -41,12 +41,18 @@ def test_env_file_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
         ("root_token", "hunter2", "ks_<id>_<secret>"),
         ("workers", "0", "greater than or equal"),
         ("forwarded_allow_ips", "127.0.0.1,haproxy", "'haproxy' is not an IP address or network"),
+        ("ui_prometheus_url", "prometheus:9090", "must be an http or https URL"),
+        ("ui_prometheus_url", "javascript:alert(1)", "must be an http or https URL"),
+        ("ui_prometheus_url", "http://admin:hunter2@prometheus:9090", "must not hold a user or password"),
+        ("ui_prometheus_url", "http:///api", "must name a host"),
+        ("ui_prometheus_url", "http://prometheus:9090/?x=1", "no query or fragment"),
+        ("ui_prometheus_url", "http://prometheus:90900", "port"),
     ],
 )
 def test_invalid_values(field: str, value: str, fragment: str) -> None:
     with pytest.raises(ValidationError, match=fragment) as info:
         Settings(_env_file=None, **{field: value})  # type: ignore[arg-type]
-    if field in ("master_key", "root_token"):
+    if field in ("master_key", "root_token") or "hunter2" in value:
         assert value not in str(info.value).replace(f"input_value='{value}'", "")
 
 

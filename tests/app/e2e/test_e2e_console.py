@@ -20,27 +20,25 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, FilePayload, Page, Route, expect, sync_playwright
+from playwright.sync_api import Browser, FilePayload, Page, Route, expect
 from tink import streaming_aead
 
 from bench.service_process import ROOT_TOKEN, Server, start_server, stop_server
 from keystream_cli import CLI_TIMEOUT, KEYSTREAM
 from keystream_client import KeystreamAPIError, KeystreamClient
+from tests.app.e2e.console_browser import Watch, launched_chromium, sign_in
 from tests.app.formats.conftest import tink_keyset_handle
 from tests.app.ui.packages import installed_copy
 from tests.jwt_issuer import AUDIENCE, ISSUER, Signer, k8s_claims, serve_issuer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-#: Debian's Chromium (scripts/install-tools.sh); Playwright's own browser download is not used.
-CHROMIUM = "/usr/bin/chromium"
 #: The ARIA roles of the controls a person operates; each one on a view must be reachable with Tab.
 InteractiveRole = Literal[
     "link",
@@ -81,42 +79,6 @@ AXE_RUN = """async () => {
     .map((violation) => `${violation.id} (${violation.impact}): ${violation.help}: ` +
       violation.nodes.map((node) => node.target.join(' ')).join(', '));
 }"""
-#: Reports every CSP violation of the page as a console error, which the watch below records.
-CSP_REPORTER = (
-    "document.addEventListener('securitypolicyviolation', (event) =>"
-    " console.error(`CSP violation: ${event.violatedDirective} ${event.blockedURI}`));"
-)
-
-
-@dataclass
-class Watch:
-    """What a page did that it must not: console errors (CSP violations included), uncaught exceptions and
-    requests to any origin but the server's."""
-
-    origin: str
-    errors: list[str] = field(default_factory=list)
-    foreign: list[str] = field(default_factory=list)
-    urls: list[str] = field(default_factory=list)
-
-    def attach(self, page: Page) -> None:
-        page.add_init_script(CSP_REPORTER)
-        page.on("console", self._console)
-        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
-        page.route("**/*", self._route)
-
-    def _console(self, message: ConsoleMessage) -> None:
-        if message.type == "error":
-            self.errors.append(message.text)
-
-    def _route(self, route: Route) -> None:
-        url = route.request.url
-        self.urls.append(url)
-        parts = urlsplit(url)
-        if f"{parts.scheme}://{parts.netloc}" != self.origin:
-            self.foreign.append(url)
-            route.abort()
-        else:
-            route.continue_()
 
 
 @pytest.fixture(scope="module")
@@ -139,13 +101,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: run make tools (Debian's chromium)"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with launched_chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
@@ -160,13 +117,6 @@ def page(browser: Browser, server: Server) -> Iterator[tuple[Page, Watch]]:
         yield page, watch
     finally:
         context.close()
-
-
-def sign_in(page: Page, server: Server, token: str = ROOT_TOKEN) -> None:
-    page.goto(f"{server.url}/ui/")
-    page.fill("#token", token)
-    page.get_by_role("button", name="Sign in", exact=True).click()
-    expect(page.locator("#sign-out")).to_be_visible()
 
 
 def test_a_person_manages_keys_data_and_tokens(page: tuple[Page, Watch], server: Server) -> None:
@@ -679,14 +629,17 @@ def test_the_dashboard_draws_each_backends_throughput_and_latency(
     page: tuple[Page, Watch], server: Server
 ) -> None:
     """Under load on aesni, python and hwsim, the dashboard (read from /metrics every 2 s) shows non-zero
-    series for aesni and python in the throughput and latency charts, the python pool's restarts (none), and
-    the simulated device's ring occupancy and key-slot hit ratio."""
+    series for aesni and python in the throughput and latency charts, the python pool's restarts (none), the
+    batch budget, each worker's change-log lag, and the simulated device's ring occupancy and key-slot hit
+    ratio."""
     browser_page, watch = page
+    host = urlsplit(server.url).netloc  # /metrics' series are labelled with the server as the page sees it
     with KeystreamClient(server.url, ROOT_TOKEN) as client:
         client.create_key("dashboard-key")
     sign_in(browser_page, server)
     browser_page.goto(f"{server.url}/ui/#/dashboard")
     expect(browser_page.locator("#chart-throughput")).to_be_visible()
+    expect(browser_page.locator("#dashboard-source")).to_contain_text("This server's /metrics")
     stop = threading.Event()
 
     def load() -> None:
@@ -699,16 +652,27 @@ def test_the_dashboard_draws_each_backends_throughput_and_latency(
     loader.start()
     try:
         idle = re.compile(r"^(–|0\.00)$")
-        for chart, series in (("throughput", "aesni"), ("throughput", "python"), ("latency", "python p99")):
+        for chart, series in (
+            ("throughput", "aesni encrypt"),
+            ("throughput", "python encrypt"),
+            ("latency", "python p99"),
+            ("batch", f"budget {host}"),
+        ):
             value = browser_page.locator(f"#chart-{chart} tr[data-series='{series}'] .value")
             expect(value).not_to_have_text(idle, timeout=15_000)
         expect(browser_page.locator("#chart-requests tr[data-series]").first).to_be_visible()
+        # Two workers, each reading the change log every 0.25 s: neither is more than a few seconds behind.
+        for worker in ("0", "1"):
+            lag = browser_page.locator(f"#chart-changelog tr[data-series='{host} worker {worker}'] .value")
+            expect(lag).to_have_text(re.compile(r"^[0-9.]+$"), timeout=15_000)
+            assert float(lag.inner_text()) < 5
         # The python pool's restarts (none), and the answering worker's simulated device.
-        expect(browser_page.locator("#chart-restarts tr[data-series='python'] .value")).to_have_text("0.00")
+        restarts = browser_page.locator(f"#chart-restarts tr[data-series='{host} python'] .value")
+        expect(restarts).to_have_text("0.00")
         expect(
-            browser_page.locator("#chart-hwsim-ring tr[data-series='mean since start'] .value")
+            browser_page.locator(f"#chart-hwsim-ring tr[data-series='time-weighted mean {host}'] .value")
         ).not_to_have_text(idle, timeout=15_000)
-        expect(browser_page.locator("#chart-hwsim-slots tr[data-series='hits'] .value")).to_be_visible()
+        expect(browser_page.locator(f"#chart-hwsim-slots tr[data-series='{host}'] .value")).to_be_visible()
         # Every series of a chart has a look of its own in the legend, past the eight colours too.
         looks = browser_page.eval_on_selector_all(
             "#chart-requests tr[data-series] line",
@@ -716,7 +680,12 @@ def test_the_dashboard_draws_each_backends_throughput_and_latency(
             " `${line.getAttribute('stroke')} ${line.getAttribute('stroke-dasharray')}`)",
         )
         assert len(looks) == len(set(looks)), looks
-        expect(browser_page.locator("#chart-throughput polyline")).to_have_count(3)  # aesni, python, hwsim
+        # One line per series: aesni, python and hwsim encrypting (and what earlier tests did on this server).
+        names = browser_page.eval_on_selector_all(
+            "#chart-throughput tr[data-series]", "(rows) => rows.map((row) => row.dataset.series)"
+        )
+        assert {"aesni encrypt", "python encrypt", "hwsim encrypt"} <= set(names), names
+        expect(browser_page.locator("#chart-throughput polyline")).to_have_count(len(names))
     finally:
         stop.set()
         loader.join()

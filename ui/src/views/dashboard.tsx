@@ -1,14 +1,30 @@
-// The live dashboard: the service's own /metrics read every 2 s, the last 15 minutes kept in the page and
-// drawn as small line charts (per-backend crypto throughput and latency, requests/s by route and status
-// class, requests in flight, the key cache's hit ratio, backend process pool restarts, the hwsim device's
-// job ring and key slots). /metrics sums every worker of this server, but for hwsim, whose simulated
-// device each worker has on its own: there it shows the answering worker's.
+// The live dashboard: every 2 s, the last 15 minutes of the charts of charts.json (the Grafana dashboard's
+// panels of the same names). Without a configured Prometheus it reads this server's own /metrics (every
+// worker summed; hwsim's figures are the answering worker's device) and keeps the history in the page.
+// With KEYSTREAM_UI_PROMETHEUS_URL (the page learns it from /ui/config.json) it asks that Prometheus'
+// HTTP API for every replica: rates, latencies and ratios summed over the replicas (the whole service's
+// load, with the number of replicas said), and per-replica series where one replica's trouble would hide
+// in a sum (requests in flight, batch buffer, change-log lag, pool restarts, the hwsim device).
 import { useEffect, useState } from "preact/hooks";
 import { describe } from "../api";
-import { parseMetrics, quantiles, rates, sumBy, type Sample } from "../metrics";
+import {
+  CHARTS,
+  type Chart,
+  type Reading,
+  type SeriesSet,
+  legendOf,
+  localSeries,
+  rangeSeries,
+  reading,
+  replicaCount,
+} from "../series";
 
 const INTERVAL_MS = 2000;
-const WINDOW_POINTS = (15 * 60 * 1000) / INTERVAL_MS;
+const STEP_SECONDS = INTERVAL_MS / 1000;
+const WINDOW_SECONDS = 15 * 60;
+/** After the first full window, each Prometheus read asks again for this much: the last minute's rates may
+ * still change as scrapes arrive. */
+const REFRESH_SECONDS = 120;
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 /** After every colour has been used once, the next series repeat them with a dash pattern, so no two of a
  * chart's series (the requests chart easily has more than eight) look the same in the chart or the legend. */
@@ -18,83 +34,35 @@ function stroke(index: number): { stroke: string; "stroke-dasharray": string } {
   const dash = DASHES[Math.floor(index / COLORS.length) % DASHES.length] ?? "";
   return { stroke: COLORS[index % COLORS.length] ?? "currentColor", "stroke-dasharray": dash };
 }
-const MIB = 1 << 20;
 
-type Point = Record<string, number>;
-interface Chart {
-  id: string;
-  title: string;
-  unit: string;
-}
+type History = Record<string, SeriesSet>;
 
-const CHARTS: Chart[] = [
-  { id: "throughput", title: "Crypto throughput by backend", unit: "MiB/s" },
-  { id: "latency", title: "Crypto latency by backend (p50, p99)", unit: "ms" },
-  { id: "requests", title: "Requests by route and status class", unit: "req/s" },
-  { id: "inflight", title: "Requests in flight", unit: "requests" },
-  { id: "cache", title: "Key cache hit ratio", unit: "%" },
-  { id: "restarts", title: "Backend process pool restarts", unit: "per min" },
-  { id: "hwsim-ring", title: "hwsim job ring occupancy, answering worker", unit: "jobs" },
-  { id: "hwsim-slots", title: "hwsim key-slot hit ratio since start, answering worker", unit: "%" },
-];
-
-function prefixed(prefix: string, values: Map<string, number>, scale = 1): Point {
-  const point: Point = {};
-  for (const [key, value] of values) point[`${prefix}${key}`] = value * scale;
-  return point;
-}
-
-/** One point of every chart from two readings `seconds` apart. */
-function derive(before: Sample[], after: Sample[], seconds: number): Record<string, Point> {
-  const backend = (labels: Record<string, string>): string => labels["backend"] ?? "?";
-  const latency: Point = {};
-  for (const [q, label] of [
-    [0.5, "p50"],
-    [0.99, "p99"],
-  ] as const) {
-    for (const [key, value] of quantiles(before, after, "keystream_crypto_seconds", q, backend)) {
-      latency[`${key} ${label}`] = value * 1000;
-    }
+/** `series` with `fresh` points merged in: a series' points from `from` on are replaced, and every point
+ * older than the window before `now` is dropped. */
+function merged(series: SeriesSet, fresh: [string, [number, number][]][], from: number, now: number): SeriesSet {
+  const next: SeriesSet = {};
+  const oldest = now - WINDOW_SECONDS;
+  for (const [name, points] of Object.entries(series)) {
+    const kept = points.filter(([at]) => at >= oldest && at < from);
+    if (kept.length > 0) next[name] = kept;
   }
-  const cache = rates(before, after, "keystream_key_cache_requests_total", seconds, (l) => l["result"] ?? "?");
-  const lookups = [...cache.values()].reduce((total, value) => total + value, 0);
-  // hwsim's device belongs to one worker and /metrics shows the answering worker's: its totals since start,
-  // not rates between two readings that may come from different workers.
-  const slotHits = sumBy(after, "keystream_hwsim_key_slot_hits_total", () => "hits").get("hits") ?? 0;
-  const slotMisses = sumBy(after, "keystream_hwsim_key_slot_misses_total", () => "misses").get("misses") ?? 0;
-  return {
-    throughput: prefixed("", rates(before, after, "keystream_crypto_bytes_total", seconds, backend), 1 / MIB),
-    latency,
-    requests: prefixed(
-      "",
-      rates(before, after, "keystream_http_request_duration_seconds_count", seconds, (labels) =>
-        `${labels["method"] ?? ""} ${labels["route"] ?? ""} ${(labels["status"] ?? "?").charAt(0)}xx`.trim(),
-      ),
-    ),
-    inflight: prefixed("", sumBy(after, "keystream_inflight_requests", () => "in flight")),
-    cache: lookups > 0 ? { hits: (100 * (cache.get("hit") ?? 0)) / lookups } : {},
-    restarts: prefixed("", rates(before, after, "keystream_backend_pool_restarts_total", seconds, backend), 60),
-    "hwsim-ring": {
-      ...prefixed("", sumBy(after, "keystream_hwsim_ring_occupancy", () => "now")),
-      ...prefixed("", sumBy(after, "keystream_hwsim_ring_occupancy_mean", () => "mean since start")),
-    },
-    "hwsim-slots": slotHits + slotMisses > 0 ? { hits: (100 * slotHits) / (slotHits + slotMisses) } : {},
-  };
+  for (const [name, points] of fresh) {
+    next[name] = [...(next[name] ?? []), ...points.filter(([at]) => at >= oldest)];
+  }
+  return next;
 }
 
-function LineChart({ chart, points }: { chart: Chart; points: Point[] }) {
-  const names = [...new Set(points.flatMap((point) => Object.keys(point)))].sort();
-  const top = Math.max(1e-9, ...points.flatMap((point) => Object.values(point)));
+function LineChart({ chart, series, now, caption }: { chart: Chart; series: SeriesSet; now: number; caption: string }) {
+  const names = Object.keys(series).sort();
+  const top = Math.max(1e-9, ...names.flatMap((name) => (series[name] ?? []).map(([, value]) => value)));
   const width = 560;
   const height = 160;
-  const x = (index: number): number => 40 + ((width - 50) * index) / Math.max(1, WINDOW_POINTS - 1);
+  const x = (at: number): number => 40 + ((width - 50) * (at - (now - WINDOW_SECONDS))) / WINDOW_SECONDS;
   const y = (value: number): number => height - 20 - ((height - 30) * value) / top;
-  const offset = WINDOW_POINTS - points.length;
-  const latest = points[points.length - 1] ?? {};
   return (
     <figure class="chart" id={`chart-${chart.id}`}>
       <figcaption>
-        {chart.title} ({chart.unit})
+        {chart.title} ({chart.unit}){caption}
       </figcaption>
       <svg viewBox={`0 0 ${width} ${height}`} width={width} height={height} role="img" aria-label={chart.title}>
         <line x1="40" y1={height - 20} x2={width - 10} y2={height - 20} stroke="currentColor" />
@@ -116,58 +84,119 @@ function LineChart({ chart, points }: { chart: Chart; points: Point[] }) {
             fill="none"
             {...stroke(index)}
             stroke-width="1.5"
-            points={points
-              .map((point, at) => (point[name] === undefined ? "" : `${x(offset + at)},${y(point[name] ?? 0)}`))
-              .filter((pair) => pair !== "")
-              .join(" ")}
+            points={(series[name] ?? []).map(([at, value]) => `${x(at).toFixed(1)},${y(value).toFixed(1)}`).join(" ")}
           />
         ))}
       </svg>
       <table class="legend">
         <tbody>
-          {names.map((name, index) => (
-            <tr data-series={name}>
-              <td>
-                <svg width="24" height="12" aria-hidden="true">
-                  <line x1="0" y1="6" x2="24" y2="6" stroke-width="3" {...stroke(index)} />
-                </svg>
-              </td>
-              <td>{name}</td>
-              <td class="value">{latest[name] === undefined ? "–" : (latest[name] ?? 0).toPrecision(3)}</td>
-            </tr>
-          ))}
+          {names.map((name, index) => {
+            const points = series[name] ?? [];
+            const latest = points[points.length - 1];
+            return (
+              <tr data-series={name}>
+                <td>
+                  <svg width="24" height="12" aria-hidden="true">
+                    <line x1="0" y1="6" x2="24" y2="6" stroke-width="3" {...stroke(index)} />
+                  </svg>
+                </td>
+                <td>{name}</td>
+                <td class="value">{latest === undefined ? "–" : latest[1].toPrecision(3)}</td>
+              </tr>
+            );
+          })}
         </tbody>
       </table>
     </figure>
   );
 }
 
-export function DashboardView() {
-  const [history, setHistory] = useState<Record<string, Point[]>>({});
+/** Where the dashboard reads: `null` until /ui/config.json answers, then a Prometheus URL or "" for /metrics. */
+function usePrometheusUrl(): [string | null, string | null] {
+  const [url, setUrl] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
   useEffect(() => {
-    let previous: { samples: Sample[]; at: number } | null = null;
+    fetch("config.json", { credentials: "omit", cache: "no-store" })
+      .then(async (response) => {
+        if (!response.ok) throw new Error(`config.json answered ${response.status}`);
+        const config = (await response.json()) as { prometheus_url?: unknown };
+        setUrl(typeof config.prometheus_url === "string" ? config.prometheus_url : "");
+      })
+      .catch((caught: unknown) => setError(describe(caught)));
+  }, []);
+  return [url, error];
+}
+
+export function DashboardView() {
+  const [prometheus, configError] = usePrometheusUrl();
+  const [history, setHistory] = useState<History>({});
+  const [now, setNow] = useState(Date.now() / 1000);
+  const [replicas, setReplicas] = useState<number | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    if (prometheus === null) return undefined;
     let stopped = false;
-    const read = async (): Promise<void> => {
-      try {
-        const response = await fetch("/metrics", { credentials: "omit", cache: "no-store" });
-        if (!response.ok) throw new Error(`/metrics answered ${response.status}`);
-        const samples = parseMetrics(await response.text());
-        const at = performance.now();
-        if (previous !== null && !stopped) {
-          const points = derive(previous.samples, samples, (at - previous.at) / 1000);
-          setHistory((old) => {
-            const next: Record<string, Point[]> = {};
-            for (const chart of CHARTS) {
-              next[chart.id] = [...(old[chart.id] ?? []), points[chart.id] ?? {}].slice(-WINDOW_POINTS);
+    let previous: Reading | null = null;
+    let filled = false;
+    const fromMetrics = async (): Promise<void> => {
+      const response = await fetch("/metrics", { credentials: "omit", cache: "no-store" });
+      if (!response.ok) throw new Error(`/metrics answered ${response.status}`);
+      const current = reading(await response.text(), window.location.host, response.headers.get("date"));
+      const before = previous;
+      previous = current;
+      if (before === null || stopped) return;
+      setNow(current.at);
+      setHistory((old) => {
+        const next: History = {};
+        for (const chart of CHARTS) {
+          const fresh: [string, [number, number][]][] = [];
+          for (const query of chart.queries) {
+            if (query.local === undefined) continue;
+            for (const [labels, value] of localSeries(query.local, before, current)) {
+              fresh.push([legendOf(query.legend, labels), [[current.at, value * chart.scale]]]);
             }
-            return next;
-          });
+          }
+          next[chart.id] = merged(old[chart.id] ?? {}, fresh, current.at, current.at);
         }
-        previous = { samples, at };
-        setError(null);
+        return next;
+      });
+    };
+    const fromPrometheus = async (): Promise<void> => {
+      const end = Math.floor(Date.now() / 1000 / STEP_SECONDS) * STEP_SECONDS;
+      const start = end - (filled ? REFRESH_SECONDS : WINDOW_SECONDS);
+      const answers = await Promise.all(
+        CHARTS.map(async (chart) => {
+          const fresh = (
+            await Promise.all(chart.queries.map((query) => rangeSeries(prometheus, query, start, end, STEP_SECONDS)))
+          ).flat();
+          return [chart, fresh] as const;
+        }),
+      );
+      const count = await replicaCount(prometheus);
+      if (stopped) return;
+      filled = true;
+      setNow(end);
+      setReplicas(count);
+      setHistory((old) => {
+        const next: History = {};
+        for (const [chart, fresh] of answers) {
+          const scaled = fresh.map(([name, points]) => [name, points.map(([at, v]) => [at, v * chart.scale])] as [string, [number, number][]]);
+          next[chart.id] = merged(old[chart.id] ?? {}, scaled, start, end);
+        }
+        return next;
+      });
+    };
+    let busy = false;
+    const read = async (): Promise<void> => {
+      if (busy) return; // a slow Prometheus: skip a beat rather than pile requests up
+      busy = true;
+      try {
+        await (prometheus === "" ? fromMetrics() : fromPrometheus());
+        if (!stopped) setError(null);
       } catch (caught) {
-        setError(describe(caught));
+        if (!stopped) setError(describe(caught));
+      } finally {
+        busy = false;
       }
     };
     void read();
@@ -176,15 +205,28 @@ export function DashboardView() {
       stopped = true;
       window.clearInterval(timer);
     };
-  }, []);
+  }, [prometheus]);
+  const replicaText = replicas === null ? "…" : `${replicas} replica${replicas === 1 ? "" : "s"}`;
+  const caption = (chart: Chart): string =>
+    prometheus ? (chart.across === "sum" ? `, sum of ${replicaText}` : ", per replica") : "";
   return (
     <section>
       <h1>Dashboard</h1>
-      <p class="hint">This server's /metrics (every worker), read every 2 s; the last 15 minutes.</p>
+      {prometheus ? (
+        <p class="hint" id="dashboard-source">
+          Prometheus at {prometheus}: <span id="replicas">{replicaText}</span> reporting, read every 2 s; the last
+          15 minutes.
+        </p>
+      ) : (
+        <p class="hint" id="dashboard-source">
+          This server's /metrics (every worker), read every 2 s; the last 15 minutes.
+        </p>
+      )}
+      {configError !== null && <p role="alert">{configError}</p>}
       {error !== null && <p role="alert">{error}</p>}
       <div class="charts">
         {CHARTS.map((chart) => (
-          <LineChart chart={chart} points={history[chart.id] ?? []} />
+          <LineChart chart={chart} series={history[chart.id] ?? {}} now={now} caption={caption(chart)} />
         ))}
       </div>
     </section>
