@@ -23,7 +23,7 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from bench.haproxy_process import start_haproxy, stop_haproxy
-from bench.service_process import ROOT_TOKEN, Server, started_servers
+from bench.service_process import ROOT_TOKEN, Server, start_server, started_servers, stop_server
 from keystream_client import KeystreamClient
 from loadtests.service import free_port
 from tests.app.e2e.console_browser import Watch, launched_chromium, sign_in
@@ -140,3 +140,24 @@ def test_the_dashboard_shows_every_replica_from_prometheus(browser: Browser, sta
     assert any("/api/v1/query_range" in url for url in watch.urls)
     assert watch.foreign == []
     assert watch.errors == []
+
+
+def test_an_unreachable_prometheus_is_said_in_words(browser: Browser, tmp_path: Path) -> None:
+    """A configured Prometheus that does not answer: the dashboard says which one it cannot reach, in words,
+    and keeps to its two origins."""
+    unreachable = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    server = start_server(tmp_path / "data", tmp_path / "server.log", KEYSTREAM_UI_PROMETHEUS_URL=unreachable)
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    watch = Watch(server.url, allowed=(unreachable,))
+    page = context.new_page()
+    watch.attach(page)
+    try:
+        sign_in(page, server.url)
+        page.goto(f"{server.url}/ui/#/dashboard")
+        expect(page.get_by_role("alert")).to_have_text(f"cannot reach Prometheus at {unreachable}")
+    finally:
+        context.close()
+        stop_server(server)
+    assert watch.foreign == []
+    # The refused connections are Chromium's own console lines; nothing else went wrong, no CSP violation.
+    assert watch.errors and all("ERR_CONNECTION_REFUSED" in error for error in watch.errors), watch.errors
