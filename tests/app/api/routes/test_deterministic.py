@@ -235,3 +235,16 @@ async def test_the_sealed_formats_fields_are_refused_for_an_siv_key(api: Api, fi
             f"takes no scheme or segment_size, the sealed format's settings; got {name}"
             in (response.json()["error"]["message"])
         )
+
+
+async def test_the_material_the_service_generates_is_a_key_tink_uses_as_is(api: Api) -> None:
+    await siv_key(api, "generated")
+    await _post(api, "/v1/keys/generated/rotate", {})
+    keystore = api.app.state.keystream.keystore  # no export route yet: the keystore's own read
+    tink = tink_deterministic_aead([(2, bytes(keystore.key_material("generated", 2)))])
+    (ours,) = await encrypt(api, "generated", [{"plaintext": b64(b"v"), "associated_data": b64(b"c")}])
+    assert ours["key_version"] == 2
+    assert tink.decrypt_deterministically(base64.b64decode(ours["ciphertext"]), b"c") == b"v"
+    theirs = tink.encrypt_deterministically(b"w", b"c")
+    (opened,) = await decrypt(api, "generated", [{"ciphertext": b64(theirs), "associated_data": b64(b"c")}])
+    assert (base64.b64decode(opened["plaintext"]), opened["key_version"]) == (b"w", 2)
