@@ -6,7 +6,7 @@ and the server's CPU time per login: every process of the server, from ``psutil`
 after the JWT configuration names a key source the workers have not fetched yet (a new query string on the
 same JWKS URL), which pays the JWKS fetch: the TLS handshake to the issuer and the JWKS request.
 
-The service limits login attempts per client address and role (``app/services/identity.py``); the
+The service limits login attempts per client address and role (``app/services/login.py``); the
 benchmark spreads its logins over many loopback source addresses (``127.0.0.2`` onward: all of 127/8 is
 loopback on Linux) so that the limiter is on the path, as it is for every login, but never answers 429.
 

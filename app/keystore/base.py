@@ -144,17 +144,19 @@ class KeyStore(abc.ABC):
         scheme: str = DEFAULT_SCHEME,
         auto_rotate_period: int | str = 0,
         options: KeyOptions | None = None,
+        key_type: str | None = None,
     ) -> KeyInfo:
-        """Create key ``name`` whose version 1 is ``material``; the type follows from its length.
+        """Create key ``name`` whose version 1 is ``material``; the type is ``key_type``, or follows from the
+        length (an AES type: 64 bytes are never taken for ``aes256-siv`` unless ``key_type`` says so).
 
         Raises:
             BadRequestError: invalid name, segment size, scheme, auto_rotate_period or options, or material
-                not 16, 24 or 32 bytes long.
+                not 16, 24 or 32 bytes long, or not as long as ``key_type`` says.
             KeyExistsError: a key with that name exists.
             KeyRecentlyDeletedError: a key with that name was deleted and its tombstone has not expired.
         """
         check_key_name(name)
-        key_type, data = key_type_for_material(material)
+        key_type, data = key_type_for_material(material, key_type)
         info = self._new_info(
             name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period, True, options
         )
@@ -785,13 +787,20 @@ class KeyStore(abc.ABC):
         """The checked metadata of a key to create (version 1, now).
 
         Raises:
-            BadRequestError: invalid segment size, deletion_allowed, scheme, auto_rotate_period or options.
+            BadRequestError: invalid segment size, deletion_allowed, scheme, auto_rotate_period or options,
+                or ``derived``/``convergent_encryption`` on an ``aes256-siv`` key (nothing derives per-context
+                AES-SIV keys: the option would be a promise the key does not keep).
         """
         check_segment_size(segment_size)
         check_bool("deletion_allowed", deletion_allowed)
         check_scheme(scheme)
         period = check_auto_rotate_period(auto_rotate_period, self.auto_rotate_min_period)
         checked = KeyOptions() if options is None else check_key_options(options)
+        if key_type == "aes256-siv" and (checked.derived or checked.convergent_encryption):
+            raise BadRequestError(
+                "an aes256-siv key is deterministic by itself and derives no per-context keys: derived and "
+                "convergent_encryption apply to AES keys"
+            )
         return new_key_info(name, key_type, scheme, segment_size, deletion_allowed, imported, period, checked)
 
     @abc.abstractmethod

@@ -150,14 +150,24 @@ def _material_view(material: object) -> memoryview:
     return memoryview(material).cast("B").toreadonly()
 
 
-def key_type_for_material(material: object) -> tuple[str, memoryview]:
+def key_type_for_material(material: object, key_type: str | None = None) -> tuple[str, memoryview]:
     """Return the key type that fits imported ``material`` and the material as a read-only view of it.
 
+    ``key_type`` given: it must be one of :data:`KEY_TYPES` and ``material`` as long as it says (the only way
+    to import an ``aes256-siv`` key, whose 64 bytes are never guessed); else the AES type of that length.
+
     Raises:
-        BadRequestError: ``material`` is not bytes-like, or not 16, 24 or 32 bytes long. The message gives the
-            length, never the bytes.
+        BadRequestError: ``material`` is not bytes-like, ``key_type`` is unknown, or the length fits no AES
+            type (16, 24 or 32 bytes) or not ``key_type``. The message gives the length, never the bytes.
     """
     data = _material_view(material)
+    if key_type is not None:
+        size = KEY_TYPES[check_key_type(key_type)]
+        if len(data) != size:
+            raise BadRequestError(
+                f"an imported {key_type} key must be {size} bytes long, got {len(data)} bytes"
+            )
+        return key_type, data
     for key_type, size in IMPORTED_KEY_TYPES.items():
         if len(data) == size:
             return key_type, data

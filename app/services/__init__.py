@@ -13,7 +13,10 @@
 - :mod:`.budget`: the bytes concurrent batch requests may hold in memory at once.
 - :mod:`.backends`: the enabled backends of a running service.
 - :mod:`.security`: bearer tokens (verification, generation, the root token).
-- :mod:`.identity`: login roles and the JWT login that turns a verified JWT into a token.
+- :mod:`.identity`: workload identity's public interface, over :mod:`.login` (roles, login attempt limits,
+  the token a login issues), :mod:`.jwt_config` (the JWT method's configuration and the issuer's keys),
+  :mod:`.jwt_verify` (a JWT verified by PyJWT), :mod:`.jwt_login` (JWT roles' bindings and the login) and
+  :mod:`.cert_login` (the certificate login).
 - :mod:`.jwks`: JWT issuers' key sets fetched over HTTPS and cached.
 - :mod:`.attempts`: attempt limits for the routes called without a token (unseal, login).
 - :mod:`.coherence`: following the keystore's change log to keep caches coherent.

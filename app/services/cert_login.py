@@ -17,7 +17,7 @@ common names, organizational units and URIs (SPIFFE IDs are lowercase by their s
 **A login** (:meth:`CertLogin.login`, blocking: run it in a worker thread) takes the PEM certificate the
 serving layer put in the request's scope after the TLS handshake verified it (never a header), reads its
 names (:meth:`CertificateIdentity.from_pem`) and issues the same kind of token a JWT login does
-(:func:`~app.services.identity.issue_login_token`), with the matched name as ``metadata.subject``. A role
+(:func:`~app.services.login.issue_login_token`), with the matched name as ``metadata.subject``. A role
 that does not exist, a role of another method and a certificate that meets none of the role's lists get one
 answer (:data:`CERT_LOGIN_REFUSED`), so roles cannot be found out by trying names.
 """
@@ -36,7 +36,7 @@ from cryptography.x509.oid import NameOID
 from app.errors import BadRequestError
 from app.keystore import KeyStore, TokenRecord
 
-from .identity import issue_login_token, login_role
+from .login import issue_login_token, login_role
 
 __all__ = [
     "CERT_LOGIN_REFUSED",
@@ -154,6 +154,10 @@ class CertBindings:
         for kind in (*MATCHED_KINDS, "allowed_organizational_units"):
             if any(not pattern for pattern in getattr(self, kind)):
                 raise BadRequestError(f"{kind} may not hold an empty pattern")
+
+    def metadata_keys(self) -> tuple[str, ...]:
+        """None: a certificate login's metadata is the role and the subject alone."""
+        return ()
 
     def to_stored(self) -> dict[str, Any]:
         """The JSON object stored as the role's bindings."""

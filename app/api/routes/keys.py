@@ -35,12 +35,8 @@ from app.services.deterministic import DETERMINISTIC_KEY_TYPE
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["keys"])
 
-#: Base64 of 16, 24 or 32 bytes (what import accepts; documented in the schema, checked by decoding).
-KEY_MATERIAL_BASE64 = r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=)$"
-#: Base64 of a new version's material: as :data:`KEY_MATERIAL_BASE64`, or 64 bytes for an ``aes256-siv`` key.
-VERSION_MATERIAL_BASE64 = (
-    r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=|[A-Za-z0-9+/]{86}==)$"
-)
+#: Base64 of 16, 24, 32 or 64 bytes (what import accepts; documented in the schema, checked by decoding).
+KEY_MATERIAL_BASE64 = r"^(?:[A-Za-z0-9+/]{22}==|[A-Za-z0-9+/]{32}|[A-Za-z0-9+/]{43}=|[A-Za-z0-9+/]{86}==)$"
 
 
 _SCHEME_DESCRIPTION = (
@@ -101,7 +97,12 @@ class ImportKeyRequest(KeyOptionsFields):
     model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
 
     key: str = Field(
-        min_length=1, max_length=64, repr=False, json_schema_extra={"pattern": KEY_MATERIAL_BASE64}
+        min_length=1, max_length=88, repr=False, json_schema_extra={"pattern": KEY_MATERIAL_BASE64}
+    )
+    type: Literal["aes128", "aes192", "aes256", "aes256-siv"] | None = Field(
+        default=None,
+        description="The key's type; the material must be as long as it says. Default: the AES type of the "
+        "material's length (16, 24 or 32 bytes); 64 bytes are imported as aes256-siv only when asked.",
     )
     scheme: Scheme = Field(default=DEFAULT_SCHEME, description=_SCHEME_DESCRIPTION)
     segment_size: int = Field(default=DEFAULT_SEGMENT_SIZE, ge=MIN_SEGMENT_SIZE, le=MAX_SEGMENT_SIZE)
@@ -118,7 +119,7 @@ class ImportVersionRequest(BaseModel):
         repr=False,
         description="Base64 of the new version's material: as long as the key's type (aes128: 16 bytes, "
         "aes192: 24, aes256: 32, aes256-siv: 64).",
-        json_schema_extra={"pattern": VERSION_MATERIAL_BASE64},
+        json_schema_extra={"pattern": KEY_MATERIAL_BASE64},
     )
 
 
@@ -155,12 +156,7 @@ class UpdateKeyRequest(BaseModel):
 async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDep) -> dict[str, Any]:
     """Create a key with a random version 1."""
     principal.require("admin", body.name)
-    sealed_only = body.model_fields_set & {"scheme", "segment_size"}
-    if body.type == DETERMINISTIC_KEY_TYPE and sealed_only:
-        raise BadRequestError(
-            f"{' and '.join(sorted(sealed_only))} belong to the sealed format: an "
-            f"{DETERMINISTIC_KEY_TYPE} key (deterministic AES-SIV) takes neither"
-        )
+    _refuse_sealed_fields(body, body.type)
     info = await to_thread.run_sync(
         lambda: state.keystore.create_key(
             body.name,
@@ -185,9 +181,11 @@ async def create_key(body: CreateKeyRequest, principal: AdminDep, state: StateDe
 async def import_key(
     name: str, body: ImportKeyRequest, principal: AdminDep, state: StateDep
 ) -> dict[str, Any]:
-    """Import existing key material (base64 of 16, 24 or 32 bytes) as a new key."""
+    """Import existing key material (base64 of 16, 24 or 32 bytes, or 64 with ``type`` aes256-siv) as a new
+    key."""
     principal.require("admin", name)
     _require_import_enabled(state.settings.allow_key_import)
+    _refuse_sealed_fields(body, body.type)
     material = _decode_material(body.key)
     info = await to_thread.run_sync(
         lambda: state.keystore.import_key(
@@ -197,11 +195,27 @@ async def import_key(
             body.deletion_allowed,
             scheme=body.scheme,
             auto_rotate_period=body.auto_rotate_period,
+            key_type=body.type,
             options=body.options(),
         )
     )
     state.keycache.invalidate(name)
     return info.to_json()
+
+
+def _refuse_sealed_fields(body: BaseModel, key_type: str | None) -> None:
+    """Raise when a request for an ``aes256-siv`` key sets the sealed format's ``scheme`` or
+    ``segment_size``: they would be stored and shown, and mean nothing for it.
+
+    Raises:
+        BadRequestError: it does (the message names the fields).
+    """
+    sealed_only = body.model_fields_set & {"scheme", "segment_size"}
+    if key_type == DETERMINISTIC_KEY_TYPE and sealed_only:
+        raise BadRequestError(
+            f"an {DETERMINISTIC_KEY_TYPE} key (deterministic AES-SIV) takes no scheme or segment_size, the "
+            f"sealed format's settings; got {' and '.join(sorted(sealed_only))}"
+        )
 
 
 def _require_import_enabled(allowed: bool) -> None:
@@ -215,7 +229,7 @@ def _decode_material(text: str) -> memoryview:
     try:
         return decode_secret_base64(text)
     except ValueError:
-        raise BadRequestError("key must be base64 of 16, 24 or 32 bytes") from None
+        raise BadRequestError("key must be base64 of 16, 24, 32 or 64 bytes") from None
 
 
 @router.get(paths.KEYS)

@@ -215,9 +215,12 @@ class AsyncKeystreamClient(BaseClient):
         deletion_allowed: bool = False,
         scheme: str | None = None,
         auto_rotate_period: int | str | None = None,
+        key_type: str | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.import_key`."""
-        call = import_key_call(name, material, segment_size, deletion_allowed, scheme, auto_rotate_period)
+        call = import_key_call(
+            name, material, segment_size, deletion_allowed, scheme, auto_rotate_period, key_type
+        )
         return parse_key(await self._send(call))
 
     async def list_keys(self) -> list[Key]:

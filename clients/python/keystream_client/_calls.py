@@ -57,8 +57,11 @@ def import_key_call(
     deletion_allowed: bool,
     scheme: str | None = None,
     auto_rotate_period: int | str | None = None,
+    key_type: str | None = None,
 ) -> Call:
     body: dict[str, Any] = {"key": base64.b64encode(material).decode(), "deletion_allowed": deletion_allowed}
+    if key_type is not None:
+        body["type"] = key_type
     if segment_size is not None:
         body["segment_size"] = segment_size
     if scheme is not None:

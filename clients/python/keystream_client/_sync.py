@@ -196,15 +196,19 @@ class KeystreamClient(SyncStreamingClient):
         deletion_allowed: bool = False,
         scheme: str | None = None,
         auto_rotate_period: int | str | None = None,
+        key_type: str | None = None,
     ) -> Key:
-        """Import key material (16, 24 or 32 bytes); the service must allow imports. ``scheme`` and
-        ``auto_rotate_period`` as :meth:`create_key`.
+        """Import key material (16, 24 or 32 bytes, the type following from the length; or 64 bytes with
+        ``key_type="aes256-siv"``); the service must allow imports. ``scheme`` and ``auto_rotate_period`` as
+        :meth:`create_key`.
 
         Raises:
             KeystreamAPIError: e.g. 403 when imports are disabled, 400 for a bad length.
             KeystreamConnectionError: the service is unreachable.
         """
-        call = import_key_call(name, material, segment_size, deletion_allowed, scheme, auto_rotate_period)
+        call = import_key_call(
+            name, material, segment_size, deletion_allowed, scheme, auto_rotate_period, key_type
+        )
         return parse_key(self._send(call))
 
     def list_keys(self) -> list[Key]:

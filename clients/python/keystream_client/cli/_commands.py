@@ -16,6 +16,9 @@ from keystream_client._models import time_text
 from keystream_client.cli._codes import EXIT_AUTH, EXIT_OK, EXIT_USAGE, CommandError, UsageError
 from keystream_client.cli._output import duration_text, print_json, print_key, print_tokens, table
 
+#: Key material lengths the service takes (aes128, aes192, aes256; 64 bytes for aes256-siv).
+MATERIAL_SIZES = (16, 24, 32, 64)
+
 
 def make_client(
     args: argparse.Namespace, stream_timeout: float = 120.0, *, need_token: bool = True
@@ -88,8 +91,8 @@ def _read_material(path: str, encoding: str) -> bytes:
 def cmd_keys_import(args: argparse.Namespace) -> int:
     """``keys import``: material from a file or stdin, never from argv."""
     material = _read_material(args.file, args.encoding)
-    if len(material) not in (16, 24, 32):
-        raise CommandError(f"key material must be 16, 24 or 32 bytes, got {len(material)}", EXIT_USAGE)
+    if len(material) not in MATERIAL_SIZES:
+        raise CommandError(f"key material must be 16, 24, 32 or 64 bytes, got {len(material)}", EXIT_USAGE)
     with make_client(args) as client:
         key = client.import_key(
             args.name,
@@ -98,6 +101,7 @@ def cmd_keys_import(args: argparse.Namespace) -> int:
             deletion_allowed=args.deletion_allowed,
             scheme=args.scheme,
             auto_rotate_period=args.auto_rotate_period,
+            key_type=args.key_type,
         )
     print_key(key, args.json)
     return EXIT_OK
@@ -106,8 +110,8 @@ def cmd_keys_import(args: argparse.Namespace) -> int:
 def cmd_keys_import_version(args: argparse.Namespace) -> int:
     """``keys import-version``: material from a file or stdin, never from argv."""
     material = _read_material(args.file, args.encoding)
-    if len(material) not in (16, 24, 32):
-        raise CommandError(f"key material must be 16, 24 or 32 bytes, got {len(material)}", EXIT_USAGE)
+    if len(material) not in MATERIAL_SIZES:
+        raise CommandError(f"key material must be 16, 24, 32 or 64 bytes, got {len(material)}", EXIT_USAGE)
     with make_client(args) as client:
         key = client.import_version(args.name, material)
     print_key(key, args.json)

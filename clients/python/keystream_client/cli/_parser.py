@@ -220,8 +220,8 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
 
     imp = sub.add_parser("import", parents=[conn, as_json], help="import key material from a file")
     imp.description = (
-        "Import 16/24/32 bytes of key material from FILE ('-' = stdin); the service must run with "
-        "KEYSTREAM_ALLOW_KEY_IMPORT=true. Material never goes on the command line."
+        "Import 16/24/32 bytes of key material (64 with --type aes256-siv) from FILE ('-' = stdin); the "
+        "service must run with KEYSTREAM_ALLOW_KEY_IMPORT=true. Material never goes on the command line."
     )
     imp.add_argument("name")
     imp.add_argument("file", help="file holding the key ('-' = stdin)")
@@ -229,6 +229,12 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     imp.add_argument("--segment-size", type=parse_size)
     imp.add_argument("--deletion-allowed", action="store_true")
     imp.add_argument("--scheme", choices=SCHEMES, help="sealed format, as for `keys create`")
+    imp.add_argument(
+        "--type",
+        dest="key_type",
+        choices=KEY_TYPES,
+        help="the key's type (default: the AES type of the material's length; 64 bytes need aes256-siv)",
+    )
     imp.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
     imp.set_defaults(handler=cmd_keys_import)
 

@@ -173,3 +173,35 @@ def test_batch_stopped_midway_removes_the_partial_output(
     process.stdin.close()
     process.stderr.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_aes256_siv_key_from_the_cli_encrypts_equal_values_equally(cli: RunCli, tmp_path: Path) -> None:
+    created = cli("keys", "create", "cli-siv", "--type", "aes256-siv", "--json")
+    assert created.returncode == EXIT_OK, created.stderr
+    assert json.loads(created.stdout)["type"] == "aes256-siv"
+    records = [{"plaintext": b64(b"alice@example.com"), "associated_data": b64(b"users.email")}] * 2
+    records.append({"plaintext": b64(b"bob@example.com"), "associated_data": b64(b"users.email")})
+    sealed = tmp_path / "sealed.jsonl"
+    encrypted = cli(
+        "batch", "encrypt", "--key", "cli-siv", "--input", str(write_lines(tmp_path / "in.jsonl", records)),
+        "--output", str(sealed),
+    )  # fmt: skip
+    assert encrypted.returncode == EXIT_OK, encrypted.stderr
+    texts = [r["ciphertext"] for r in read_lines(sealed)]
+    assert texts[0] == texts[1] != texts[2]
+    decrypted = cli("batch", "decrypt", "--key", "cli-siv", "--input", str(sealed))
+    assert decrypted.returncode == EXIT_OK, decrypted.stderr
+    assert [r["plaintext"] for r in read_lines(decrypted.stdout)] == [r["plaintext"] for r in records]
+
+
+def test_64_bytes_import_as_an_aes256_siv_key_only_when_asked(cli: RunCli, tmp_path: Path) -> None:
+    material = tmp_path / "siv.key"
+    material.write_bytes(os.urandom(64))
+    guessed = cli("keys", "import", "cli-siv-guessed", str(material))
+    assert guessed.returncode != EXIT_OK
+    assert "16 (aes128), 24 (aes192), 32 (aes256) bytes long, got 64 bytes" in guessed.stderr.decode()
+    imported = cli("keys", "import", "cli-siv-imported", str(material), "--type", "aes256-siv", "--json")
+    assert imported.returncode == EXIT_OK, imported.stderr
+    assert json.loads(imported.stdout)["type"] == "aes256-siv"
+    again = cli("keys", "import-version", "cli-siv-imported", "--file", str(material), "--json")
+    assert again.returncode == EXIT_OK and json.loads(again.stdout)["latest_version"] == 2

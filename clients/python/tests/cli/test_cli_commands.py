@@ -159,7 +159,7 @@ def test_keys_import_from_file_and_stdin(cli: RunCli, tmp_path: Path) -> None:
     short = tmp_path / "short.bin"
     short.write_bytes(b"x" * 10)
     bad = cli("keys", "import", "cli-bad", str(short))
-    assert bad.returncode == EXIT_USAGE and b"16, 24 or 32 bytes" in bad.stderr
+    assert bad.returncode == EXIT_USAGE and b"16, 24, 32 or 64 bytes" in bad.stderr
 
 
 def test_keys_import_version_and_trim(cli: RunCli, tmp_path: Path) -> None:

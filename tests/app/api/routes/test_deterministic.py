@@ -199,3 +199,39 @@ async def test_the_transit_api_neither_shows_nor_changes_nor_uses_an_siv_key(api
     assert created.status_code == 400
     info = (await api.client.get("/v1/keys/emails", headers=auth)).json()
     assert info["latest_version"] == 1  # the refused rotation changed nothing
+
+
+async def test_imported_siv_material_is_the_key_tink_holds_and_its_type_must_be_asked_for(api: Api) -> None:
+    material = random.Random(5).randbytes(64)
+    auth = api.auth()
+    guessed = await api.client.post("/v1/keys/guessed/import", json={"key": b64(material)}, headers=auth)
+    assert guessed.status_code == 400 and "got 64 bytes" in guessed.json()["error"]["message"]
+    short = await api.client.post(
+        "/v1/keys/short/import", json={"key": b64(material[:32]), "type": SIV}, headers=auth
+    )
+    assert short.status_code == 400
+    assert (
+        "an imported aes256-siv key must be 64 bytes long, got 32 bytes" in short.json()["error"]["message"]
+    )
+    imported = await api.client.post(
+        "/v1/keys/moved/import", json={"key": b64(material), "type": SIV}, headers=auth
+    )
+    assert imported.status_code == 201 and imported.json()["type"] == SIV
+    ciphertext = tink_deterministic_aead([(1, material)]).encrypt_deterministically(b"kept", b"ad")
+    (opened,) = await decrypt(api, "moved", [{"ciphertext": b64(ciphertext), "associated_data": b64(b"ad")}])
+    assert (base64.b64decode(opened["plaintext"]), opened["key_version"]) == (b"kept", 1)
+
+
+@pytest.mark.parametrize("field", [{"scheme": "gcm"}, {"segment_size": 4096}])
+async def test_the_sealed_formats_fields_are_refused_for_an_siv_key(api: Api, field: dict[str, Any]) -> None:
+    (name,) = field
+    created = await api.client.post("/v1/keys", json={"name": "e", "type": SIV, **field}, headers=api.auth())
+    imported = await api.client.post(
+        "/v1/keys/e/import", json={"key": b64(bytes(64)), "type": SIV, **field}, headers=api.auth()
+    )
+    for response in (created, imported):
+        assert response.status_code == 400
+        assert (
+            f"takes no scheme or segment_size, the sealed format's settings; got {name}"
+            in (response.json()["error"]["message"])
+        )

@@ -19,7 +19,7 @@ from app.errors import (
     KeyVersionNotFoundError,
     ServiceUnavailableError,
 )
-from app.keystore import KeyStore, MasterKeyError
+from app.keystore import KeyOptions, KeyStore, MasterKeyError
 from tests.app.keystore.contract.conftest import Backing
 
 
@@ -306,3 +306,30 @@ def test_closed_store_refuses_calls(backing: Backing, master_key: bytes) -> None
         store.get_key("orders")
     with pytest.raises(ServiceUnavailableError, match="closed"):
         store.create_key("other")
+
+
+def test_import_key_takes_the_type_it_is_given_and_holds_the_material_to_it(store: KeyStore) -> None:
+    material = secrets.token_bytes(64)
+    info = store.import_key("det", material, key_type="aes256-siv")
+    assert (info.key_type, info.imported) == ("aes256-siv", True)
+    assert store.key_material("det", 1) == material
+    assert store.import_key("aes", material[:32], key_type="aes256").key_type == "aes256"
+    with pytest.raises(
+        BadRequestError, match="an imported aes256-siv key must be 64 bytes long, got 32 bytes"
+    ):
+        store.import_key("short", material[:32], key_type="aes256-siv")
+    with pytest.raises(BadRequestError, match="invalid key type 'aes512'"):
+        store.import_key("odd", material, key_type="aes512")
+    with pytest.raises(KeyNotFoundError):
+        store.get_key("short")
+
+
+@pytest.mark.parametrize(
+    "options", [KeyOptions(derived=True), KeyOptions(derived=True, convergent_encryption=True)]
+)
+def test_an_aes256_siv_key_takes_no_derivation(store: KeyStore, options: KeyOptions) -> None:
+    with pytest.raises(BadRequestError, match="derived and convergent_encryption apply to AES keys"):
+        store.create_key("det", "aes256-siv", options=options)
+    with pytest.raises(BadRequestError, match="derived and convergent_encryption apply to AES keys"):
+        store.import_key("det", secrets.token_bytes(64), options=options, key_type="aes256-siv")
+    assert store.create_key("det", "aes256-siv", options=KeyOptions(exportable=True)).options.exportable

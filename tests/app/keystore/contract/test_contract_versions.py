@@ -14,7 +14,9 @@ from app.keystore import KeyStore
 from tests.app.keystore.contract.conftest import Backing
 
 
-@pytest.mark.parametrize(("key_type", "size"), [("aes128", 16), ("aes192", 24), ("aes256", 32)])
+@pytest.mark.parametrize(
+    ("key_type", "size"), [("aes128", 16), ("aes192", 24), ("aes256", 32), ("aes256-siv", 64)]
+)
 def test_import_version_adds_the_given_material_as_latest(store: KeyStore, key_type: str, size: int) -> None:
     created = store.create_key("k", key_type)
     assert created.imported is False
