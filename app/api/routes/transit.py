@@ -30,7 +30,7 @@ from app.api import paths
 from app.api.deps import PrincipalDep, StateDep, get_principal, get_state
 from app.api.json_body import parse_body, validate_body
 from app.api.middleware.audit import note
-from app.api.params import check_associated_data, decode_base64
+from app.api.params import check_associated_data, decode_base64, decode_context
 from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer, vault_write
 from app.errors import BadRequestError, KeystreamError, PayloadTooLargeError
 from app.services import macs, transit
@@ -76,7 +76,7 @@ def _nonce(item: TransitItem | TransitDataKeyRequest) -> None:
 
 def _context(value: str | None) -> bytes | None:
     """A request's or item's ``context``, decoded (``None`` when absent or empty, as Vault reads it)."""
-    return decode_base64("context", value) or None if value else None
+    return decode_context(value, "context")
 
 
 def _required(value: str | None, field: str) -> str:
