@@ -140,6 +140,11 @@ def test_three_replicas_share_postgres_with_secrets_from_files(secrets_dir: Path
         assert replica["depends_on"]["postgres"]["condition"] == "service_healthy"
         assert "/readyz" in " ".join(replica["healthcheck"]["test"])
         assert replica["read_only"] is True
+        # The console's dashboard reads Prometheus where the browser on this host reaches it: the published
+        # port, for every replica alike (tests/app/e2e/test_e2e_console_prometheus.py runs it without Docker).
+        (published,) = services["prometheus"]["ports"]
+        host_port = published["published"] if isinstance(published, dict) else str(published).split(":")[1]
+        assert env["KEYSTREAM_UI_PROMETHEUS_URL"] == f"http://127.0.0.1:{host_port}"
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "pw"  # from postgres.env
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
     for name, service in services.items():

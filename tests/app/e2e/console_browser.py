@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect, sync_playwright
 
-from bench.service_process import ROOT_TOKEN, Server
+from bench.service_process import ROOT_TOKEN
 
 #: Debian's Chromium (scripts/install-tools.sh); Playwright's own browser download is not used.
 CHROMIUM = "/usr/bin/chromium"
@@ -68,8 +68,9 @@ def launched_chromium() -> Iterator[Browser]:
             launched.close()
 
 
-def sign_in(page: Page, server: Server, token: str = ROOT_TOKEN) -> None:
-    page.goto(f"{server.url}/ui/")
+def sign_in(page: Page, url: str, token: str = ROOT_TOKEN) -> None:
+    """Open the console at ``url`` (a server's, or a load balancer's in front of several) and sign in."""
+    page.goto(f"{url}/ui/")
     page.fill("#token", token)
     page.get_by_role("button", name="Sign in", exact=True).click()
     expect(page.locator("#sign-out")).to_be_visible()

@@ -121,7 +121,7 @@ def page(browser: Browser, server: Server) -> Iterator[tuple[Page, Watch]]:
 
 def test_a_person_manages_keys_data_and_tokens(page: tuple[Page, Watch], server: Server) -> None:
     browser_page, watch = page
-    sign_in(browser_page, server)
+    sign_in(browser_page, server.url)
     # The token is in this tab's sessionStorage only.
     assert browser_page.evaluate("sessionStorage.getItem('keystream.token')") == ROOT_TOKEN
     assert browser_page.evaluate("localStorage.length") == 0
@@ -243,7 +243,7 @@ def test_a_file_is_encrypted_in_the_page_and_opened_by_the_cli(
         client.create_key("file-key")
     plaintext = tmp_path / "report.bin"
     plaintext.write_bytes(os.urandom(5 * 1000 * 1000))
-    sign_in(browser_page, server)
+    sign_in(browser_page, server.url)
     browser_page.goto(f"{server.url}/ui/#/crypto")
     browser_page.fill("#crypto-key", "file-key")
 
@@ -387,7 +387,7 @@ def test_keyboard_reaches_every_control_and_axe_finds_nothing_serious(
     browser_page.goto(f"{server.url}/ui/")
     expect(browser_page.locator("#token")).to_be_visible()
     problems["sign-in"] = check_view(browser_page, axe_source)
-    sign_in(browser_page, server)
+    sign_in(browser_page, server.url)
     views = (
         ("keys", "#keys tbody tr"),
         ("keys/a11y-key", "#trim-input"),
@@ -432,7 +432,7 @@ def test_the_audit_view_shows_each_workers_chain_head_to_an_admin_only(
     """An admin token sees the audit log on and one head per worker file, each the head of a line in that
     file; a token without the admin scope sees that it is not allowed, in words."""
     browser_page, watch = page
-    sign_in(browser_page, server)
+    sign_in(browser_page, server.url)
     browser_page.goto(f"{server.url}/ui/#/audit")
     expect(browser_page.locator("#audit-state")).to_have_text("The audit log is on, one file per worker.")
     rows = browser_page.locator("#audit-heads tbody tr")
@@ -460,7 +460,7 @@ def test_the_audit_view_shows_each_workers_chain_head_to_an_admin_only(
 
     with KeystreamClient(server.url, ROOT_TOKEN) as client:
         limited = client.create_token(scopes=["encrypt", "decrypt"], description="not an admin").token
-    sign_in(browser_page, server, limited)
+    sign_in(browser_page, server.url, limited)
     browser_page.goto(f"{server.url}/ui/#/audit")
     expect(browser_page.locator("#audit-not-allowed")).to_have_text(
         "This token is not allowed to see the audit log's status: that takes a token with the admin scope."
@@ -480,7 +480,7 @@ def test_a_key_page_imports_a_version_and_trims_old_ones(page: tuple[Page, Watch
     with KeystreamClient(server.url, ROOT_TOKEN) as client:
         client.create_key("life", segment_size=4096)
         old = client.encrypt("life", b"sealed under version 1").data
-    sign_in(browser_page, server)
+    sign_in(browser_page, server.url)
     browser_page.goto(f"{server.url}/ui/#/keys/life")
     expect(browser_page.locator("#key-imported")).to_have_text("no")
     expect(browser_page.locator("#trim-nothing")).to_be_visible()
@@ -534,7 +534,7 @@ def test_import_refused_by_the_service_is_said_in_its_words(browser: Browser, tm
         with KeystreamClient(running.url, ROOT_TOKEN) as client:
             client.create_key("fixed")
         page = context.new_page()
-        sign_in(page, running)
+        sign_in(page, running.url)
         page.goto(f"{running.url}/ui/#/keys/fixed")
         page.fill("#import-material", base64.b64encode(bytes(32)).decode())
         page.get_by_role("button", name="Import version").click()
@@ -603,7 +603,7 @@ def test_a_file_transfer_that_stalls_is_given_up_in_words(
     given up with a message, and the page can be used again."""
     browser_page, watch = page
     held: list[Route] = []
-    sign_in(browser_page, server)
+    sign_in(browser_page, server.url)
     browser_page.goto(f"{server.url}/ui/#/crypto")
 
     def hold(route: Route) -> None:
@@ -636,7 +636,7 @@ def test_the_dashboard_draws_each_backends_throughput_and_latency(
     host = urlsplit(server.url).netloc  # /metrics' series are labelled with the server as the page sees it
     with KeystreamClient(server.url, ROOT_TOKEN) as client:
         client.create_key("dashboard-key")
-    sign_in(browser_page, server)
+    sign_in(browser_page, server.url)
     browser_page.goto(f"{server.url}/ui/#/dashboard")
     expect(browser_page.locator("#chart-throughput")).to_be_visible()
     expect(browser_page.locator("#dashboard-source")).to_contain_text("This server's /metrics")

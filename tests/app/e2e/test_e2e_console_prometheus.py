@@ -1,10 +1,12 @@
-"""The console's dashboard reading a real Prometheus that scrapes two real Keystream replicas.
+"""The console behind HAProxy, its dashboard reading a real Prometheus that scrapes two real replicas: the
+scale-out stack (deploy/compose/scaleout.yml) without Docker.
 
-Two replicas (two workers each, one shared keystore, ``KEYSTREAM_UI_PROMETHEUS_URL`` set) are scraped every
-second by Debian's Prometheus on the shipped configuration and recording rules. Under load on aesni and
-python, the dashboard of one replica, in headless Chromium, shows the summed throughput and, per replica,
-requests in flight, the batch budget and each worker's change-log lag, for both replicas; it asked the
-configured Prometheus and nothing else besides its own server, with no console error or CSP violation.
+Two replicas (two workers each, one shared keystore, ``KEYSTREAM_UI_PROMETHEUS_URL`` set) sit behind Debian's
+HAProxy with the configuration of :mod:`bench.haproxy_process` (the stack's), and Debian's Prometheus
+scrapes each replica every second on the shipped configuration and recording rules. Under load on aesni and
+python, the console opened through HAProxy in headless Chromium shows the summed throughput and, per
+replica, requests in flight, the batch budget and each worker's change-log lag, for both replicas; it asked
+HAProxy and the configured Prometheus and nothing else, with no console error or CSP violation.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
-from bench.service_process import ROOT_TOKEN, Server, started_servers
+from bench.haproxy_process import start_haproxy, stop_haproxy
+from bench.service_process import ROOT_TOKEN, Server, start_server, started_servers, stop_server
 from keystream_client import KeystreamClient
 from loadtests.service import free_port
 from tests.app.e2e.console_browser import Watch, launched_chromium, sign_in
@@ -35,6 +38,8 @@ SERIES_TIMEOUT_MS = 40_000
 @dataclass
 class Stack:
     replicas: list[Server]
+    #: HAProxy's URL: where a person opens the console.
+    console_url: str
     prometheus_url: str
     work: Path
 
@@ -50,7 +55,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         config = local_config({"keystream": [urlsplit(replica.url).netloc for replica in replicas]})
         with running_prometheus(config, work, prometheus_port) as url:
             assert url == prometheus_url
-            yield Stack(replicas, prometheus_url, work)
+            haproxy = start_haproxy(work, [(replica.host, replica.port) for replica in replicas])
+            try:
+                yield Stack(replicas, haproxy.url, prometheus_url, work)
+            finally:
+                stop_haproxy(haproxy)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +69,7 @@ def browser() -> Iterator[Browser]:
 
 
 def test_the_page_is_told_of_prometheus_and_may_connect_to_it_alone(stack: Stack) -> None:
-    response = httpx.get(f"{stack.replicas[0].url}/ui/config.json")
+    response = httpx.get(f"{stack.console_url}/ui/config.json")
     assert response.json() == {"prometheus_url": stack.prometheus_url}
     policy = dict(
         part.strip().split(" ", 1) for part in response.headers["Content-Security-Policy"].split(";")
@@ -69,8 +78,7 @@ def test_the_page_is_told_of_prometheus_and_may_connect_to_it_alone(stack: Stack
 
 
 def test_the_dashboard_shows_every_replica_from_prometheus(browser: Browser, stack: Stack) -> None:
-    console = stack.replicas[0]
-    with KeystreamClient(console.url, ROOT_TOKEN) as client:
+    with KeystreamClient(stack.console_url, ROOT_TOKEN) as client:
         client.create_key("dashboard-key")
     stop = threading.Event()
 
@@ -82,14 +90,14 @@ def test_the_dashboard_shows_every_replica_from_prometheus(browser: Browser, sta
 
     loaders = [threading.Thread(target=load, args=(replica,)) for replica in stack.replicas]
     context = browser.new_context(viewport={"width": 1280, "height": 800})
-    watch = Watch(console.url, allowed=(stack.prometheus_url,))
+    watch = Watch(stack.console_url, allowed=(stack.prometheus_url,))
     page = context.new_page()
     watch.attach(page)
     for loader in loaders:
         loader.start()
     try:
-        sign_in(page, console)
-        page.goto(f"{console.url}/ui/#/dashboard")
+        sign_in(page, stack.console_url)
+        page.goto(f"{stack.console_url}/ui/#/dashboard")
         expect(page.locator("#dashboard-source")).to_contain_text(f"Prometheus at {stack.prometheus_url}")
         expect(page.locator("#replicas")).to_have_text("2 replicas", timeout=SERIES_TIMEOUT_MS)
         idle = re.compile(r"^(–|0\.00)$")
@@ -128,7 +136,28 @@ def test_the_dashboard_shows_every_replica_from_prometheus(browser: Browser, sta
             loader.join()
         context.close()
     asked = {urlsplit(url).netloc for url in watch.urls}
-    assert asked == {urlsplit(console.url).netloc, urlsplit(stack.prometheus_url).netloc}, asked
+    assert asked == {urlsplit(stack.console_url).netloc, urlsplit(stack.prometheus_url).netloc}, asked
     assert any("/api/v1/query_range" in url for url in watch.urls)
     assert watch.foreign == []
     assert watch.errors == []
+
+
+def test_an_unreachable_prometheus_is_said_in_words(browser: Browser, tmp_path: Path) -> None:
+    """A configured Prometheus that does not answer: the dashboard says which one it cannot reach, in words,
+    and keeps to its two origins."""
+    unreachable = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    server = start_server(tmp_path / "data", tmp_path / "server.log", KEYSTREAM_UI_PROMETHEUS_URL=unreachable)
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    watch = Watch(server.url, allowed=(unreachable,))
+    page = context.new_page()
+    watch.attach(page)
+    try:
+        sign_in(page, server.url)
+        page.goto(f"{server.url}/ui/#/dashboard")
+        expect(page.get_by_role("alert")).to_have_text(f"cannot reach Prometheus at {unreachable}")
+    finally:
+        context.close()
+        stop_server(server)
+    assert watch.foreign == []
+    # The refused connections are Chromium's own console lines; nothing else went wrong, no CSP violation.
+    assert watch.errors and all("ERR_CONNECTION_REFUSED" in error for error in watch.errors), watch.errors
