@@ -210,7 +210,16 @@ def openapi_extra(kind: type[EncryptBatch | DecryptBatch], output_field: str) ->
         "properties": {"results": {"type": "array", "items": {"anyOf": [success, _ERROR_RESULT]}}},
         "required": ["results"],
     }
+    context = {
+        "name": "Keystream-Context",
+        "in": "header",
+        "required": False,
+        "description": "a derived key's context for every item, base64: required for a derived key, refused "
+        "for any other",
+        "schema": {"type": "string"},
+    }
     return {
+        "parameters": [context],
         "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
         "responses": {"200": {"content": {"application/json": {"schema": results}}}},
     }

@@ -233,6 +233,12 @@ OPENAPI_PARAMETERS = [
         "same as key_version= (if both are given they must be equal)",
         _KEY_VERSION_SCHEMA,
     ),
+    _parameter(
+        "Keystream-Context",
+        "header",
+        "a derived key's context, base64: required for a derived key, refused for any other",
+        {"type": "string", "pattern": BASE64_PATTERN},
+    ),
 ]
 
 

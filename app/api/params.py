@@ -35,6 +35,7 @@ class CryptoParams(NamedTuple):
     offset: int = 0
     associated_data: str | None = None
     content_length: int | None = None
+    context: str | None = None
 
     @classmethod
     def from_request(cls, request: Request, headers: dict[bytes, str]) -> CryptoParams:
@@ -72,6 +73,7 @@ class CryptoParams(NamedTuple):
             offset=_integer("offset", offset, 0, MAX_OFFSET) if "offset" in query else 0,
             associated_data=headers.get(b"keystream-associated-data") or None,
             content_length=int(declared) if declared is not None and is_ascii_integer(declared) else None,
+            context=headers.get(b"keystream-context") or None,
         )
 
 
@@ -131,6 +133,7 @@ _WANTED_HEADERS = frozenset(
         b"keystream-key-version",
         b"keystream-iv",
         b"keystream-associated-data",
+        b"keystream-context",
     }
 )
 
@@ -142,6 +145,7 @@ _SINGLE_HEADERS = {
     b"keystream-key-version": "Keystream-Key-Version",
     b"keystream-iv": "Keystream-IV",
     b"keystream-associated-data": "Keystream-Associated-Data",
+    b"keystream-context": "Keystream-Context",
 }
 #: Key of :func:`wanted_headers`' result naming the ``Keystream-*`` headers that came more than once (not a
 #: valid header name, so no request can set it).
@@ -272,3 +276,28 @@ Encoding = Literal["base64", "hex"]
 HashAlgorithm = Literal[
     "sha2-224", "sha2-256", "sha2-384", "sha2-512", "sha3-224", "sha3-256", "sha3-384", "sha3-512"
 ]
+
+
+#: The header that carries a derived key's context on the streaming and the batch routes (base64).
+CONTEXT_HEADER = "Keystream-Context"
+
+
+def decode_context(text: str | None, field: str = CONTEXT_HEADER) -> bytes | None:
+    """A derived key's ``context`` from its base64 ``text`` (``None`` when absent or empty).
+
+    Raises:
+        BadRequestError: malformed base64 (the message names ``field``).
+    """
+    return decode_base64(field, text) or None if text else None
+
+
+def header_context(request: Request) -> bytes | None:
+    """The ``Keystream-Context`` header of a batch request, decoded (``None`` without one).
+
+    Raises:
+        BadRequestError: the header is given more than once, or is not base64.
+    """
+    values = request.headers.getlist(CONTEXT_HEADER)
+    if len(values) > 1:
+        raise BadRequestError(f"header {CONTEXT_HEADER} given more than once; give it once")
+    return decode_context(values[0] if values else None)

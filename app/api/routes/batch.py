@@ -53,10 +53,11 @@ from app.api.params import (
     KeyVersion,
     check_associated_data,
     decode_base64,
+    header_context,
     refuse_repeated_query,
 )
 from app.api.strict_json import StrictJsonRoute
-from app.errors import KeystreamError
+from app.errors import BadRequestError, KeystreamError
 from app.services.deterministic import (
     deterministic_decryption_keys,
     deterministic_encryption_key,
@@ -159,9 +160,11 @@ async def encrypt_batch(
     principal.require("encrypt", name)
     chosen = state.backends.get(backend)
     items = await read_encrypt_batch(request, state.settings.batch_max_items)
+    context = header_context(request)
     if await is_deterministic(state.keycache, name):
+        _refuse_context(name, context)
         return await _encrypt_deterministic(name, request, state, items, key_version)
-    resolved = await encryption_key(state.keycache, name, chosen, key_version)
+    resolved = await encryption_key(state.keycache, name, chosen, key_version, context)
     note(
         request.scope,
         format="sealed",
@@ -204,11 +207,13 @@ async def decrypt_batch(
     principal.require("decrypt", name)
     chosen = state.backends.get(backend)
     items = await read_decrypt_batch(request, state.settings.batch_max_items)
+    context = header_context(request)
     if await is_deterministic(state.keycache, name):
+        _refuse_context(name, context)
         return await _decrypt_deterministic(name, request, state, items, key_version)
     # Cached metadata may predate a rotation by another worker: items that verify under no cached version
     # trigger one fresh read of the key's versions for the whole batch, not one per item.
-    keys = await decryption_keys(state.keycache, name, chosen, key_version)
+    keys = await decryption_keys(state.keycache, name, chosen, key_version, context)
     note(
         request.scope,
         format="sealed",
@@ -251,10 +256,12 @@ async def rewrap_batch(
     principal.require("rewrap", name)
     chosen = state.backends.get(backend)
     items = await read_decrypt_batch(request, state.settings.batch_max_items)
+    context = header_context(request)
     if await is_deterministic(state.keycache, name):
+        _refuse_context(name, context)
         return await _rewrap_deterministic(name, request, state, items, key_version)
-    keys = await decryption_keys(state.keycache, name, chosen, key_version)
-    target = await rewrap_target(state.keycache, name, chosen)
+    keys = await decryption_keys(state.keycache, name, chosen, key_version, context)
+    target = await rewrap_target(state.keycache, name, chosen, context)
     note(
         request.scope,
         format="sealed",
@@ -338,6 +345,18 @@ async def _rewrap_deterministic(
     del opened
     references = [item.reference for item in items]
     return json_response(_results(references, errors, outputs, "ciphertext"))
+
+
+def _refuse_context(name: str, context: bytes | None) -> None:
+    """Refuse a ``Keystream-Context`` for an ``aes256-siv`` key, which is never derived.
+
+    Raises:
+        BadRequestError: ``context`` was given.
+    """
+    if context is not None:
+        raise BadRequestError(
+            f"key {name!r} is not derived: a context is only for keys created with derived true"
+        )
 
 
 def request_handler(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:

@@ -26,7 +26,13 @@ from starlette.types import Scope
 
 from app.api import paths
 from app.api.middleware.audit import note
-from app.api.params import CryptoParams, check_associated_data, decode_base64, wanted_headers
+from app.api.params import (
+    CryptoParams,
+    check_associated_data,
+    decode_base64,
+    decode_context,
+    wanted_headers,
+)
 from app.api.pump import respond
 from app.errors import BadRequestError, ForbiddenError
 from app.services.crypto_step import CryptoStep, raw_step, sealed_step
@@ -83,6 +89,11 @@ def _check_declared_range(params: CryptoParams) -> None:
         check_range(params.offset, params.content_length)
 
 
+def _context(params: CryptoParams) -> bytes | None:
+    """A derived key's context from the ``Keystream-Context`` header (``None`` without one)."""
+    return decode_context(params.context)
+
+
 def _associated_data(state: ServiceState, params: CryptoParams) -> bytes:
     value = decode_base64("Keystream-Associated-Data", params.associated_data)
     return check_associated_data(value, state.settings.max_associated_data)
@@ -97,7 +108,7 @@ async def encrypt(request: Request) -> Response:
     if params.format == "sealed":
         _sealed_only(params)
         ad = _associated_data(state, params)
-        key = await encryption_key(state.keycache, name, chosen, params.key_version)
+        key = await encryption_key(state.keycache, name, chosen, params.key_version, _context(params))
         scheme = key.parameters.scheme
         note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
         headers["Keystream-Key-Version"] = str(key.version)
@@ -118,7 +129,7 @@ async def encrypt(request: Request) -> Response:
         )
     else:
         _raw_only(params)
-        key = await encryption_key(state.keycache, name, chosen, params.key_version)
+        key = await encryption_key(state.keycache, name, chosen, params.key_version, _context(params))
         note(request.scope, format="raw", scheme=key.parameters.scheme, backend=chosen.name)
         _check_declared_range(params)
         iv = parse_iv(params.iv) if params.iv else new_iv()
@@ -144,7 +155,9 @@ async def decrypt(request: Request) -> Response:
                 "format=raw decrypt needs key_version (the encrypt response's Keystream-Key-Version header)"
             )
         _check_declared_range(params)
-        key = (await decryption_keys(state.keycache, name, chosen, params.key_version)).first
+        key = (
+            await decryption_keys(state.keycache, name, chosen, params.key_version, _context(params))
+        ).first
         note(request.scope, format="raw", scheme=key.parameters.scheme, backend=chosen.name)
         iv = parse_iv(params.iv)
         step = raw_step(chosen, "decrypt", key.expanded, iv, params.offset, inline_max=inline_max)
@@ -153,7 +166,7 @@ async def decrypt(request: Request) -> Response:
 
     _sealed_only(params)
     ad = _associated_data(state, params)
-    keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
+    keys = await decryption_keys(state.keycache, name, chosen, params.key_version, _context(params))
     scheme = keys.first.parameters.scheme
     note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
     opening = Opening(state.settings, chosen, keys, ad)
@@ -182,8 +195,9 @@ async def rewrap(request: Request) -> Response:
     _sealed_only(params)
     chosen = state.backends.get(params.backend)
     ad = _associated_data(state, params)
-    keys = await decryption_keys(state.keycache, name, chosen, params.key_version)
-    target = await rewrap_target(state.keycache, name, chosen)
+    context = _context(params)
+    keys = await decryption_keys(state.keycache, name, chosen, params.key_version, context)
+    target = await rewrap_target(state.keycache, name, chosen, context)
     scheme = target.parameters.scheme
     note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
     rewrapper = sealed_rewrapper(keys, target, ad, chosen)

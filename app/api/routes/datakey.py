@@ -28,7 +28,7 @@ from app.api import paths
 from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.middleware.audit import note
 from app.api.openapi import errors
-from app.api.params import BASE64_PATTERN, check_associated_data, decode_base64
+from app.api.params import BASE64_PATTERN, check_associated_data, decode_base64, decode_context
 from app.api.strict_json import StrictJsonRoute
 from app.errors import KeystreamError
 from app.services.keys import encryption_key
@@ -53,6 +53,11 @@ class DataKeyRequest(BaseModel):
         default=None,
         description="base64; bound to the ciphertext (decrypt needs the same), at most max_associated_data "
         "bytes (413 beyond)",
+        json_schema_extra={"pattern": BASE64_PATTERN},
+    )
+    context: str | None = Field(
+        default=None,
+        description="a derived key's context, base64 (required for a derived key, refused for any other)",
         json_schema_extra={"pattern": BASE64_PATTERN},
     )
 
@@ -92,7 +97,8 @@ async def datakey(
         decode_base64("associated_data", body.associated_data), state.settings.max_associated_data
     )
     backend = state.backends.get(None)
-    resolved = await encryption_key(state.keycache, name, backend, None)
+    context = decode_context(body.context, "context")
+    resolved = await encryption_key(state.keycache, name, backend, None, context)
     note(
         request.scope,
         format="sealed",

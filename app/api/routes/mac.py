@@ -22,7 +22,7 @@ from app.api.deps import JsonBody, PrincipalDep, StateDep
 from app.api.errors import item_error
 from app.api.middleware.audit import note
 from app.api.openapi import errors
-from app.api.params import BASE64_PATTERN, decode_base64
+from app.api.params import BASE64_PATTERN, decode_base64, decode_context
 from app.api.strict_json import StrictJsonRoute
 from app.errors import KeystreamError
 from app.services import macs
@@ -46,6 +46,11 @@ class HmacRequest(BaseModel):
     input: str = _INPUT
     algorithm: Algorithm = _ALGORITHM
     key_version: int | None = Field(default=None, ge=1, description="the version to use (default: latest)")
+    context: str | None = Field(
+        default=None,
+        description="a derived key's context, base64 (required for a derived key, refused for any other)",
+        json_schema_extra={"pattern": BASE64_PATTERN},
+    )
 
 
 class HmacResponse(BaseModel):
@@ -66,6 +71,11 @@ class HmacBatchRequest(BaseModel):
     items: list[HmacItem]
     algorithm: Algorithm = _ALGORITHM
     key_version: int | None = Field(default=None, ge=1, description="the version to use (default: latest)")
+    context: str | None = Field(
+        default=None,
+        description="a derived key's context, base64 (required for a derived key, refused for any other)",
+        json_schema_extra={"pattern": BASE64_PATTERN},
+    )
 
 
 class VerifyRequest(BaseModel):
@@ -74,6 +84,11 @@ class VerifyRequest(BaseModel):
     input: str = _INPUT
     hmac: str = _TAG
     algorithm: Algorithm = _ALGORITHM
+    context: str | None = Field(
+        default=None,
+        description="a derived key's context, base64 (required for a derived key, refused for any other)",
+        json_schema_extra={"pattern": BASE64_PATTERN},
+    )
 
 
 class VerifyResponse(BaseModel):
@@ -94,18 +109,33 @@ class VerifyBatchRequest(BaseModel):
 
     items: list[VerifyItem]
     algorithm: Algorithm = _ALGORITHM
+    context: str | None = Field(
+        default=None,
+        description="a derived key's context, base64 (required for a derived key, refused for any other)",
+        json_schema_extra={"pattern": BASE64_PATTERN},
+    )
 
 
 def _decode(value: str) -> bytes:
     return decode_base64("input", value)
 
 
-async def _signer(state: ServiceState, name: str, version: int | None, algorithm: str) -> Signer:
-    return await macs.signer(state.keycache, state.backends.get(None), name, version, algorithm)
+async def _signer(
+    state: ServiceState, name: str, version: int | None, algorithm: str, context: str | None
+) -> Signer:
+    backend = state.backends.get(None)
+    return await macs.signer(
+        state.keycache, backend, name, version, algorithm, decode_context(context, "context")
+    )
 
 
-async def _verifier(state: ServiceState, name: str, version: int, algorithm: str) -> Signer:
-    return await macs.verifier(state.keycache, state.backends.get(None), name, version, algorithm)
+async def _verifier(
+    state: ServiceState, name: str, version: int, algorithm: str, context: str | None
+) -> Signer:
+    backend = state.backends.get(None)
+    return await macs.verifier(
+        state.keycache, backend, name, version, algorithm, decode_context(context, "context")
+    )
 
 
 @router.post(
@@ -117,7 +147,7 @@ async def hmac(
     """The HMAC of ``input`` under the key's latest version (or ``key_version``)."""
     principal.require("hmac", name)
     data = _decode(body.input)
-    signer = await _signer(state, name, body.key_version, body.algorithm)
+    signer = await _signer(state, name, body.key_version, body.algorithm, body.context)
     note(request.scope, key_version=signer.version, algorithm=body.algorithm)
     return {"hmac": signer.tag(data), "key_version": signer.version}
 
@@ -129,7 +159,7 @@ async def hmac_batch(
     """The HMAC of every item's ``input`` under one version: ``{"results": [{hmac, key_version,
     reference} or {error, reference}, ...]}``, in order."""
     principal.require("hmac", name)
-    signer = await _signer(state, name, body.key_version, body.algorithm)
+    signer = await _signer(state, name, body.key_version, body.algorithm, body.context)
     note(request.scope, key_version=signer.version, algorithm=body.algorithm, items=len(body.items))
     results: list[dict[str, Any]] = []
     for item in body.items:
@@ -153,7 +183,7 @@ async def verify(
     principal.require("verify", name)
     data = _decode(body.input)
     version, digest = parse_tag(body.hmac)
-    signer = await _verifier(state, name, version, body.algorithm)
+    signer = await _verifier(state, name, version, body.algorithm, body.context)
     valid = signer.verify(data, digest)
     note(request.scope, key_version=version, algorithm=body.algorithm, valid=valid)
     return {"valid": valid, "key_version": version}
@@ -175,7 +205,7 @@ async def verify_batch(
             version, digest = parse_tag(item.hmac)
             if version not in signers:
                 try:
-                    signers[version] = await _verifier(state, name, version, body.algorithm)
+                    signers[version] = await _verifier(state, name, version, body.algorithm, body.context)
                 except KeystreamError as exc:  # this version only (missing, below the minimum)
                     signers[version] = exc
             signer = signers[version]

@@ -275,10 +275,18 @@ async def test_openapi_documents_rewrap_and_its_batch(api: Api) -> None:
     schema = (await api.client.get("/openapi.json")).json()
     stream = schema["paths"]["/v1/keys/{name}/rewrap"]["post"]
     names = {parameter["name"] for parameter in stream["parameters"]}
-    assert names == {"name", "backend", "key_version", "Keystream-Associated-Data", "Keystream-Key-Version"}
+    assert names == {
+        "name",
+        "backend",
+        "key_version",
+        "Keystream-Associated-Data",
+        "Keystream-Key-Version",
+        "Keystream-Context",
+    }
     assert stream["operationId"] == "rewrap_stream"
     assert "application/octet-stream" in stream["requestBody"]["content"]
     batch = schema["paths"]["/v1/keys/{name}/rewrap/batch"]["post"]
     item = batch["requestBody"]["content"]["application/json"]["schema"]["properties"]["items"]["items"]
     assert set(item["properties"]) == {"ciphertext", "associated_data", "reference"}
     assert {"400", "401", "403", "404", "413", "503"} <= set(batch["responses"])
+    assert "Keystream-Context" in {parameter["name"] for parameter in batch["parameters"]}

@@ -105,3 +105,9 @@ def test_aes256_siv_keys_hold_64_bytes_of_material(store: KeyStore) -> None:
         store.import_key_version("det", bytes(32))
     with pytest.raises(BadRequestError, match=r"16 \(aes128\), 24 \(aes192\), 32 \(aes256\) bytes long"):
         store.import_key("guessed", secrets.token_bytes(64))  # never guessed from its length
+
+
+def test_an_aes256_siv_key_cannot_be_derived(store: KeyStore) -> None:
+    with pytest.raises(BadRequestError, match="derives no per-context keys"):
+        store.create_key("det", "aes256-siv", options=KeyOptions(derived=True))
+    assert store.create_key("det", "aes256-siv", options=KeyOptions(exportable=True)).options.exportable
