@@ -42,9 +42,10 @@ class _NoBody:
 NO_BODY = _NoBody()
 
 
-async def parse_body(request: Request) -> Any:
+async def parse_body(request: Request, *, any_type: bool = False) -> Any:
     """The request's body as FastAPI hands it to validation: parsed JSON for a JSON content type, else the
-    bytes; :data:`NO_BODY` for an empty body.
+    bytes; :data:`NO_BODY` for an empty body. ``any_type``: parsed as JSON whatever its ``Content-Type``, as
+    the Transit API's routes read bodies (:class:`app.api.vault.VaultJsonRoute`).
 
     Raises:
         RequestValidationError: malformed JSON (422; never echoed).
@@ -54,7 +55,7 @@ async def parse_body(request: Request) -> Any:
         return NO_BODY
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     main, _, sub = media_type.partition("/")
-    if main != "application" or not (sub == "json" or sub.endswith("+json")):
+    if not any_type and (main != "application" or not (sub == "json" or sub.endswith("+json"))):
         return raw
     try:
         return loads(raw)

@@ -586,3 +586,40 @@ def test_versions_live_in_secret_memory_zeroed_on_eviction_and_by_wipe(real_stor
     cache.wipe()  # sealing: zeroed now, though a request still holds it
     assert len(cache) == 0
     assert bytes(in_use.material) == bytes(len(known)) != known
+
+
+# -- aes256-siv keys -----------------------------------------------------------------------------------------
+
+
+def test_siv_versions_are_cached_apart_from_backends_and_refused_where_aes_keys_are_asked(
+    real_store: SqliteKeyStore, spy: SpyKeyStore, cache: KeyCache, backend: SpyBackend
+) -> None:
+    material = secrets.token_bytes(64)
+    real_store.import_key("det", material, key_type="aes256-siv")
+    real_store.rotate_key("det")
+    real_store.create_key("aes")
+    latest = cache.deterministic_key("det")
+    assert latest.version == 2 and len(latest.material) == 64 and backend.expansions == 0
+    assert [(k.version, bytes(k.material)) for k in cache.deterministic_candidates("det")][1] == (1, material)
+    reads = spy.calls["key_material"]
+    assert cache.deterministic_key("det", cached_only=True) is latest  # a hit: no keystore read
+    assert spy.calls["key_material"] == reads and "material" not in repr(latest)
+    with pytest.raises(BadRequestError, match="only the JSON batch routes"):
+        cache.resolve("det", None, backend)  # type: ignore[arg-type]
+    with pytest.raises(BadRequestError, match="only the JSON batch routes"):
+        cache.decryption_candidates("det", backend)  # type: ignore[arg-type]
+    with pytest.raises(BadRequestError, match="key 'aes' is aes256, not aes256-siv"):
+        cache.deterministic_key("aes")
+    real_store.update_key("det", min_decryption_version=2)
+    cache.invalidate("det")
+    assert [k.version for k in cache.deterministic_candidates("det")] == [2]
+    with pytest.raises(BadRequestError, match="below its min_decryption_version"):
+        cache.deterministic_candidates("det", 1)
+
+
+def test_wipe_zeroes_siv_versions_too(real_store: SqliteKeyStore, cache: KeyCache) -> None:
+    real_store.create_key("det", "aes256-siv")
+    material = cache.deterministic_key("det").material
+    assert any(material)
+    cache.wipe()
+    assert not any(material) and len(cache) == 0

@@ -14,7 +14,6 @@ from typing import Any
 
 from app.errors import ConflictError
 
-from ..checks import check_token_record
 from ..records import TokenRecord
 from .schema import from_text, to_text
 
@@ -25,20 +24,20 @@ _SELECT = (
 
 
 def insert_token(conn: sqlite3.Connection, record: TokenRecord) -> None:
-    """Store ``record``.
+    """Store the checked ``record`` (:func:`~app.keystore.checks.check_token_record`: the template checks
+    every record before it reaches a store).
 
     Raises:
-        BadRequestError: a field of ``record`` has the wrong type or shape.
-        ConflictError: a token with the same id exists.
+        ConflictError: a token with the same id exists (nothing is written).
     """
-    values = token_values(record)
-    if conn.execute("SELECT 1 FROM tokens WHERE token_id = ?", (record.token_id,)).fetchone():
-        raise ConflictError(f"token {record.token_id!r} already exists")
-    conn.execute(
+    inserted = conn.execute(
         "INSERT INTO tokens (token_id, secret_hash, scopes, key_patterns, description, created_at, "
-        "ttl_seconds, expires_at, max_expires_at, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        values,
+        "ttl_seconds, expires_at, max_expires_at, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (token_id) DO NOTHING",
+        token_values(record),
     )
+    if inserted.rowcount != 1:
+        raise ConflictError(f"token {record.token_id!r} already exists")
 
 
 def read_token(conn: sqlite3.Connection, token_id: str) -> TokenRecord | None:
@@ -71,13 +70,8 @@ def count_tokens(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT COUNT(*) FROM tokens").fetchone()[0])
 
 
-def token_values(record: TokenRecord) -> tuple[object, ...]:
-    """The row of ``record``, after checking every field (:func:`~app.keystore.checks.check_token_record`).
-
-    Raises:
-        BadRequestError: a field has the wrong type or shape (the message names it, never the hash).
-    """
-    checked = check_token_record(record)
+def token_values(checked: TokenRecord) -> tuple[object, ...]:
+    """The row of a checked record (:func:`~app.keystore.checks.check_token_record`)."""
     return (
         checked.token_id,
         checked.secret_hash,

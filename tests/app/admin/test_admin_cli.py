@@ -117,9 +117,8 @@ def test_serve_refuses_a_prometheus_url_with_credentials_without_echoing_them(tm
     result = _serve("--data-dir", str(tmp_path / "data"), "--port", "0", env=env)
     assert result.returncode == EXIT_USAGE, result.stderr
     lines = result.stderr.decode().strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(
-        "keystream-server: error: cannot start: invalid settings: "
-    )
+    assert len(lines) == 1
+    assert lines[0].startswith("keystream-server: error: cannot start: invalid settings: ")
     assert "KEYSTREAM_UI_PROMETHEUS_URL: must not hold a user or password" in lines[0], lines[0]
     assert b"Hunter2" not in result.stderr + result.stdout and b"ops:" not in result.stderr
     assert not (tmp_path / "data").exists()

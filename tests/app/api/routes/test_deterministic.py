@@ -4,8 +4,10 @@ rotation, and a clear 400 from every route that does not serve them."""
 from __future__ import annotations
 
 import base64
+import json
 import random
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,22 +38,24 @@ async def _post(api: Api, path: str, body: dict[str, Any]) -> Any:
     return response.json()
 
 
-async def encrypt(api: Api, name: str, items: list[dict[str, str]], **params: Any) -> list[dict[str, Any]]:
+async def batch(
+    api: Api, name: str, operation: str, items: list[dict[str, str]], **params: Any
+) -> list[dict[str, Any]]:
+    """The results of a 200 ``/v1/keys/{name}/{operation}/batch``."""
     response = await api.client.post(
-        f"/v1/keys/{name}/encrypt/batch", json={"items": items}, params=params, headers=api.auth()
+        f"/v1/keys/{name}/{operation}/batch", json={"items": items}, params=params, headers=api.auth()
     )
     assert response.status_code == 200, response.text
     results: list[dict[str, Any]] = response.json()["results"]
     return results
+
+
+async def encrypt(api: Api, name: str, items: list[dict[str, str]], **params: Any) -> list[dict[str, Any]]:
+    return await batch(api, name, "encrypt", items, **params)
 
 
 async def decrypt(api: Api, name: str, items: list[dict[str, str]], **params: Any) -> list[dict[str, Any]]:
-    response = await api.client.post(
-        f"/v1/keys/{name}/decrypt/batch", json={"items": items}, params=params, headers=api.auth()
-    )
-    assert response.status_code == 200, response.text
-    results: list[dict[str, Any]] = response.json()["results"]
-    return results
+    return await batch(api, name, "decrypt", items, **params)
 
 
 async def siv_key(api: Api, name: str, material: bytes | None = None) -> dict[str, Any]:
@@ -126,9 +130,7 @@ async def test_rotation_keeps_old_items_opening_under_their_version_and_rewrap_m
     assert pinned["ciphertext"] == old["ciphertext"] and pinned["key_version"] == 1
     only_v2 = await decrypt(api, "emails", both, key_version=2)
     assert only_v2[0]["error"]["code"] == "decryption_failed" and only_v2[1]["key_version"] == 2
-    rewrapped = (
-        await _post(api, "/v1/keys/emails/rewrap/batch", {"items": [both[0], {"ciphertext": b64(bytes(8))}]})
-    )["results"]
+    rewrapped = await batch(api, "emails", "rewrap", [both[0], {"ciphertext": b64(bytes(8))}])
     assert rewrapped[0]["ciphertext"] == new["ciphertext"] and rewrapped[0]["key_version"] == 2
     assert rewrapped[1]["error"]["code"] == "decryption_failed"
     await api.client.patch("/v1/keys/emails", json={"min_decryption_version": 2}, headers=api.auth())
@@ -235,3 +237,36 @@ async def test_the_sealed_formats_fields_are_refused_for_an_siv_key(api: Api, fi
             f"takes no scheme or segment_size, the sealed format's settings; got {name}"
             in (response.json()["error"]["message"])
         )
+
+
+async def test_the_material_the_service_generates_is_a_key_tink_uses_as_is(api: Api) -> None:
+    await siv_key(api, "generated")
+    await _post(api, "/v1/keys/generated/rotate", {})
+    keystore = api.app.state.keystream.keystore  # no export route yet: the keystore's own read
+    tink = tink_deterministic_aead([(2, bytes(keystore.key_material("generated", 2)))])
+    (ours,) = await encrypt(api, "generated", [{"plaintext": b64(b"v"), "associated_data": b64(b"c")}])
+    assert ours["key_version"] == 2
+    assert tink.decrypt_deterministically(base64.b64decode(ours["ciphertext"]), b"c") == b"v"
+    theirs = tink.encrypt_deterministically(b"w", b"c")
+    (opened,) = await decrypt(api, "generated", [{"ciphertext": b64(theirs), "associated_data": b64(b"c")}])
+    assert (base64.b64decode(opened["plaintext"]), opened["key_version"]) == (b"w", 2)
+
+
+async def test_audit_records_name_the_siv_format_and_version_and_hold_no_value(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "audit.log"
+    async with running_api(settings_factory(audit_log=str(path))) as audited:
+        await siv_key(audited, "emails")
+        await _post(audited, "/v1/keys/emails/rotate", {})
+        (sealed,) = await encrypt(audited, "emails", [{"plaintext": b64(b"carol@example.com")}])
+        await decrypt(audited, "emails", [{"ciphertext": sealed["ciphertext"]}])
+    records = {
+        line["route"]: line
+        for line in map(json.loads, path.read_text().splitlines())
+        if line["type"] == "response" and "batch" in str(line["route"])
+    }
+    encrypted = records["/v1/keys/{name}/encrypt/batch"]
+    assert (encrypted["format"], encrypted["backend"], encrypted["key_version"]) == ("siv", "openssl", 2)
+    assert records["/v1/keys/{name}/decrypt/batch"]["format"] == "siv"
+    assert b"carol" not in path.read_bytes() and b64(b"carol@example.com").encode() not in path.read_bytes()
