@@ -10,7 +10,10 @@ a Markdown table when ``--out`` is given.
     python -m bench.bench_batch --checkout before=/work/main --checkout after=. --rounds 3 --seconds 5
     python -m bench.bench_batch --checkout ctr-hmac=. --checkout gcm=.@gcm   # two schemes, one checkout
 
-A checkout spec may end in ``@SCHEME`` to override ``--scheme`` for that server.
+A checkout spec may end in ``@SCHEME`` to override ``--scheme`` for that server; ``@aes256-siv`` makes that
+server's key an ``aes256-siv`` key instead (deterministic AES-SIV, no scheme):
+
+    python -m bench.bench_batch --checkout sealed=. --checkout siv=.@aes256-siv
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from bench.service_process import MASTER_KEY, ROOT_TOKEN, free_port
 
 ITEMS = 100
 ITEM_BYTES = 1024
+#: The ``@SCHEME`` that makes a server's key an ``aes256-siv`` key.
+DETERMINISTIC = "aes256-siv"
 WORKLOADS = [("encrypt", 1), ("encrypt", 16), ("decrypt", 1), ("decrypt", 16)]
 LUA = """wrk.method = "POST"
 wrk.headers["Authorization"] = "Bearer {token}"
@@ -80,10 +85,13 @@ def start(repo: Path, python: str, data_dir: Path, log: Path) -> tuple[subproces
 
 
 def prepare(url: str, work: Path, name: str, scheme: str) -> dict[str, Path]:
-    """Create the key, write the encrypt and decrypt bodies and Lua scripts; check the round trip."""
+    """Create the key (``scheme`` ``aes256-siv``: a key of that type), write the encrypt and decrypt bodies
+    and Lua scripts; check the round trip."""
     auth = {"Authorization": f"Bearer {ROOT_TOKEN}"}
     with httpx.Client(base_url=url, headers=auth, timeout=60) as client:
         key = {"name": "bench", "type": "aes256", "scheme": scheme}
+        if scheme == DETERMINISTIC:
+            key = {"name": "bench", "type": DETERMINISTIC}
         client.post("/v1/keys", json=key).raise_for_status()
         plaintexts = [os.urandom(ITEM_BYTES) for _ in range(ITEMS)]
         encrypt_body = {"items": [{"plaintext": base64.b64encode(p).decode()} for p in plaintexts]}
@@ -133,7 +141,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--checkout", action="append", required=True, help="NAME=REPO[:PYTHON][@SCHEME]")
-    parser.add_argument("--scheme", default="ctr-hmac", choices=("ctr-hmac", "gcm"), help="the key's scheme")
+    parser.add_argument(
+        "--scheme",
+        default="ctr-hmac",
+        choices=("ctr-hmac", "gcm", DETERMINISTIC),
+        help=f"the key's scheme ({DETERMINISTIC}: a key of that type)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--out", type=Path, help="write results JSON here (and a .md table next to it)")

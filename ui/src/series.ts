@@ -102,7 +102,11 @@ export function localSeries(local: Local, before: Reading, after: Reading): [Lab
       values = sumOf(after.samples, [local.metric], group);
       break;
     case "age":
-      values = new Map([...sumOf(after.samples, [local.metric], group)].map(([k, v]) => [k, Math.max(0, after.serverNow - v)]));
+      // A timestamp gauge read against the server's clock, as Prometheus' time() - metric is.
+      values = new Map();
+      for (const [key, at] of sumOf(after.samples, [local.metric], group)) {
+        values.set(key, Math.max(0, after.serverNow - at));
+      }
       break;
     case "rate_share": {
       const byLabel = (labels: Labels): string => (labels[local.label ?? ""] === local.value ? "share" : "rest");

@@ -152,7 +152,8 @@ async def encrypt_batch(
     backend: BackendQuery = None,
     key_version: VersionQuery = None,
 ) -> Response:
-    """Seal every item's ``plaintext``.
+    """Seal every item's ``plaintext`` (deterministic AES-SIV under an ``aes256-siv`` key: equal plaintexts
+    with equal associated data give equal ciphertexts).
 
     Returns ``{"results": [...]}``, one ``{ciphertext, key_version, reference}`` or
     ``{error, reference}`` per item, in order.
@@ -199,7 +200,8 @@ async def decrypt_batch(
     backend: BackendQuery = None,
     key_version: VersionQuery = None,
 ) -> Response:
-    """Open every item's ``ciphertext``.
+    """Open every item's ``ciphertext`` (an ``aes256-siv`` key's versions tried newest first, as the sealed
+    format's).
 
     Returns ``{"results": [...]}``, one ``{plaintext, key_version, reference}`` or
     ``{error, reference}`` per item, in order.

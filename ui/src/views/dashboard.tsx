@@ -180,7 +180,9 @@ export function DashboardView() {
       setHistory((old) => {
         const next: History = {};
         for (const [chart, fresh] of answers) {
-          const scaled = fresh.map(([name, points]) => [name, points.map(([at, v]) => [at, v * chart.scale])] as [string, [number, number][]]);
+          const scaled = fresh.map(
+            ([name, points]) => [name, points.map(([at, v]) => [at, v * chart.scale])] as [string, [number, number][]],
+          );
           next[chart.id] = merged(old[chart.id] ?? {}, scaled, start, end);
         }
         return next;

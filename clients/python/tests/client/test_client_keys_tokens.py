@@ -8,6 +8,7 @@ import pytest
 
 from keystream_client import (
     AsyncKeystreamClient,
+    BatchItem,
     KeystreamAPIError,
     KeystreamClient,
     KeystreamConnectionError,
@@ -243,3 +244,23 @@ async def test_async_import_version_and_trim(server: RunningServer, key_name: st
         assert (await ks.import_version(key_name, os.urandom(32))).latest_version == 2
         await ks.configure_key(key_name, min_decryption_version=2)
         assert [v.version for v in (await ks.trim(key_name, 2)).versions] == [2]
+
+
+def test_an_aes256_siv_key_made_or_imported_by_the_client_encrypts_deterministically(
+    client: KeystreamClient, key_name: str
+) -> None:
+    assert client.create_key(key_name, key_type="aes256-siv").type == "aes256-siv"
+    items = [
+        BatchItem(b"alice", associated_data=b"users.email"),
+        BatchItem(b"alice", associated_data=b"users.email"),
+    ]
+    first, second = client.encrypt_batch(key_name, items)
+    assert first.data == second.data and first.key_version == 1
+    opened = client.decrypt_batch(key_name, [BatchItem(first.data or b"", associated_data=b"users.email")])
+    assert [(result.data, result.key_version) for result in opened] == [(b"alice", 1)]
+    material = os.urandom(64)
+    imported = client.import_key(key_name + "-imp", material, key_type="aes256-siv")
+    assert (imported.type, imported.imported) == ("aes256-siv", True)
+    with pytest.raises(KeystreamAPIError) as guessed:
+        client.import_key(key_name + "-guessed", material)
+    assert guessed.value.status == 400 and "got 64 bytes" in str(guessed.value)

@@ -4,8 +4,10 @@ rotation, and a clear 400 from every route that does not serve them."""
 from __future__ import annotations
 
 import base64
+import json
 import random
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -248,3 +250,23 @@ async def test_the_material_the_service_generates_is_a_key_tink_uses_as_is(api: 
     theirs = tink.encrypt_deterministically(b"w", b"c")
     (opened,) = await decrypt(api, "generated", [{"ciphertext": b64(theirs), "associated_data": b64(b"c")}])
     assert (base64.b64decode(opened["plaintext"]), opened["key_version"]) == (b"w", 2)
+
+
+async def test_audit_records_name_the_siv_format_and_version_and_hold_no_value(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    path = tmp_path / "audit.log"
+    async with running_api(settings_factory(audit_log=str(path))) as audited:
+        await siv_key(audited, "emails")
+        await _post(audited, "/v1/keys/emails/rotate", {})
+        (sealed,) = await encrypt(audited, "emails", [{"plaintext": b64(b"carol@example.com")}])
+        await decrypt(audited, "emails", [{"ciphertext": sealed["ciphertext"]}])
+    records = {
+        line["route"]: line
+        for line in map(json.loads, path.read_text().splitlines())
+        if line["type"] == "response" and "batch" in str(line["route"])
+    }
+    encrypted = records["/v1/keys/{name}/encrypt/batch"]
+    assert (encrypted["format"], encrypted["backend"], encrypted["key_version"]) == ("siv", "openssl", 2)
+    assert records["/v1/keys/{name}/decrypt/batch"]["format"] == "siv"
+    assert b"carol" not in path.read_bytes() and b64(b"carol@example.com").encode() not in path.read_bytes()
