@@ -346,6 +346,32 @@ class KeyStore(abc.ABC):
         check_integer("key version", version)
         return self._key_material(name, version)
 
+    def export_material(
+        self, name: str, version: int | None = None
+    ) -> tuple[KeyInfo, list[tuple[int, memoryview]]]:
+        """The metadata of key ``name`` and the material of ``version`` (every remaining version when
+        ``None``), oldest first, for an export; only for a key whose ``exportable`` option is on.
+
+        The material is as :meth:`key_material` gives it (locked memory); callers keep it out of logs.
+
+        Raises:
+            BadRequestError: invalid name or version, or the key is not exportable.
+            KeyNotFoundError: no such key.
+            KeyVersionNotFoundError: the key has no such version.
+        """
+        info = self.get_key(name)
+        if not info.options.exportable:
+            raise BadRequestError(
+                f"key {name!r} is not exportable: set exportable to true first (it cannot be turned off "
+                "again)"
+            )
+        if version is None:
+            versions = [entry.version for entry in info.versions]
+        else:
+            check_integer("version", version)
+            versions = [version]
+        return info, [(number, self.key_material(name, number)) for number in versions]
+
     @property
     def seal(self) -> Seal:
         """The seal this keystore wraps and unwraps with (the one it was opened with)."""

@@ -17,6 +17,7 @@ from keystream_client.cli._commands import (
     cmd_keys_config,
     cmd_keys_create,
     cmd_keys_delete,
+    cmd_keys_export,
     cmd_keys_import,
     cmd_keys_import_version,
     cmd_keys_list,
@@ -262,6 +263,16 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     trim.add_argument("--min-available-version", type=_positive, required=True)
     trim.set_defaults(handler=cmd_keys_trim)
 
+    export = sub.add_parser("export", parents=[conn], help="print an exportable key's material")
+    export.description = (
+        'Print the material of key NAME (created or configured exportable) as JSON {"<version>": '
+        '"<base64>"}: every remaining version, or --version (a number or latest). Needs the admin scope; '
+        "what it prints is the key itself."
+    )
+    export.add_argument("name")
+    export.add_argument("--version", help="a version number or latest (default: every version)")
+    export.set_defaults(handler=cmd_keys_export)
+
     listing = sub.add_parser("list", parents=[conn, as_json], help="list keys")
     listing.description = "List the keys this token may see."
     listing.set_defaults(handler=cmd_keys_list)
@@ -289,6 +300,12 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         help="allow deleting the key",
     )
     config.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
+    config.add_argument(
+        "--exportable", action="store_true", help="let the key's material be exported (never undone)"
+    )
+    config.add_argument(
+        "--allow-plaintext-backup", action="store_true", help="let the key be backed up (never undone)"
+    )
     config.set_defaults(handler=cmd_keys_config)
 
 

@@ -188,6 +188,18 @@ def test_keys_import_version_and_trim(cli: RunCli, tmp_path: Path) -> None:
     assert cli("keys", "trim", "cli-life", "--min-available-version", "0").returncode == EXIT_USAGE
 
 
+def test_keys_export(cli: RunCli) -> None:
+    assert cli("keys", "create", "cli-export").returncode == EXIT_OK
+    refused = cli("keys", "export", "cli-export")
+    assert refused.returncode != EXIT_OK and b"not exportable" in refused.stderr
+    assert cli("keys", "config", "cli-export", "--exportable").returncode == EXIT_OK
+    exported = _json(cli("keys", "export", "cli-export"))
+    assert isinstance(exported, dict) and list(exported) == ["1"]
+    assert len(base64.b64decode(exported["1"])) == 32
+    latest = _json(cli("keys", "export", "cli-export", "--version", "latest"))
+    assert latest == exported
+
+
 def test_tokens_commands(cli: RunCli, key: str) -> None:
     created = cli("tokens", "create", "--scope", "encrypt", "--key-pattern", key, "--description", "ci job")
     assert created.returncode == EXIT_OK, created.stderr
