@@ -31,6 +31,7 @@ from app.api.routes import (
     batch,
     crypto,
     datakey,
+    key_export,
     keys,
     mac,
     ops,
@@ -38,6 +39,7 @@ from app.api.routes import (
     tokens,
     tools,
     transit,
+    transit_export,
     transit_keys,
 )
 from app.core import metric_buffer
@@ -126,8 +128,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(mac.router)
     app.include_router(tools.router)
     app.include_router(keys.router)
+    app.include_router(key_export.router)
     app.include_router(transit_keys.router)
     app.include_router(transit.router)
+    app.include_router(transit_export.router)
     app.include_router(tokens.router)
     app.include_router(auth.router)
     app.include_router(audit.router)

@@ -13,6 +13,12 @@ loopback on Linux) so that the limiter is on the path, as it is for every login,
 The machine is shared: the report prints the CPU model, the date and the load average before and after each
 series; compare figures taken at similar load. Run: ``.venv/bin/python -m bench.bench_login`` (``--logins``
 per series, ``--json PATH`` to keep the figures).
+
+``--baseline REPO`` (another checkout, built) compares two versions at the same load: a 1-worker server of
+each, the logins of each algorithm in batches of :data:`BASELINE_BATCH` alternated between them
+(``--rounds`` each), and per server the median of the batches' CPU time per login with p50 and p99 over all
+its logins. Alternating makes the two share whatever else runs on the machine, which the separate series
+above cannot.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ ALGORITHMS = ("RS256", "ES256", "EdDSA")
 #: Loopback source addresses the logins are spread over (each has its own attempt buckets).
 SOURCE_ADDRESSES = 200
 WARMUP_LOGINS = 50
+#: Logins per batch when a baseline checkout is compared (``--baseline``).
+BASELINE_BATCH = 300
 
 
 def signers() -> dict[str, Signer]:
@@ -160,9 +168,12 @@ def first_logins(
 
 
 @contextmanager
-def running(workers: int, directory: Path) -> Iterator[Server]:
+def running(workers: int, directory: Path, repo: Path = REPO, name: str = "") -> Iterator[Server]:
+    """A server of the checkout ``repo`` with ``workers`` workers, its data and log under ``directory``."""
+    data = directory / f"data{name}-{workers}"
+    data.mkdir()
     server = start_server(
-        directory / f"data-{workers}", directory / f"server-{workers}.log", KEYSTREAM_WORKERS=str(workers)
+        data, directory / f"server{name}-{workers}.log", repo=repo, KEYSTREAM_WORKERS=str(workers)
     )
     try:
         yield server
@@ -170,8 +181,51 @@ def running(workers: int, directory: Path) -> Iterator[Server]:
         stop_server(server)
 
 
-def run(logins: int, trials: int, worker_counts: list[int]) -> dict[str, Any]:
-    """Every series, for each worker count."""
+def against_baseline(
+    baseline: Path, directory: Path, issuer: Issuer, jwts: dict[str, str], rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Per algorithm and server (``baseline``, ``this``): logins in alternated batches (the module doc)."""
+    results: dict[str, dict[str, Any]] = {}
+    with (
+        running(1, directory, baseline, "-baseline") as before,
+        running(1, directory, REPO, "-this") as after,
+    ):
+        servers = {"baseline": before, "this": after}
+        clients = {name: LoginClients(server) for name, server in servers.items()}
+        try:
+            for server in servers.values():
+                configure(server, issuer)
+            for algorithm, jwt in jwts.items():
+                cpu: dict[str, list[float]] = {name: [] for name in servers}
+                samples: dict[str, list[float]] = {name: [] for name in servers}
+                for name in servers:
+                    for _ in range(WARMUP_LOGINS):
+                        clients[name].login(jwt)
+                load_before = load()
+                for _ in range(rounds):
+                    for name, server in servers.items():
+                        process = psutil.Process(server.process.pid)
+                        cpu_before = tree_cpu_seconds(process)
+                        samples[name] += [clients[name].login(jwt) for _ in range(BASELINE_BATCH)]
+                        cpu[name].append((tree_cpu_seconds(process) - cpu_before) / BASELINE_BATCH * 1e3)
+                results[algorithm] = {
+                    name: {
+                        **summary(samples[name]),
+                        "server_cpu_ms_per_login": statistics.median(cpu[name]),
+                        "logins": len(samples[name]),
+                    }
+                    for name in servers
+                } | {"load_before": load_before, "load_after": load()}
+        finally:
+            for client in clients.values():
+                client.close()
+    return results
+
+
+def run(
+    logins: int, trials: int, worker_counts: list[int], baseline: Path | None = None, rounds: int = 6
+) -> dict[str, Any]:
+    """Every series, for each worker count; then, with ``baseline``, the comparison against it."""
     keys = signers()
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -187,7 +241,6 @@ def run(logins: int, trials: int, worker_counts: list[int]) -> dict[str, Any]:
             name: signer.sign(k8s_claims("billing", "api", lifetime=86_400)) for name, signer in keys.items()
         }
         for workers in worker_counts:
-            (directory / f"data-{workers}").mkdir()
             with running(workers, directory) as server:
                 configure(server, issuer)
                 clients = LoginClients(server)
@@ -198,6 +251,13 @@ def run(logins: int, trials: int, worker_counts: list[int]) -> dict[str, Any]:
                     }
                 finally:
                     clients.close()
+        if baseline is not None:
+            report["baseline"] = {
+                "repo": str(baseline),
+                "rounds": rounds,
+                "batch": BASELINE_BATCH,
+                "cached": against_baseline(baseline, directory, issuer, jwts, rounds),
+            }
     report["load_end"] = load()
     return report
 
@@ -223,6 +283,21 @@ def print_report(report: dict[str, Any]) -> None:
         )
 
 
+def print_baseline(comparison: dict[str, Any]) -> None:
+    print(
+        f"against {comparison['repo']} (1 worker each, {comparison['rounds']} alternated batches of "
+        f"{comparison['batch']} logins per algorithm)"
+    )
+    print(f"{'series':<14} {'server':<9} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7}  load")
+    for algorithm, figures in comparison["cached"].items():
+        for name in ("baseline", "this"):
+            row = figures[name]
+            print(
+                f"{'cached ' + algorithm:<14} {name:<9} {row['p50_ms']:7.2f} {row['p99_ms']:7.2f} "
+                f"{row['server_cpu_ms_per_login']:7.2f}  {figures['load_before']} -> {figures['load_after']}"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -231,9 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=30, help="first logins (JWKS fetched) per worker count")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to run")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--baseline", type=Path, help="another checkout (built) to compare against")
+    parser.add_argument("--rounds", type=int, default=6, help="alternated batches per server (--baseline)")
     args = parser.parse_args(argv)
-    report = run(args.logins, args.trials, args.workers)
+    report = run(args.logins, args.trials, args.workers, args.baseline, args.rounds)
     print_report(report)
+    if "baseline" in report:
+        print_baseline(report["baseline"])
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

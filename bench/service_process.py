@@ -92,9 +92,12 @@ def start_server(
     open_files: int | None = None,
     tls: ServerTlsFiles | None = None,
     settings: Mapping[str, str] | None = None,
+    repo: Path = REPO,
     **env_overrides: str,
 ) -> Server:
     """Run ``serve()`` with ``KEYSTREAM_*`` overrides and wait (<= 30 s) until ``/healthz`` answers.
+
+    ``repo`` is the checkout whose ``app`` runs (another one: a benchmark's baseline; it must be built).
 
     ``tls`` serves HTTPS with those files (``Server.url`` is then ``https://``; ``Server.client()`` verifies
     against ``tls.ca_file`` and presents ``tls.client_cert``).
@@ -131,7 +134,7 @@ def start_server(
     with log.open("wb") as handle:
         process = subprocess.Popen(
             [sys.executable, "-c", "from app.server import serve; serve()"],
-            cwd=REPO,
+            cwd=repo,
             env=env,
             stdout=handle,
             stderr=subprocess.STDOUT,

@@ -38,7 +38,7 @@ from app.errors import (
 from app.seal import Seal
 from app.seal.keyring import Keyring, KeyringState
 
-from . import generations, roles
+from . import backup, generations, roles
 from .changes import AUTH_CONFIG_WRITTEN, MASTER_KEY_ROTATED, MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import (
     DEFAULT_SEGMENT_SIZE,
@@ -347,6 +347,69 @@ class KeyStore(abc.ABC):
         check_key_name(name)
         check_integer("key version", version)
         return self._key_material(name, version)
+
+    def export_material(
+        self, name: str, version: int | None = None
+    ) -> tuple[KeyInfo, list[tuple[int, memoryview]]]:
+        """The metadata of key ``name`` and the material of ``version`` (every remaining version when
+        ``None``), oldest first, for an export; only for a key whose ``exportable`` option is on.
+
+        The material is as :meth:`key_material` gives it (locked memory); callers keep it out of logs.
+
+        Raises:
+            BadRequestError: invalid name or version, or the key is not exportable.
+            KeyNotFoundError: no such key.
+            KeyVersionNotFoundError: the key has no such version.
+        """
+        info = self.get_key(name)
+        if not info.options.exportable:
+            raise BadRequestError(
+                f"key {name!r} is not exportable: set exportable to true first (it cannot be turned off "
+                "again)"
+            )
+        if version is None:
+            versions = [entry.version for entry in info.versions]
+        else:
+            check_integer("version", version)
+            versions = [version]
+        return info, [(number, self.key_material(name, number)) for number in versions]
+
+    def backup_key(self, name: str, *, vault_rule: bool = False) -> str:
+        """A backup blob of key ``name`` (:mod:`app.keystore.backup`): its record and every version, wrapped
+        under the seal and bound to the name. Only for a key whose ``allow_plaintext_backup`` or
+        ``exportable`` option is on; with ``vault_rule`` (the Transit API), as Vault requires, both.
+
+        Raises:
+            BadRequestError: invalid name, or the key's options do not allow a backup.
+            KeyNotFoundError: no such key.
+        """
+        info = self.get_key(name)
+        options = info.options
+        if vault_rule and not (options.exportable and options.allow_plaintext_backup):
+            missing = "exportable" if not options.exportable else "allow_plaintext_backup"
+            raise BadRequestError(f"key {name!r} cannot be backed up: {missing} is false (Vault needs both)")
+        if not (options.exportable or options.allow_plaintext_backup):
+            raise BadRequestError(
+                f"key {name!r} cannot be backed up: set allow_plaintext_backup (or exportable) to true first"
+            )
+        materials = [self.key_material(name, entry.version) for entry in info.versions]
+        return backup.make_backup(self._keyring, info, materials)
+
+    def restore_key(self, blob: str, name: str | None = None, *, force: bool = False) -> KeyInfo:
+        """Store the key a backup blob holds, as it was (versions, policy, options, times), under its own name
+        (``name``, when given, must be that name: a backup is bound to it). An existing key of that name is
+        replaced only with ``force``; one transaction, which appends a ``key_created`` change (``key_updated``
+        when a key was replaced, so every cache drops its versions).
+
+        Raises:
+            BadRequestError: not a backup of this keystore's, made for another name, or malformed.
+            KeyExistsError: a key of that name exists and ``force`` is false.
+            KeyRecentlyDeletedError: the name's tombstone has not expired.
+        """
+        check_bool("force", force)
+        target = backup.backup_name(blob) if name is None else check_key_name(name)
+        info, materials = backup.open_backup(self._keyring, blob, target)
+        return self._restore_key(info, materials, force)
 
     @property
     def seal(self) -> Seal:
@@ -709,6 +772,29 @@ class KeyStore(abc.ABC):
         roles.check_auth_method(method)
         return self._run_read(lambda conn: roles.read_auth_config(conn, self._dialect, method))
 
+    def read_login(self, role_name: str, method: str) -> tuple[RoleRecord | None, dict[str, object] | None]:
+        """What a login through ``role_name`` checks a credential against, read in one transaction: the role
+        (``None``: no such role, or a name no role can have, which is not looked up) and the configuration of
+        auth ``method`` (``None`` when none was written). One read instead of two: on PostgreSQL a round
+        trip and a pooled connection fewer per login.
+
+        Raises:
+            BadRequestError: an unknown method.
+        """
+        roles.check_auth_method(method)
+        try:
+            roles.check_role_name(role_name)
+        except BadRequestError:
+            named = False
+        else:
+            named = True
+
+        def read(conn: generations.Connection) -> tuple[RoleRecord | None, dict[str, object] | None]:
+            role = roles.read_role(conn, self._dialect, role_name) if named else None
+            return role, roles.read_auth_config(conn, self._dialect, method)
+
+        return self._run_read(read)
+
     @abc.abstractmethod
     def count_tokens(self) -> int:
         """Return the number of stored tokens (0 on first start: the service then creates the root token)."""
@@ -849,6 +935,17 @@ class KeyStore(abc.ABC):
 
         Raises:
             KeyExistsError: a key of that name exists.
+            KeyRecentlyDeletedError: the name's tombstone has not expired.
+        """
+
+    @abc.abstractmethod
+    def _restore_key(self, info: KeyInfo, materials: Sequence[memoryview], force: bool) -> KeyInfo:
+        """In one write transaction: replace key ``info.name`` (only with ``force``) or check its tombstone,
+        store ``info`` with ``materials`` (one per version, wrapped under the newest generation), append a
+        ``key_updated`` (replaced) or ``key_created`` change, and return the key as stored.
+
+        Raises:
+            KeyExistsError: the key exists and ``force`` is false.
             KeyRecentlyDeletedError: the name's tombstone has not expired.
         """
 

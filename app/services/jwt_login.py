@@ -1,8 +1,8 @@
 """The JWT login: a ``jwt`` role's bindings, and the login that turns a verified JWT into a Keystream token.
 
 **A login** (:meth:`JwtLogin.login`, blocking: run it in a worker thread) reads the JWT's header
-(:func:`~app.services.jwt_verify.read_header`), the role and the method's configuration, has PyJWT verify
-the JWT against the issuer's keys (:func:`~app.services.jwt_config.issuer_keys`,
+(:func:`~app.services.jwt_verify.read_header`), the role and the method's configuration (one read), has
+PyJWT verify the JWT against the issuer's keys (:func:`~app.services.jwt_config.issuer_keys`,
 :func:`~app.services.jwt_verify.verified_claims`), then checks the role's subject, bound claims (glob
 values, a list claim matching when any element does, nested claims addressed by a JSON pointer such as
 ``/kubernetes.io/namespace``, as Vault does) and the user claim. A role that does not exist gets the very
@@ -26,7 +26,7 @@ from app.keystore import KeyStore, TokenRecord
 from .jwks import JwksCache
 from .jwt_config import DEFAULT_LEEWAY_SECONDS, issuer_keys
 from .jwt_verify import LOGIN_REFUSED, read_header, verified_claims
-from .login import issue_login_token, login_role
+from .login import issue_login_token, login_role_and_config
 
 __all__ = ["JwtBindings", "JwtLogin", "claim_at"]
 
@@ -143,8 +143,7 @@ class JwtLogin:
             ServiceUnavailableError: the keystore cannot serve now.
         """
         algorithm, kid = read_header(token)
-        role = login_role(self._keystore, role_name, "jwt")
-        config: Mapping[str, Any] | None = self._keystore.read_auth_config("jwt")
+        role, config = login_role_and_config(self._keystore, role_name, "jwt")
         if config is None:
             raise BadRequestError("JWT login is not configured: an admin must write the jwt config first")
         bindings = JwtBindings.from_stored(role.bindings) if role is not None else None

@@ -40,6 +40,7 @@ __all__ = [
     "issue_login_token",
     "login_limiter",
     "login_role",
+    "login_role_and_config",
     "new_role",
 ]
 
@@ -146,6 +147,20 @@ def login_role(keystore: KeyStore, name: str, method: str) -> RoleRecord | None:
     except (RoleNotFoundError, BadRequestError):
         return None
     return role if role.method == method else None
+
+
+def login_role_and_config(
+    keystore: KeyStore, name: str, method: str
+) -> tuple[RoleRecord | None, Mapping[str, Any] | None]:
+    """The role ``name`` of ``method`` (``None`` as :func:`login_role` says) and ``method``'s configuration
+    (``None`` when none was written), in one read of the keystore (:meth:`~app.keystore.base.KeyStore.
+    read_login`).
+
+    Raises:
+        ServiceUnavailableError: the keystore cannot serve now.
+    """
+    role, config = keystore.read_login(name, method)
+    return (role if role is not None and role.method == method else None), config
 
 
 def issue_login_token(

@@ -11,6 +11,7 @@ from hwsim import report
 from hwsim.analysis import amdahl
 
 
+@pytest.mark.serial  # fits time against size: another process's load made 128 KiB faster than 64 KiB
 def test_report_writes_json_plot_and_table(tmp_path: Path) -> None:
     out_json, out_png = tmp_path / "hwsim.json", tmp_path / "hwsim.png"
     result = report.run(quick=True, out_json=out_json, out_png=out_png, sizes=[16, 256, 65536, 131072])

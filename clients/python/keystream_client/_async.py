@@ -23,20 +23,24 @@ from keystream_client._base import (
 )
 from keystream_client._calls import (
     Call,
+    backup_key_call,
     batch_call,
     configure_key_call,
     create_key_call,
     create_token_call,
     datakey_call,
+    export_key_call,
     hash_call,
     hmac_call,
     import_key_call,
     import_version_call,
     login_cert_call,
     login_jwt_call,
+    parse_exported,
     quote,
     random_call,
     renew_token_self_call,
+    restore_key_call,
     trim_call,
     verify_call,
     write_role_call,
@@ -201,9 +205,21 @@ class AsyncKeystreamClient(BaseClient):
         deletion_allowed: bool = False,
         scheme: str | None = None,
         auto_rotate_period: int | str | None = None,
+        derived: bool = False,
+        convergent_encryption: bool = False,
+        exportable: bool = False,
+        allow_plaintext_backup: bool = False,
     ) -> Key:
         """As :meth:`KeystreamClient.create_key`."""
-        call = create_key_call(name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period)
+        options = {
+            "derived": derived,
+            "convergent_encryption": convergent_encryption,
+            "exportable": exportable,
+            "allow_plaintext_backup": allow_plaintext_backup,
+        }
+        call = create_key_call(
+            name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period, options
+        )
         return parse_key(await self._send(call))
 
     async def import_key(
@@ -243,6 +259,18 @@ class AsyncKeystreamClient(BaseClient):
         """As :meth:`KeystreamClient.trim`."""
         return parse_key(await self._send(trim_call(name, min_available_version)))
 
+    async def export_key(self, name: str, version: int | str | None = None) -> dict[int, bytes]:
+        """As :meth:`KeystreamClient.export_key`."""
+        return parse_exported(await self._send(export_key_call(name, version)))
+
+    async def backup_key(self, name: str) -> str:
+        """As :meth:`KeystreamClient.backup_key`."""
+        return str((await self._send(backup_key_call(name)))["backup"])
+
+    async def restore_key(self, backup: str, name: str | None = None, *, force: bool = False) -> Key:
+        """As :meth:`KeystreamClient.restore_key`."""
+        return parse_key(await self._send(restore_key_call(backup, name, force)))
+
     async def configure_key(
         self,
         name: str,
@@ -250,13 +278,13 @@ class AsyncKeystreamClient(BaseClient):
         min_decryption_version: int | None = None,
         deletion_allowed: bool | None = None,
         auto_rotate_period: int | str | None = None,
+        exportable: bool | None = None,
+        allow_plaintext_backup: bool | None = None,
     ) -> Key:
         """As :meth:`KeystreamClient.configure_key`."""
-        return parse_key(
-            await self._send(
-                configure_key_call(name, min_decryption_version, deletion_allowed, auto_rotate_period)
-            )
-        )
+        options = {"exportable": exportable, "allow_plaintext_backup": allow_plaintext_backup}
+        call = configure_key_call(name, min_decryption_version, deletion_allowed, auto_rotate_period, options)
+        return parse_key(await self._send(call))
 
     async def delete_key(self, name: str) -> None:
         """As :meth:`KeystreamClient.delete_key`."""

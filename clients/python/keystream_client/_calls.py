@@ -39,7 +39,9 @@ def create_key_call(
     deletion_allowed: bool,
     scheme: str | None = None,
     auto_rotate_period: int | str | None = None,
+    options: Mapping[str, bool] | None = None,
 ) -> Call:
+    """``POST /v1/keys``; ``options`` are the key options set to true (``derived``, ``exportable``, ...)."""
     body: dict[str, Any] = {"name": name, "type": key_type, "deletion_allowed": deletion_allowed}
     if segment_size is not None:
         body["segment_size"] = segment_size
@@ -47,6 +49,7 @@ def create_key_call(
         body["scheme"] = scheme
     if auto_rotate_period is not None:
         body["auto_rotate_period"] = auto_rotate_period
+    body.update({option: True for option, value in (options or {}).items() if value})
     return Call("POST", "/v1/keys", body)
 
 
@@ -77,6 +80,30 @@ def import_version_call(name: str, material: bytes) -> Call:
     )
 
 
+def export_key_call(name: str, version: int | str | None = None) -> Call:
+    """``GET /v1/keys/{name}/export``, every remaining version or ``version`` (a number or ``latest``)."""
+    query = "" if version is None else f"?version={quote(str(version))}"
+    return Call("GET", f"/v1/keys/{quote(name)}/export{query}")
+
+
+def parse_exported(data: Mapping[str, Any]) -> dict[int, bytes]:
+    """An export's answer as ``{version: material}``."""
+    return {int(version): base64.b64decode(text) for version, text in data["keys"].items()}
+
+
+def backup_key_call(name: str) -> Call:
+    """``GET /v1/keys/{name}/backup``: ``{"name", "backup"}``."""
+    return Call("GET", f"/v1/keys/{quote(name)}/backup")
+
+
+def restore_key_call(backup: str, name: str | None = None, force: bool = False) -> Call:
+    """``POST /v1/keys/restore``."""
+    body: dict[str, Any] = {"backup": backup, "force": force}
+    if name is not None:
+        body["name"] = name
+    return Call("POST", "/v1/keys/restore", body)
+
+
 def trim_call(name: str, min_available_version: int) -> Call:
     return Call("POST", f"/v1/keys/{quote(name)}/trim", {"min_available_version": min_available_version})
 
@@ -86,7 +113,9 @@ def configure_key_call(
     min_decryption_version: int | None,
     deletion_allowed: bool | None,
     auto_rotate_period: int | str | None = None,
+    options: Mapping[str, bool | None] | None = None,
 ) -> Call:
+    """``PATCH /v1/keys/{name}``; ``options`` may turn ``exportable`` or ``allow_plaintext_backup`` on."""
     body: dict[str, Any] = {}
     if min_decryption_version is not None:
         body["min_decryption_version"] = min_decryption_version
@@ -94,6 +123,7 @@ def configure_key_call(
         body["deletion_allowed"] = deletion_allowed
     if auto_rotate_period is not None:
         body["auto_rotate_period"] = auto_rotate_period
+    body.update({option: value for option, value in (options or {}).items() if value is not None})
     return Call("PATCH", f"/v1/keys/{quote(name)}", body)
 
 

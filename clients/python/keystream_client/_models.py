@@ -57,6 +57,11 @@ class Key:
     scheme: str = "ctr-hmac"
     #: Seconds after which the service rotates the key by itself (0: never).
     auto_rotate_period: int = 0
+    #: Vault Transit's key options (false from servers before them).
+    derived: bool = False
+    convergent_encryption: bool = False
+    exportable: bool = False
+    allow_plaintext_backup: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The metadata as JSON-ready data (timestamps as :func:`time_text` writes them)."""
@@ -70,6 +75,10 @@ class Key:
             "latest_version": self.latest_version,
             "imported": self.imported,
             "auto_rotate_period": self.auto_rotate_period,
+            "derived": self.derived,
+            "convergent_encryption": self.convergent_encryption,
+            "exportable": self.exportable,
+            "allow_plaintext_backup": self.allow_plaintext_backup,
             "created_at": time_text(self.created_at),
             "updated_at": time_text(self.updated_at),
             "versions": [
@@ -261,6 +270,10 @@ def parse_key(data: Any) -> Key:
         auto_rotate_period=int(
             data.get("auto_rotate_period", 0)
         ),  # servers before it never rotated by itself
+        derived=bool(data.get("derived", False)),
+        convergent_encryption=bool(data.get("convergent_encryption", False)),
+        exportable=bool(data.get("exportable", False)),
+        allow_plaintext_backup=bool(data.get("allow_plaintext_backup", False)),
     )
 
 

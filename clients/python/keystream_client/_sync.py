@@ -13,20 +13,24 @@ from keystream_client._autologin import SyncJwtLogin
 from keystream_client._base import DEFAULT_CHUNK_SIZE, ClientCert, Verify, mapped_errors
 from keystream_client._calls import (
     Call,
+    backup_key_call,
     batch_call,
     configure_key_call,
     create_key_call,
     create_token_call,
     datakey_call,
+    export_key_call,
     hash_call,
     hmac_call,
     import_key_call,
     import_version_call,
     login_cert_call,
     login_jwt_call,
+    parse_exported,
     quote,
     random_call,
     renew_token_self_call,
+    restore_key_call,
     trim_call,
     verify_call,
     write_role_call,
@@ -165,8 +169,16 @@ class KeystreamClient(SyncStreamingClient):
         deletion_allowed: bool = False,
         scheme: str | None = None,
         auto_rotate_period: int | str | None = None,
+        derived: bool = False,
+        convergent_encryption: bool = False,
+        exportable: bool = False,
+        allow_plaintext_backup: bool = False,
     ) -> Key:
         """Create a key with server-generated material.
+
+        ``derived`` (every operation then needs a ``context``), ``convergent_encryption`` (only with
+        ``derived``; Transit's deterministic encryption), ``exportable`` and ``allow_plaintext_backup`` are
+        Vault Transit's key options; the last two can be turned on later, never off.
 
         ``key_type``: ``aes128``, ``aes192`` or ``aes256`` for the sealed format, or ``aes256-siv`` for
         deterministic encryption (AES-SIV, as Tink's DeterministicAead) through the batch methods only: equal
@@ -183,7 +195,20 @@ class KeystreamClient(SyncStreamingClient):
         """
         return parse_key(
             self._send(
-                create_key_call(name, key_type, segment_size, deletion_allowed, scheme, auto_rotate_period)
+                create_key_call(
+                    name,
+                    key_type,
+                    segment_size,
+                    deletion_allowed,
+                    scheme,
+                    auto_rotate_period,
+                    {
+                        "derived": derived,
+                        "convergent_encryption": convergent_encryption,
+                        "exportable": exportable,
+                        "allow_plaintext_backup": allow_plaintext_backup,
+                    },
+                )
             )
         )
 
@@ -258,6 +283,40 @@ class KeystreamClient(SyncStreamingClient):
         """
         return parse_key(self._send(trim_call(name, min_available_version)))
 
+    def export_key(self, name: str, version: int | str | None = None) -> dict[int, bytes]:
+        """The material of an ``exportable`` key: every remaining version, or ``version`` (a number or
+        ``"latest"``), as ``{version: bytes}``. Needs the admin scope. Keep what it returns as secret as
+        the key itself.
+
+        Raises:
+            KeystreamAPIError: 400 for a key that is not exportable, 403 without admin, 404 and the like.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_exported(self._send(export_key_call(name, version)))
+
+    def backup_key(self, name: str) -> str:
+        """The key's backup blob: its record and every version wrapped under the service's seal, bound to
+        the key's name. Only for a key whose ``allow_plaintext_backup`` or ``exportable`` option is on; it
+        restores only into a keystore holding the same master key generation (a master key rotation that
+        retires it makes older backups useless: back up again after one).
+
+        Raises:
+            KeystreamAPIError: 400 when the key's options do not allow it, 403 without admin, 404.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return str(self._send(backup_key_call(name))["backup"])
+
+    def restore_key(self, backup: str, name: str | None = None, *, force: bool = False) -> Key:
+        """Store the key ``backup`` holds, as it was, under its own name (``name``, when given, must be
+        that name); an existing key of that name is replaced only with ``force``.
+
+        Raises:
+            KeystreamAPIError: 409 ``key_exists`` (without ``force``) or ``key_recently_deleted``, 400 for a
+                blob that is not a backup of this keystore's or was made for another name.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_key(self._send(restore_key_call(backup, name, force)))
+
     def configure_key(
         self,
         name: str,
@@ -265,8 +324,11 @@ class KeystreamClient(SyncStreamingClient):
         min_decryption_version: int | None = None,
         deletion_allowed: bool | None = None,
         auto_rotate_period: int | str | None = None,
+        exportable: bool | None = None,
+        allow_plaintext_backup: bool | None = None,
     ) -> Key:
-        """Change a key's policy (PATCH); unset arguments stay as they are.
+        """Change a key's policy (PATCH); unset arguments stay as they are. ``exportable`` and
+        ``allow_plaintext_backup`` may be turned on, never off again (400).
 
         ``auto_rotate_period`` as :meth:`create_key` (0 turns automatic rotation off); it counts from the
         latest version's creation, so a key whose latest version is older rotates at the service's next check.
@@ -277,7 +339,15 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         return parse_key(
-            self._send(configure_key_call(name, min_decryption_version, deletion_allowed, auto_rotate_period))
+            self._send(
+                configure_key_call(
+                    name,
+                    min_decryption_version,
+                    deletion_allowed,
+                    auto_rotate_period,
+                    {"exportable": exportable, "allow_plaintext_backup": allow_plaintext_backup},
+                )
+            )
         )
 
     def delete_key(self, name: str) -> None:

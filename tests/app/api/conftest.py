@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,3 +121,39 @@ def stack_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(FastAPI, "__call__", counting)
     return calls
+
+
+#: A request count of ``/metrics``: its label set and its value.
+REQUEST_COUNT = re.compile(r"^keystream_http_request_duration_seconds_count(\{.*\}) (\S+)$", re.MULTILINE)
+#: The fields of an audit record that differ from one run to the next.
+VOLATILE_AUDIT_FIELDS = ("time", "request_id", "chain", "prev", "hmac")
+
+Recorded = tuple[list[Any], dict[str, float], list[dict[str, Any]]]
+
+
+async def recorded_run(
+    settings: Settings, run_cases: Callable[[Api], Awaitable[list[Any]]], counted: tuple[str, ...]
+) -> Recorded:
+    """Run ``run_cases`` on a fresh app of ``settings`` (whose ``audit_log`` is a file): what it returned,
+    the request counts it added whose label set holds one of ``counted``, and every audit record written,
+    without :data:`VOLATILE_AUDIT_FIELDS`. The fast dispatcher's tests run their cases with and without the
+    shortcut and compare the three."""
+
+    async def counts() -> dict[str, float]:
+        text = (await api.client.get("/metrics")).text
+        return {
+            labels: float(value)
+            for labels, value in REQUEST_COUNT.findall(text)
+            if any(part in labels for part in counted)
+        }
+
+    async with running_api(settings) as api:
+        before = await counts()
+        answers = await run_cases(api)
+        after = await counts()
+    delta = {labels: count - before.get(labels, 0.0) for labels, count in after.items()}
+    records = [json.loads(line) for line in Path(str(settings.audit_log)).read_text().splitlines()]
+    for record in records:
+        for volatile in VOLATILE_AUDIT_FIELDS:
+            record.pop(volatile, None)
+    return answers, {labels: count for labels, count in delta.items() if count}, records

@@ -14,11 +14,10 @@ import pytest
 
 from app.api import hotpath
 from app.core.config import Settings
-from tests.app.api.conftest import ROOT_TOKEN, Api, make_settings, running_api
+from tests.app.api.conftest import ROOT_TOKEN, Api, Recorded, make_settings, recorded_run
 
 BATCH_MAX_BYTES = 4096
 BATCH_MAX_ITEMS = 3
-COUNT = re.compile(r"^keystream_http_request_duration_seconds_count(\{.*\}) (\S+)$", re.MULTILINE)
 
 
 def b64(data: bytes) -> str:
@@ -111,33 +110,18 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     return answers
 
 
-def _counts(text: str) -> dict[str, float]:
-    return {
-        labels: float(value)
-        for labels, value in COUNT.findall(text)
-        if "batch" in labels or "unmatched" in labels
-    }
-
-
-def _audit(path: Path) -> list[dict[str, Any]]:
-    """The audit records without what differs from run to run (time, request ids, the hash chain, which
-    token id)."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
+def _tokens_numbered(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The audit records with each token id replaced by the order of its first appearance (ids are new at
+    each run)."""
     tokens: dict[str | None, int] = {}
     for record in records:
-        for volatile in ("time", "request_id", "chain", "prev", "hmac"):
-            record.pop(volatile, None)
         record["token_id"] = tokens.setdefault(record["token_id"], len(tokens))
     return records
 
 
-async def _run(settings: Settings) -> tuple[list[Any], dict[str, float], list[dict[str, Any]]]:
-    async with running_api(settings) as api:
-        before = _counts((await api.client.get("/metrics")).text)
-        answers = await _run_cases(api)
-        after = _counts((await api.client.get("/metrics")).text)
-    delta = {labels: count - before.get(labels, 0.0) for labels, count in after.items()}
-    return answers, {k: v for k, v in delta.items() if v}, _audit(Path(str(settings.audit_log)))
+async def _run(settings: Settings) -> Recorded:
+    answers, counts, records = await recorded_run(settings, _run_cases, ("batch", "unmatched"))
+    return answers, counts, _tokens_numbered(records)
 
 
 async def test_batch_requests_get_the_stacks_answers_records_and_metrics(

@@ -4,7 +4,6 @@ the answer, the audit records and the request metrics it gets through FastAPI, b
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,10 @@ import pytest
 
 from app.api import hotpath
 from app.core.config import Settings
-from tests.app.api.conftest import Api, make_settings, running_api
+from tests.app.api.conftest import Api, Recorded, make_settings, recorded_run
 from tests.jwt_issuer import AUDIENCE, Signer, k8s_claims
 
 SIGNER = Signer.ec("parity-key")
-COUNT = re.compile(r"^keystream_http_request_duration_seconds_count(\{.*\}) (\S+)$", re.MULTILINE)
 ROLE = {
     "method": "jwt",
     "scopes": ["encrypt"],
@@ -84,27 +82,18 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     return answers
 
 
-def _counts(text: str) -> dict[str, float]:
-    return {labels: float(value) for labels, value in COUNT.findall(text) if "auth" in labels}
+def _logins(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the logins, without the id of the token each issued (new at each run)."""
+    return [
+        {name: value for name, value in record.items() if name != "issued_token_id"}
+        for record in records
+        if "login" in str(record.get("route", record.get("path")))
+    ]
 
 
-def _audit(path: Path) -> list[dict[str, Any]]:
-    """The records of the logins, without what differs from run to run (time, ids, the hash chain)."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    logins = [record for record in records if "login" in str(record.get("route", record.get("path")))]
-    for record in logins:
-        for volatile in ("time", "request_id", "chain", "prev", "hmac", "issued_token_id"):
-            record.pop(volatile, None)
-    return logins
-
-
-async def _run(settings: Settings) -> tuple[list[Any], dict[str, float], list[dict[str, Any]]]:
-    async with running_api(settings) as api:
-        before = _counts((await api.client.get("/metrics")).text)
-        answers = await _run_cases(api)
-        after = _counts((await api.client.get("/metrics")).text)
-    delta = {labels: count - before.get(labels, 0.0) for labels, count in after.items()}
-    return answers, {k: v for k, v in delta.items() if v}, _audit(Path(str(settings.audit_log)))
+async def _run(settings: Settings) -> Recorded:
+    answers, counts, records = await recorded_run(settings, _run_cases, ("auth", "unmatched"))
+    return answers, counts, _logins(records)
 
 
 async def test_logins_get_the_answers_records_and_metrics_they_get_through_fastapi(

@@ -179,3 +179,38 @@ def test_derived_and_convergent_keys_with_contexts(transit: hvac.api.secrets_eng
     assert transit.read_key(name="tenants")["data"]["exportable"] is True
     with pytest.raises(hvac.exceptions.InvalidRequest, match="cannot be turned off"):
         transit.update_key_configuration(name="tenants", exportable=False)
+
+
+def test_export_of_an_exportable_key(transit: hvac.api.secrets_engines.Transit) -> None:
+    transit.create_key(name="leaving", exportable=True)
+    transit.rotate_key(name="leaving")
+    exported = transit.export_key(name="leaving", key_type="encryption-key")["data"]
+    assert exported["name"] == "leaving" and exported["type"] == "aes256-gcm96"
+    assert sorted(exported["keys"]) == ["1", "2"]
+    material = base64.b64decode(exported["keys"]["2"])
+    made = transit.encrypt_data(name="leaving", plaintext=b64(b"out"))["data"]["ciphertext"]
+    raw = base64.b64decode(made.removeprefix("vault:v2:"))
+    assert AESGCM(material).decrypt(raw[:12], raw[12:], None) == b"out"  # what Vault would do with it
+    latest = transit.export_key(name="leaving", key_type="encryption-key", version="latest")["data"]["keys"]
+    assert latest == {"2": exported["keys"]["2"]}
+    transit.create_key(name="staying")
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="not exportable"):
+        transit.export_key(name="staying", key_type="encryption-key")
+
+
+def test_backup_and_restore(transit: hvac.api.secrets_engines.Transit) -> None:
+    transit.create_key(name="kept-safe", exportable=True, allow_plaintext_backup=True)
+    made = transit.encrypt_data(name="kept-safe", plaintext=b64(b"before"))["data"]["ciphertext"]
+    backup = transit.backup_key(name="kept-safe")["data"]["backup"]
+    transit.rotate_key(name="kept-safe")
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="already exists"):
+        transit.restore_key(backup=backup)
+    transit.restore_key(backup=backup, name="kept-safe", force=True)
+    assert transit.read_key(name="kept-safe")["data"]["latest_version"] == 1
+    opened = transit.decrypt_data(name="kept-safe", ciphertext=made)["data"]["plaintext"]
+    assert base64.b64decode(opened) == b"before"
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="made for key 'kept-safe'"):
+        transit.restore_key(backup=backup, name="elsewhere")
+    transit.create_key(name="not-backed", exportable=True)
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="allow_plaintext_backup is false"):
+        transit.backup_key(name="not-backed")

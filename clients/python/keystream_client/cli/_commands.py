@@ -126,6 +126,32 @@ def cmd_keys_trim(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_keys_export(args: argparse.Namespace) -> int:
+    """``keys export``: an exportable key's material as JSON ``{"<version>": "<base64>"}`` on stdout."""
+    with make_client(args) as client:
+        exported = client.export_key(args.name, args.version)
+    print_json({str(version): base64.b64encode(material).decode() for version, material in exported.items()})
+    return EXIT_OK
+
+
+def cmd_keys_backup(args: argparse.Namespace) -> int:
+    """``keys backup``: the key's backup blob on stdout (one line)."""
+    with make_client(args) as client:
+        print(client.backup_key(args.name))
+    return EXIT_OK
+
+
+def cmd_keys_restore(args: argparse.Namespace) -> int:
+    """``keys restore``: a backup blob from a file or stdin, never from argv."""
+    blob = _read_material(args.file, "raw").decode("ascii", errors="replace").strip()
+    if not blob:
+        raise UsageError("the backup file is empty")
+    with make_client(args) as client:
+        key = client.restore_key(blob, args.name, force=args.force)
+    print_key(key, args.json)
+    return EXIT_OK
+
+
 def cmd_keys_list(args: argparse.Namespace) -> int:
     """``keys list``."""
     with make_client(args) as client:
@@ -171,10 +197,12 @@ def cmd_keys_config(args: argparse.Namespace) -> int:
         args.min_decryption_version is None
         and args.deletion_allowed is None
         and args.auto_rotate_period is None
+        and not args.exportable
+        and not args.allow_plaintext_backup
     ):
         raise UsageError(
-            "nothing to change: give --min-decryption-version, --[no-]deletion-allowed and/or "
-            "--auto-rotate-period"
+            "nothing to change: give --min-decryption-version, --[no-]deletion-allowed, "
+            "--auto-rotate-period, --exportable and/or --allow-plaintext-backup"
         )
     with make_client(args) as client:
         key = client.configure_key(
@@ -182,6 +210,8 @@ def cmd_keys_config(args: argparse.Namespace) -> int:
             min_decryption_version=args.min_decryption_version,
             deletion_allowed=args.deletion_allowed,
             auto_rotate_period=args.auto_rotate_period,
+            exportable=True if args.exportable else None,
+            allow_plaintext_backup=True if args.allow_plaintext_backup else None,
         )
     print_key(key, args.json)
     return EXIT_OK

@@ -14,12 +14,15 @@ from keystream_client._options import IV_SIZE
 from keystream_client.cli._batch import BATCH_FIELDS, cmd_batch
 from keystream_client.cli._commands import (
     cmd_backends,
+    cmd_keys_backup,
     cmd_keys_config,
     cmd_keys_create,
     cmd_keys_delete,
+    cmd_keys_export,
     cmd_keys_import,
     cmd_keys_import_version,
     cmd_keys_list,
+    cmd_keys_restore,
     cmd_keys_rotate,
     cmd_keys_show,
     cmd_keys_trim,
@@ -262,6 +265,32 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     trim.add_argument("--min-available-version", type=_positive, required=True)
     trim.set_defaults(handler=cmd_keys_trim)
 
+    export = sub.add_parser("export", parents=[conn], help="print an exportable key's material")
+    export.description = (
+        'Print the material of key NAME (created or configured exportable) as JSON {"<version>": '
+        '"<base64>"}: every remaining version, or --version (a number or latest). Needs the admin scope; '
+        "what it prints is the key itself."
+    )
+    export.add_argument("name")
+    export.add_argument("--version", help="a version number or latest (default: every version)")
+    export.set_defaults(handler=cmd_keys_export)
+
+    backup = sub.add_parser("backup", parents=[conn], help="print a key's backup blob")
+    backup.description = (
+        "Print the backup blob of key NAME (allow_plaintext_backup or exportable): its record and versions "
+        "wrapped under the service's seal, restorable only under the same name into the same keystore (or a "
+        "copy) while its master key generation is kept."
+    )
+    backup.add_argument("name")
+    backup.set_defaults(handler=cmd_keys_backup)
+
+    restore = sub.add_parser("restore", parents=[conn, as_json], help="restore a key from its backup blob")
+    restore.description = "Restore the key a backup blob holds, under its own name."
+    restore.add_argument("--file", required=True, help="file holding the blob ('-' = stdin)")
+    restore.add_argument("--name", help="the key's name (must be the one the backup was made for)")
+    restore.add_argument("--force", action="store_true", help="replace an existing key of that name")
+    restore.set_defaults(handler=cmd_keys_restore)
+
     listing = sub.add_parser("list", parents=[conn, as_json], help="list keys")
     listing.description = "List the keys this token may see."
     listing.set_defaults(handler=cmd_keys_list)
@@ -289,6 +318,12 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         help="allow deleting the key",
     )
     config.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
+    config.add_argument(
+        "--exportable", action="store_true", help="let the key's material be exported (never undone)"
+    )
+    config.add_argument(
+        "--allow-plaintext-backup", action="store_true", help="let the key be backed up (never undone)"
+    )
     config.set_defaults(handler=cmd_keys_config)
 
 

@@ -246,6 +246,32 @@ async def test_async_import_version_and_trim(server: RunningServer, key_name: st
         assert [v.version for v in (await ks.trim(key_name, 2)).versions] == [2]
 
 
+def test_key_options_and_export(client: KeystreamClient, key_name: str) -> None:
+    made = client.create_key(key_name, derived=True)
+    assert (made.derived, made.exportable, made.allow_plaintext_backup) == (True, False, False)
+    with pytest.raises(KeystreamAPIError) as refused:
+        client.export_key(key_name)
+    assert refused.value.status == 400 and "not exportable" in refused.value.message
+    assert client.configure_key(key_name, exportable=True).exportable is True
+    client.rotate_key(key_name)
+    exported = client.export_key(key_name)
+    assert sorted(exported) == [1, 2] and all(len(material) == 32 for material in exported.values())
+    assert client.export_key(key_name, "latest") == {2: exported[2]}
+    assert client.export_key(key_name, 1) == {1: exported[1]}
+    with pytest.raises(KeystreamAPIError) as off:
+        client.configure_key(key_name, exportable=False)
+    assert off.value.status == 400
+
+
+async def test_async_key_options_and_export(server: RunningServer, key_name: str) -> None:
+    async with AsyncKeystreamClient(server.url, server.token) as ks:
+        made = await ks.create_key(key_name, exportable=True, allow_plaintext_backup=True)
+        assert (made.exportable, made.allow_plaintext_backup, made.derived) == (True, True, False)
+        exported = await ks.export_key(key_name)
+        assert list(exported) == [1] and len(exported[1]) == 32
+        assert (await ks.configure_key(key_name, exportable=True)).exportable is True
+
+
 def test_an_aes256_siv_key_made_or_imported_by_the_client_encrypts_deterministically(
     client: KeystreamClient, key_name: str
 ) -> None:
@@ -264,3 +290,21 @@ def test_an_aes256_siv_key_made_or_imported_by_the_client_encrypts_deterministic
     with pytest.raises(KeystreamAPIError) as guessed:
         client.import_key(key_name + "-guessed", material)
     assert guessed.value.status == 400 and "got 64 bytes" in str(guessed.value)
+
+
+def test_backup_and_restore(client: KeystreamClient, key_name: str) -> None:
+    client.create_key(key_name, allow_plaintext_backup=True)
+    blob = client.backup_key(key_name)
+    client.rotate_key(key_name)
+    with pytest.raises(KeystreamAPIError) as exists:
+        client.restore_key(blob)
+    assert exists.value.status == 409 and exists.value.code == "key_exists"
+    assert client.restore_key(blob, key_name, force=True).latest_version == 1
+
+
+async def test_async_backup_and_restore(server: RunningServer, key_name: str) -> None:
+    async with AsyncKeystreamClient(server.url, server.token) as ks:
+        await ks.create_key(key_name, exportable=True)
+        blob = await ks.backup_key(key_name)
+        await ks.rotate_key(key_name)
+        assert (await ks.restore_key(blob, force=True)).latest_version == 1

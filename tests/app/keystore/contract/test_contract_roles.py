@@ -146,6 +146,19 @@ def test_auth_config_round_trip_and_replace(store: KeyStore) -> None:
         store.read_auth_config("ldap")
 
 
+def test_a_login_reads_its_role_and_the_methods_configuration_together(store: KeyStore) -> None:
+    assert store.read_login("billing", "jwt") == (None, None)
+    config: dict[str, object] = {"jwks_url": "https://issuer.example/keys", "leeway": 60}
+    store.write_auth_config("jwt", config)
+    assert store.read_login("billing", "jwt") == (None, config)
+    store.write_role(role())
+    assert store.read_login("billing", "jwt") == (role(), config)
+    assert store.read_login("billing", "cert") == (role(), None)  # the role whatever its method
+    assert store.read_login("no such role", "jwt") == (None, config)  # a name no role can have
+    with pytest.raises(BadRequestError, match="unknown auth method"):
+        store.read_login("billing", "ldap")
+
+
 def test_another_store_on_the_same_data_sees_roles_at_once(
     backing: Backing, store: KeyStore, master_key: bytes
 ) -> None:
@@ -153,12 +166,14 @@ def test_another_store_on_the_same_data_sees_roles_at_once(
     start = replica.changes_since(1 << 62).latest
     store.write_role(role())
     assert replica.get_role("billing") == role()
+    assert replica.read_login("billing", "jwt") == (role(), None)
     assert [(c.kind, c.role_name) for c in replica.changes_since(start).changes] == [
         ("role_written", "billing")
     ]
     store.delete_role("billing")
     with pytest.raises(RoleNotFoundError):
         replica.get_role("billing")
+    assert replica.read_login("billing", "jwt") == (None, None)
 
 
 def test_token_metadata_round_trips_and_defaults_to_empty(store: KeyStore) -> None:
