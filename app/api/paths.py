@@ -41,6 +41,9 @@ KEY_IMPORT_VERSION = f"{KEY}/import_version"
 KEY_TRIM = f"{KEY}/trim"
 #: A version's material, or every version's, of an ``exportable`` key (admin).
 KEY_EXPORT = f"{KEY}/export"
+#: A key's backup blob (admin), and the restore of one (``restore`` is not a key name here: POST only).
+KEY_BACKUP = f"{KEY}/backup"
+KEYS_RESTORE = f"{KEYS}/restore"
 DATAKEY = f"{KEY}/datakey"
 
 #: The streaming routes, by operation (only bodies up to ``small_body_max_bytes`` are read whole).
@@ -70,6 +73,9 @@ TRANSIT_KEY_ROTATE = f"{TRANSIT_KEY}/rotate"
 #: ``latest``.
 TRANSIT_EXPORT = f"{TRANSIT}export/{{export_type}}/{{name}}"
 TRANSIT_EXPORT_VERSION = f"{TRANSIT_EXPORT}/{{version}}"
+TRANSIT_BACKUP = f"{TRANSIT}backup/{{name}}"
+TRANSIT_RESTORE = f"{TRANSIT}restore"
+TRANSIT_RESTORE_NAME = f"{TRANSIT_RESTORE}/{{name}}"
 TRANSIT_ENCRYPT = f"{TRANSIT}encrypt/{{name}}"
 TRANSIT_DECRYPT = f"{TRANSIT}decrypt/{{name}}"
 TRANSIT_REWRAP = f"{TRANSIT}rewrap/{{name}}"

@@ -37,7 +37,7 @@ from app.errors import (
 from app.seal import Seal
 from app.seal.keyring import Keyring, KeyringState
 
-from . import generations, roles
+from . import backup, generations, roles
 from .changes import AUTH_CONFIG_WRITTEN, MASTER_KEY_ROTATED, MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from .checks import (
     DEFAULT_SEGMENT_SIZE,
@@ -371,6 +371,43 @@ class KeyStore(abc.ABC):
             check_integer("version", version)
             versions = [version]
         return info, [(number, self.key_material(name, number)) for number in versions]
+
+    def backup_key(self, name: str, *, vault_rule: bool = False) -> str:
+        """A backup blob of key ``name`` (:mod:`app.keystore.backup`): its record and every version, wrapped
+        under the seal and bound to the name. Only for a key whose ``allow_plaintext_backup`` or
+        ``exportable`` option is on; with ``vault_rule`` (the Transit API), as Vault requires, both.
+
+        Raises:
+            BadRequestError: invalid name, or the key's options do not allow a backup.
+            KeyNotFoundError: no such key.
+        """
+        info = self.get_key(name)
+        options = info.options
+        if vault_rule and not (options.exportable and options.allow_plaintext_backup):
+            missing = "exportable" if not options.exportable else "allow_plaintext_backup"
+            raise BadRequestError(f"key {name!r} cannot be backed up: {missing} is false (Vault needs both)")
+        if not (options.exportable or options.allow_plaintext_backup):
+            raise BadRequestError(
+                f"key {name!r} cannot be backed up: set allow_plaintext_backup (or exportable) to true first"
+            )
+        materials = [self.key_material(name, entry.version) for entry in info.versions]
+        return backup.make_backup(self._keyring, info, materials)
+
+    def restore_key(self, blob: str, name: str | None = None, *, force: bool = False) -> KeyInfo:
+        """Store the key a backup blob holds, as it was (versions, policy, options, times), under its own name
+        (``name``, when given, must be that name: a backup is bound to it). An existing key of that name is
+        replaced only with ``force``; one transaction, which appends a ``key_created`` change (``key_updated``
+        when a key was replaced, so every cache drops its versions).
+
+        Raises:
+            BadRequestError: not a backup of this keystore's, made for another name, or malformed.
+            KeyExistsError: a key of that name exists and ``force`` is false.
+            KeyRecentlyDeletedError: the name's tombstone has not expired.
+        """
+        check_bool("force", force)
+        target = backup.backup_name(blob) if name is None else check_key_name(name)
+        info, materials = backup.open_backup(self._keyring, blob, target)
+        return self._restore_key(info, materials, force)
 
     @property
     def seal(self) -> Seal:
@@ -859,6 +896,17 @@ class KeyStore(abc.ABC):
 
         Raises:
             KeyExistsError: a key of that name exists.
+            KeyRecentlyDeletedError: the name's tombstone has not expired.
+        """
+
+    @abc.abstractmethod
+    def _restore_key(self, info: KeyInfo, materials: Sequence[memoryview], force: bool) -> KeyInfo:
+        """In one write transaction: replace key ``info.name`` (only with ``force``) or check its tombstone,
+        store ``info`` with ``materials`` (one per version, wrapped under the newest generation), append a
+        ``key_updated`` (replaced) or ``key_created`` change, and return the key as stored.
+
+        Raises:
+            KeyExistsError: the key exists and ``force`` is false.
             KeyRecentlyDeletedError: the name's tombstone has not expired.
         """
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_tombstone",
     "delete_key",
+    "delete_rows",
     "delete_versions_below",
     "export_keys",
     "insert_exported",
@@ -190,6 +191,12 @@ def delete_key(conn: Connection, name: str, tombstone_seconds: float) -> None:
         "reusable_at = excluded.reusable_at",
         (name, tombstone_seconds),
     )
+
+
+def delete_rows(conn: Connection, name: str) -> None:
+    """Delete the key and (by cascade) its versions, leaving no tombstone: the caller stores the name again
+    in the same transaction (a forced restore)."""
+    conn.execute("DELETE FROM keys WHERE name = %s", (name,))
 
 
 def check_tombstone(conn: Connection, name: str) -> None:

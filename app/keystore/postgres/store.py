@@ -155,6 +155,33 @@ class PostgresKeyStore(KeyStore):
         self._database.write(work)
         return info
 
+    def _restore_key(self, info: KeyInfo, materials: Sequence[memoryview], force: bool) -> KeyInfo:
+        """See :meth:`KeyStore._restore_key`: an existing key is locked, then deleted with its versions."""
+
+        def work(conn: Connection) -> KeyInfo:
+            try:
+                keys.lock_key(conn, info.name)
+                replaced = True
+            except KeyNotFoundError:
+                replaced = False
+            if replaced and not force:
+                raise KeyExistsError(f"key {info.name!r} already exists: restore with force to replace it")
+            if replaced:
+                keys.delete_rows(conn, info.name)
+            keyring = self._wrapping(conn)
+            wrapped = tuple(
+                wrap_key_material(keyring, info.name, entry.version, material)
+                for entry, material in zip(info.versions, materials, strict=True)
+            )
+            if not keys.insert_exported(conn, KeyExport(info, wrapped)):
+                raise KeyExistsError(f"key {info.name!r} already exists: restore with force to replace it")
+            if not replaced:
+                keys.check_tombstone(conn, info.name)
+            changes.append_change(conn, "key_updated" if replaced else "key_created", key_name=info.name)
+            return keys.read_key(conn, info.name)
+
+        return self._database.write(work)
+
     def _read_key(self, name: str) -> KeyInfo:
         return self._database.read(lambda conn: keys.read_key(conn, name))
 

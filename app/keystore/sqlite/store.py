@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar, cast
 
+from app.errors import KeyExistsError
 from app.seal import Seal
 
 from .. import generations
@@ -131,6 +132,24 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
                 conn, "key_imported" if info.imported else "key_created", key_name=info.name
             )
         return info
+
+    def _restore_key(self, info: KeyInfo, materials: Sequence[memoryview], force: bool) -> KeyInfo:
+        with self._write() as conn:
+            replaced = keys.key_info(conn, info.name) is not None
+            if replaced and not force:
+                raise KeyExistsError(f"key {info.name!r} already exists: restore with force to replace it")
+            if replaced:
+                keys.delete_key(conn, info.name)
+            else:
+                changes.check_tombstone(conn, info.name)
+            keyring = self._wrapping(conn)
+            wrapped = tuple(
+                wrap_key_material(keyring, info.name, entry.version, material)
+                for entry, material in zip(info.versions, materials, strict=True)
+            )
+            keys.insert_exported(conn, KeyExport(info, wrapped))
+            changes.append_change(conn, "key_updated" if replaced else "key_created", key_name=info.name)
+            return keys.require_key(conn, info.name)
 
     def _read_key(self, name: str) -> KeyInfo:
         with self._read() as conn:

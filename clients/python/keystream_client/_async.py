@@ -23,6 +23,7 @@ from keystream_client._base import (
 )
 from keystream_client._calls import (
     Call,
+    backup_key_call,
     batch_call,
     configure_key_call,
     create_key_call,
@@ -39,6 +40,7 @@ from keystream_client._calls import (
     quote,
     random_call,
     renew_token_self_call,
+    restore_key_call,
     trim_call,
     verify_call,
     write_role_call,
@@ -260,6 +262,14 @@ class AsyncKeystreamClient(BaseClient):
     async def export_key(self, name: str, version: int | str | None = None) -> dict[int, bytes]:
         """As :meth:`KeystreamClient.export_key`."""
         return parse_exported(await self._send(export_key_call(name, version)))
+
+    async def backup_key(self, name: str) -> str:
+        """As :meth:`KeystreamClient.backup_key`."""
+        return str((await self._send(backup_key_call(name)))["backup"])
+
+    async def restore_key(self, backup: str, name: str | None = None, *, force: bool = False) -> Key:
+        """As :meth:`KeystreamClient.restore_key`."""
+        return parse_key(await self._send(restore_key_call(backup, name, force)))
 
     async def configure_key(
         self,

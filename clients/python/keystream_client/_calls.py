@@ -91,6 +91,19 @@ def parse_exported(data: Mapping[str, Any]) -> dict[int, bytes]:
     return {int(version): base64.b64decode(text) for version, text in data["keys"].items()}
 
 
+def backup_key_call(name: str) -> Call:
+    """``GET /v1/keys/{name}/backup``: ``{"name", "backup"}``."""
+    return Call("GET", f"/v1/keys/{quote(name)}/backup")
+
+
+def restore_key_call(backup: str, name: str | None = None, force: bool = False) -> Call:
+    """``POST /v1/keys/restore``."""
+    body: dict[str, Any] = {"backup": backup, "force": force}
+    if name is not None:
+        body["name"] = name
+    return Call("POST", "/v1/keys/restore", body)
+
+
 def trim_call(name: str, min_available_version: int) -> Call:
     return Call("POST", f"/v1/keys/{quote(name)}/trim", {"min_available_version": min_available_version})
 

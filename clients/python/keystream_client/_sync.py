@@ -13,6 +13,7 @@ from keystream_client._autologin import SyncJwtLogin
 from keystream_client._base import DEFAULT_CHUNK_SIZE, ClientCert, Verify, mapped_errors
 from keystream_client._calls import (
     Call,
+    backup_key_call,
     batch_call,
     configure_key_call,
     create_key_call,
@@ -29,6 +30,7 @@ from keystream_client._calls import (
     quote,
     random_call,
     renew_token_self_call,
+    restore_key_call,
     trim_call,
     verify_call,
     write_role_call,
@@ -291,6 +293,29 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamConnectionError: the service is unreachable.
         """
         return parse_exported(self._send(export_key_call(name, version)))
+
+    def backup_key(self, name: str) -> str:
+        """The key's backup blob: its record and every version wrapped under the service's seal, bound to
+        the key's name. Only for a key whose ``allow_plaintext_backup`` or ``exportable`` option is on; it
+        restores only into a keystore holding the same master key generation (a master key rotation that
+        retires it makes older backups useless: back up again after one).
+
+        Raises:
+            KeystreamAPIError: 400 when the key's options do not allow it, 403 without admin, 404.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return str(self._send(backup_key_call(name))["backup"])
+
+    def restore_key(self, backup: str, name: str | None = None, *, force: bool = False) -> Key:
+        """Store the key ``backup`` holds, as it was, under its own name (``name``, when given, must be
+        that name); an existing key of that name is replaced only with ``force``.
+
+        Raises:
+            KeystreamAPIError: 409 ``key_exists`` (without ``force``) or ``key_recently_deleted``, 400 for a
+                blob that is not a backup of this keystore's or was made for another name.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return parse_key(self._send(restore_key_call(backup, name, force)))
 
     def configure_key(
         self,

@@ -196,3 +196,21 @@ def test_export_of_an_exportable_key(transit: hvac.api.secrets_engines.Transit) 
     transit.create_key(name="staying")
     with pytest.raises(hvac.exceptions.InvalidRequest, match="not exportable"):
         transit.export_key(name="staying", key_type="encryption-key")
+
+
+def test_backup_and_restore(transit: hvac.api.secrets_engines.Transit) -> None:
+    transit.create_key(name="kept-safe", exportable=True, allow_plaintext_backup=True)
+    made = transit.encrypt_data(name="kept-safe", plaintext=b64(b"before"))["data"]["ciphertext"]
+    backup = transit.backup_key(name="kept-safe")["data"]["backup"]
+    transit.rotate_key(name="kept-safe")
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="already exists"):
+        transit.restore_key(backup=backup)
+    transit.restore_key(backup=backup, name="kept-safe", force=True)
+    assert transit.read_key(name="kept-safe")["data"]["latest_version"] == 1
+    opened = transit.decrypt_data(name="kept-safe", ciphertext=made)["data"]["plaintext"]
+    assert base64.b64decode(opened) == b"before"
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="made for key 'kept-safe'"):
+        transit.restore_key(backup=backup, name="elsewhere")
+    transit.create_key(name="not-backed", exportable=True)
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="allow_plaintext_backup is false"):
+        transit.backup_key(name="not-backed")

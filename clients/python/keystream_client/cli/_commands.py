@@ -134,6 +134,24 @@ def cmd_keys_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_keys_backup(args: argparse.Namespace) -> int:
+    """``keys backup``: the key's backup blob on stdout (one line)."""
+    with make_client(args) as client:
+        print(client.backup_key(args.name))
+    return EXIT_OK
+
+
+def cmd_keys_restore(args: argparse.Namespace) -> int:
+    """``keys restore``: a backup blob from a file or stdin, never from argv."""
+    blob = _read_material(args.file, "raw").decode("ascii", errors="replace").strip()
+    if not blob:
+        raise UsageError("the backup file is empty")
+    with make_client(args) as client:
+        key = client.restore_key(blob, args.name, force=args.force)
+    print_key(key, args.json)
+    return EXIT_OK
+
+
 def cmd_keys_list(args: argparse.Namespace) -> int:
     """``keys list``."""
     with make_client(args) as client:

@@ -14,6 +14,7 @@ from keystream_client._options import IV_SIZE
 from keystream_client.cli._batch import BATCH_FIELDS, cmd_batch
 from keystream_client.cli._commands import (
     cmd_backends,
+    cmd_keys_backup,
     cmd_keys_config,
     cmd_keys_create,
     cmd_keys_delete,
@@ -21,6 +22,7 @@ from keystream_client.cli._commands import (
     cmd_keys_import,
     cmd_keys_import_version,
     cmd_keys_list,
+    cmd_keys_restore,
     cmd_keys_rotate,
     cmd_keys_show,
     cmd_keys_trim,
@@ -272,6 +274,22 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     export.add_argument("name")
     export.add_argument("--version", help="a version number or latest (default: every version)")
     export.set_defaults(handler=cmd_keys_export)
+
+    backup = sub.add_parser("backup", parents=[conn], help="print a key's backup blob")
+    backup.description = (
+        "Print the backup blob of key NAME (allow_plaintext_backup or exportable): its record and versions "
+        "wrapped under the service's seal, restorable only under the same name into the same keystore (or a "
+        "copy) while its master key generation is kept."
+    )
+    backup.add_argument("name")
+    backup.set_defaults(handler=cmd_keys_backup)
+
+    restore = sub.add_parser("restore", parents=[conn, as_json], help="restore a key from its backup blob")
+    restore.description = "Restore the key a backup blob holds, under its own name."
+    restore.add_argument("--file", required=True, help="file holding the blob ('-' = stdin)")
+    restore.add_argument("--name", help="the key's name (must be the one the backup was made for)")
+    restore.add_argument("--force", action="store_true", help="replace an existing key of that name")
+    restore.set_defaults(handler=cmd_keys_restore)
 
     listing = sub.add_parser("list", parents=[conn, as_json], help="list keys")
     listing.description = "List the keys this token may see."

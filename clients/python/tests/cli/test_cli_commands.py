@@ -200,6 +200,23 @@ def test_keys_export(cli: RunCli) -> None:
     assert latest == exported
 
 
+def test_keys_backup_and_restore(cli: RunCli, tmp_path: Path) -> None:
+    assert cli("keys", "create", "cli-backup").returncode == EXIT_OK
+    refused = cli("keys", "backup", "cli-backup")
+    assert refused.returncode != EXIT_OK and b"cannot be backed up" in refused.stderr
+    assert cli("keys", "config", "cli-backup", "--allow-plaintext-backup").returncode == EXIT_OK
+    made = cli("keys", "backup", "cli-backup")
+    assert made.returncode == EXIT_OK, made.stderr
+    blob = tmp_path / "cli-backup.blob"
+    blob.write_bytes(made.stdout)
+    assert cli("keys", "rotate", "cli-backup").returncode == EXIT_OK
+    exists = cli("keys", "restore", "--file", str(blob))
+    assert exists.returncode != EXIT_OK and b"restore with force" in exists.stderr
+    restored = _json(cli("keys", "restore", "--file", "-", "--force", "--json", input=made.stdout))
+    assert isinstance(restored, dict) and restored["latest_version"] == 1
+    assert cli("keys", "restore", "--file", str(tmp_path / "missing")).returncode != EXIT_OK
+
+
 def test_tokens_commands(cli: RunCli, key: str) -> None:
     created = cli("tokens", "create", "--scope", "encrypt", "--key-pattern", key, "--description", "ci job")
     assert created.returncode == EXIT_OK, created.stderr

@@ -290,3 +290,21 @@ def test_an_aes256_siv_key_made_or_imported_by_the_client_encrypts_deterministic
     with pytest.raises(KeystreamAPIError) as guessed:
         client.import_key(key_name + "-guessed", material)
     assert guessed.value.status == 400 and "got 64 bytes" in str(guessed.value)
+
+
+def test_backup_and_restore(client: KeystreamClient, key_name: str) -> None:
+    client.create_key(key_name, allow_plaintext_backup=True)
+    blob = client.backup_key(key_name)
+    client.rotate_key(key_name)
+    with pytest.raises(KeystreamAPIError) as exists:
+        client.restore_key(blob)
+    assert exists.value.status == 409 and exists.value.code == "key_exists"
+    assert client.restore_key(blob, key_name, force=True).latest_version == 1
+
+
+async def test_async_backup_and_restore(server: RunningServer, key_name: str) -> None:
+    async with AsyncKeystreamClient(server.url, server.token) as ks:
+        await ks.create_key(key_name, exportable=True)
+        blob = await ks.backup_key(key_name)
+        await ks.rotate_key(key_name)
+        assert (await ks.restore_key(blob, force=True)).latest_version == 1

@@ -92,3 +92,60 @@ async def test_transit_export_in_vaults_shape(api: Api) -> None:
     assert await _errors(hmac_key, 400) == ["hmac-key is not exported by Keystream: only encryption-key"]
     bad = await api.client.get(f"/v1/transit/export/{secrets.token_hex(4)}/moving", headers=VAULT)
     await _errors(bad, 400)
+
+
+async def test_native_backup_and_restore(api: Api) -> None:
+    before = (await api.client.get("/v1/keys/moving", headers=api.auth())).json()
+    backup = await api.client.get("/v1/keys/moving/backup", headers=api.auth())
+    assert backup.status_code == 200, backup.text
+    assert backup.headers["Cache-Control"] == "no-store"
+    blob = backup.json()["backup"]
+    assert backup.json()["name"] == "moving" and b64(MATERIAL) not in blob
+    rotated = await api.client.post("/v1/keys/moving/rotate", headers=api.auth())
+    assert rotated.json()["latest_version"] == 3
+    again = await api.client.post("/v1/keys/restore", json={"backup": blob}, headers=api.auth())
+    assert again.status_code == 409 and "restore with force" in again.json()["error"]["message"]
+    forced = await api.client.post(
+        "/v1/keys/restore", json={"backup": blob, "force": True}, headers=api.auth()
+    )
+    assert forced.status_code == 200, forced.text
+    assert forced.json() == before  # version 3 is gone: the key is as it was backed up
+    assert (await api.encrypt("moving", b"x")).headers["Keystream-Key-Version"] == "2"  # the cache forgot 3
+    exported = await api.client.get("/v1/keys/moving/export", headers=api.auth())
+    assert exported.json()["keys"] == {"1": b64(MATERIAL), "2": b64(SECOND)}
+    await api.client.patch("/v1/keys/moving", json={"deletion_allowed": True}, headers=api.auth())
+    assert (await api.client.delete("/v1/keys/moving", headers=api.auth())).status_code == 204
+    held = await api.client.post("/v1/keys/restore", json={"backup": blob}, headers=api.auth())
+    assert held.status_code == 409 and held.json()["error"]["code"] == "key_recently_deleted"
+    renamed = await api.client.post(
+        "/v1/keys/restore", json={"backup": blob, "name": "other"}, headers=api.auth()
+    )
+    assert renamed.status_code == 400 and "made for key 'moving'" in renamed.json()["error"]["message"]
+    garbage = await api.client.post("/v1/keys/restore", json={"backup": "%%%"}, headers=api.auth())
+    assert garbage.status_code == 400
+    refused = await api.client.get("/v1/keys/kept/backup", headers=api.auth())
+    assert refused.status_code == 400 and "cannot be backed up" in refused.json()["error"]["message"]
+    reader = await api.create_token(["encrypt", "decrypt"])
+    assert (await api.client.get("/v1/keys/moving/backup", headers=api.auth(reader))).status_code == 403
+    denied = await api.client.post("/v1/keys/restore", json={"backup": blob}, headers=api.auth(reader))
+    assert denied.status_code == 403
+
+
+async def test_transit_backup_needs_both_options_and_restore_answers_204(api: Api) -> None:
+    refused = await api.client.get("/v1/transit/backup/moving", headers=VAULT)
+    assert await _errors(refused, 400) == [
+        "key 'moving' cannot be backed up: allow_plaintext_backup is false (Vault needs both)"
+    ]
+    configured = await api.client.post(
+        "/v1/transit/keys/moving/config", json={"allow_plaintext_backup": True}, headers=VAULT
+    )
+    assert configured.status_code == 200
+    blob = (await api.client.get("/v1/transit/backup/moving", headers=VAULT)).json()["data"]["backup"]
+    exists = await api.client.post("/v1/transit/restore", json={"backup": blob}, headers=VAULT)
+    assert (await _errors(exists, 400))[0].startswith("key 'moving' already exists")
+    forced = await api.client.post(
+        "/v1/transit/restore/moving", json={"backup": blob, "force": True}, headers=VAULT
+    )
+    assert forced.status_code == 204, forced.text
+    elsewhere = await api.client.post("/v1/transit/restore/copy", json={"backup": blob}, headers=VAULT)
+    assert "made for key 'moving'" in (await _errors(elsewhere, 400))[0]
