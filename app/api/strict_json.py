@@ -31,6 +31,10 @@ def _refuse_constant(name: str) -> Any:
     raise NonJsonNumberError(f"{name} is not a JSON number")
 
 
+#: The one decoder :func:`loads` uses: ``json.loads`` with ``parse_constant`` builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def loads(body: bytes) -> Any:
     """Parse ``body`` as a JSON text: UTF-8 only, no ``NaN``/``Infinity``.
 
@@ -41,7 +45,7 @@ def loads(body: bytes) -> Any:
         NonJsonNumberError: ``NaN``, ``Infinity`` or ``-Infinity``.
         RecursionError: nesting deeper than the parser's recursion limit.
     """
-    return json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+    return _DECODER.decode(body.decode("utf-8"))
 
 
 class StrictJsonRequest(Request):

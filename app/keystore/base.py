@@ -32,6 +32,7 @@ from app.errors import (
     DeletionNotAllowedError,
     KeyNotFoundError,
     RoleNotFoundError,
+    ServiceUnavailableError,
     TokenNotFoundError,
 )
 from app.seal import Seal
@@ -78,6 +79,7 @@ from .rotation import (
     is_due,
 )
 from .tombstones import check_tombstone_seconds
+from .wrapping_key import insert_wrapping_key, open_wrapping_key, read_wrapping_key
 
 __all__ = ["KeyStore"]
 
@@ -514,6 +516,38 @@ class KeyStore(abc.ABC):
 
         return open_audit_key_material(self._keyring, self._run_read(read))
 
+    def import_wrapping_key(self, create: Callable[[], bytes]) -> bytes:
+        """The import wrapping key's PKCS#8 DER (:mod:`app.keystore.wrapping_key`): the stored one, or, when
+        none is stored yet, the one ``create`` makes, stored first.
+
+        Race-safe across workers and replicas: ``create`` runs outside any transaction (an RSA-4096 key
+        takes a second), the insert keeps a key another process stored meanwhile, and every caller returns
+        what is stored, so all of them hand out the same key.
+
+        Raises:
+            MasterKeyError: the stored key does not unwrap under the seal.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+        stored = self.stored_import_wrapping_key()
+        if stored is not None:
+            return stored
+        fresh = create()
+        self._run_write(lambda conn: insert_wrapping_key(conn, self._dialect, self._wrapping(conn), fresh))
+        stored = self.stored_import_wrapping_key()
+        if stored is None:  # the insert committed: only a concurrent reseal could hide it
+            raise ServiceUnavailableError("the import wrapping key was stored but cannot be read back; retry")
+        return stored
+
+    def stored_import_wrapping_key(self) -> bytes | None:
+        """The stored import wrapping key's PKCS#8 DER, or ``None`` when none was made yet (no key is made).
+
+        Raises:
+            MasterKeyError: the stored key does not unwrap under the seal.
+            ServiceUnavailableError: the database cannot serve now.
+        """
+        stored = self._run_read(lambda conn: read_wrapping_key(conn, self._dialect))
+        return None if stored is None else open_wrapping_key(self._keyring, stored)
+
     def reseal(
         self,
         target: Seal,
@@ -567,9 +601,12 @@ class KeyStore(abc.ABC):
         copied_tokens: Sequence[TokenRecord],
         copied_roles: Sequence[RoleRecord] = (),
         copied_configs: Mapping[str, dict[str, object]] | None = None,
+        wrapping_key: bytes | None = None,
     ) -> None:
         """Store ``copied_keys`` (wrapped material, versions, policies, times), ``copied_tokens``, the login
-        roles ``copied_roles`` and the auth method configurations ``copied_configs`` as given.
+        roles ``copied_roles`` and the auth method configurations ``copied_configs`` as given, and
+        ``wrapping_key`` (the import wrapping key's PKCS#8 DER, wrapped here under this store's seal) unless
+        this store has one already.
 
         All or nothing: one transaction, which also appends a ``key_created`` change per key, a
         ``token_created`` change per token, a ``role_written`` change per role and an ``auth_config_written``
@@ -595,6 +632,8 @@ class KeyStore(abc.ABC):
             for method, config in configs.items():
                 roles.write_auth_config(conn, self._dialect, method, config, utc_now())
                 self._append_change(conn, AUTH_CONFIG_WRITTEN)
+            if wrapping_key is not None:
+                insert_wrapping_key(conn, self._dialect, self._wrapping(conn), wrapping_key)
 
         self._insert_copied(
             copied_keys, [check_token_record(record) for record in copied_tokens], write_roles

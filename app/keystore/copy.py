@@ -17,6 +17,9 @@ transaction (:meth:`~app.keystore.base.KeyStore.insert_copied`), so a copy is al
   every such key or token (never material) and nothing at all is written. The destination is never
   overwritten.
 
+The import wrapping key (:mod:`app.keystore.wrapping_key`) is copied too, rewrapped under the destination's
+seal, when the destination has none; a different one there is a conflict.
+
 Login roles and the auth methods' configurations follow the same rules: copied when missing, skipped when
 identical (a role's times aside), a conflict when they differ. Tokens are copied as
 :class:`~app.keystore.base.TokenRecord` objects, whatever fields those have, through the
@@ -164,6 +167,21 @@ def _new_roles(
     return new_roles, configs, len(source_roles) - len(new_roles)
 
 
+def _new_wrapping_key(source: KeyStore, target: KeyStore, conflicts: list[str]) -> bytes | None:
+    """The source's import wrapping key when ``target`` has none (so public keys handed out before the copy
+    keep working after it); ``None`` when the source has none or ``target`` has the same one. A different one
+    in ``target`` is added to ``conflicts``."""
+    key = source.stored_import_wrapping_key()
+    if key is None:
+        return None
+    there = target.stored_import_wrapping_key()
+    if there is None:
+        return key
+    if not hmac.compare_digest(key, there):
+        conflicts.append("the import wrapping key (it differs)")
+    return None
+
+
 def copy_keystore(source: KeyStore, target: KeyStore) -> CopySummary:
     """Copy the keys, versions, tokens, roles and auth configurations of ``source`` that ``target`` lacks, in
     one transaction.
@@ -212,14 +230,15 @@ def copy_keystore(source: KeyStore, target: KeyStore) -> CopySummary:
         if difference is not None:
             conflicts.append(f"token {record.token_id!r} ({difference})")
     new_roles, configs, roles_skipped = _new_roles(source, target, conflicts)
+    wrapping_key = _new_wrapping_key(source, target, conflicts)
     if conflicts:
         raise CopyConflictError(
             "the destination already has, with different contents: "
             + "; ".join(conflicts)
             + ". Nothing was copied; rename or remove these in one keystore and run the copy again"
         )
-    if new_keys or new_tokens or new_roles or configs:
-        target.insert_copied(new_keys, new_tokens, new_roles, configs)
+    if new_keys or new_tokens or new_roles or configs or wrapping_key is not None:
+        target.insert_copied(new_keys, new_tokens, new_roles, configs, wrapping_key)
     return CopySummary(
         keys_copied=len(new_keys),
         keys_skipped=len(source_keys) - len(new_keys),

@@ -46,7 +46,14 @@ from app.seal import blob_origin
 from app.seal.keyring import Keyring, KeyringState
 
 from .changes import MASTER_KEY_ROTATED
-from .master import AUDIT_KEYS_ASSOCIATED_DATA, AUDIT_KEYS_ROW, unwrap_key_material, wrap_key_material
+from .master import (
+    AUDIT_KEYS_ASSOCIATED_DATA,
+    AUDIT_KEYS_ROW,
+    WRAPPING_KEY_ASSOCIATED_DATA,
+    WRAPPING_KEY_ROW,
+    unwrap_key_material,
+    wrap_key_material,
+)
 from .migrations import Migration
 from .records import utc_now
 
@@ -327,7 +334,8 @@ def rewrap_batch(
 def finish(
     conn: Connection, dialect: Dialect, keyring: Keyring, owner: str, lease_seconds: float
 ) -> tuple[MasterRotationStatus, list[int]]:
-    """Rewrap the audit keys' material, then retire the older generations if no blob uses them any more.
+    """Rewrap the audit keys' material and the import wrapping key, then retire the older generations if no
+    blob uses them any more.
 
     Returns:
         The status (still ``rotating`` when a blob of an older generation was found: run the batches
@@ -345,6 +353,15 @@ def finish(
         conn.execute(
             dialect.sql("UPDATE meta SET value = ? WHERE name = ?"),
             (keyring.wrap(material, AUDIT_KEYS_ASSOCIATED_DATA), AUDIT_KEYS_ROW),
+        )
+    wrapping = conn.execute(
+        dialect.sql("SELECT value FROM meta WHERE name = ?"), (WRAPPING_KEY_ROW,)
+    ).fetchone()
+    if wrapping is not None and _needs_rewrap(bytes(wrapping[0]), generation):
+        private_der = keyring.unwrap(bytes(wrapping[0]), WRAPPING_KEY_ASSOCIATED_DATA)
+        conn.execute(
+            dialect.sql("UPDATE meta SET value = ? WHERE name = ?"),
+            (keyring.wrap(private_der, WRAPPING_KEY_ASSOCIATED_DATA), WRAPPING_KEY_ROW),
         )
     left = sum(
         1

@@ -38,6 +38,8 @@ __all__ = [
     "MASTER_KEY_SIZE",
     "SEAL_PARAMETERS_ROW",
     "SEAL_ROWS",
+    "WRAPPING_KEY_ASSOCIATED_DATA",
+    "WRAPPING_KEY_ROW",
     "KeyUnwrapError",
     "MasterKeyError",
     "as_seal",
@@ -65,6 +67,9 @@ SEAL_PARAMETERS_ROW = "seal_parameters"
 #: Every ``meta`` row :func:`settle_seal` reads.
 SEAL_ROWS = (CHECK_ROW, AUDIT_KEYS_ROW, SEAL_PARAMETERS_ROW)
 AUDIT_KEYS_ASSOCIATED_DATA = b"keystream:audit-keys"
+#: The import wrapping key's ``meta`` row and associated data (:mod:`app.keystore.wrapping_key`).
+WRAPPING_KEY_ROW = "wrapping_key"
+WRAPPING_KEY_ASSOCIATED_DATA = b"keystream:import-wrapping-key"
 AUDIT_KEYS_SIZE = 64
 CHECK_ASSOCIATED_DATA = b"keystream:master-key-check"
 _CHECK_PLAINTEXT = b"keystream master key check v1"

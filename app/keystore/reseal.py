@@ -10,6 +10,8 @@
   the move keep verifying after it. A target with public parameters (the shamir seal's share set) stores them
   in the same transaction; moving to a seal without any deletes the old seal's, so no row describes shares
   that open nothing.
+* The import wrapping key, when one was made, is rewrapped under the target
+  (:func:`app.keystore.wrapping_key.rewrap_wrapping_key`).
 
 A process killed in the middle leaves the transaction uncommitted: the keystore stays wholly under the old
 seal, and running the move again finishes it.
@@ -33,6 +35,7 @@ from .master import (
     unwrap_key_material,
     wrap_key_material,
 )
+from .wrapping_key import rewrap_wrapping_key
 
 __all__ = ["reseal_rows", "resealed_meta", "rewrap_versions"]
 
@@ -81,8 +84,8 @@ def reseal_rows(
     audit_material: bytes | memoryview,
 ) -> int:
     """Rewrite, in the caller's write transaction, every key version and ``meta`` row from ``source`` to
-    ``target`` (:func:`rewrap_versions`, :func:`resealed_meta`) and forget the generations of earlier
-    rotations; return how many key versions were rewrapped.
+    ``target`` (:func:`rewrap_versions`, :func:`resealed_meta`, the import wrapping key) and forget the
+    generations of earlier rotations; return how many key versions were rewrapped.
 
     Raises:
         KeyUnwrapError: a version does not unwrap under ``source``; nothing was written.
@@ -109,5 +112,6 @@ def reseal_rows(
             ),
             (name, value),
         )
+    rewrap_wrapping_key(conn, dialect, source, target)
     generations.reset(conn, dialect)
     return len(rewrapped)

@@ -17,8 +17,10 @@ logins (no token).
   methods (429 with ``Retry-After``); the audit line
   records the role, the subject and the token id, never the JWT or the certificate.
 
-Every worker and replica reads roles and the configuration from the keystore at each login, so a change
-applies at the next login everywhere; the issuer's keys are cached per worker (:mod:`app.services.jwks`).
+Every worker and replica reads roles and the configuration from the keystore at each login (one read for
+both), so a change applies at the next login everywhere; the issuer's keys are cached per worker
+(:mod:`app.services.jwks`). Both logins are served ahead of FastAPI's router by the fast dispatcher
+(:data:`REQUEST_HANDLERS`, :mod:`app.api.hotpath`), through the same middleware and with the same answers.
 """
 
 from __future__ import annotations

@@ -313,6 +313,29 @@ def test_a_file_is_encrypted_in_the_page_and_opened_by_the_cli(
     assert watch.errors == []
 
 
+def test_a_deterministic_key_is_made_without_the_sealed_formats_settings(
+    page: tuple[Page, Watch], server: Server
+) -> None:
+    """aes256-siv has no scheme or segment size: the form disables both and sends neither (the service
+    refuses them for that type), and the key's import form asks for its 64 bytes."""
+    browser_page, _ = page
+    sign_in(browser_page, server.url)
+    browser_page.fill("#key-name", "lookup-column")
+    browser_page.select_option("#key-type", "aes256-siv")
+    expect(browser_page.locator("#key-scheme")).to_be_disabled()
+    expect(browser_page.locator("#key-segment-size")).to_be_disabled()
+    browser_page.locator("#create-key").get_by_role("button", name="Create").click()
+    browser_page.locator("#keys").get_by_role("link", name="lookup-column").click()
+    expect(browser_page.locator("#import-version")).to_contain_text("64 random bytes")
+    with KeystreamClient(server.url, ROOT_TOKEN) as client:
+        assert client.get_key("lookup-column").type == "aes256-siv"
+        first, second = client.encrypt_batch("lookup-column", [b"4242", b"4242"])
+        assert first.data is not None and first.data == second.data  # deterministic
+    browser_page.goto(f"{server.url}/ui/#/keys")
+    browser_page.select_option("#key-type", "aes256")  # the sealed types get their settings back
+    expect(browser_page.locator("#key-scheme")).to_be_enabled()
+
+
 @pytest.fixture(scope="module")
 def axe_source(tmp_path_factory: pytest.TempPathFactory) -> str:
     """axe-core's ``axe.min.js`` at the version ``ui/package-lock.json`` pins, installed with npm."""

@@ -352,3 +352,26 @@ def test_a_differing_role_or_configuration_is_a_conflict(pair: tuple[KeyStore, K
     ):
         copy_keystore(source, target)
     assert [role.name for role in target.list_roles()] == ["billing"]  # nothing was written
+
+
+def test_the_import_wrapping_key_is_copied_rewrapped_once_and_a_different_one_conflicts(
+    pair: tuple[KeyStore, KeyStore], master_key: bytes, tmp_path: Path
+) -> None:
+    source, target = pair
+    made = source.import_wrapping_key(lambda: secrets.token_bytes(2374))
+    rotation = MasterRotation(source)
+    rotation.begin()
+    rotation.run()  # the source's blob is under generation 2, which the destination does not hold
+    copy_keystore(source, target)
+    assert target.stored_import_wrapping_key() == made  # public keys handed out before the copy still work
+    copy_keystore(source, target)  # the same key there: nothing to do, no conflict
+    other = SqliteKeyStore(tmp_path / "other.db", master_key)
+    try:
+        other.import_wrapping_key(lambda: secrets.token_bytes(2374))
+        other.create_key("only-in-other")
+        with pytest.raises(CopyConflictError, match="import wrapping key"):
+            copy_keystore(other, target)
+    finally:
+        other.close()
+    assert target.stored_import_wrapping_key() == made
+    assert "only-in-other" not in {key.name for key in target.list_keys()}  # all or nothing

@@ -1,9 +1,12 @@
-// Keys: the list (filtered by name), creation (type, scheme, segment size), and one key's page with its
+// Keys: the list (filtered by name), creation (type; scheme and segment size for the sealed format's types,
+// none for aes256-siv, whose deterministic encryption has neither), and one key's page with its
 // versions, rotation, the oldest version that decrypts, trim, import of a version and deletion.
 import { useEffect, useState } from "preact/hooks";
 import { describe, json, keyPath, type KeyInfo } from "../api";
 
-const TYPES = ["aes256", "aes192", "aes128"] as const;
+const TYPES = ["aes256", "aes192", "aes128", "aes256-siv"] as const;
+/** The deterministic type (AES-SIV, used through the batch routes): no scheme or segment size. */
+const DETERMINISTIC = "aes256-siv";
 const SCHEMES = ["ctr-hmac", "gcm"] as const;
 const DEFAULT_SEGMENT_SIZE = 1 << 20;
 
@@ -19,11 +22,11 @@ function CreateKey({ onCreated }: { onCreated: () => void }) {
     event.preventDefault();
     setError(null);
     try {
+      const sealed = type === DETERMINISTIC ? {} : { scheme, segment_size: Number(segmentSize) };
       await json<KeyInfo>("POST", "/v1/keys", {
         name,
         type,
-        scheme,
-        segment_size: Number(segmentSize),
+        ...sealed,
         deletion_allowed: deletionAllowed,
         // A number of seconds or a duration such as "24h" (the service parses it); empty: off.
         auto_rotate_period: autoRotate.trim() === "" ? 0 : /^\d+$/.test(autoRotate.trim()) ? Number(autoRotate) : autoRotate.trim(),
@@ -51,7 +54,12 @@ function CreateKey({ onCreated }: { onCreated: () => void }) {
       </label>
       <label>
         Scheme
-        <select id="key-scheme" value={scheme} onChange={(event) => setScheme(event.currentTarget.value)}>
+        <select
+          id="key-scheme"
+          value={scheme}
+          disabled={type === DETERMINISTIC}
+          onChange={(event) => setScheme(event.currentTarget.value)}
+        >
           {SCHEMES.map((option) => (
             <option value={option}>{option}</option>
           ))}
@@ -64,6 +72,7 @@ function CreateKey({ onCreated }: { onCreated: () => void }) {
           type="number"
           min="4096"
           value={segmentSize}
+          disabled={type === DETERMINISTIC}
           onInput={(event) => setSegmentSize(event.currentTarget.value)}
         />
       </label>
@@ -175,7 +184,7 @@ function TrimVersions({ info, onChanged }: { info: KeyInfo; onChanged: (key: Key
 }
 
 /** The material's length in bytes for each key type (what import_version accepts). */
-const MATERIAL_BYTES: Record<string, number> = { aes128: 16, aes192: 24, aes256: 32 };
+const MATERIAL_BYTES: Record<string, number> = { aes128: 16, aes192: 24, aes256: 32, "aes256-siv": 64 };
 
 /**
  * Add a version with material brought from elsewhere (import_version). The material is a secret: typed into
