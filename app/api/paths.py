@@ -39,6 +39,8 @@ KEY_IMPORT = f"{KEY}/import"
 KEY_ROTATE = f"{KEY}/rotate"
 KEY_IMPORT_VERSION = f"{KEY}/import_version"
 KEY_TRIM = f"{KEY}/trim"
+#: The public half of the wrapping key a wrapped import's ``ciphertext`` is made with.
+WRAPPING_KEY = "/v1/wrapping_key"
 #: A version's material, or every version's, of an ``exportable`` key (admin).
 KEY_EXPORT = f"{KEY}/export"
 #: A key's backup blob (admin), and the restore of one (``restore`` is not a key name here: POST only).

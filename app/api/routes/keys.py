@@ -32,6 +32,14 @@ from app.keystore import (
     KeyOptions,
 )
 from app.services.deterministic import DETERMINISTIC_KEY_TYPE
+from app.services.wrapped_import import (
+    DEFAULT_HASH_FUNCTION,
+    MAX_CIPHERTEXT_BASE64,
+    HashFunction,
+    unwrap_imported_material,
+    wrapping_public_key,
+)
+from app.state import ServiceState
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["keys"])
 
@@ -93,12 +101,37 @@ class CreateKeyRequest(KeyOptionsFields):
     auto_rotate_period: AutoRotatePeriod = 0
 
 
-class ImportKeyRequest(KeyOptionsFields):
+class ImportMaterialFields(BaseModel):
+    """The material an import carries: in clear (``key``) or wrapped under the service's wrapping key
+    (``ciphertext``, with the ``hash_function`` its RSA-OAEP used); exactly one of the two."""
+
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=88,
+        repr=False,
+        description="Base64 of the material: as long as the key's type (aes128: 16 bytes, aes192: 24, "
+        "aes256: 32, aes256-siv: 64). Give this or ciphertext.",
+        json_schema_extra={"pattern": KEY_MATERIAL_BASE64},
+    )
+    ciphertext: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_CIPHERTEXT_BASE64,
+        repr=False,
+        description=f"The material wrapped under GET {paths.WRAPPING_KEY}'s public key, base64: the RSA-OAEP "
+        "block (512 bytes) of a random 32-byte AES key, then the AES key wrap with padding (RFC 5649) of "
+        "the material under that AES key (Vault's BYOK layout). Give this or key.",
+    )
+    hash_function: HashFunction = Field(
+        default=DEFAULT_HASH_FUNCTION,
+        description="The hash RSA-OAEP (and its MGF1) used to wrap the AES key; only with ciphertext.",
+    )
+
+
+class ImportKeyRequest(KeyOptionsFields, ImportMaterialFields):
     model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
 
-    key: str = Field(
-        min_length=1, max_length=88, repr=False, json_schema_extra={"pattern": KEY_MATERIAL_BASE64}
-    )
     type: Literal["aes128", "aes192", "aes256", "aes256-siv"] | None = Field(
         default=None,
         description="The key's type; the material must be as long as it says. Default: the AES type of the "
@@ -110,17 +143,8 @@ class ImportKeyRequest(KeyOptionsFields):
     auto_rotate_period: AutoRotatePeriod = 0
 
 
-class ImportVersionRequest(BaseModel):
+class ImportVersionRequest(ImportMaterialFields):
     model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
-
-    key: str = Field(
-        min_length=1,
-        max_length=88,
-        repr=False,
-        description="Base64 of the new version's material: as long as the key's type (aes128: 16 bytes, "
-        "aes192: 24, aes256: 32, aes256-siv: 64).",
-        json_schema_extra={"pattern": KEY_MATERIAL_BASE64},
-    )
 
 
 class TrimRequest(BaseModel):
@@ -186,7 +210,7 @@ async def import_key(
     principal.require("admin", name)
     _require_import_enabled(state.settings.allow_key_import)
     _refuse_sealed_fields(body, body.type)
-    material = _decode_material(body.key)
+    material = await _import_material(body, state)
     info = await to_thread.run_sync(
         lambda: state.keystore.import_key(
             name,
@@ -221,6 +245,40 @@ def _refuse_sealed_fields(body: BaseModel, key_type: str | None) -> None:
 def _require_import_enabled(allowed: bool) -> None:
     if not allowed:
         raise ForbiddenError("key import is disabled (set KEYSTREAM_ALLOW_KEY_IMPORT=true)")
+
+
+async def _import_material(body: ImportMaterialFields, state: ServiceState) -> memoryview:
+    """The material ``body`` carries, in locked memory: ``key`` decoded, or ``ciphertext`` unwrapped.
+
+    Raises:
+        BadRequestError: neither or both given; ``hash_function`` without ``ciphertext``; bad base64; a
+            ciphertext that does not open (:class:`~app.formats.wrapped_import.WrappedImportError`).
+    """
+    if (body.key is None) == (body.ciphertext is None):
+        raise BadRequestError(
+            "give the material as exactly one of key (base64) or ciphertext (wrapped under the public key "
+            f"from GET {paths.WRAPPING_KEY})"
+        )
+    if body.ciphertext is None:
+        if "hash_function" in body.model_fields_set:
+            raise BadRequestError("hash_function applies only to a wrapped ciphertext, not to key")
+        assert body.key is not None
+        return _decode_material(body.key)
+    return await to_thread.run_sync(
+        unwrap_imported_material, state.keystore, body.ciphertext, body.hash_function
+    )
+
+
+@router.get(paths.WRAPPING_KEY, responses=errors(403))
+async def wrapping_key(principal: AdminDep, state: StateDep) -> dict[str, str]:
+    """The public half of the service's RSA-4096 wrapping key (PEM), for wrapped import's ``ciphertext``.
+
+    Made on the first call (a second or so) and the same for every worker and replica; its private half is
+    kept under the seal. Gated as import is: ``KEYSTREAM_ALLOW_KEY_IMPORT=true`` and the ``admin`` scope.
+    """
+    principal.require("admin")
+    _require_import_enabled(state.settings.allow_key_import)
+    return {"public_key": await to_thread.run_sync(wrapping_public_key, state.keystore)}
 
 
 def _decode_material(text: str) -> memoryview:
@@ -268,7 +326,7 @@ async def import_key_version(
     """
     principal.require("admin", name)
     _require_import_enabled(state.settings.allow_key_import)
-    material = _decode_material(body.key)
+    material = await _import_material(body, state)
     info = await to_thread.run_sync(state.keystore.import_key_version, name, material)
     state.keycache.invalidate(name)
     return info.to_json()
