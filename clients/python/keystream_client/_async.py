@@ -232,10 +232,20 @@ class AsyncKeystreamClient(BaseClient):
         scheme: str | None = None,
         auto_rotate_period: int | str | None = None,
         key_type: str | None = None,
+        derived: bool = False,
+        convergent_encryption: bool = False,
+        exportable: bool = False,
+        allow_plaintext_backup: bool = False,
     ) -> Key:
         """As :meth:`KeystreamClient.import_key`."""
+        options = {
+            "derived": derived,
+            "convergent_encryption": convergent_encryption,
+            "exportable": exportable,
+            "allow_plaintext_backup": allow_plaintext_backup,
+        }
         call = import_key_call(
-            name, material, segment_size, deletion_allowed, scheme, auto_rotate_period, key_type
+            name, material, segment_size, deletion_allowed, scheme, auto_rotate_period, key_type, options
         )
         return parse_key(await self._send(call))
 

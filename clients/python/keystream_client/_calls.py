@@ -61,7 +61,9 @@ def import_key_call(
     scheme: str | None = None,
     auto_rotate_period: int | str | None = None,
     key_type: str | None = None,
+    options: Mapping[str, bool] | None = None,
 ) -> Call:
+    """``POST /v1/keys/{name}/import``; ``options`` as :func:`create_key_call`'s."""
     body: dict[str, Any] = {"key": base64.b64encode(material).decode(), "deletion_allowed": deletion_allowed}
     if key_type is not None:
         body["type"] = key_type
@@ -71,6 +73,7 @@ def import_key_call(
         body["scheme"] = scheme
     if auto_rotate_period is not None:
         body["auto_rotate_period"] = auto_rotate_period
+    body.update({option: True for option, value in (options or {}).items() if value})
     return Call("POST", f"/v1/keys/{quote(name)}/import", body)
 
 

@@ -222,17 +222,27 @@ class KeystreamClient(SyncStreamingClient):
         scheme: str | None = None,
         auto_rotate_period: int | str | None = None,
         key_type: str | None = None,
+        derived: bool = False,
+        convergent_encryption: bool = False,
+        exportable: bool = False,
+        allow_plaintext_backup: bool = False,
     ) -> Key:
         """Import key material (16, 24 or 32 bytes, the type following from the length; or 64 bytes with
-        ``key_type="aes256-siv"``); the service must allow imports. ``scheme`` and ``auto_rotate_period`` as
-        :meth:`create_key`.
+        ``key_type="aes256-siv"``); the service must allow imports. ``scheme``, ``auto_rotate_period`` and
+        the options (``derived``: a key moved from Vault's derived key, ...) as :meth:`create_key`.
 
         Raises:
             KeystreamAPIError: e.g. 403 when imports are disabled, 400 for a bad length.
             KeystreamConnectionError: the service is unreachable.
         """
+        options = {
+            "derived": derived,
+            "convergent_encryption": convergent_encryption,
+            "exportable": exportable,
+            "allow_plaintext_backup": allow_plaintext_backup,
+        }
         call = import_key_call(
-            name, material, segment_size, deletion_allowed, scheme, auto_rotate_period, key_type
+            name, material, segment_size, deletion_allowed, scheme, auto_rotate_period, key_type, options
         )
         return parse_key(self._send(call))
 

@@ -308,3 +308,10 @@ async def test_async_backup_and_restore(server: RunningServer, key_name: str) ->
         blob = await ks.backup_key(key_name)
         await ks.rotate_key(key_name)
         assert (await ks.restore_key(blob, force=True)).latest_version == 1
+
+
+def test_an_imported_key_takes_the_options(client: KeystreamClient, key_name: str) -> None:
+    material = os.urandom(32)
+    imported = client.import_key(key_name, material, derived=True, exportable=True)
+    assert (imported.derived, imported.exportable, imported.imported) == (True, True, True)
+    assert client.export_key(key_name) == {1: material}
