@@ -22,6 +22,7 @@ from keystream_client._base import (
     mapped_errors,
 )
 from keystream_client._calls import (
+    WRAPPING_KEY_CALL,
     Call,
     backup_key_call,
     batch_call,
@@ -236,6 +237,7 @@ class AsyncKeystreamClient(BaseClient):
         convergent_encryption: bool = False,
         exportable: bool = False,
         allow_plaintext_backup: bool = False,
+        wrapped: bool = False,
     ) -> Key:
         """As :meth:`KeystreamClient.import_key`."""
         options = {
@@ -244,8 +246,17 @@ class AsyncKeystreamClient(BaseClient):
             "exportable": exportable,
             "allow_plaintext_backup": allow_plaintext_backup,
         }
+        wrapping_key = await self.wrapping_key() if wrapped else None
         call = import_key_call(
-            name, material, segment_size, deletion_allowed, scheme, auto_rotate_period, key_type, options
+            name,
+            material,
+            segment_size,
+            deletion_allowed,
+            scheme,
+            auto_rotate_period,
+            key_type,
+            options,
+            wrapping_key,
         )
         return parse_key(await self._send(call))
 
@@ -261,9 +272,14 @@ class AsyncKeystreamClient(BaseClient):
         """As :meth:`KeystreamClient.rotate_key`."""
         return parse_key(await self._send(Call("POST", f"/v1/keys/{quote(name)}/rotate")))
 
-    async def import_version(self, name: str, material: bytes) -> Key:
+    async def import_version(self, name: str, material: bytes, *, wrapped: bool = False) -> Key:
         """As :meth:`KeystreamClient.import_version`."""
-        return parse_key(await self._send(import_version_call(name, material)))
+        wrapping_key = await self.wrapping_key() if wrapped else None
+        return parse_key(await self._send(import_version_call(name, material, wrapping_key)))
+
+    async def wrapping_key(self) -> str:
+        """As :meth:`KeystreamClient.wrapping_key`."""
+        return str((await self._send(WRAPPING_KEY_CALL))["public_key"])
 
     async def trim(self, name: str, min_available_version: int) -> Key:
         """As :meth:`KeystreamClient.trim`."""

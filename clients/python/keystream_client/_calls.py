@@ -12,6 +12,7 @@ from urllib.parse import quote as _url_quote
 import httpx
 
 from keystream_client._models import BatchItem, b64
+from keystream_client._wrapping import wrap_for_import
 
 
 def quote(segment: str) -> str:
@@ -62,9 +63,11 @@ def import_key_call(
     auto_rotate_period: int | str | None = None,
     key_type: str | None = None,
     options: Mapping[str, bool] | None = None,
+    wrapping_key: str | None = None,
 ) -> Call:
-    """``POST /v1/keys/{name}/import``; ``options`` as :func:`create_key_call`'s."""
-    body: dict[str, Any] = {"key": base64.b64encode(material).decode(), "deletion_allowed": deletion_allowed}
+    """``POST /v1/keys/{name}/import``; ``options`` as :func:`create_key_call`'s. With ``wrapping_key`` (the
+    service's public key, PEM) the material is sent wrapped under it (:mod:`keystream_client._wrapping`)."""
+    body: dict[str, Any] = {**_material_field(material, wrapping_key), "deletion_allowed": deletion_allowed}
     if key_type is not None:
         body["type"] = key_type
     if segment_size is not None:
@@ -77,10 +80,20 @@ def import_key_call(
     return Call("POST", f"/v1/keys/{quote(name)}/import", body)
 
 
-def import_version_call(name: str, material: bytes) -> Call:
-    return Call(
-        "POST", f"/v1/keys/{quote(name)}/import_version", {"key": base64.b64encode(material).decode()}
-    )
+def import_version_call(name: str, material: bytes, wrapping_key: str | None = None) -> Call:
+    """``POST /v1/keys/{name}/import_version``; ``wrapping_key`` as :func:`import_key_call`'s."""
+    return Call("POST", f"/v1/keys/{quote(name)}/import_version", _material_field(material, wrapping_key))
+
+
+#: ``GET /v1/wrapping_key``: the service's public key for wrapped import (its answer's ``public_key``).
+WRAPPING_KEY_CALL = Call("GET", "/v1/wrapping_key")
+
+
+def _material_field(material: bytes, wrapping_key: str | None) -> dict[str, str]:
+    """An import's material: ``key`` in clear, or ``ciphertext`` wrapped under ``wrapping_key``."""
+    if wrapping_key is None:
+        return {"key": base64.b64encode(material).decode()}
+    return {"ciphertext": wrap_for_import(wrapping_key, material)}
 
 
 def export_key_call(name: str, version: int | str | None = None) -> Call:

@@ -12,6 +12,7 @@ import httpx
 from keystream_client._autologin import SyncJwtLogin
 from keystream_client._base import DEFAULT_CHUNK_SIZE, ClientCert, Verify, mapped_errors
 from keystream_client._calls import (
+    WRAPPING_KEY_CALL,
     Call,
     backup_key_call,
     batch_call,
@@ -226,10 +227,13 @@ class KeystreamClient(SyncStreamingClient):
         convergent_encryption: bool = False,
         exportable: bool = False,
         allow_plaintext_backup: bool = False,
+        wrapped: bool = False,
     ) -> Key:
         """Import key material (16, 24 or 32 bytes, the type following from the length; or 64 bytes with
         ``key_type="aes256-siv"``); the service must allow imports. ``scheme``, ``auto_rotate_period`` and
         the options (``derived``: a key moved from Vault's derived key, ...) as :meth:`create_key`.
+        ``wrapped``: fetch :meth:`wrapping_key` and send the material wrapped under it, never in clear
+        (needs the ``wrapped`` extra, pyca/cryptography); as much for :meth:`import_version`.
 
         Raises:
             KeystreamAPIError: e.g. 403 when imports are disabled, 400 for a bad length.
@@ -241,8 +245,17 @@ class KeystreamClient(SyncStreamingClient):
             "exportable": exportable,
             "allow_plaintext_backup": allow_plaintext_backup,
         }
+        wrapping_key = self.wrapping_key() if wrapped else None
         call = import_key_call(
-            name, material, segment_size, deletion_allowed, scheme, auto_rotate_period, key_type, options
+            name,
+            material,
+            segment_size,
+            deletion_allowed,
+            scheme,
+            auto_rotate_period,
+            key_type,
+            options,
+            wrapping_key,
         )
         return parse_key(self._send(call))
 
@@ -273,7 +286,7 @@ class KeystreamClient(SyncStreamingClient):
         """
         return parse_key(self._send(Call("POST", f"/v1/keys/{quote(name)}/rotate")))
 
-    def import_version(self, name: str, material: bytes) -> Key:
+    def import_version(self, name: str, material: bytes, *, wrapped: bool = False) -> Key:
         """Add a key version with the given material (as long as the key's type: 16, 24 or 32 bytes); it
         becomes the latest. The service must allow imports.
 
@@ -281,7 +294,18 @@ class KeystreamClient(SyncStreamingClient):
             KeystreamAPIError: e.g. 403 when imports are disabled, 400 for a length that does not fit the key.
             KeystreamConnectionError: the service is unreachable.
         """
-        return parse_key(self._send(import_version_call(name, material)))
+        wrapping_key = self.wrapping_key() if wrapped else None
+        return parse_key(self._send(import_version_call(name, material, wrapping_key)))
+
+    def wrapping_key(self) -> str:
+        """The service's RSA-4096 public key (PEM) that wrapped import wraps material under; needs the admin
+        scope and imports enabled.
+
+        Raises:
+            KeystreamAPIError: 403 when imports are disabled or without admin.
+            KeystreamConnectionError: the service is unreachable.
+        """
+        return str(self._send(WRAPPING_KEY_CALL)["public_key"])
 
     def trim(self, name: str, min_available_version: int) -> Key:
         """Delete, for good, the key's versions below ``min_available_version``; idempotent.

@@ -102,6 +102,7 @@ def cmd_keys_import(args: argparse.Namespace) -> int:
             scheme=args.scheme,
             auto_rotate_period=args.auto_rotate_period,
             key_type=args.key_type,
+            wrapped=args.wrapped,
         )
     print_key(key, args.json)
     return EXIT_OK
@@ -113,7 +114,7 @@ def cmd_keys_import_version(args: argparse.Namespace) -> int:
     if len(material) not in MATERIAL_SIZES:
         raise CommandError(f"key material must be 16, 24, 32 or 64 bytes, got {len(material)}", EXIT_USAGE)
     with make_client(args) as client:
-        key = client.import_version(args.name, material)
+        key = client.import_version(args.name, material, wrapped=args.wrapped)
     print_key(key, args.json)
     return EXIT_OK
 

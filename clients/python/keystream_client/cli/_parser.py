@@ -56,6 +56,13 @@ KEY_TYPES = ("aes128", "aes192", "aes256", "aes256-siv")
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?)?\s*$", re.IGNORECASE)
 
 
+#: ``--wrapped`` on the import commands.
+_WRAPPED_HELP = (
+    "fetch the service's wrapping key and send the material wrapped under it (RSA-OAEP + AES key wrap, "
+    "Vault's BYOK layout), never in clear; needs pip install 'keystream-client[wrapped]'"
+)
+
+
 def parse_size(text: str) -> int:
     """``4096``, ``4KiB``, ``1MiB``, ``1M`` -> bytes (binary units).
 
@@ -239,6 +246,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         help="the key's type (default: the AES type of the material's length; 64 bytes need aes256-siv)",
     )
     imp.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
+    imp.add_argument("--wrapped", action="store_true", help=_WRAPPED_HELP)
     imp.set_defaults(handler=cmd_keys_import)
 
     imp_version = sub.add_parser(
@@ -254,6 +262,7 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
     imp_version.add_argument(
         "--encoding", choices=("raw", "base64", "hex"), default="raw", help="file format"
     )
+    imp_version.add_argument("--wrapped", action="store_true", help=_WRAPPED_HELP)
     imp_version.set_defaults(handler=cmd_keys_import_version)
 
     trim = sub.add_parser("trim", parents=[conn, as_json], help="delete old key versions for good")

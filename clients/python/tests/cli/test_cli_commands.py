@@ -162,6 +162,32 @@ def test_keys_import_from_file_and_stdin(cli: RunCli, tmp_path: Path) -> None:
     assert bad.returncode == EXIT_USAGE and b"16, 24, 32 or 64 bytes" in bad.stderr
 
 
+def test_keys_import_and_import_version_wrapped(cli: RunCli, tmp_path: Path) -> None:
+    first, second = tmp_path / "v1.bin", tmp_path / "v2.hex"
+    first.write_bytes(os.urandom(16))
+    second.write_text(os.urandom(16).hex())
+    made = _json(cli("keys", "import", "cli-wrapped", str(first), "--wrapped", "--json"))
+    assert isinstance(made, dict) and (made["imported"], made["type"]) == (True, "aes128")
+    added = cli(
+        "keys",
+        "import-version",
+        "cli-wrapped",
+        "--file",
+        str(second),
+        "--encoding",
+        "hex",
+        "--wrapped",
+        "--json",
+    )
+    assert added.returncode == EXIT_OK and json.loads(added.stdout)["latest_version"] == 2
+    wrong = cli("keys", "import-version", "cli-wrapped", "--file", str(tmp_path / "v1.bin"), "--wrapped")
+    assert wrong.returncode == EXIT_OK  # 16 bytes fit an aes128 key: a third version
+    too_long = tmp_path / "long.bin"
+    too_long.write_bytes(os.urandom(32))
+    refused = cli("keys", "import-version", "cli-wrapped", "--file", str(too_long), "--wrapped")
+    assert refused.returncode != EXIT_OK and b"16 bytes" in refused.stderr
+
+
 def test_keys_import_version_and_trim(cli: RunCli, tmp_path: Path) -> None:
     assert cli("keys", "create", "cli-life", "--type", "aes128").returncode == EXIT_OK
     material = tmp_path / "v2.hex"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 
 import pytest
@@ -13,6 +14,7 @@ from keystream_client import (
     KeystreamClient,
     KeystreamConnectionError,
 )
+from keystream_client._calls import import_key_call
 from keystream_server import RunningServer, free_port
 
 
@@ -315,3 +317,26 @@ def test_an_imported_key_takes_the_options(client: KeystreamClient, key_name: st
     imported = client.import_key(key_name, material, derived=True, exportable=True)
     assert (imported.derived, imported.exportable, imported.imported) == (True, True, True)
     assert client.export_key(key_name) == {1: material}
+
+
+def test_wrapped_import_sends_no_material_in_clear(client: KeystreamClient, key_name: str) -> None:
+    pem = client.wrapping_key()
+    assert pem.startswith("-----BEGIN PUBLIC KEY-----") and client.wrapping_key() == pem
+    first, second = os.urandom(32), os.urandom(32)
+    body = import_key_call(key_name, first, None, False, wrapping_key=pem).json
+    assert isinstance(body, dict) and "key" not in body and "ciphertext" in body
+    assert base64.b64encode(first).decode() not in str(body)
+    made = client.import_key(key_name, first, exportable=True, wrapped=True)
+    assert (made.imported, made.type) == (True, "aes256")
+    assert client.import_version(key_name, second, wrapped=True).latest_version == 2
+    assert client.export_key(key_name) == {1: first, 2: second}  # the service holds exactly this material
+
+
+async def test_async_wrapped_import(server: RunningServer, key_name: str) -> None:
+    material = os.urandom(16)
+    async with AsyncKeystreamClient(server.url, server.token) as ks:
+        pem = await ks.wrapping_key()
+        assert pem.startswith("-----BEGIN PUBLIC KEY-----")
+        await ks.import_key(key_name, material, exportable=True, wrapped=True)
+        assert (await ks.import_version(key_name, material, wrapped=True)).latest_version == 2
+        assert await ks.export_key(key_name) == {1: material, 2: material}
