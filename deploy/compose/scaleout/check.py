@@ -6,6 +6,9 @@
 
 1. Prometheus scrapes every replica (``up{job="keystream"}`` is 1 for all three).
 2. Sealed round trips through HAProxy (0 B to 256 KiB); each ciphertext also opens through every replica.
+   Then the console through HAProxy: ``/ui/config.json`` names this stack's Prometheus, the page's CSP
+   allows connecting to it and to nothing else, and Prometheus answers the console's queries (its
+   "replicas reporting" query counts three; the throughput chart has series) as the browser would ask them.
 3. A rotation through replica 1 is used by encrypts through replica 2 (the new ``Keystream-Key-Version``)
    within 2 s, and what replica 2 sealed opens through replica 3 and the balancer.
 4. Replica 2 is stopped (``docker-compose stop``) while three client threads loop round trips through the
@@ -20,6 +23,7 @@ Exits 0 when everything holds, else 1 with the reason. Needs httpx (the host's v
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +36,8 @@ from pathlib import Path
 import httpx
 
 OCTETS = {"Content-Type": "application/octet-stream"}
+#: The console's charts and their PromQL (the dashboard reads it; a test compares it with Grafana's).
+CHARTS = Path(__file__).resolve().parents[3] / "ui" / "src" / "charts.json"
 SIZES = (0, 1, 1024, 65536 + 7, 256 * 1024)
 THREADS = 3
 CLEAN_FAILURES = {0, 502, 503, 504}  # 0: a connection error
@@ -152,6 +158,37 @@ class Loop:
         return reply.content if reply.status_code == 200 else None
 
 
+def console_reads_prometheus(balancer: httpx.Client, prometheus: str) -> None:
+    """The console served through the balancer points its dashboard at this stack's Prometheus, which
+    answers the console's own queries for all three replicas."""
+    config = balancer.get("/ui/config.json")
+    config.raise_for_status()
+    if config.json().get("prometheus_url") != prometheus:
+        raise CheckFailed(f"console: /ui/config.json names {config.json()!r}, not {prometheus}")
+    page = balancer.get("/ui/")
+    page.raise_for_status()
+    directives = dict(
+        part.strip().split(" ", 1)
+        for part in page.headers["content-security-policy"].split(";")
+        if part.strip()
+    )
+    if directives.get("connect-src") != f"'self' {prometheus}":
+        raise CheckFailed(f"console: connect-src is {directives.get('connect-src')!r}")
+    charts = json.loads(CHARTS.read_text())
+
+    def values(expr: str) -> list[str]:
+        """The instant values of ``expr``'s series, as Prometheus' HTTP API gives them to the console."""
+        reply = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=5)
+        reply.raise_for_status()
+        return [str(series["value"][1]) for series in reply.json()["data"]["result"]]
+
+    replicas = charts["replicas"]["queries"][0]["expr"]
+    wait_for(lambda: values(replicas) == ["3"], 60, "console: 3 replicas reporting")
+    throughput = next(chart for chart in charts["charts"] if chart["id"] == "throughput")
+    expr = throughput["queries"][0]["expr"].replace("$backend", ".*")
+    wait_for(lambda: bool(values(expr)), 90, "console: throughput series (recording rule)")
+
+
 def check(args: argparse.Namespace, compose: list[str]) -> None:
     token = read_env(args.env_file)["KEYSTREAM_ROOT_TOKEN"]
     headers = {"Authorization": f"Bearer {token}"}
@@ -175,6 +212,10 @@ def check(args: argparse.Namespace, compose: list[str]) -> None:
     print(
         f"check: sealed round trips through HAProxy ({', '.join(map(str, SIZES))} bytes) "
         "open on every replica"
+    )
+    console_reads_prometheus(balancer, args.prometheus)
+    print(
+        "check: the console through HAProxy reads this Prometheus, which answers its queries for 3 replicas"
     )
 
     # 3. A rotation through replica 1, used through replica 2.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.api import hotpath
 from app.core.config import Settings
-from tests.app.api.conftest import ROOT_TOKEN, Api, make_settings, running_api
+from tests.app.api.conftest import ROOT_TOKEN, Api, make_settings, recorded_run
 
 MATERIAL = bytes(range(32))
 NONCE = bytes(12)
-COUNT = re.compile(r"^keystream_http_request_duration_seconds_count(\{.*\}) (\S+)$", re.MULTILINE)
 VAULT = {"X-Vault-Token": ROOT_TOKEN}
 
 
@@ -107,29 +105,6 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     return answers
 
 
-def _counts(text: str) -> dict[str, float]:
-    return {labels: float(value) for labels, value in COUNT.findall(text) if "transit" in labels}
-
-
-def _audit(path: Path) -> list[dict[str, Any]]:
-    """The Transit records, without what differs from run to run (time, ids, the hash chain)."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    transit = [record for record in records if "transit" in str(record.get("route", record.get("path")))]
-    for record in transit:
-        for volatile in ("time", "request_id", "chain", "prev", "hmac"):
-            record.pop(volatile, None)
-    return transit
-
-
-async def _run(settings: Settings) -> tuple[list[Any], dict[str, float], list[dict[str, Any]]]:
-    async with running_api(settings) as api:
-        before = _counts((await api.client.get("/metrics")).text)
-        answers = await _run_cases(api)
-        after = _counts((await api.client.get("/metrics")).text)
-    delta = {labels: count - before.get(labels, 0.0) for labels, count in after.items()}
-    return answers, {k: v for k, v in delta.items() if v}, _audit(Path(str(settings.audit_log)))
-
-
 async def test_encrypt_and_decrypt_get_the_answers_records_and_metrics_they_get_through_fastapi(
     tmp_path: Path, stack_calls: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,11 +116,11 @@ async def test_encrypt_and_decrypt_get_the_answers_records_and_metrics_they_get_
             batch_max_bytes=16 * 2**20,
         )
 
-    shortcut = await _run(settings("shortcut"))
+    shortcut = await recorded_run(settings("shortcut"), _run_cases, ("transit",))
     assert not [path for path in stack_calls if "/v1/transit/" in path]
     monkeypatch.setattr(hotpath, "_TRANSIT", {})  # every Transit request through FastAPI
     stack_calls.clear()
-    stack = await _run(settings("stack"))
+    stack = await recorded_run(settings("stack"), _run_cases, ("transit",))
     assert len([path for path in stack_calls if "/v1/transit/" in path]) == 33
     for (label, *mine), (_, *theirs) in zip(shortcut[0], stack[0], strict=True):
         assert mine == theirs, label
