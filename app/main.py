@@ -40,6 +40,7 @@ from app.api.routes import (
     tools,
     transit,
     transit_export,
+    transit_import,
     transit_keys,
 )
 from app.core import metric_buffer
@@ -132,6 +133,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(transit_keys.router)
     app.include_router(transit.router)
     app.include_router(transit_export.router)
+    app.include_router(transit_import.router)
     app.include_router(tokens.router)
     app.include_router(auth.router)
     app.include_router(audit.router)

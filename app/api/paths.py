@@ -71,6 +71,11 @@ TRANSIT_KEYS = f"{TRANSIT}keys"
 TRANSIT_KEY = f"{TRANSIT_KEYS}/{{name}}"
 TRANSIT_KEY_CONFIG = f"{TRANSIT_KEY}/config"
 TRANSIT_KEY_ROTATE = f"{TRANSIT_KEY}/rotate"
+#: Wrapped import (Vault's BYOK): the wrapping key's public half, and the two imports that take material
+#: wrapped under it.
+TRANSIT_WRAPPING_KEY = f"{TRANSIT}wrapping_key"
+TRANSIT_KEY_IMPORT = f"{TRANSIT_KEY}/import"
+TRANSIT_KEY_IMPORT_VERSION = f"{TRANSIT_KEY}/import_version"
 #: ``export_type`` is Vault's ``encryption-key`` (the only one an AES key has here); ``version`` a number or
 #: ``latest``.
 TRANSIT_EXPORT = f"{TRANSIT}export/{{export_type}}/{{name}}"

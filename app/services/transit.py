@@ -13,6 +13,7 @@ it; a key that is not derived ignores a context, as Vault does.
 from __future__ import annotations
 
 import aescore
+from app.core.schemes import Scheme
 from app.errors import BadRequestError
 from app.formats.derivation import derive_transit
 from app.formats.mac import Signer, parse_tag
@@ -45,6 +46,8 @@ NONCE_KEY_SIZE = 32
 
 #: The Transit key types a key is created with, and the native key type each one is.
 KEY_TYPES = {"aes256-gcm96": "aes256", "aes128-gcm96": "aes128"}
+#: The scheme of keys created (or imported) through the Transit API: their native ciphertexts use AES-GCM too.
+TRANSIT_SCHEME: Scheme = "gcm"
 
 
 def transit_type(info: KeyInfo) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from app.errors import ForbiddenError
 from app.formats.wrapped_import import (
     DEFAULT_HASH_FUNCTION,
     MAX_CIPHERTEXT_BASE64,
@@ -25,12 +26,24 @@ __all__ = [
     "DEFAULT_HASH_FUNCTION",
     "MAX_CIPHERTEXT_BASE64",
     "HashFunction",
+    "require_import_enabled",
     "unwrap_imported_material",
     "wrapping_public_key",
 ]
 
 #: The OAEP hashes a wrapped import may name (Vault's ``hash_function`` values).
 HashFunction = Literal["SHA1", "SHA224", "SHA256", "SHA384", "SHA512"]
+
+
+def require_import_enabled(allowed: bool) -> None:
+    """Refuse an import (plain or wrapped, native or Transit) or the wrapping key while
+    ``KEYSTREAM_ALLOW_KEY_IMPORT`` (``allowed``) is off.
+
+    Raises:
+        ForbiddenError: it is off (403, naming the setting).
+    """
+    if not allowed:
+        raise ForbiddenError("key import is disabled (set KEYSTREAM_ALLOW_KEY_IMPORT=true)")
 
 
 def wrapping_public_key(keystore: KeyStore) -> str:

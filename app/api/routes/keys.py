@@ -36,6 +36,7 @@ from app.services.wrapped_import import (
     DEFAULT_HASH_FUNCTION,
     MAX_CIPHERTEXT_BASE64,
     HashFunction,
+    require_import_enabled,
     unwrap_imported_material,
     wrapping_public_key,
 )
@@ -208,7 +209,7 @@ async def import_key(
     """Import existing key material (base64 of 16, 24 or 32 bytes, or 64 with ``type`` aes256-siv) as a new
     key."""
     principal.require("admin", name)
-    _require_import_enabled(state.settings.allow_key_import)
+    require_import_enabled(state.settings.allow_key_import)
     _refuse_sealed_fields(body, body.type)
     material = await _import_material(body, state)
     info = await to_thread.run_sync(
@@ -242,11 +243,6 @@ def _refuse_sealed_fields(body: BaseModel, key_type: str | None) -> None:
         )
 
 
-def _require_import_enabled(allowed: bool) -> None:
-    if not allowed:
-        raise ForbiddenError("key import is disabled (set KEYSTREAM_ALLOW_KEY_IMPORT=true)")
-
-
 async def _import_material(body: ImportMaterialFields, state: ServiceState) -> memoryview:
     """The material ``body`` carries, in locked memory: ``key`` decoded, or ``ciphertext`` unwrapped.
 
@@ -277,7 +273,7 @@ async def wrapping_key(principal: AdminDep, state: StateDep) -> dict[str, str]:
     kept under the seal. Gated as import is: ``KEYSTREAM_ALLOW_KEY_IMPORT=true`` and the ``admin`` scope.
     """
     principal.require("admin")
-    _require_import_enabled(state.settings.allow_key_import)
+    require_import_enabled(state.settings.allow_key_import)
     return {"public_key": await to_thread.run_sync(wrapping_public_key, state.keystore)}
 
 
@@ -325,7 +321,7 @@ async def import_key_version(
     ``imported`` flag becomes true.
     """
     principal.require("admin", name)
-    _require_import_enabled(state.settings.allow_key_import)
+    require_import_enabled(state.settings.allow_key_import)
     material = await _import_material(body, state)
     info = await to_thread.run_sync(state.keystore.import_key_version, name, material)
     state.keycache.invalidate(name)

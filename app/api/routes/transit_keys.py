@@ -31,16 +31,12 @@ from app.api import paths
 from app.api.deps import AdminDep, PrincipalDep, StateDep
 from app.api.params import HASHES, MAX_RANDOM_BYTES, AutoRotatePeriod, Encoding, HashAlgorithm, decode_base64
 from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer, vault_write
-from app.core.schemes import Scheme
 from app.errors import BadRequestError, ForbiddenError, KeyExistsError, KeyNotFoundError
 from app.keystore import DEFAULT_SEGMENT_SIZE, KeyInfo, KeyOptions
-from app.services.transit import KEY_TYPES, transit_type
+from app.services.transit import KEY_TYPES, TRANSIT_SCHEME, transit_type
 from app.state import ServiceState
 
 router = APIRouter(route_class=VaultJsonRoute, tags=["transit"])
-
-#: The scheme of keys created through the Transit API: their native ciphertexts use AES-GCM too.
-TRANSIT_SCHEME: Scheme = "gcm"
 
 
 class TransitCreateKeyRequest(TransitModel):
