@@ -35,6 +35,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import keystream_error_response
+from app.api.middleware.body_limit import credential
 from app.api.middleware.layer import Layer
 from app.api.paths import PURE_ROUTE, V1
 from app.api.streaming import StreamAbortedError
@@ -160,7 +161,7 @@ class _Audited:
         self.recorded = False
         client = scope.get("client")
         self.remote = client[0] if client else None
-        self.token_id = token_id(_header(scope, b"authorization"))
+        self.token_id = token_id(credential(scope))  # X-Vault-Token too, on the Transit paths
 
     async def run(self, app: ASGIApp, receive: Receive, send: Send) -> None:
         scope = self.scope

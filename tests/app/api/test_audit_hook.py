@@ -15,6 +15,7 @@ import pytest
 from app.api.streaming import StreamAbortedError
 from app.audit import AuditUnavailableError
 from app.core.config import Settings
+from app.core.token_format import parse_token
 from tests.app.api.conftest import ROOT_TOKEN, running_api
 
 
@@ -73,6 +74,11 @@ async def test_transit_computations_get_one_held_line_and_key_changes_two(
         ("response", "/v1/transit/keys/{name}"),
         ("response", "/v1/transit/encrypt/{name}"),
     ]
+    # The token came as X-Vault-Token: every line names its id (never the secret), as for a bearer token.
+    token_id = parse_token(ROOT_TOKEN)
+    assert token_id is not None
+    assert {line["token_id"] for line in lines} == {token_id[0]}
+    assert ROOT_TOKEN not in path.read_text()
 
 
 async def test_a_state_change_does_not_run_without_its_request_line(

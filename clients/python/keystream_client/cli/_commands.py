@@ -71,6 +71,10 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
             deletion_allowed=args.deletion_allowed,
             scheme=args.scheme,
             auto_rotate_period=args.auto_rotate_period,
+            derived=args.derived,
+            convergent_encryption=args.convergent_encryption,
+            exportable=args.exportable,
+            allow_plaintext_backup=args.allow_plaintext_backup,
         )
     print_key(key, args.json)
     return EXIT_OK

@@ -226,6 +226,20 @@ def _add_key_commands(commands: Any, conn: argparse.ArgumentParser, as_json: arg
         "(Tink AesGcmHkdfStreaming); fixed for the key's life",
     )
     create.add_argument("--auto-rotate-period", metavar="PERIOD", help=_PERIOD_HELP)
+    create.add_argument(
+        "--derived", action="store_true", help="every operation needs a context (fixed for the key's life)"
+    )
+    create.add_argument(
+        "--convergent-encryption",
+        action="store_true",
+        help="with --derived: Transit encryptions of equal plaintexts under one context are equal",
+    )
+    create.add_argument(
+        "--exportable", action="store_true", help="the material may be exported (never undone)"
+    )
+    create.add_argument(
+        "--allow-plaintext-backup", action="store_true", help="the key may be backed up (never undone)"
+    )
     create.set_defaults(handler=cmd_keys_create)
 
     imp = sub.add_parser("import", parents=[conn, as_json], help="import key material from a file")

@@ -214,6 +214,14 @@ def test_keys_import_version_and_trim(cli: RunCli, tmp_path: Path) -> None:
     assert cli("keys", "trim", "cli-life", "--min-available-version", "0").returncode == EXIT_USAGE
 
 
+def test_keys_create_with_options(cli: RunCli) -> None:
+    made = _json(cli("keys", "create", "cli-opts", "--derived", "--exportable", "--json"))
+    assert isinstance(made, dict)
+    assert (made["derived"], made["exportable"], made["allow_plaintext_backup"]) == (True, True, False)
+    refused = cli("keys", "create", "cli-conv", "--convergent-encryption")
+    assert refused.returncode != EXIT_OK and b"convergent_encryption requires derived" in refused.stderr
+
+
 def test_keys_export(cli: RunCli) -> None:
     assert cli("keys", "create", "cli-export").returncode == EXIT_OK
     refused = cli("keys", "export", "cli-export")
