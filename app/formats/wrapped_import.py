@@ -75,7 +75,15 @@ def new_wrapping_private_key() -> bytes:
 
 
 def _private_key(private_der: bytes | memoryview) -> rsa.RSAPrivateKey:
-    key = serialization.load_der_private_key(bytes(private_der), password=None)
+    """The wrapping key loaded from its DER.
+
+    pyca/cryptography's RSA consistency check is skipped: it costs about 0.3 s of CPU per load for a 4096-bit
+    key, and this key is trusted (generated here by pyca/cryptography, and read back only from the seal's
+    authenticated blob, which a changed byte fails to open).
+    """
+    key = serialization.load_der_private_key(
+        bytes(private_der), password=None, unsafe_skip_rsa_key_validation=True
+    )
     if not isinstance(key, rsa.RSAPrivateKey) or key.key_size != WRAPPING_KEY_BITS:
         raise ValueError("the stored wrapping key is not an RSA-4096 private key")
     return key

@@ -4,7 +4,7 @@ under the seal (never in clear); kept through a master key rotation and a reseal
 
 The keystore treats the key as opaque bytes, so these tests store random bytes of an RSA-4096 key's DER
 length instead of generating one each time (the service's key is generated in
-``tests/app/formats/test_wrapped_import.py``).
+``tests/app/formats/test_wrapped_import_format.py``).
 """
 
 from __future__ import annotations
