@@ -196,6 +196,7 @@ async def verify_batch(
     """Verify every item: ``{"results": [{valid, key_version, reference} or {error, reference}, ...]}``;
     a malformed tag, bad base64 or an unusable version fails its item only."""
     principal.require("verify", name)
+    decode_context(body.context, "context")  # malformed base64 fails the request, whatever the items
     await macs.check_key(state.keycache, state.backends.get(None), name)  # an unknown key: 404, not per item
     signers: dict[int, Signer | KeystreamError] = {}
     results: list[dict[str, Any]] = []
