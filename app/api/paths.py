@@ -71,6 +71,7 @@ TRANSIT_KEYS = f"{TRANSIT}keys"
 TRANSIT_KEY = f"{TRANSIT_KEYS}/{{name}}"
 TRANSIT_KEY_CONFIG = f"{TRANSIT_KEY}/config"
 TRANSIT_KEY_ROTATE = f"{TRANSIT_KEY}/rotate"
+TRANSIT_KEY_TRIM = f"{TRANSIT_KEY}/trim"
 #: Wrapped import (Vault's BYOK): the wrapping key's public half, and the two imports that take material
 #: wrapped under it.
 TRANSIT_WRAPPING_KEY = f"{TRANSIT}wrapping_key"

@@ -1,7 +1,7 @@
 """The Transit-compatible API's key management, random bytes and hashes (Vault's paths and shapes).
 
 ``POST/GET/DELETE /v1/transit/keys/{name}``, ``GET /v1/transit/keys?list=true`` (or the ``LIST`` method),
-``POST /v1/transit/keys/{name}/config`` and ``/rotate``, ``POST /v1/transit/random(/{bytes})`` and
+``POST /v1/transit/keys/{name}/config``, ``/rotate`` and ``/trim``, ``POST /v1/transit/random(/{bytes})`` and
 ``/hash(/{algorithm})``. Answers are Vault's envelope with the result under ``data``
 (:func:`vault_answer`); errors are ``{"errors": [...]}`` (:mod:`app.api.errors`). The keys are Keystream's
 own: a key made here is an ordinary key of type ``aes256`` or ``aes128`` (scheme ``gcm``), usable through
@@ -55,6 +55,12 @@ class TransitConfigRequest(TransitModel):
     exportable: bool | None = None
     allow_plaintext_backup: bool | None = None
     auto_rotate_period: AutoRotatePeriod | None = None
+
+
+class TransitTrimRequest(TransitModel):
+    min_available_version: int = Field(
+        ge=1, description="Versions below this are deleted for good; at most min_decryption_version."
+    )
 
 
 class TransitRandomRequest(TransitModel):
@@ -220,6 +226,18 @@ async def rotate_key(name: str, principal: AdminDep, state: StateDep) -> Any:
     principal.require("admin", name)
     await _require_transit_key(state, name)
     info = await to_thread.run_sync(state.keystore.rotate_key, name)
+    state.keycache.invalidate(name)
+    return vault_answer(key_data(info))
+
+
+@vault_write(router, paths.TRANSIT_KEY_TRIM, responses=transit_errors(403))
+async def trim_key(name: str, body: TransitTrimRequest, principal: AdminDep, state: StateDep) -> Any:
+    """Delete every version below ``min_available_version`` for good, as the native trim does: it may not
+    exceed ``min_decryption_version`` (400), so only versions that no longer decrypt go. Answers the key's
+    information, as ``config`` and ``rotate`` do."""
+    principal.require("admin", name)
+    await _require_transit_key(state, name)
+    info = await to_thread.run_sync(state.keystore.trim_key, name, body.min_available_version)
     state.keycache.invalidate(name)
     return vault_answer(key_data(info))
 

@@ -51,6 +51,10 @@ def test_key_lifecycle(transit: hvac.api.secrets_engines.Transit) -> None:
         transit.delete_key(name="orders")  # deletion_allowed is false
     transit.update_key_configuration(name="orders", deletion_allowed=True, min_decryption_version=2)
     assert transit.read_key(name="orders")["data"]["min_decryption_version"] == 2
+    transit.trim_key(name="orders", min_version=2)
+    assert list(transit.read_key(name="orders")["data"]["keys"]) == ["2"]
+    with pytest.raises(hvac.exceptions.InvalidRequest):
+        transit.trim_key(name="orders", min_version=3)  # above min_decryption_version
     transit.delete_key(name="orders")
     with pytest.raises(hvac.exceptions.InvalidPath):
         transit.read_key(name="orders")

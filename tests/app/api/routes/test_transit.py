@@ -224,6 +224,22 @@ async def test_versions_rewrap_and_min_decryption_version(api: Api) -> None:
     assert await _errors(await _post(api, "decrypt/k", {"ciphertext": "vault:v3:" + b64(bytes(40))}), 400)
 
 
+async def test_trim_deletes_only_versions_that_no_longer_decrypt(api: Api) -> None:
+    await _data(api, "keys/t", {})
+    for _ in range(2):
+        await _data(api, "keys/t/rotate", {})
+    # Above min_decryption_version (still 1): refused, nothing deleted.
+    assert await _errors(await _post(api, "keys/t/trim", {"min_available_version": 2}), 400)
+    assert await _errors(await _post(api, "keys/t/trim", {}), 400)  # the field is required
+    await _data(api, "keys/t/config", {"min_decryption_version": 3})
+    trimmed = await _data(api, "keys/t/trim", {"min_available_version": 3})
+    assert trimmed["min_available_version"] == 3 and sorted(trimmed["keys"]) == ["3"]
+    read = await api.client.get("/v1/transit/keys/t", headers=VAULT)
+    assert sorted(read.json()["data"]["keys"]) == ["3"]
+    assert await _errors(await _post(api, "encrypt/t", {"plaintext": b64(b"x"), "key_version": 1}), 400)
+    assert await _errors(await _post(api, "keys/nope/trim", {"min_available_version": 1}), 400)
+
+
 async def test_batches_with_references_and_failed_items(api: Api) -> None:
     """As OpenBao answers: every item has its reference; a failed encrypt/decrypt item makes the batch 400,
     with every result still in data.batch_results."""
