@@ -74,6 +74,17 @@ class _Buffer:
             pass
         return taken
 
+    def _add(self, amount: float) -> bool:
+        """Buffer ``amount`` (flushing this buffer once it holds :data:`MAX_PENDING`); ``False`` when
+        buffering is off and the caller must apply it at once."""
+        if not _buffering:
+            return False
+        pending = self._pending
+        pending.append(amount)
+        if len(pending) >= MAX_PENDING:
+            self.apply()
+        return True
+
     def apply(self) -> None:
         raise NotImplementedError
 
@@ -94,13 +105,8 @@ class BufferedHistogram(_Buffer):
 
     def observe(self, amount: float) -> None:
         """Record one observation (applied at the next flush, or at once when buffering is off)."""
-        if not _buffering:
+        if not self._add(amount):
             self._child.observe(amount)
-            return
-        pending = self._pending
-        pending.append(amount)
-        if len(pending) >= MAX_PENDING:
-            self.apply()
 
     def apply(self) -> None:
         values = self._take()
@@ -120,60 +126,47 @@ class BufferedHistogram(_Buffer):
             child._buckets[index].inc(count)
 
 
-class BufferedCounter(_Buffer):
-    """One labelled :class:`~prometheus_client.Counter` child whose ``inc`` is batched."""
+class _SummedBuffer(_Buffer):
+    """A counter's or a gauge's child: what is pending is applied as one increment (a gauge's may be < 0)."""
 
     __slots__ = ("_child",)
 
-    def __init__(self, child: Counter) -> None:
+    def __init__(self, child: Counter | Gauge) -> None:
         self._child = child
         super().__init__()
+
+    def apply(self) -> None:
+        values = self._take()
+        if values:
+            self._child.inc(sum(values))
+
+
+class BufferedCounter(_SummedBuffer):
+    """One labelled :class:`~prometheus_client.Counter` child whose ``inc`` is batched."""
+
+    __slots__ = ()
 
     def inc(self, amount: float = 1) -> None:
         """Add ``amount`` (>= 0) at the next flush, or at once when buffering is off."""
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
-        if not _buffering:
+        if not self._add(amount):
             self._child.inc(amount)
-            return
-        pending = self._pending
-        pending.append(amount)
-        if len(pending) >= MAX_PENDING:
-            self.apply()
-
-    def apply(self) -> None:
-        values = self._take()
-        if values:
-            self._child.inc(sum(values))
 
 
-class BufferedGauge(_Buffer):
+class BufferedGauge(_SummedBuffer):
     """A :class:`~prometheus_client.Gauge` (child) whose ``inc``/``dec`` are batched into one net change."""
 
-    __slots__ = ("_child",)
-
-    def __init__(self, child: Gauge) -> None:
-        self._child = child
-        super().__init__()
+    __slots__ = ()
 
     def inc(self, amount: float = 1) -> None:
         """Add ``amount`` at the next flush, or at once when buffering is off."""
-        if not _buffering:
+        if not self._add(amount):
             self._child.inc(amount)
-            return
-        pending = self._pending
-        pending.append(amount)
-        if len(pending) >= MAX_PENDING:
-            self.apply()
 
     def dec(self, amount: float = 1) -> None:
         """Subtract ``amount`` at the next flush, or at once when buffering is off."""
         self.inc(-amount)
-
-    def apply(self) -> None:
-        values = self._take()
-        if values:
-            self._child.inc(sum(values))
 
 
 def _has_inc(child: Histogram) -> bool:
