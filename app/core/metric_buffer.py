@@ -29,6 +29,7 @@ instead. tests/app/core/test_metric_buffer.py compares both against plain ``obse
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import bisect
 import threading
@@ -53,7 +54,7 @@ class Observer(Protocol):
     def observe(self, amount: float) -> None: ...
 
 
-class _Buffer:
+class _Buffer(abc.ABC):
     """Values waiting for :func:`flush`; subclasses know how to apply them to their child."""
 
     __slots__ = ("_pending",)
@@ -85,8 +86,9 @@ class _Buffer:
             self.apply()
         return True
 
+    @abc.abstractmethod
     def apply(self) -> None:
-        raise NotImplementedError
+        """Apply what is pending to the child (each kind of metric its own way)."""
 
 
 class BufferedHistogram(_Buffer):

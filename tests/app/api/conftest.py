@@ -131,6 +131,13 @@ VOLATILE_AUDIT_FIELDS = ("time", "request_id", "chain", "prev", "hmac")
 Recorded = tuple[list[Any], dict[str, float], list[dict[str, Any]]]
 
 
+def compared_headers(response: httpx.Response, *volatile: str) -> dict[str, str]:
+    """``response``'s headers without those that differ from one request to the next (its request id, its
+    date, and ``volatile``), for the fast dispatcher's tests that compare two runs."""
+    dropped = ("keystream-request-id", "date", *volatile)
+    return {name: value for name, value in response.headers.items() if name not in dropped}
+
+
 async def recorded_run(
     settings: Settings, run_cases: Callable[[Api], Awaitable[list[Any]]], counted: tuple[str, ...]
 ) -> Recorded:

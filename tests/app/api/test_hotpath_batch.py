@@ -14,7 +14,7 @@ import pytest
 
 from app.api import hotpath
 from app.core.config import Settings
-from tests.app.api.conftest import ROOT_TOKEN, Api, Recorded, make_settings, recorded_run
+from tests.app.api.conftest import ROOT_TOKEN, Api, Recorded, compared_headers, make_settings, recorded_run
 
 BATCH_MAX_BYTES = 4096
 BATCH_MAX_ITEMS = 3
@@ -97,11 +97,7 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     answers = []
     for label, url, request in cases:
         response = await api.client.post(url, **request)
-        headers = {
-            name: value
-            for name, value in response.headers.items()
-            if name not in ("keystream-request-id", "date")
-        }
+        headers = compared_headers(response)
         body = response.json()
         for result in body.get("results", []):
             if "ciphertext" in result:  # random nonces: compare the length

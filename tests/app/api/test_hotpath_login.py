@@ -11,7 +11,7 @@ import pytest
 
 from app.api import hotpath
 from app.core.config import Settings
-from tests.app.api.conftest import Api, Recorded, make_settings, recorded_run
+from tests.app.api.conftest import Api, Recorded, compared_headers, make_settings, recorded_run
 from tests.jwt_issuer import AUDIENCE, Signer, k8s_claims
 
 SIGNER = Signer.ec("parity-key")
@@ -69,11 +69,7 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     answers = []
     for label, url, request in cases:
         response = await api.client.post(url, **request)
-        headers = {
-            name: value
-            for name, value in response.headers.items()
-            if name not in ("keystream-request-id", "date", "content-length")
-        }
+        headers = compared_headers(response, "content-length")
         answer = response.json()
         if response.status_code == 201:
             assert answer["token"].startswith("ks_") and answer["metadata"]["role"] == "billing", label

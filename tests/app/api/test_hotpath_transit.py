@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.api import hotpath
 from app.core.config import Settings
-from tests.app.api.conftest import ROOT_TOKEN, Api, make_settings, recorded_run
+from tests.app.api.conftest import ROOT_TOKEN, Api, compared_headers, make_settings, recorded_run
 
 MATERIAL = bytes(range(32))
 NONCE = bytes(12)
@@ -96,11 +96,7 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     answers = []
     for label, url, request in cases:
         response = await api.client.post(url, **request)
-        headers = {
-            name: value
-            for name, value in response.headers.items()
-            if name not in ("keystream-request-id", "date", "content-length")
-        }
+        headers = compared_headers(response, "content-length")
         answers.append((label, response.status_code, headers, _stable(response.json())))
     return answers
 
