@@ -80,7 +80,7 @@ ifeq ($(TEST_WORKERS),1)
 	$(TEST_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 else
 	status=0; \
-	$(TEST_ENV) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) || status=$$?; \
+	$(TEST_ENV) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" $(PYTEST_ARGS) || status=$$?; \
 	$(TEST_ENV) $(BIN)/pytest -m serial $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
 endif

@@ -99,6 +99,7 @@ def server(work: Path) -> Iterator[RunningServer]:
     yield from keystream_server.running(work / "server")
 
 
+@pytest.mark.slow  # its fixtures build and install the wheels
 def test_installs_without_the_server_or_its_dependencies(venv: Path, work: Path) -> None:
     listing = _run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json"], cwd=work)
     installed = {entry["name"].lower().replace("_", "-") for entry in json.loads(listing.stdout)}

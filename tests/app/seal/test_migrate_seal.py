@@ -188,6 +188,7 @@ ROUTES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_moves_between_seals_lose_nothing(
     token: SoftHsmToken, tmp_path: Path, backing: str | None, route: str
@@ -335,6 +336,7 @@ def move_in_progress(data: Path, url: str | None) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("source", "target"), [("file", "pkcs11"), ("pkcs11", "shamir"), ("shamir", "pkcs11")]
 )

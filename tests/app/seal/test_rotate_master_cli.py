@@ -15,6 +15,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from app.keystore import KeyStore
 from app.seal import BlobOrigin, FileSeal, blob_origin
 from app.seal.shamir import ShamirSeal
@@ -77,6 +79,7 @@ def test_rotate_master_rewraps_every_version_and_audits_it(tmp_path: Path) -> No
     assert again.returncode == 0 and "generation 3: 9 key versions rewrapped" in again.stdout
 
 
+@pytest.mark.slow
 def test_a_rotation_killed_half_way_loses_nothing_and_resumes(tmp_path: Path, backing: str | None) -> None:
     data = tmp_path / "data"
     before = fill(data, keys=20, versions=20, url=backing)
