@@ -26,7 +26,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def call(server: Server, method: str, path: str, **kwargs: Any) -> httpx.Response:
     """One request on a fresh connection (so the two workers both serve)."""
     with httpx.Client(
-        base_url=server.url, headers={"Authorization": f"Bearer {ROOT_TOKEN}"}, timeout=60
+        base_url=server.url,
+        headers={"Authorization": f"Bearer {ROOT_TOKEN}"},
+        timeout=60,
+        verify=server.verify,  # made once: the CA bundle is not read again for every request
     ) as c:
         return c.request(method, path, **kwargs)
 

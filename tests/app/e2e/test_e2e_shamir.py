@@ -31,7 +31,8 @@ def call(
 ) -> httpx.Response:
     """One request on a fresh connection (so every worker of a multi-worker server serves some)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+    # verify: one context for every call (httpx would read its CA bundle again for each client)
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60, verify=server.verify) as client:
         return client.request(method, path, **kwargs)
 
 
@@ -217,12 +218,13 @@ def wait_for_workers(
     server: Server, count: int, sealed: float, exclude: Collection[str] = ()
 ) -> dict[str, float]:
     """Wait (<= 30 s) until ``count`` workers (not those in ``exclude``) all report ``keystream_sealed ==
-    sealed``; meanwhile no worker may listen (all killed, replacements starting)."""
+    sealed``; meanwhile no worker may listen (all killed, replacements starting), or a connection the kernel
+    queued for a worker killed before accepting it is reset (ReadError): both mean not yet."""
     deadline = time.monotonic() + 30
     while True:
         try:
             reported = sealed_by_worker(server)
-        except httpx.ConnectError:
+        except (httpx.ConnectError, httpx.ReadError):
             reported = {}
         workers = {pid: value for pid, value in reported.items() if pid not in exclude}
         if len(workers) == count and all(value == sealed for value in workers.values()):
