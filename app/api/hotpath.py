@@ -38,10 +38,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
@@ -100,9 +102,41 @@ SEALED = SealedError(SEALED_MESSAGE)
 TELEMETRY_RECHECK_SECONDS = 1.0
 
 
+class AttributeState(State):
+    """Starlette's ``app.state`` whose entries are also plain instance attributes, so reading one is a
+    dictionary hit.
+
+    Starlette's :class:`~starlette.datastructures.State` keeps its entries in a dict that only its
+    ``__getattr__`` reads, and Python calls ``__getattr__`` after the normal lookup failed and raised
+    ``AttributeError``: about a microsecond per read, and every request reads ``app.state.keystream``.
+    Entries are still set, read and deleted through State's API (attributes or items), which keeps the two
+    in step.
+    """
+
+    def __setattr__(self, key: Any, value: Any) -> None:
+        super().__setattr__(key, value)
+        object.__setattr__(self, key, value)
+
+    def __delattr__(self, key: Any) -> None:
+        super().__delattr__(key)
+        object.__delattr__(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.__setattr__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.__delattr__(key)
+
+
 class KeystreamApp(FastAPI):
     """FastAPI, with the streaming encrypt/decrypt and the batch routes served by a shortcut (see the module
     doc) through the same middleware stack."""
+
+    def __init__(self, **settings: Any) -> None:
+        """FastAPI's constructor (``settings`` are its keyword arguments), with :class:`AttributeState` as
+        ``app.state``."""
+        super().__init__(**settings)
+        self.state = AttributeState()
 
     #: The seal when it can be sealed while serving (shamir), set by the lifespan; ``None`` otherwise, so the
     #: sealed gate costs one attribute test per request.
