@@ -47,7 +47,7 @@ request validation and any malformed JSON body (including bytes that are not UTF
 ``NaN``/``Infinity``: :mod:`app.api.strict_json`) become 422
 ``validation_error``, Starlette's ``HTTPException`` (404 for unknown paths,
 405...) keeps its status, and any other exception becomes 500 ``internal_error`` without a traceback
-(:class:`~app.api.middleware.errors.UnexpectedErrorMiddleware`). Messages never contain key material, tokens
+(:class:`~app.api.middleware.metrics.ObservedMiddleware`). Messages never contain key material, tokens
 or tracebacks.
 """
 
@@ -303,7 +303,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     :class:`~app.errors.KeystreamError` gets :func:`http_status` and its code; FastAPI's request validation
     becomes 422 ``validation_error``; Starlette's ``HTTPException`` keeps its status; any other exception
-    becomes 500 ``internal_error`` through :class:`~app.api.middleware.errors.UnexpectedErrorMiddleware` (a
+    becomes 500 ``internal_error`` through :class:`~app.api.middleware.metrics.ObservedMiddleware` (a
     layer of the one middleware stack, :mod:`app.api.middleware`).
     """
     app.add_exception_handler(KeystreamError, _keystream_error)

@@ -3,13 +3,14 @@
 For a 1 KiB message, FastAPI's way to a route (its telemetry check, its outer error layer, the exception
 handlers, the router, dependency solving) cost more server time than the route itself. :class:`KeystreamApp`
 is the FastAPI app with one shortcut: ``POST`` on the streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt``,
-on the Transit API's ``encrypt`` and ``decrypt``, on the JWT and the certificate logins and, without a query
-string, on the three batch routes goes to the route through the service's middleware stack
-(:func:`app.api.middleware.wrap`: the same layers, in the same order, as FastAPI runs) and then
-:func:`_route`, which does what FastAPI's router and exception handlers would: the route and its path
-parameter in the scope, the handler, and the JSON answer of a domain error (or of a body that does not fit its
-schema) raised before the handler answered (:mod:`app.api.errors`). An exception raised after the response
-started propagates, so the server aborts the connection (the sealed-decrypt rule), as through FastAPI.
+on the Transit API's ``encrypt``, ``decrypt``, ``rewrap``, ``hmac`` and ``verify``, on the JWT and the
+certificate logins and, without a query string, on the three batch routes goes to the route through the
+service's middleware stack (:func:`app.api.middleware.wrap`: the same layers, in the same order, as FastAPI
+runs) and then :func:`_route`, which does what FastAPI's router and exception handlers would: the route and
+its path parameter in the scope, the handler, and the JSON answer of a domain error (or of a body that does
+not fit its schema) raised before the handler answered (:mod:`app.api.errors`). An exception raised after the
+response started propagates, so the server aborts the connection (the sealed-decrypt rule), as through
+FastAPI.
 
 The streaming handlers take the request alone (:mod:`app.api.routes.crypto`); the batch endpoints are called
 through :func:`app.api.routes.batch.request_handler`, with what FastAPI's dependencies would give them, and
@@ -38,10 +39,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
@@ -59,6 +62,9 @@ from app.api.paths import (
     TRANSIT_CRYPTO_ROUTE,
     TRANSIT_DECRYPT,
     TRANSIT_ENCRYPT,
+    TRANSIT_HMAC,
+    TRANSIT_REWRAP,
+    TRANSIT_VERIFY,
     transit_alias,
 )
 from app.api.routes import auth, batch, crypto, transit
@@ -85,10 +91,16 @@ _FIXED: dict[str, tuple[BaseRoute, Handler]] = {
     for route in auth.router.routes
     if isinstance(route, APIRoute) and route.path in auth.REQUEST_HANDLERS
 }
-#: The Transit API's encrypt and decrypt, by operation (the ``POST`` routes; ``path`` labels the metrics).
+#: The Transit API's data operations, by operation (the ``POST`` routes; ``path`` labels the metrics).
 _TRANSIT: dict[str, tuple[BaseRoute, Handler]] = {
     operation: (route, transit.REQUEST_HANDLERS[operation])
-    for operation, path in (("encrypt", TRANSIT_ENCRYPT), ("decrypt", TRANSIT_DECRYPT))
+    for operation, path in (
+        ("encrypt", TRANSIT_ENCRYPT),
+        ("decrypt", TRANSIT_DECRYPT),
+        ("rewrap", TRANSIT_REWRAP),
+        ("hmac", TRANSIT_HMAC),
+        ("verify", TRANSIT_VERIFY),
+    )
     for route in transit.router.routes
     if isinstance(route, APIRoute) and route.path == path and "POST" in (route.methods or ())
 }
@@ -100,9 +112,41 @@ SEALED = SealedError(SEALED_MESSAGE)
 TELEMETRY_RECHECK_SECONDS = 1.0
 
 
+class AttributeState(State):
+    """Starlette's ``app.state`` whose entries are also plain instance attributes, so reading one is a
+    dictionary hit.
+
+    Starlette's :class:`~starlette.datastructures.State` keeps its entries in a dict that only its
+    ``__getattr__`` reads, and Python calls ``__getattr__`` after the normal lookup failed and raised
+    ``AttributeError``: about a microsecond per read, and every request reads ``app.state.keystream``.
+    Entries are still set, read and deleted through State's API (attributes or items), which keeps the two
+    in step.
+    """
+
+    def __setattr__(self, key: Any, value: Any) -> None:
+        super().__setattr__(key, value)
+        object.__setattr__(self, key, value)
+
+    def __delattr__(self, key: Any) -> None:
+        super().__delattr__(key)
+        object.__delattr__(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.__setattr__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.__delattr__(key)
+
+
 class KeystreamApp(FastAPI):
     """FastAPI, with the streaming encrypt/decrypt and the batch routes served by a shortcut (see the module
     doc) through the same middleware stack."""
+
+    def __init__(self, **settings: Any) -> None:
+        """FastAPI's constructor (``settings`` are its keyword arguments), with :class:`AttributeState` as
+        ``app.state``."""
+        super().__init__(**settings)
+        self.state = AttributeState()
 
     #: The seal when it can be sealed while serving (shamir), set by the lifespan; ``None`` otherwise, so the
     #: sealed gate costs one attribute test per request.

@@ -50,6 +50,9 @@ class CryptoParams(NamedTuple):
         media_type = headers.get(b"content-type", "").split(";", 1)[0].strip().lower()
         if media_type and media_type != "application/octet-stream":
             raise UnsupportedMediaTypeError(f"expected application/octet-stream, got {media_type}")
+        if headers.keys() <= _PLAIN_HEADERS and not request.scope.get("query_string"):
+            # No query and no Keystream-* header (most requests): every parameter has its default.
+            return cls(content_length=_content_length(headers))
         repeated = headers.get(REPEATED_HEADERS)
         if repeated is not None:
             raise BadRequestError(f"header {repeated} given more than once; give it once")
@@ -63,7 +66,6 @@ class CryptoParams(NamedTuple):
         version_text = _one_value(
             "key_version", query.get("key_version"), headers.get(b"keystream-key-version")
         )
-        declared = headers.get(b"content-length")
         offset = query.get("offset")
         return cls(
             format=fmt,
@@ -72,12 +74,20 @@ class CryptoParams(NamedTuple):
             iv=_one_value("iv", query.get("iv"), headers.get(b"keystream-iv")),
             offset=_integer("offset", offset, 0, MAX_OFFSET) if "offset" in query else 0,
             associated_data=headers.get(b"keystream-associated-data") or None,
-            content_length=int(declared) if declared is not None and is_ascii_integer(declared) else None,
+            content_length=_content_length(headers),
             context=headers.get(b"keystream-context") or None,
         )
 
 
 _NO_QUERY: dict[str, str] = {}
+
+
+def _content_length(headers: dict[bytes, str]) -> int | None:
+    """The declared body length (``None`` without a valid ``Content-Length``: the body is then streamed)."""
+    declared = headers.get(b"content-length")
+    return int(declared) if declared is not None and is_ascii_integer(declared) else None
+
+
 #: The query parameters of the streaming routes (everything else is a header: associated data, the IV...).
 QUERY_PARAMETERS = ("format", "backend", "key_version", "iv", "offset")
 
@@ -138,6 +148,9 @@ _WANTED_HEADERS = frozenset(
 )
 
 
+#: The headers of :data:`_WANTED_HEADERS` that set no parameter but the length: a request that sends no other
+#: (and no query string) takes every default.
+_PLAIN_HEADERS = frozenset({b"authorization", b"content-type", b"content-length"})
 #: The headers of :data:`_WANTED_HEADERS` that must come at most once (``Authorization`` has its own rule;
 #: a repeated ``Content-Length`` is the HTTP server's to refuse).
 #: By wire name, the spelling an error message uses.

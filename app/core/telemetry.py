@@ -1,6 +1,6 @@
 """The ``/metrics`` exposition (single- and multi-process) and the hwsim device collector (no web imports).
 
-The HTTP request metrics are recorded by :class:`app.api.middleware.metrics.HttpMetricsMiddleware`.
+The HTTP request metrics are recorded by :class:`app.api.middleware.metrics.ObservedMiddleware`.
 """
 
 from __future__ import annotations

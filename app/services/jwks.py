@@ -6,9 +6,10 @@ to 1 s .. 1 day), else :data:`DEFAULT_MAX_AGE_SECONDS`. A ``kid`` the set does n
 but at most once per :data:`UNKNOWN_KID_REFETCH_SECONDS` per source, so tokens naming made-up ``kid`` values
 cannot make the service hammer the issuer. When a fetch fails, the keys already held keep serving (stale or
 not); only a source never fetched raises :class:`~app.errors.IdentityProviderUnavailableError` (503 with
-``Retry-After``). Fetches are blocking httpx calls: callers run them off the event loop (the login runs in a
-worker thread). Keys are parsed by PyJWT (:class:`jwt.PyJWK`); a key of a type PyJWT cannot use is
-skipped, as a JWKS may list encryption keys too. Each key keeps the algorithm its JWK declares (``alg``, when
+``Retry-After``). Fetches are blocking httpx calls, never made on a thread that may not wait
+(:mod:`app.core.waiting`: a login first tries on the event loop with the keys held, then in a worker thread).
+Keys are parsed by PyJWT (:class:`jwt.PyJWK`); a key of a type PyJWT cannot use is skipped, as a JWKS may
+list encryption keys too. Each key keeps the algorithm its JWK declares (``alg``, when
 it has one: :class:`IssuerKey`), so a login can refuse a JWT whose header names another (RFC 8725 3.1).
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 import httpx
 import jwt
 
+from app.core.waiting import WouldWait, refuse_waiting, waiting_allowed
 from app.errors import IdentityProviderUnavailableError
 
 __all__ = [
@@ -108,22 +110,35 @@ class JwksCache:
         stale or does not hold it (at most once per :data:`UNKNOWN_KID_REFETCH_SECONDS`); ``None`` if no
         key fits.
 
+        On a thread that may not wait (:mod:`app.core.waiting`) only what is held answers: a fetch, or
+        another thread's fetch in progress, is :class:`~app.core.waiting.WouldWait` (nothing changed: the
+        refetch allowance is not spent).
+
         Raises:
             IdentityProviderUnavailableError: the set cannot be fetched and was never fetched.
+            WouldWait: the answer needs a fetch and this thread may not wait.
         """
-        with self._lock(source):
+        lock = self._lock(source)
+        if not lock.acquire(blocking=waiting_allowed()):
+            raise WouldWait("another thread is fetching the JWT issuer's keys")
+        try:
             held = self._held.setdefault(source, _Held())
             now = self._clock()
             wanted = kid or ""
-            if not held.fetched or now >= held.stale_at:
-                self._refresh(source, held, now)
-            elif wanted not in held.keys and now - held.last_fetch >= UNKNOWN_KID_REFETCH_SECONDS:
+            if (
+                not held.fetched
+                or now >= held.stale_at
+                or (wanted not in held.keys and now - held.last_fetch >= UNKNOWN_KID_REFETCH_SECONDS)
+            ):
+                refuse_waiting("a fetch of the JWT issuer's keys")
                 self._refresh(source, held, now)
             if wanted in held.keys:
                 return held.keys[wanted]
             if kid is None and len(held.keys) == 1:
                 return next(iter(held.keys.values()))
             return None
+        finally:
+            lock.release()
 
     def _lock(self, source: KeySource) -> threading.Lock:
         with self._guard:

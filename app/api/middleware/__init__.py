@@ -2,13 +2,13 @@
 
 Outermost first:
 
-1. :class:`~app.api.middleware.metrics.HttpMetricsMiddleware`: the in-flight gauge and the request duration,
-   labelled with the route template (``unmatched`` for a request refused before routing);
-2. :class:`~app.api.middleware.errors.UnexpectedErrorMiddleware`: anything unexpected becomes the 500
-   ``internal_error`` (or aborts the connection once the response started);
-3. :class:`~app.api.middleware.audit.AuditMiddleware`: the audit records of every ``/v1`` request and its
+1. :class:`~app.api.middleware.metrics.ObservedMiddleware`: the in-flight gauge and the request duration,
+   labelled with the route template (``unmatched`` for a request refused before routing), and inside them
+   anything unexpected becomes the 500 ``internal_error`` (:mod:`app.api.middleware.errors`; or aborts the
+   connection once the response started);
+2. :class:`~app.api.middleware.audit.AuditMiddleware`: the audit records of every ``/v1`` request and its
    ``Keystream-Request-Id``;
-4. :class:`~app.api.middleware.body_limit.BodyLimitMiddleware`: one ``Authorization`` header, then, for the
+3. :class:`~app.api.middleware.body_limit.BodyLimitMiddleware`: one ``Authorization`` header, then, for the
    JSON ``/v1`` routes, the token and a bounded body.
 
 :func:`middleware` is the list: :func:`app.main.create_app` hands it to FastAPI, which puts it between its
@@ -25,16 +25,14 @@ from starlette.types import ASGIApp
 
 from app.api.middleware.audit import AuditMiddleware
 from app.api.middleware.body_limit import BodyLimitMiddleware
-from app.api.middleware.errors import UnexpectedErrorMiddleware
-from app.api.middleware.metrics import HttpMetricsMiddleware
+from app.api.middleware.metrics import ObservedMiddleware
 from app.core.config import Settings
 
 
 def middleware(settings: Settings) -> list[Middleware]:
     """The service's middleware, outermost first, with the limits of ``settings``."""
     return [
-        Middleware(HttpMetricsMiddleware),
-        Middleware(UnexpectedErrorMiddleware),
+        Middleware(ObservedMiddleware),
         Middleware(AuditMiddleware),
         Middleware(
             BodyLimitMiddleware, json_limit=settings.max_json_body, batch_limit=settings.batch_max_bytes

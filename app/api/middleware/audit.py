@@ -201,7 +201,7 @@ class _Audited:
         except BaseException as exc:
             if not self.recorded:
                 if not self.streaming:
-                    self.status = 500  # UnexpectedErrorMiddleware answers it
+                    self.status = 500  # ObservedMiddleware answers it
                 self._write_quietly(*_failure(exc))
             raise
         if not self.recorded:  # the route returned without finishing a response (client gone)

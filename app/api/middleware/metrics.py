@@ -1,8 +1,13 @@
-"""HTTP request metrics: in-flight requests and durations, labelled by route template.
+"""The outermost layer: HTTP request metrics (in-flight requests and durations, labelled by route template),
+and inside them the 500 of anything unexpected (:mod:`app.api.middleware.errors`).
 
 The request histogram is labelled by route *template* (``/v1/keys/{name}/encrypt``), never by the raw path,
 so key names never reach a label. Unmatched paths share the label ``unmatched``. Both are recorded through
 :mod:`app.core.metric_buffer` (applied in batches; the lag is documented there).
+
+The two jobs share one layer because both watch the same thing, whether and with which status the response
+started: as two layers they cost two coroutines and two wrappers around every message sent, about 2% of a
+1 KiB encrypt's work in process.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import time
 
 from starlette.types import Message, Receive, Scope, Send
 
+from app.api.middleware.errors import answer_unexpected
 from app.api.middleware.layer import Layer
 from app.core.metric_buffer import BufferedGauge, BufferedHistogram
 from app.core.metrics import HTTP_REQUEST_SECONDS, INFLIGHT_REQUESTS
@@ -19,17 +25,19 @@ from app.core.metrics import HTTP_REQUEST_SECONDS, INFLIGHT_REQUESTS
 _INFLIGHT = BufferedGauge(INFLIGHT_REQUESTS)
 
 
-class HttpMetricsMiddleware(Layer):
-    """Counts in-flight requests and times each one, from first byte received to last byte sent."""
+class ObservedMiddleware(Layer):
+    """Counts in-flight requests and times each one, from first byte received to last byte sent; an
+    unexpected exception inside becomes the 500 (:func:`~app.api.middleware.errors.answer_unexpected`),
+    which is what the metrics record then."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 500
+        status: int | None = None  # until the response starts
 
-        async def timed_send(message: Message) -> None:
+        async def observed_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -37,11 +45,17 @@ class HttpMetricsMiddleware(Layer):
 
         _INFLIGHT.inc()
         try:
-            await self.app(scope, receive, timed_send)
+            try:
+                await self.app(scope, receive, observed_send)
+            except Exception as exc:
+                if status is not None:
+                    raise  # the response started: the server aborts the connection
+                await answer_unexpected(exc, scope, receive, observed_send)
         finally:
             _INFLIGHT.dec()
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            observe_request(route, scope.get("method", ""), status, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            observe_request(route, scope.get("method", ""), 500 if status is None else status, seconds)
 
 
 def observe_request(route: str, method: str, status: int, seconds: float) -> None:

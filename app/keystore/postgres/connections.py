@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.core.database_url import describe_database_url, redact
+from app.core.waiting import refuse_waiting
 from app.errors import ServiceUnavailableError
 
 from ..errors import KeystoreUnavailableError
@@ -156,6 +157,8 @@ class Database:
         Raises:
             KeystoreUnavailableError: the database cannot serve now.
             ServiceUnavailableError: the keystore is closed.
+            WouldWait: on a thread that may not wait (:mod:`app.core.waiting`): every statement is a round
+                trip.
         """
         return self._run(work, write=False)
 
@@ -166,10 +169,12 @@ class Database:
             KeystoreUnavailableError: the database cannot serve now; the change may or may not have been
                 committed if the connection broke during ``COMMIT``.
             ServiceUnavailableError: the keystore is closed.
+            WouldWait: on a thread that may not wait (:mod:`app.core.waiting`).
         """
         return self._run(work, write=True)
 
     def _run(self, work: Callable[[Connection], T], *, write: bool) -> T:
+        refuse_waiting("a PostgreSQL round trip")  # every statement is one
         psycopg = self._psycopg
         pool_closed = self._pool_module.PoolClosed
         for attempt in (1, 2):

@@ -11,6 +11,14 @@ login. SQLite's documentation says WAL with NORMAL never corrupts the database; 
 might, so outside WAL every write is FULL. SQLite errors that mean "cannot serve right now"
 become :class:`~app.keystore.errors.KeystoreUnavailableError` (503 with ``Retry-After``); anything else
 surfaces as the bug it is.
+
+**Without waiting** (:func:`app.core.waiting.without_waiting`, a login on the event loop): reads and
+reissuable writes in WAL mode run on a third pool whose connections never wait: ``busy_timeout`` 0 (a lock
+another connection holds is :class:`~app.core.waiting.WouldWait` at once, the transaction rolled back),
+``synchronous=NORMAL`` (no flush at ``COMMIT``) and no automatic checkpoint (a checkpoint flushes the file);
+every :data:`CHECKPOINT_EVERY` of their commits a short thread checkpoints instead, so the WAL stays about as
+small as with SQLite's own automatic checkpoints. A durable write, or any write outside WAL mode,
+is :class:`~app.core.waiting.WouldWait` before it starts.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from app.core.waiting import WouldWait, refuse_waiting, waiting_allowed
 from app.errors import ServiceUnavailableError
 
 from ..errors import KeystoreUnavailableError
@@ -47,6 +56,15 @@ _UNAVAILABLE_CODES = frozenset(
         sqlite3.SQLITE_NOLFS,
     }
 )
+#: What a connection that may not wait answers for "another connection holds the lock".
+_WOULD_WAIT_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+#: Commits without waiting between two checkpoints run off the caller's thread (each login commits about five
+#: pages, so about as often as SQLite's automatic checkpoint at 1000 pages would run).
+CHECKPOINT_EVERY = 200
+
+#: The kinds of pooled connection: durable (``synchronous=FULL``), relaxed (``NORMAL``, reissuable writes),
+#: and ``now`` (never waits: see the module doc).
+_FULL, _RELAXED, _NOW = "full", "relaxed", "now"
 
 
 def prepare_database_file(path: Path) -> None:
@@ -76,9 +94,8 @@ class SqliteConnections:
         self._busy_timeout = busy_timeout
         self._pool_size = pool_size
         self._lock = threading.Lock()
-        self._idle: list[sqlite3.Connection] = []
-        #: Idle connections with ``synchronous=NORMAL``, for reissuable writes only.
-        self._idle_relaxed: list[sqlite3.Connection] = []
+        #: Idle connections by kind (:data:`_FULL`, :data:`_RELAXED` for reissuable writes, :data:`_NOW`).
+        self._idle: dict[str, list[sqlite3.Connection]] = {_FULL: [], _RELAXED: [], _NOW: []}
         #: Whether the journal is in WAL mode (the store sets it once it has asked): relaxed commits need it.
         self.wal = False
         self._closed = False
@@ -86,39 +103,49 @@ class SqliteConnections:
         # Connections inherited through fork(): never used or closed in the child (closing one could make
         # SQLite checkpoint and remove the WAL file under the parent), just kept referenced.
         self._inherited: list[sqlite3.Connection] = []
+        #: Commits without waiting since the last checkpoint was started, and whether one is running.
+        self._uncheckpointed = 0
+        self._checkpointing = False
 
-    def _new_connection(self, relaxed: bool = False) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
-        )
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+    def _new_connection(self, kind: str = _FULL) -> sqlite3.Connection:
+        busy_timeout = 0.0 if kind == _NOW else self._busy_timeout
+        conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA secure_delete = ON")
-        conn.execute(f"PRAGMA synchronous = {'NORMAL' if relaxed else 'FULL'}")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if kind == _FULL else 'NORMAL'}")
+        if kind == _NOW:
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
         return conn
 
     @contextlib.contextmanager
     def _connection(self, relaxed: bool = False) -> Iterator[sqlite3.Connection]:
-        """A pooled connection: ``relaxed`` ones commit with ``synchronous=NORMAL`` (see the module doc)."""
+        """A pooled connection: ``relaxed`` ones commit with ``synchronous=NORMAL``; on a thread that may
+        not wait, one that never waits (see the module doc)."""
+        kind = _NOW if not waiting_allowed() else _RELAXED if relaxed else _FULL
         with self._lock:
             if self._closed:
                 raise ServiceUnavailableError("the keystore is closed")
             if self._pid != os.getpid():
-                self._inherited.extend(self._idle + self._idle_relaxed)
-                self._idle, self._idle_relaxed = [], []
+                for idle in self._idle.values():
+                    self._inherited.extend(idle)
+                    idle.clear()
                 self._pid = os.getpid()
-            pool = self._idle_relaxed if relaxed else self._idle
+            pool = self._idle[kind]
             conn = pool.pop() if pool else None
         try:
             if conn is None:
-                conn = self._new_connection(relaxed)
+                conn = self._new_connection(kind)
         except sqlite3.Error as exc:
             logger.error("cannot open keystore %s: %s", self.path, exc)
             raise KeystoreUnavailableError(f"cannot open the keystore: {exc}") from exc
         try:
             yield conn
         except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _UNAVAILABLE_CODES:
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if kind == _NOW and code in _WOULD_WAIT_CODES:
+                raise WouldWait("the SQLite keystore is locked by another connection") from None
+            if code not in _UNAVAILABLE_CODES:
                 raise  # a bug (bad SQL, schema mismatch): let it surface as one
             # "database is locked" after busy_timeout, disk full, read-only file...: none carry key bytes.
             # SQLite's messages for these codes are fixed texts ("database is locked"), never file names.
@@ -130,7 +157,7 @@ class SqliteConnections:
                     conn.execute("ROLLBACK")
             with self._lock:
                 forked = self._pid != os.getpid()
-                pool = self._idle_relaxed if relaxed else self._idle
+                pool = self._idle[kind]
                 keep = not forked and not self._closed and len(pool) < self._pool_size
                 if keep:
                     pool.append(conn)
@@ -146,15 +173,45 @@ class SqliteConnections:
             conn.execute(begin)
             yield conn
             conn.execute("COMMIT")
+        if begin != "BEGIN" and not waiting_allowed():
+            self._committed_without_checkpoint()
 
     def _write(self, *, reissuable: bool = False) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One write transaction: ``BEGIN IMMEDIATE`` takes the write lock before the first read.
 
         ``reissuable``: what it writes can be had again by asking again (a login's token), so in WAL mode it
         commits with ``synchronous=NORMAL`` (see the module doc); never for keys, key versions, revocations or
-        anything else whose loss would matter.
+        anything else whose loss would matter. Only such a write may run where waiting is refused.
+
+        Raises:
+            WouldWait: waiting is refused on this thread and the write is durable, or not in WAL mode.
         """
+        if not (reissuable and self.wal):
+            refuse_waiting("a durable SQLite commit")
         return self._transaction("BEGIN IMMEDIATE", relaxed=reissuable and self.wal)
+
+    def _committed_without_checkpoint(self) -> None:
+        """Count a commit of a connection that never checkpoints; every :data:`CHECKPOINT_EVERY` of them,
+        start a thread that runs a ``RESTART`` checkpoint: it waits for the write lock and holds it while it
+        copies the WAL into the file and flushes it, so the next write starts the WAL over (a ``PASSIVE``
+        one racing steady writes may never catch up). Writes that may not wait meanwhile get
+        :class:`~app.core.waiting.WouldWait` and run in a worker thread."""
+        with self._lock:
+            self._uncheckpointed += 1
+            if self._uncheckpointed < CHECKPOINT_EVERY or self._checkpointing or self._closed:
+                return
+            self._uncheckpointed, self._checkpointing = 0, True
+        threading.Thread(target=self._checkpoint, name="keystore-checkpoint", daemon=True).start()
+
+    def _checkpoint(self) -> None:
+        try:
+            with self._connection() as conn:
+                conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        except (sqlite3.Error, ServiceUnavailableError) as exc:  # the next automatic checkpoint catches up
+            logger.warning("keystore %s: checkpoint failed: %s", self.path, exc)
+        finally:
+            with self._lock:
+                self._checkpointing = False
 
     def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One read transaction: every statement inside sees the same snapshot."""
@@ -164,7 +221,9 @@ class SqliteConnections:
         """Close every idle connection; connections in use close when their call returns. Idempotent."""
         with self._lock:
             self._closed = True
-            idle, self._idle, self._idle_relaxed = self._idle + self._idle_relaxed, [], []
+            idle = [conn for pool in self._idle.values() for conn in pool]
+            for pool in self._idle.values():
+                pool.clear()
             if self._pid != os.getpid():
                 self._inherited.extend(idle)
                 idle = []

@@ -295,3 +295,22 @@ async def test_the_shortcut_keeps_the_audit_records(
     assert routes == ["/v1/keys/{name}/encrypt", "/v1/keys/{name}/decrypt", "/v1/keys/{name}/decrypt"]
     assert [responses[i]["status"] for i in ids] == [200, 200, 400]
     assert b"audited" not in path.read_bytes()
+
+
+def test_the_app_state_reads_like_starlettes_state() -> None:
+    state = hotpath.AttributeState()
+    state.keystream = 1
+    state["other"] = 2
+    assert (state.keystream, state["keystream"], state.other, getattr(state, "missing", None)) == (
+        1,
+        1,
+        2,
+        None,
+    )
+    assert sorted(state) == ["keystream", "other"] and len(state) == 2
+    del state.keystream
+    del state["other"]
+    assert getattr(state, "keystream", None) is None and getattr(state, "other", None) is None
+    assert len(state) == 0
+    with pytest.raises(AttributeError):
+        _ = state.keystream

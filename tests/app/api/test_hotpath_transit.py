@@ -1,5 +1,6 @@
-"""The Transit API's encrypt and decrypt served ahead of FastAPI's router (app/api/hotpath.py): every request
-gets the answer, the audit records and the request metrics it gets through FastAPI, bad bodies included."""
+"""The Transit API's encrypt, decrypt, rewrap, hmac and verify served ahead of FastAPI's router
+(app/api/hotpath.py): every request gets the answer, the audit records and the request metrics it gets through
+FastAPI, bad bodies included."""
 
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     imported = await api.client.post("/v1/keys/moved/import", json={"key": b64(MATERIAL)}, headers=api.auth())
     assert imported.status_code == 201, imported.text
     encrypt, decrypt = "/v1/transit/encrypt/moved", "/v1/transit/decrypt/moved"
+    rewrap = "/v1/transit/rewrap/moved"
+    hmac, verify = "/v1/transit/hmac/moved", "/v1/transit/verify/moved"
+    # The HMAC key derives from the imported material: the same in both runs (this request is one of them).
+    made = await api.client.post(hmac, json={"input": b64(b"row 7")}, headers=VAULT)
+    assert made.status_code == 200, made.text
+    mac = made.json()["data"]["hmac"]
     good = vault_ciphertext(b"order 42")
     with_ad = vault_ciphertext(b"row", b"ad")
     tampered = good[:-4] + ("AAAA" if not good.endswith("AAAA") else "BBBB")
@@ -92,6 +99,28 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
         ("decrypt, not vault's", decrypt, vault({"ciphertext": "v1:abc"})),
         ("decrypt, batch", decrypt, vault({"batch_input": [{"ciphertext": good}, {"ciphertext": tampered}]})),
         ("decrypt, unknown key", "/v1/transit/decrypt/nope", vault({"ciphertext": good})),
+        ("rewrap", rewrap, vault({"ciphertext": good})),
+        ("rewrap, associated data", rewrap, vault({"ciphertext": with_ad, "associated_data": b64(b"ad")})),
+        ("rewrap, tampered", rewrap, vault({"ciphertext": tampered})),
+        ("rewrap, no such version", rewrap, vault({"ciphertext": good, "key_version": 9})),
+        ("rewrap, batch", rewrap, vault({"batch_input": [{"ciphertext": good}, {"ciphertext": "v1:x"}]})),
+        ("rewrap, missing ciphertext", rewrap, vault({})),
+        ("rewrap, malformed", rewrap, typed(b'{"ciphertext": ')),
+        ("rewrap, no token", rewrap, {"json": {"ciphertext": good}}),
+        ("rewrap, a query", rewrap + "?x=1", vault({"ciphertext": good})),
+        ("rewrap, unknown key", "/v1/transit/rewrap/nope", vault({"ciphertext": good})),
+        ("hmac", hmac, vault({"input": b64(b"row 7")})),
+        ("hmac, sha2-512", hmac, vault({"input": b64(b"row 7"), "algorithm": "sha2-512"})),
+        ("hmac, unknown algorithm", hmac, vault({"input": b64(b"x"), "algorithm": "md5"})),
+        ("hmac, batch", hmac, vault({"batch_input": [{"input": b64(b"a")}, {"input": "%%"}]})),
+        ("hmac, missing input", hmac, vault({})),
+        ("hmac, no token", hmac, {"json": {"input": b64(b"x")}}),
+        ("verify", verify, vault({"input": b64(b"row 7"), "hmac": mac})),
+        ("verify, other input", verify, vault({"input": b64(b"row 8"), "hmac": mac})),
+        ("verify, malformed hmac", verify, vault({"input": b64(b"row 7"), "hmac": "vault:v1:%%"})),
+        ("verify, batch", verify, vault({"batch_input": [{"input": b64(b"row 7"), "hmac": mac}, {}]})),
+        ("verify, unknown key", "/v1/transit/verify/nope", vault({"input": b64(b"x"), "hmac": mac})),
+        ("verify, wrong types", verify, vault({"input": 1, "hmac": ["x"]})),
     ]
     answers = []
     for label, url, request in cases:
@@ -101,7 +130,7 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     return answers
 
 
-async def test_encrypt_and_decrypt_get_the_answers_records_and_metrics_they_get_through_fastapi(
+async def test_data_operations_get_the_answers_records_and_metrics_they_get_through_fastapi(
     tmp_path: Path, stack_calls: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def settings(name: str) -> Settings:
@@ -117,7 +146,7 @@ async def test_encrypt_and_decrypt_get_the_answers_records_and_metrics_they_get_
     monkeypatch.setattr(hotpath, "_TRANSIT", {})  # every Transit request through FastAPI
     stack_calls.clear()
     stack = await recorded_run(settings("stack"), _run_cases, ("transit",))
-    assert len([path for path in stack_calls if "/v1/transit/" in path]) == 33
+    assert len([path for path in stack_calls if "/v1/transit/" in path]) == 56
     for (label, *mine), (_, *theirs) in zip(shortcut[0], stack[0], strict=True):
         assert mine == theirs, label
     statuses = {label: status for label, status, _, _ in shortcut[0]}
@@ -126,5 +155,13 @@ async def test_encrypt_and_decrypt_get_the_answers_records_and_metrics_they_get_
     assert statuses["encrypt, no token"] == 403 and statuses["encrypt, body too large"] == 413
     decrypted = {label: answer for label, _, _, answer in shortcut[0]}["decrypt"]
     assert base64.b64decode(decrypted["data"]["plaintext"]) == b"order 42"
+    assert statuses["rewrap"] == statuses["rewrap, associated data"] == 200
+    assert statuses["rewrap, tampered"] == 400 and statuses["rewrap, no token"] == 403
+    assert statuses["hmac"] == statuses["verify"] == statuses["verify, other input"] == 200
+    answers = {label: answer for label, _, _, answer in shortcut[0]}
+    assert (
+        answers["hmac"]["data"]["hmac"].startswith("vault:v1:") and answers["verify"]["data"]["valid"] is True
+    )
+    assert answers["verify, other input"]["data"]["valid"] is False
     assert shortcut[1] == stack[1] and shortcut[1]
     assert shortcut[2] == stack[2] and shortcut[2]

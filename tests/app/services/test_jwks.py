@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.core.waiting import WouldWait, without_waiting
 from app.errors import IdentityProviderUnavailableError
 from app.services.jwks import DEFAULT_MAX_AGE_SECONDS, UNKNOWN_KID_REFETCH_SECONDS, JwksCache, KeySource
 from tests.jwt_issuer import Issuer, Signer, serve_issuer
@@ -94,3 +95,35 @@ def test_discovery_names_the_jwks(issuer: Issuer) -> None:
     found = cache.key_for(KeySource(discovery_url=issuer.discovery_url, ca_pem=issuer.ca_pem), "first")
     assert found is not None
     assert issuer.count("/.well-known/openid-configuration") == 1 and issuer.count("/openid/v1/jwks") == 1
+
+
+def test_without_waiting_only_the_keys_held_answer_and_nothing_is_spent(issuer: Issuer) -> None:
+    clock = Clock()
+    cache = JwksCache(clock)
+    with without_waiting(), pytest.raises(WouldWait):
+        cache.key_for(source(issuer), "first")  # never fetched
+    assert issuer.count("/openid/v1/jwks") == 0 and cache.fetches == 0
+    assert cache.key_for(source(issuer), "first") is not None
+    with without_waiting():
+        assert cache.key_for(source(issuer), "first") is not None  # held and fresh
+        assert cache.key_for(source(issuer), "made-up") is None  # fetched just now: no refetch is due
+    clock.now += UNKNOWN_KID_REFETCH_SECONDS
+    with without_waiting(), pytest.raises(WouldWait):
+        cache.key_for(source(issuer), "made-up")  # a refetch is due: it would wait
+    assert issuer.count("/openid/v1/jwks") == 1
+    assert cache.key_for(source(issuer), "made-up") is None  # the refetch allowance was not spent above
+    assert issuer.count("/openid/v1/jwks") == 2
+    clock.now += DEFAULT_MAX_AGE_SECONDS
+    with without_waiting(), pytest.raises(WouldWait):
+        cache.key_for(source(issuer), "first")  # stale
+
+
+def test_without_waiting_another_threads_fetch_in_progress_is_not_waited_for(issuer: Issuer) -> None:
+    cache = JwksCache()
+    assert cache.key_for(source(issuer), "first") is not None
+    lock = cache._lock(source(issuer))
+    with lock:  # as while another thread fetches
+        with without_waiting(), pytest.raises(WouldWait):
+            cache.key_for(source(issuer), "first")
+    with without_waiting():
+        assert cache.key_for(source(issuer), "first") is not None

@@ -614,11 +614,12 @@ def test_unavailable_errors_do_not_name_the_file(
     store = open_keystore(data_dir, master_key)
     try:
 
-        def refuse(self: SqliteKeyStore, relaxed: bool = False) -> sqlite3.Connection:
+        def refuse(self: SqliteKeyStore, kind: str = "full") -> sqlite3.Connection:
             raise sqlite3.OperationalError("unable to open database file")
 
         monkeypatch.setattr(SqliteKeyStore, "_new_connection", refuse)
-        store._idle.clear()  # force a new connection
+        for pool in store._idle.values():  # force a new connection
+            pool.clear()
         with pytest.raises(ServiceUnavailableError) as info:
             store.get_key("orders")
         assert str(data_dir) not in info.value.message and "keystore.db" not in info.value.message
