@@ -68,9 +68,12 @@ typecheck: build
 # their bytecode in build/pycache, even where the environment says PYTHONDONTWRITEBYTECODE, instead of
 # compiling the project's sources again in each (collection alone: 23 s of CPU without, 11 s with).
 # It runs in two phases: every test not marked `serial` on TEST_WORKERS pytest-xdist processes (a test file
-# goes to one process whole), then the `serial` ones alone, because they measure time or load the whole
-# machine; both phases always run, either failing fails the target. On the 2-core reference machine, idle,
-# from a fresh clone: 14.5 min + 5.8 min (one process: 26 min). TEST_WORKERS=1 runs everything in one process.
+# goes to one process whole, the files of slow and end-to-end tests first: tests/conftest.py), then the
+# `serial` ones alone, because they measure time or load the whole machine; both phases always run, either
+# failing fails the target. On the 2-core reference machine, idle, from a fresh clone: 14.5 min + 5.8 min
+# (one process: 26 min), before the slow files went first. Not idle (another user's profiling, load average
+# 4.8-7.0): 18.3 min, both processes done within 14 s of each other; the serial phase 12.7 min at load
+# 1.4-3.9, 8.3 min of it one core-image test that took 33 s the run before. TEST_WORKERS=1: one process.
 # PYTEST_ARGS go to every pytest run (e.g. PYTEST_ARGS="--durations=50").
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
