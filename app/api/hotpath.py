@@ -3,13 +3,14 @@
 For a 1 KiB message, FastAPI's way to a route (its telemetry check, its outer error layer, the exception
 handlers, the router, dependency solving) cost more server time than the route itself. :class:`KeystreamApp`
 is the FastAPI app with one shortcut: ``POST`` on the streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt``,
-on the Transit API's ``encrypt``, ``decrypt`` and ``rewrap``, on the JWT and the certificate logins and,
-without a query string, on the three batch routes goes to the route through the service's middleware stack
-(:func:`app.api.middleware.wrap`: the same layers, in the same order, as FastAPI runs) and then
-:func:`_route`, which does what FastAPI's router and exception handlers would: the route and its path
-parameter in the scope, the handler, and the JSON answer of a domain error (or of a body that does not fit its
-schema) raised before the handler answered (:mod:`app.api.errors`). An exception raised after the response
-started propagates, so the server aborts the connection (the sealed-decrypt rule), as through FastAPI.
+on the Transit API's ``encrypt``, ``decrypt``, ``rewrap``, ``hmac`` and ``verify``, on the JWT and the
+certificate logins and, without a query string, on the three batch routes goes to the route through the
+service's middleware stack (:func:`app.api.middleware.wrap`: the same layers, in the same order, as FastAPI
+runs) and then :func:`_route`, which does what FastAPI's router and exception handlers would: the route and
+its path parameter in the scope, the handler, and the JSON answer of a domain error (or of a body that does
+not fit its schema) raised before the handler answered (:mod:`app.api.errors`). An exception raised after the
+response started propagates, so the server aborts the connection (the sealed-decrypt rule), as through
+FastAPI.
 
 The streaming handlers take the request alone (:mod:`app.api.routes.crypto`); the batch endpoints are called
 through :func:`app.api.routes.batch.request_handler`, with what FastAPI's dependencies would give them, and
@@ -61,7 +62,9 @@ from app.api.paths import (
     TRANSIT_CRYPTO_ROUTE,
     TRANSIT_DECRYPT,
     TRANSIT_ENCRYPT,
+    TRANSIT_HMAC,
     TRANSIT_REWRAP,
+    TRANSIT_VERIFY,
     transit_alias,
 )
 from app.api.routes import auth, batch, crypto, transit
@@ -88,14 +91,15 @@ _FIXED: dict[str, tuple[BaseRoute, Handler]] = {
     for route in auth.router.routes
     if isinstance(route, APIRoute) and route.path in auth.REQUEST_HANDLERS
 }
-#: The Transit API's encrypt, decrypt and rewrap, by operation (the ``POST`` routes; ``path`` labels the
-#: metrics).
+#: The Transit API's data operations, by operation (the ``POST`` routes; ``path`` labels the metrics).
 _TRANSIT: dict[str, tuple[BaseRoute, Handler]] = {
     operation: (route, transit.REQUEST_HANDLERS[operation])
     for operation, path in (
         ("encrypt", TRANSIT_ENCRYPT),
         ("decrypt", TRANSIT_DECRYPT),
         ("rewrap", TRANSIT_REWRAP),
+        ("hmac", TRANSIT_HMAC),
+        ("verify", TRANSIT_VERIFY),
     )
     for route in transit.router.routes
     if isinstance(route, APIRoute) and route.path == path and "POST" in (route.methods or ())

@@ -138,9 +138,11 @@ _OPERATION = "(?P<operation>" + "|".join(STREAMING_PATHS) + ")"
 STREAMING_ROUTE = re.compile(re.escape(KEYS) + f"/{_NAME}/{_OPERATION}")
 #: A batch route's path, with the same groups.
 BATCH_ROUTE = re.compile(re.escape(KEYS) + f"/{_NAME}/{_OPERATION}/batch")
-#: The Transit API's encrypt, decrypt and rewrap (the fast dispatcher serves them); groups as in
-#: STREAMING_ROUTE.
-TRANSIT_CRYPTO_ROUTE = re.compile(re.escape(TRANSIT) + f"(?P<operation>encrypt|decrypt|rewrap)/{_NAME}")
+#: The Transit API's data operations the fast dispatcher serves (hmac and verify without an algorithm in the
+#: path); groups as in STREAMING_ROUTE.
+TRANSIT_CRYPTO_ROUTE = re.compile(
+    re.escape(TRANSIT) + f"(?P<operation>encrypt|decrypt|rewrap|hmac|verify)/{_NAME}"
+)
 #: The Transit routes that take ``batch_input``: their bodies are bounded as the batch routes' are.
 TRANSIT_BATCH_ROUTE = re.compile(
     re.escape(TRANSIT) + "(?:encrypt|decrypt|rewrap|hmac|verify)/[^/]+(?:/[^/]+)?"

@@ -18,6 +18,7 @@ context, as Vault does. HMACs are made as for any key: Vault does not derive the
 from __future__ import annotations
 
 import base64
+import inspect
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -196,19 +197,22 @@ async def decrypt(
 def _request_handler(
     endpoint: Callable[..., Awaitable[Any]],
 ) -> Callable[[Request], Awaitable[Response]]:
-    """``endpoint`` (encrypt, decrypt or rewrap) as a handler of the request alone, for the fast dispatcher
-    (:mod:`app.api.hotpath`), which serves ``POST`` on these routes without FastAPI's router and
+    """``endpoint`` (encrypt, decrypt, rewrap, hmac or verify) as a handler of the request alone, for the fast
+    dispatcher (:mod:`app.api.hotpath`), which serves ``POST`` on these routes without FastAPI's router and
     dependency solving (about three quarters of a 1 KiB Transit request's server time went there). It does
     what :class:`~app.api.vault.VaultJsonRoute` and FastAPI would: the body read as JSON whatever its
     ``Content-Type``, then validated, the service state and the principal the body-limit middleware verified,
     and the answer as JSON (``tests/app/api/test_hotpath_transit.py`` compares both ways)."""
+
+    takes_request = "request" in inspect.signature(endpoint).parameters
 
     async def handle(request: Request) -> Response:
         body = validate_body(TransitCryptoRequest, await parse_body(request, any_type=True))
         state = await get_state(request)
         principal = await get_principal(request, state)
         name = request.path_params["name"]
-        answer = await endpoint(name=name, body=body, principal=principal, state=state, request=request)
+        extra = {"request": request} if takes_request else {}
+        answer = await endpoint(name=name, body=body, principal=principal, state=state, **extra)
         return answer if isinstance(answer, Response) else JSONResponse(answer)
 
     return handle
@@ -242,14 +246,6 @@ async def rewrap(
 
     note(request.scope, format="transit", items=len(body.batch_input or [body]))
     return await _run(state, name, body, one)
-
-
-#: Encrypt, decrypt and rewrap as handlers of the request alone, by operation, for the fast dispatcher.
-REQUEST_HANDLERS: dict[str, Callable[[Request], Awaitable[Response]]] = {
-    "encrypt": _request_handler(encrypt),
-    "decrypt": _request_handler(decrypt),
-    "rewrap": _request_handler(rewrap),
-}
 
 
 @vault_write(router, paths.TRANSIT_DATAKEY, responses=transit_errors(403, 404))
@@ -351,3 +347,14 @@ async def verify_algorithm(
 ) -> Any:
     """As ``verify``, the algorithm from the path."""
     return await _verify(name, body, principal, state, _algorithm(body, url_algorithm))
+
+
+#: The data operations as handlers of the request alone, by operation, for the fast dispatcher (``hmac`` and
+#: ``verify`` without an algorithm in the path; with one they go through FastAPI).
+REQUEST_HANDLERS: dict[str, Callable[[Request], Awaitable[Response]]] = {
+    "encrypt": _request_handler(encrypt),
+    "decrypt": _request_handler(decrypt),
+    "rewrap": _request_handler(rewrap),
+    "hmac": _request_handler(hmac),
+    "verify": _request_handler(verify),
+}

@@ -1,6 +1,6 @@
-"""The Transit API's encrypt, decrypt and rewrap served ahead of FastAPI's router (app/api/hotpath.py): every
-request gets the answer, the audit records and the request metrics it gets through FastAPI, bad bodies
-included."""
+"""The Transit API's encrypt, decrypt, rewrap, hmac and verify served ahead of FastAPI's router
+(app/api/hotpath.py): every request gets the answer, the audit records and the request metrics it gets through
+FastAPI, bad bodies included."""
 
 from __future__ import annotations
 
@@ -47,6 +47,11 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     assert imported.status_code == 201, imported.text
     encrypt, decrypt = "/v1/transit/encrypt/moved", "/v1/transit/decrypt/moved"
     rewrap = "/v1/transit/rewrap/moved"
+    hmac, verify = "/v1/transit/hmac/moved", "/v1/transit/verify/moved"
+    # The HMAC key derives from the imported material: the same in both runs (this request is one of them).
+    made = await api.client.post(hmac, json={"input": b64(b"row 7")}, headers=VAULT)
+    assert made.status_code == 200, made.text
+    mac = made.json()["data"]["hmac"]
     good = vault_ciphertext(b"order 42")
     with_ad = vault_ciphertext(b"row", b"ad")
     tampered = good[:-4] + ("AAAA" if not good.endswith("AAAA") else "BBBB")
@@ -104,6 +109,18 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
         ("rewrap, no token", rewrap, {"json": {"ciphertext": good}}),
         ("rewrap, a query", rewrap + "?x=1", vault({"ciphertext": good})),
         ("rewrap, unknown key", "/v1/transit/rewrap/nope", vault({"ciphertext": good})),
+        ("hmac", hmac, vault({"input": b64(b"row 7")})),
+        ("hmac, sha2-512", hmac, vault({"input": b64(b"row 7"), "algorithm": "sha2-512"})),
+        ("hmac, unknown algorithm", hmac, vault({"input": b64(b"x"), "algorithm": "md5"})),
+        ("hmac, batch", hmac, vault({"batch_input": [{"input": b64(b"a")}, {"input": "%%"}]})),
+        ("hmac, missing input", hmac, vault({})),
+        ("hmac, no token", hmac, {"json": {"input": b64(b"x")}}),
+        ("verify", verify, vault({"input": b64(b"row 7"), "hmac": mac})),
+        ("verify, other input", verify, vault({"input": b64(b"row 8"), "hmac": mac})),
+        ("verify, malformed hmac", verify, vault({"input": b64(b"row 7"), "hmac": "vault:v1:%%"})),
+        ("verify, batch", verify, vault({"batch_input": [{"input": b64(b"row 7"), "hmac": mac}, {}]})),
+        ("verify, unknown key", "/v1/transit/verify/nope", vault({"input": b64(b"x"), "hmac": mac})),
+        ("verify, wrong types", verify, vault({"input": 1, "hmac": ["x"]})),
     ]
     answers = []
     for label, url, request in cases:
@@ -113,7 +130,7 @@ async def _run_cases(api: Api) -> list[tuple[str, int, dict[str, str], Any]]:
     return answers
 
 
-async def test_encrypt_decrypt_and_rewrap_get_the_answers_records_and_metrics_they_get_through_fastapi(
+async def test_data_operations_get_the_answers_records_and_metrics_they_get_through_fastapi(
     tmp_path: Path, stack_calls: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def settings(name: str) -> Settings:
@@ -129,7 +146,7 @@ async def test_encrypt_decrypt_and_rewrap_get_the_answers_records_and_metrics_th
     monkeypatch.setattr(hotpath, "_TRANSIT", {})  # every Transit request through FastAPI
     stack_calls.clear()
     stack = await recorded_run(settings("stack"), _run_cases, ("transit",))
-    assert len([path for path in stack_calls if "/v1/transit/" in path]) == 43
+    assert len([path for path in stack_calls if "/v1/transit/" in path]) == 56
     for (label, *mine), (_, *theirs) in zip(shortcut[0], stack[0], strict=True):
         assert mine == theirs, label
     statuses = {label: status for label, status, _, _ in shortcut[0]}
@@ -140,5 +157,11 @@ async def test_encrypt_decrypt_and_rewrap_get_the_answers_records_and_metrics_th
     assert base64.b64decode(decrypted["data"]["plaintext"]) == b"order 42"
     assert statuses["rewrap"] == statuses["rewrap, associated data"] == 200
     assert statuses["rewrap, tampered"] == 400 and statuses["rewrap, no token"] == 403
+    assert statuses["hmac"] == statuses["verify"] == statuses["verify, other input"] == 200
+    answers = {label: answer for label, _, _, answer in shortcut[0]}
+    assert (
+        answers["hmac"]["data"]["hmac"].startswith("vault:v1:") and answers["verify"]["data"]["valid"] is True
+    )
+    assert answers["verify, other input"]["data"]["valid"] is False
     assert shortcut[1] == stack[1] and shortcut[1]
     assert shortcut[2] == stack[2] and shortcut[2]
