@@ -3,14 +3,14 @@
 For a 1 KiB message, FastAPI's way to a route (its telemetry check, its outer error layer, the exception
 handlers, the router, dependency solving) cost more server time than the route itself. :class:`KeystreamApp`
 is the FastAPI app with one shortcut: ``POST`` on the streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt``,
-on the Transit API's ``encrypt``, ``decrypt``, ``rewrap``, ``hmac`` and ``verify``, on the JWT and the
-certificate logins and, without a query string, on the three batch routes goes to the route through the
-service's middleware stack (:func:`app.api.middleware.wrap`: the same layers, in the same order, as FastAPI
-runs) and then :func:`_route`, which does what FastAPI's router and exception handlers would: the route and
-its path parameter in the scope, the handler, and the JSON answer of a domain error (or of a body that does
-not fit its schema) raised before the handler answered (:mod:`app.api.errors`). An exception raised after the
-response started propagates, so the server aborts the connection (the sealed-decrypt rule), as through
-FastAPI.
+on ``/v1/keys/{name}/hmac`` and ``/verify``, on the Transit API's ``encrypt``, ``decrypt``, ``rewrap``,
+``hmac`` and ``verify``, on the JWT and the certificate logins and, without a query string, on the three batch
+routes goes to the route through the service's middleware stack (:func:`app.api.middleware.wrap`: the same
+layers, in the same order, as FastAPI runs) and then :func:`_route`, which does what FastAPI's router and
+exception handlers would: the route and its path parameter in the scope, the handler, and the JSON answer of a
+domain error (or of a body that does not fit its schema) raised before the handler answered
+(:mod:`app.api.errors`). An exception raised after the response started propagates, so the server aborts the
+connection (the sealed-decrypt rule), as through FastAPI.
 
 The streaming handlers take the request alone (:mod:`app.api.routes.crypto`); the batch endpoints are called
 through :func:`app.api.routes.batch.request_handler`, with what FastAPI's dependencies would give them, and
@@ -55,6 +55,8 @@ from app.api.middleware import middleware, wrap
 from app.api.paths import (
     BATCH_PATHS,
     BATCH_ROUTE,
+    HMAC,
+    MAC_ROUTE,
     OPEN_WHILE_SEALED,
     SEALED_MESSAGE,
     STREAMING_ROUTE,
@@ -65,9 +67,10 @@ from app.api.paths import (
     TRANSIT_HMAC,
     TRANSIT_REWRAP,
     TRANSIT_VERIFY,
+    VERIFY,
     transit_alias,
 )
-from app.api.routes import auth, batch, crypto, transit
+from app.api.routes import auth, batch, crypto, mac, transit
 from app.core.config import Settings
 from app.errors import KeystreamError, SealedError
 from app.seal import Seal
@@ -90,6 +93,13 @@ _FIXED: dict[str, tuple[BaseRoute, Handler]] = {
     route.path: (route, auth.REQUEST_HANDLERS[route.path])
     for route in auth.router.routes
     if isinstance(route, APIRoute) and route.path in auth.REQUEST_HANDLERS
+}
+#: The native HMAC and its check of one message, by operation.
+_MAC: dict[str, tuple[BaseRoute, Handler]] = {
+    operation: (route, mac.REQUEST_HANDLERS[operation])
+    for operation, path in (("hmac", HMAC), ("verify", VERIFY))
+    for route in mac.router.routes
+    if isinstance(route, APIRoute) and route.path == path
 }
 #: The Transit API's data operations, by operation (the ``POST`` routes; ``path`` labels the metrics).
 _TRANSIT: dict[str, tuple[BaseRoute, Handler]] = {
@@ -246,6 +256,8 @@ def _find(scope: Scope) -> tuple[BaseRoute, Handler, str | None] | None:
         entry = _STREAMING.get(found["operation"])
     elif (found := TRANSIT_CRYPTO_ROUTE.fullmatch(path)) is not None:
         entry = _TRANSIT.get(found["operation"])
+    elif (found := MAC_ROUTE.fullmatch(path)) is not None:
+        entry = _MAC.get(found["operation"])
     elif scope.get("query_string"):
         return None
     else:
