@@ -23,7 +23,7 @@ import aescore
 from app.core.metric_buffer import BufferedCounter, BufferedHistogram, Observer
 from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
 from app.keycache import CacheMissError
-from app.services.offload import runs_on_loop
+from app.services.offload import run_crypto, runs_on_loop
 
 T = TypeVar("T")
 
@@ -117,7 +117,7 @@ async def run_timed(
     try:
         if runs_on_loop(backend, weight, inline_max):
             return timed(seconds, work)  # run_crypto's inline case, without its coroutine and a closure
-        return await to_thread.run_sync(lambda: timed(seconds, work), limiter=limiter)
+        return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work), limiter)
     except CacheMissError:
         # It ran on the loop and needs the keystore (a ciphertext no cached version opens: the key's versions
         # are read again, :func:`app.services.keys.decryption_keys`): run it again where the read may wait.
