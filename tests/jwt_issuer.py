@@ -77,6 +77,19 @@ class Signer:
         return jwt.encode(claims, self.key, algorithm=self.algorithm, headers={"kid": self.kid, **header})
 
 
+def k8s_role(*key_patterns: str, scopes: tuple[str, ...] = ("encrypt",)) -> dict[str, Any]:
+    """A ``jwt`` role's body for the tokens of :func:`k8s_claims`: bound to this audience and to the
+    ``billing`` namespace, ttl 600 s, granting ``scopes`` on ``key_patterns`` (default ``billing-*``)."""
+    return {
+        "method": "jwt",
+        "scopes": list(scopes),
+        "key_patterns": list(key_patterns or ("billing-*",)),
+        "ttl": 600,
+        "bound_audiences": [AUDIENCE],
+        "bound_claims": {"/kubernetes.io/namespace": "billing"},
+    }
+
+
 def k8s_claims(
     namespace: str = "billing",
     service_account: str = "api",

@@ -3,24 +3,25 @@
 For a 1 KiB message, FastAPI's way to a route (its telemetry check, its outer error layer, the exception
 handlers, the router, dependency solving) cost more server time than the route itself. :class:`KeystreamApp`
 is the FastAPI app with one shortcut: ``POST`` on the streaming ``/v1/keys/{name}/encrypt`` and ``/decrypt``,
-on the Transit API's ``encrypt``, ``decrypt``, ``rewrap``, ``hmac`` and ``verify``, on the JWT and the
-certificate logins and, without a query string, on the three batch routes goes to the route through the
-service's middleware stack (:func:`app.api.middleware.wrap`: the same layers, in the same order, as FastAPI
-runs) and then :func:`_route`, which does what FastAPI's router and exception handlers would: the route and
-its path parameter in the scope, the handler, and the JSON answer of a domain error (or of a body that does
-not fit its schema) raised before the handler answered (:mod:`app.api.errors`). An exception raised after the
-response started propagates, so the server aborts the connection (the sealed-decrypt rule), as through
-FastAPI.
+on ``/v1/keys/{name}/hmac``, ``/verify`` and ``/datakey``, on ``/v1/random`` and ``/v1/hash``, on the Transit
+API's ``encrypt``, ``decrypt``, ``rewrap``, ``hmac`` and ``verify``, on the JWT and the certificate logins
+and, without a query string, on the three batch routes goes to the route through the service's middleware
+stack (:func:`app.api.middleware.wrap`: the same layers, in the same order, as FastAPI runs) and then
+:func:`_route`, which does what FastAPI's router and exception handlers would: the route and its path
+parameter in the scope, the handler, and the JSON answer of a domain error (or of a body that does not fit its
+schema) raised before the handler answered (:mod:`app.api.errors`). An exception raised after the response
+started propagates, so the server aborts the connection (the sealed-decrypt rule), as through FastAPI.
 
 The streaming handlers take the request alone (:mod:`app.api.routes.crypto`); the batch endpoints are called
 through :func:`app.api.routes.batch.request_handler`, with what FastAPI's dependencies would give them, and
-the logins through :data:`app.api.routes.auth.REQUEST_HANDLERS`, which read and validate the body as FastAPI
-does (:mod:`app.api.json_body`), as do the Transit API's (:data:`app.api.routes.transit.REQUEST_HANDLERS`,
-whose bodies are JSON whatever their ``Content-Type``: a 1 KiB Transit encrypt took ~0.9 ms of server CPU
-through FastAPI and ~0.23 ms this way, in process under load). For a login, FastAPI's way to the route (route
-matching among every route of the service, dependency solving, its answer's serialization) cost about as much
-server time as the login's own work: the JWT's verification and the token's commit. A batch request with a
-query string (``backend``, ``key_version``) goes through FastAPI, whose parameter validation then answers.
+the JSON routes (the logins, the HMAC, data key, random and hash routes, the Transit API's data operations)
+through the ``REQUEST_HANDLERS`` of their route modules, built by
+:func:`app.api.request_handler.request_handler`, which reads, checks and validates the body as FastAPI does
+(:mod:`app.api.json_body`; the Transit API's bodies are JSON whatever their ``Content-Type``). A 1 KiB Transit
+encrypt took ~0.9 ms of server CPU through FastAPI and ~0.23 ms this way, in process under load; for a login,
+FastAPI's way to the route (route matching among every route of the service, dependency solving, its answer's
+serialization) cost about as much server time as the login's own work. A batch request with a query string
+(``backend``, ``key_version``) goes through FastAPI, whose parameter validation then answers.
 
 While the server is **sealed** (a shamir seal awaiting its shares), :class:`KeystreamApp` answers every
 request but those of :data:`~app.api.paths.OPEN_WHILE_SEALED` with 503 ``sealed`` and ``Retry-After``
@@ -55,6 +56,9 @@ from app.api.middleware import middleware, wrap
 from app.api.paths import (
     BATCH_PATHS,
     BATCH_ROUTE,
+    DATAKEY,
+    HMAC,
+    KEY_JSON_ROUTE,
     OPEN_WHILE_SEALED,
     SEALED_MESSAGE,
     STREAMING_ROUTE,
@@ -65,9 +69,10 @@ from app.api.paths import (
     TRANSIT_HMAC,
     TRANSIT_REWRAP,
     TRANSIT_VERIFY,
+    VERIFY,
     transit_alias,
 )
-from app.api.routes import auth, batch, crypto, transit
+from app.api.routes import auth, batch, crypto, datakey, mac, tools, transit
 from app.core.config import Settings
 from app.errors import KeystreamError, SealedError
 from app.seal import Seal
@@ -85,11 +90,23 @@ _BATCH: dict[str, tuple[BaseRoute, Handler]] = {
     for route in batch.router.routes
     if isinstance(route, APIRoute) and route.path == path
 }
-#: The routes served at one fixed path, by path: the JWT and the certificate logins.
+#: The routes served at one fixed path, by path: the JWT and the certificate logins, random bytes and hashes.
 _FIXED: dict[str, tuple[BaseRoute, Handler]] = {
-    route.path: (route, auth.REQUEST_HANDLERS[route.path])
-    for route in auth.router.routes
-    if isinstance(route, APIRoute) and route.path in auth.REQUEST_HANDLERS
+    route.path: (route, module.REQUEST_HANDLERS[route.path])
+    for module in (auth, tools)
+    for route in module.router.routes
+    if isinstance(route, APIRoute) and route.path in module.REQUEST_HANDLERS
+}
+#: The key routes with a JSON body: the HMAC and its check of one message, and data keys, by operation.
+_KEY_JSON: dict[str, tuple[BaseRoute, Handler]] = {
+    operation: (route, module.REQUEST_HANDLERS[operation])
+    for module, operation, path in (
+        (mac, "hmac", HMAC),
+        (mac, "verify", VERIFY),
+        (datakey, "datakey", DATAKEY),
+    )
+    for route in module.router.routes
+    if isinstance(route, APIRoute) and route.path == path
 }
 #: The Transit API's data operations, by operation (the ``POST`` routes; ``path`` labels the metrics).
 _TRANSIT: dict[str, tuple[BaseRoute, Handler]] = {
@@ -246,6 +263,8 @@ def _find(scope: Scope) -> tuple[BaseRoute, Handler, str | None] | None:
         entry = _STREAMING.get(found["operation"])
     elif (found := TRANSIT_CRYPTO_ROUTE.fullmatch(path)) is not None:
         entry = _TRANSIT.get(found["operation"])
+    elif (found := KEY_JSON_ROUTE.fullmatch(path)) is not None:
+        entry = _KEY_JSON.get(found["operation"])
     elif scope.get("query_string"):
         return None
     else:

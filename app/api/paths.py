@@ -136,6 +136,9 @@ _NAME = r"(?P<name>[^/]+)"
 _OPERATION = "(?P<operation>" + "|".join(STREAMING_PATHS) + ")"
 #: A streaming route's path; ``name`` and ``operation`` (encrypt, decrypt, rewrap) are its groups.
 STREAMING_ROUTE = re.compile(re.escape(KEYS) + f"/{_NAME}/{_OPERATION}")
+#: ``/v1/keys/{name}/hmac``, ``/verify`` (one message each) and ``/datakey``, the key routes with a JSON body
+#: the fast dispatcher serves; ``name`` and ``operation`` are its groups.
+KEY_JSON_ROUTE = re.compile(re.escape(KEYS) + f"/{_NAME}/(?P<operation>hmac|verify|datakey)")
 #: A batch route's path, with the same groups.
 BATCH_ROUTE = re.compile(re.escape(KEYS) + f"/{_NAME}/{_OPERATION}/batch")
 #: The Transit API's data operations the fast dispatcher serves (hmac and verify without an algorithm in the

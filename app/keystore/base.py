@@ -773,10 +773,10 @@ class KeyStore(abc.ABC):
         return self._run_read(lambda conn: roles.read_auth_config(conn, self._dialect, method))
 
     def read_login(self, role_name: str, method: str) -> tuple[RoleRecord | None, dict[str, object] | None]:
-        """What a login through ``role_name`` checks a credential against, read in one transaction: the role
+        """What a login through ``role_name`` checks a credential against, read in one statement: the role
         (``None``: no such role, or a name no role can have, which is not looked up) and the configuration of
-        auth ``method`` (``None`` when none was written). One read instead of two: on PostgreSQL a round
-        trip and a pooled connection fewer per login.
+        auth ``method`` (``None`` when none was written). One statement instead of two: on PostgreSQL one
+        round trip per login.
 
         Raises:
             BadRequestError: an unknown method.
@@ -789,11 +789,9 @@ class KeyStore(abc.ABC):
         else:
             named = True
 
-        def read(conn: generations.Connection) -> tuple[RoleRecord | None, dict[str, object] | None]:
-            role = roles.read_role(conn, self._dialect, role_name) if named else None
-            return role, roles.read_auth_config(conn, self._dialect, method)
-
-        return self._run_read(read)
+        return self._run_read(
+            lambda conn: roles.read_login(conn, self._dialect, role_name if named else None, method)
+        )
 
     @abc.abstractmethod
     def count_tokens(self) -> int:

@@ -36,6 +36,7 @@ __all__ = [
     "delete_role",
     "list_roles",
     "read_auth_config",
+    "read_login",
     "read_role",
     "write_auth_config",
     "write_role",
@@ -226,6 +227,24 @@ def write_auth_config(
         ),
         (method, json.dumps(dict(config), sort_keys=True), dialect.to_db(now)),
     )
+
+
+def read_login(
+    conn: Connection, dialect: Dialect, name: str | None, method: str
+) -> tuple[RoleRecord | None, dict[str, Any] | None]:
+    """The role ``name`` (``None``: not looked up) and the configuration of auth ``method``, each ``None``
+    when absent, in one statement: one snapshot on either store, and on PostgreSQL one round trip."""
+    row = conn.execute(
+        dialect.sql(
+            "SELECT r.name, r.method, r.policy, r.created_at, r.updated_at, m.config "
+            "FROM (SELECT 1 AS one) AS o LEFT JOIN auth_roles AS r ON r.name = ? "
+            "LEFT JOIN auth_methods AS m ON m.method = ?"
+        ),
+        (name, method),
+    ).fetchone()
+    role = None if row[0] is None else _role(dialect, row[:5])
+    config: dict[str, Any] | None = None if row[5] is None else json.loads(row[5])
+    return role, config
 
 
 def read_auth_config(conn: Connection, dialect: Dialect, method: str) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ import aescore
 from app.core.metric_buffer import BufferedCounter, BufferedHistogram, Observer
 from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
 from app.keycache import CacheMissError
-from app.services.offload import run_crypto
+from app.services.offload import run_crypto, runs_on_loop
 
 T = TypeVar("T")
 
@@ -99,10 +99,12 @@ async def run_timed(
     cost: int | None = None,
     limiter: CapacityLimiter | None = None,
 ) -> T:
-    """Count ``nbytes``, then run ``work`` timed, inline or off the loop as :func:`run_crypto` decides.
+    """Count ``nbytes``, then run ``work`` timed, inline or off the loop as
+    :func:`~app.services.offload.run_crypto` decides.
 
     ``cost``: the bytes of work that decision weighs when they differ from ``nbytes`` (a trial over
-    several key versions, :func:`trial_work`); ``limiter``: as :func:`run_crypto` (:func:`trial_limiter`).
+    several key versions, :func:`trial_work`); ``limiter``: as :func:`~app.services.offload.run_crypto`
+    (:func:`trial_limiter`).
     ``work`` must be repeatable: if it ran on the loop and raised :class:`~app.keycache.CacheMissError` (it
     needs a keystore read), it runs again in a worker thread.
 
@@ -113,6 +115,8 @@ async def run_timed(
     counter.inc(nbytes)
     weight = nbytes if cost is None else cost
     try:
+        if runs_on_loop(backend, weight, inline_max):
+            return timed(seconds, work)  # run_crypto's inline case, without its coroutine and a closure
         return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work), limiter)
     except CacheMissError:
         # It ran on the loop and needs the keystore (a ciphertext no cached version opens: the key's versions

@@ -106,7 +106,10 @@ async def encryption_key(
         KeyUnwrapError: the stored material does not unwrap under the master key.
     """
     if version is None:
-        key = await from_cache(lambda cached: keycache.resolve(name, None, backend, cached_only=cached))
+        try:  # from_cache's hit, without its coroutine and a closure: every encrypt comes here
+            key = keycache.resolve(name, None, backend, cached_only=True)
+        except CacheMissError:
+            key = await to_thread.run_sync(keycache.resolve, name, None, backend)
     else:
         key = (await _candidates(keycache, name, backend, version))[0]
     return key if raw else with_context(key, context, backend)
@@ -136,9 +139,10 @@ async def rewrap_target(
 async def _candidates(
     keycache: KeyCache, name: str, backend: aescore.Backend, version: int | None
 ) -> list[ResolvedKey]:
-    return await from_cache(
-        lambda cached: keycache.decryption_candidates(name, backend, version, cached_only=cached)
-    )
+    try:  # from_cache's hit, without its coroutine and a closure: every decrypt comes here
+        return keycache.decryption_candidates(name, backend, version, cached_only=True)
+    except CacheMissError:
+        return await to_thread.run_sync(keycache.decryption_candidates, name, backend, version)
 
 
 @dataclass(frozen=True)

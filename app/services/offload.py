@@ -374,6 +374,12 @@ async def run_crypto(
     goes to the thread pool (for the python backend that thread waits on the process pool), holding a token
     of ``limiter`` when one is given (else of anyio's default thread limiter).
     """
-    if backend.runs_inline and nbytes <= inline_max:
+    if runs_on_loop(backend, nbytes, inline_max):
         return work()
     return await to_thread.run_sync(work, limiter=limiter)
+
+
+def runs_on_loop(backend: aescore.Backend, nbytes: int, inline_max: int) -> bool:
+    """Whether :func:`run_crypto` runs a call over ``nbytes`` on the event loop: only on a backend that
+    ``runs_inline``, and only up to ``inline_max`` bytes."""
+    return backend.runs_inline and nbytes <= inline_max

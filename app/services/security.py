@@ -297,6 +297,28 @@ class _Miss:
 _MISS = _Miss()
 
 
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A token's record and the principal it verifies as, built once when the record is read: a cache hit
+    then hands out the same (immutable) principal instead of building one per request."""
+
+    record: TokenRecord
+    principal: Principal
+
+
+def _known(record: TokenRecord) -> _Known:
+    return _Known(
+        record,
+        Principal(
+            token_id=record.token_id,
+            scopes=record.scopes,
+            key_patterns=record.key_patterns,
+            expires_at=record.expires_at,
+            max_expires_at=record.max_expires_at,
+        ),
+    )
+
+
 class TokenVerifier:
     """Verifies bearer tokens against the keystore with a cache of records kept coherent by the change log.
 
@@ -319,12 +341,12 @@ class TokenVerifier:
         self._unknown_ttl = min(ttl, unknown_ttl)
         self._clock = clock
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, TokenRecord]] = {}
+        self._cache: dict[str, tuple[float, _Known]] = {}
         self._unknown: dict[str, float] = {}  # token id -> when the keystore said it has no such token
         self._generation = 0  # bumped by forget()/clear(): a read that raced with them caches nothing
         self._trusted_until = math.inf
 
-    def _cached(self, token_id: str) -> TokenRecord | _Miss | None:
+    def _cached(self, token_id: str) -> _Known | _Miss | None:
         """The cached record, ``None`` for an id cached as unknown, or :data:`_MISS` (read the keystore)."""
         now = self._clock()
         with self._lock:
@@ -338,7 +360,7 @@ class TokenVerifier:
                 return None
         return _MISS
 
-    def _load(self, token_id: str) -> TokenRecord | None:
+    def _load(self, token_id: str) -> _Known | None:
         """Read the record from the keystore (blocking) and cache what it says, ``None`` included.
 
         Raises:
@@ -357,14 +379,15 @@ class TokenVerifier:
                         self._unknown.clear()
                     self._unknown[token_id] = now
             return None
+        known = _known(record)
         with self._lock:
             if self._generation != generation:
-                return record  # revoked or cleared while we read: use it once, cache nothing older
+                return known  # revoked or cleared while we read: use it once, cache nothing older
             self._unknown.pop(token_id, None)
             if len(self._cache) >= MAX_CACHED_TOKENS:
                 self._cache.clear()
-            self._cache[token_id] = (now, record)
-        return record
+            self._cache[token_id] = (now, known)
+        return known
 
     def forget(self, token_id: str) -> None:
         """Drop a cached record or unknown id (call after creating or deleting the token, or when the change
@@ -436,23 +459,18 @@ def _parse_authorization(authorization: str | None) -> tuple[str, str]:
     return parsed
 
 
-def _principal(record: TokenRecord | None, secret: str) -> Principal:
-    """The principal of ``record`` when ``secret`` is its secret and it has not expired.
+def _principal(known: _Known | None, secret: str) -> Principal:
+    """The principal of ``known`` when ``secret`` is its record's secret and it has not expired.
 
     Raises:
         UnauthorizedError: no record or a wrong secret (the secret is hashed either way: same timing).
         TokenExpiredError: its ``expires_at`` has passed.
     """
     presented = hash_secret(secret)
-    stored = record.secret_hash if record is not None else _DUMMY_HASH
-    if not hmac.compare_digest(presented, stored) or record is None:
+    stored = known.record.secret_hash if known is not None else _DUMMY_HASH
+    if not hmac.compare_digest(presented, stored) or known is None:
         raise UnauthorizedError("invalid token")
-    if record.expires_at is not None and record.expires_at <= token_clock():
+    expires_at = known.record.expires_at
+    if expires_at is not None and expires_at <= token_clock():
         raise TokenExpiredError("token expired")
-    return Principal(
-        token_id=record.token_id,
-        scopes=record.scopes,
-        key_patterns=record.key_patterns,
-        expires_at=record.expires_at,
-        max_expires_at=record.max_expires_at,
-    )
+    return known.principal

@@ -25,22 +25,21 @@ both), so a change applies at the next login everywhere; the issuer's keys are c
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Literal
 
 from anyio import to_thread
 from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-from starlette.responses import JSONResponse
 from starlette.types import Scope as AsgiScope
 
 from app.api import paths
-from app.api.deps import JsonBody, StateDep, TokenAdminDep, get_state, require_json
+from app.api.deps import JsonBody, StateDep, TokenAdminDep
 from app.api.grants import KeyPattern, Scope, TtlSeconds, token_json
-from app.api.json_body import parse_body, validate_body
 from app.api.middleware.audit import note
 from app.api.openapi import errors
+from app.api.request_handler import Handler, request_handler
 from app.api.strict_json import StrictJsonRoute
 from app.core.token_format import MAX_TOKEN_TTL_SECONDS
 from app.core.waiting import WouldWait, without_waiting
@@ -291,24 +290,10 @@ async def login_cert(body: CertLoginBody, request: Request, state: StateDep) -> 
     return await _login(request, state, body.role, partial(login.login, body.role, certificate))
 
 
-async def _jwt_login_request(request: Request) -> Response:
-    data = await parse_body(request)
-    await require_json(request)
-    body = validate_body(LoginBody, data)
-    return JSONResponse(await login_jwt(body, request, await get_state(request)), status.HTTP_201_CREATED)
-
-
-async def _cert_login_request(request: Request) -> Response:
-    data = await parse_body(request)
-    await require_json(request)
-    body = validate_body(CertLoginBody, data)
-    return JSONResponse(await login_cert(body, request, await get_state(request)), status.HTTP_201_CREATED)
-
-
-#: The logins as handlers of the request alone, by path, for the fast dispatcher (:mod:`app.api.hotpath`):
-#: each gives its endpoint what FastAPI would, in FastAPI's order (the body parsed, the ``application/json``
-#: check, the body validated: :mod:`app.api.json_body`; the service state), and answers 201 with its JSON.
-REQUEST_HANDLERS: dict[str, Callable[[Request], Awaitable[Response]]] = {
-    paths.JWT_LOGIN: _jwt_login_request,
-    paths.CERT_LOGIN: _cert_login_request,
+#: The logins as handlers of the request alone, by path, for the fast dispatcher (:mod:`app.api.hotpath`,
+#: :mod:`app.api.request_handler`): each gives its endpoint what FastAPI would, in FastAPI's order, and
+#: answers 201 with its JSON.
+REQUEST_HANDLERS: dict[str, Handler] = {
+    paths.JWT_LOGIN: request_handler(login_jwt, LoginBody, status_code=status.HTTP_201_CREATED),
+    paths.CERT_LOGIN: request_handler(login_cert, CertLoginBody, status_code=status.HTTP_201_CREATED),
 }

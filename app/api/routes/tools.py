@@ -19,6 +19,7 @@ from app.api import paths
 from app.api.deps import JsonBody, PrincipalDep
 from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, HASHES, MAX_RANDOM_BYTES, Encoding, HashAlgorithm, decode_base64
+from app.api.request_handler import Handler, request_handler
 from app.api.strict_json import StrictJsonRoute
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["tools"])
@@ -67,3 +68,11 @@ async def hash_(body: HashRequest, principal: PrincipalDep) -> Any:
     del principal  # any valid token
     data = decode_base64("input", body.input)
     return {"sum": _encode(HASHES[body.algorithm](data).digest(), body.format)}
+
+
+#: Random bytes and hashes as handlers of the request alone, by path, for the fast dispatcher
+#: (:mod:`app.api.request_handler`).
+REQUEST_HANDLERS: dict[str, Handler] = {
+    paths.RANDOM: request_handler(random, RandomRequest),
+    paths.HASH: request_handler(hash_, HashRequest),
+}

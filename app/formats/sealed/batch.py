@@ -18,6 +18,7 @@ system call instead of two per message, and the C code stays free of entropy sou
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import aescore
 from app.core.schemes import CTR_HMAC, DEFAULT_SCHEME, GCM
@@ -189,6 +190,8 @@ def open_many(
         check_ikm(material, derived_size)
     opened = _native_open(sealer, parameters, pairs, ciphertexts, associated_data)
     missing = [i for i, result in enumerate(opened) if result is _NO_KEY]
+    if not missing:
+        return cast(list[Opened], opened)  # some candidate opened or refused each message: nothing to add
     tried = list(pairs)
     if missing and more_candidates is not None:
         fresh = [

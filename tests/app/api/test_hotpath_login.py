@@ -12,17 +12,10 @@ import pytest
 from app.api import hotpath
 from app.core.config import Settings
 from tests.app.api.conftest import Api, Recorded, compared_headers, make_settings, recorded_run
-from tests.jwt_issuer import AUDIENCE, Signer, k8s_claims
+from tests.jwt_issuer import Signer, k8s_claims, k8s_role
 
 SIGNER = Signer.ec("parity-key")
-ROLE = {
-    "method": "jwt",
-    "scopes": ["encrypt"],
-    "key_patterns": ["billing-*"],
-    "ttl": 600,
-    "bound_audiences": [AUDIENCE],
-    "bound_claims": {"/kubernetes.io/namespace": "billing"},
-}
+ROLE = k8s_role()
 #: The fields of a login's answer that differ from one login to the next.
 ISSUED = ("token", "id", "expires_at", "max_expires_at", "created_at")
 

@@ -17,17 +17,10 @@ from anyio import to_thread
 
 from app.api.routes import auth
 from tests.app.api.conftest import Api, make_settings, running_api
-from tests.jwt_issuer import AUDIENCE, ISSUER, Issuer, Signer, k8s_claims, serve_issuer
+from tests.jwt_issuer import ISSUER, Issuer, Signer, k8s_claims, k8s_role, serve_issuer
 
 SIGNER = Signer.rsa("loop-key")
-ROLE = {
-    "method": "jwt",
-    "scopes": ["encrypt"],
-    "key_patterns": ["billing-*"],
-    "ttl": 600,
-    "bound_audiences": [AUDIENCE],
-    "bound_claims": {"/kubernetes.io/namespace": "billing"},
-}
+ROLE = k8s_role()
 
 
 @pytest.fixture
@@ -51,6 +44,22 @@ def issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Issuer]:
         yield running
 
 
+async def _configure(api: Api, config: dict[str, Any]) -> None:
+    """The key the issued tokens encrypt with, the JWT method's ``config`` and the role."""
+    await api.create_key("billing-orders")
+    assert (await api.client.post("/v1/auth/jwt/config", json=config, headers=api.auth())).status_code == 200
+    assert (await api.client.post("/v1/auth/roles/billing", json=ROLE, headers=api.auth())).status_code == 200
+
+
+async def _configure(api: Api, config: dict[str, Any]) -> None:
+    """The key the issued tokens encrypt with, the JWT method's ``config`` and the role."""
+    await api.create_key("billing-orders")
+    written = await api.client.post("/v1/auth/jwt/config", json=config, headers=api.auth())
+    assert written.status_code == 200, written.text
+    written = await api.client.post("/v1/auth/roles/billing", json=ROLE, headers=api.auth())
+    assert written.status_code == 200, written.text
+
+
 async def _login(api: Api, namespace: str = "billing") -> tuple[int, dict[str, Any]]:
     response = await api.client.post(
         "/v1/auth/jwt/login", json={"role": "billing", "jwt": SIGNER.sign(k8s_claims(namespace, "api"))}
@@ -65,14 +74,7 @@ async def _encrypts_with(api: Api, token: str) -> None:
 
 async def test_with_keys_held_logins_and_refusals_stay_on_the_loop(tmp_path: Path, hops: list[str]) -> None:
     async with running_api(make_settings(tmp_path / "data")) as api:
-        await api.create_key("billing-orders")
-        config = {"jwt_validation_pubkeys": [SIGNER.public_pem()]}
-        assert (
-            await api.client.post("/v1/auth/jwt/config", json=config, headers=api.auth())
-        ).status_code == 200
-        assert (
-            await api.client.post("/v1/auth/roles/billing", json=ROLE, headers=api.auth())
-        ).status_code == 200
+        await _configure(api, {"jwt_validation_pubkeys": [SIGNER.public_pem()]})
         for _ in range(3):
             status, answer = await _login(api)
             assert status == 201, answer
@@ -86,14 +88,9 @@ async def test_a_jwks_fetch_runs_in_a_worker_thread_then_the_keys_held_serve_on_
     tmp_path: Path, hops: list[str], issuer: Issuer
 ) -> None:
     async with running_api(make_settings(tmp_path / "data")) as api:
-        await api.create_key("billing-orders")
-        config = {"jwks_url": issuer.jwks_url, "jwks_ca_pem": issuer.ca_pem, "bound_issuer": ISSUER}
-        assert (
-            await api.client.post("/v1/auth/jwt/config", json=config, headers=api.auth())
-        ).status_code == 200
-        assert (
-            await api.client.post("/v1/auth/roles/billing", json=ROLE, headers=api.auth())
-        ).status_code == 200
+        await _configure(
+            api, {"jwks_url": issuer.jwks_url, "jwks_ca_pem": issuer.ca_pem, "bound_issuer": ISSUER}
+        )
         fetched = issuer.count("/openid/v1/jwks")
         for _ in range(3):
             status, answer = await _login(api)
@@ -107,14 +104,7 @@ async def test_a_held_write_lock_sends_the_login_to_a_worker_thread_that_waits_f
     tmp_path: Path, hops: list[str]
 ) -> None:
     async with running_api(make_settings(tmp_path / "data")) as api:
-        await api.create_key("billing-orders")
-        config = {"jwt_validation_pubkeys": [SIGNER.public_pem()]}
-        assert (
-            await api.client.post("/v1/auth/jwt/config", json=config, headers=api.auth())
-        ).status_code == 200
-        assert (
-            await api.client.post("/v1/auth/roles/billing", json=ROLE, headers=api.auth())
-        ).status_code == 200
+        await _configure(api, {"jwt_validation_pubkeys": [SIGNER.public_pem()]})
         other = sqlite3.connect(tmp_path / "data" / "keystore.db", isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")

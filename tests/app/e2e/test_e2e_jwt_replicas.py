@@ -10,17 +10,10 @@ from pathlib import Path
 
 from app.services.identity import LOGIN_REFUSED
 from bench.bench_propagation import replicas
-from tests.jwt_issuer import AUDIENCE, Signer, k8s_claims
+from tests.jwt_issuer import Signer, k8s_claims, k8s_role
 
 SIGNER = Signer.ec("replica-key")
-ROLE = {
-    "method": "jwt",
-    "scopes": ["encrypt"],
-    "key_patterns": ["*"],
-    "ttl": 600,
-    "bound_audiences": [AUDIENCE],
-    "bound_claims": {"/kubernetes.io/namespace": "billing"},
-}
+ROLE = k8s_role("*")
 #: Seconds a revocation may take to reach the other replica here (the poll interval is 1 s by default).
 REVOCATION_BOUND = 2.0
 
