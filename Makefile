@@ -70,11 +70,9 @@ typecheck: build
 # It runs in two phases: every test not marked `serial` on TEST_WORKERS pytest-xdist processes (a test file
 # goes to one process whole, the files of slow and end-to-end tests first: tests/conftest.py), then the
 # `serial` ones alone, because they measure time or load the whole machine; both phases always run, either
-# failing fails the target. On the 2-core reference machine, idle, from a fresh clone: 14.5 min + 5.8 min
-# (one process: 26 min), before the slow files went first and the e2e helpers' shared SSL context. After
-# them, load average 2.3-4.3 (another user's work beside the suite's own 2): the parallel phase 9.5 min, both
-# processes done within 14 s of each other; the serial phase 12.7 min at load 1.4-3.9, 8.3 min of it one
-# core-image search since fixed (bench/core_image.py; ~5 min without it). TEST_WORKERS=1: one process.
+# failing fails the target. On the 2-core reference machine, idle, from a fresh clone (2026-11-27): 10.3 min +
+# 4.7 min, then with the core-image and core-dump tests moved to the first phase (they measure no time):
+# 10.7 min + 3.5 min (one process: 26 min, measured earlier). TEST_WORKERS=1: one process.
 # PYTEST_ARGS go to every pytest run (e.g. PYTEST_ARGS="--durations=50").
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=

@@ -11,7 +11,7 @@ import pytest
 
 from bench.service_process import Server, start_server, stop_server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # core dumps of real servers: alone
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # core dumps of real servers (no timing)
 
 
 def _core_limit(pid: int) -> tuple[str, str]:

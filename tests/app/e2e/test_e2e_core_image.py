@@ -18,7 +18,7 @@ import pytest
 
 from bench.core_image import measure
 
-pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # core images of real servers, searched whole: alone
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # core images of real servers, searched whole (no timing)
 
 
 @pytest.mark.parametrize(
