@@ -39,15 +39,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, APIRouter
 from starlette.datastructures import State
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -72,55 +71,63 @@ from app.api.paths import (
     VERIFY,
     transit_alias,
 )
+from app.api.request_handler import Handler
 from app.api.routes import auth, batch, crypto, datakey, mac, tools, transit
 from app.core.config import Settings
 from app.errors import KeystreamError, SealedError
 from app.seal import Seal
 
-#: A route's handler as the dispatcher calls it: the request alone.
-Handler = Callable[[Request], Awaitable[Response]]
+#: Routes the shortcut serves, each with its handler, by what the dispatcher finds in the path.
+_Table = dict[str, tuple[BaseRoute, Handler]]
 #: The streaming routes the shortcut serves (rewrap goes through FastAPI), by operation.
-_STREAMING: dict[str, tuple[BaseRoute, Handler]] = {
+_STREAMING: _Table = {
     route.name: (route, route.endpoint) for route in crypto.routes if route.name in ("encrypt", "decrypt")
 }
 #: The batch routes, by operation (their ``path`` labels the metrics and the audit records).
-_BATCH: dict[str, tuple[BaseRoute, Handler]] = {
+_BATCH: _Table = {
     operation: (route, batch.request_handler(route.endpoint))
     for operation, path in BATCH_PATHS.items()
     for route in batch.router.routes
     if isinstance(route, APIRoute) and route.path == path
 }
+
+
+def _served(router: APIRouter, handlers: Mapping[str, Handler], paths: Mapping[str, str]) -> _Table:
+    """By key of ``paths``: the ``POST`` route of ``router`` at that path, and the key's handler.
+
+    Raises:
+        KeyError: a path the router has no ``POST`` route for (at import: never a route silently left out).
+    """
+    routes = {
+        route.path: route
+        for route in router.routes
+        if isinstance(route, APIRoute) and "POST" in (route.methods or ())
+    }
+    return {key: (routes[path], handlers[key]) for key, path in paths.items()}
+
+
 #: The routes served at one fixed path, by path: the JWT and the certificate logins, random bytes and hashes.
-_FIXED: dict[str, tuple[BaseRoute, Handler]] = {
-    route.path: (route, module.REQUEST_HANDLERS[route.path])
-    for module in (auth, tools)
-    for route in module.router.routes
-    if isinstance(route, APIRoute) and route.path in module.REQUEST_HANDLERS
+_FIXED: _Table = {
+    **_served(auth.router, auth.REQUEST_HANDLERS, {path: path for path in auth.REQUEST_HANDLERS}),
+    **_served(tools.router, tools.REQUEST_HANDLERS, {path: path for path in tools.REQUEST_HANDLERS}),
 }
 #: The key routes with a JSON body: the HMAC and its check of one message, and data keys, by operation.
-_KEY_JSON: dict[str, tuple[BaseRoute, Handler]] = {
-    operation: (route, module.REQUEST_HANDLERS[operation])
-    for module, operation, path in (
-        (mac, "hmac", HMAC),
-        (mac, "verify", VERIFY),
-        (datakey, "datakey", DATAKEY),
-    )
-    for route in module.router.routes
-    if isinstance(route, APIRoute) and route.path == path
+_KEY_JSON: _Table = {
+    **_served(mac.router, mac.REQUEST_HANDLERS, {"hmac": HMAC, "verify": VERIFY}),
+    **_served(datakey.router, datakey.REQUEST_HANDLERS, {"datakey": DATAKEY}),
 }
-#: The Transit API's data operations, by operation (the ``POST`` routes; ``path`` labels the metrics).
-_TRANSIT: dict[str, tuple[BaseRoute, Handler]] = {
-    operation: (route, transit.REQUEST_HANDLERS[operation])
-    for operation, path in (
-        ("encrypt", TRANSIT_ENCRYPT),
-        ("decrypt", TRANSIT_DECRYPT),
-        ("rewrap", TRANSIT_REWRAP),
-        ("hmac", TRANSIT_HMAC),
-        ("verify", TRANSIT_VERIFY),
-    )
-    for route in transit.router.routes
-    if isinstance(route, APIRoute) and route.path == path and "POST" in (route.methods or ())
-}
+#: The Transit API's data operations, by operation (``path`` labels the metrics).
+_TRANSIT: _Table = _served(
+    transit.router,
+    transit.REQUEST_HANDLERS,
+    {
+        "encrypt": TRANSIT_ENCRYPT,
+        "decrypt": TRANSIT_DECRYPT,
+        "rewrap": TRANSIT_REWRAP,
+        "hmac": TRANSIT_HMAC,
+        "verify": TRANSIT_VERIFY,
+    },
+)
 #: Key in the scope under which the dispatcher hands :func:`_route` what it found (route, handler, key name).
 FOUND = "keystream.found"
 #: What every route but :data:`~app.api.paths.OPEN_WHILE_SEALED` answers while the server is sealed.

@@ -46,8 +46,8 @@ def request_handler(
     ``any_content_type``: the body is JSON whatever its ``Content-Type`` (no 415).
     """
     names = tuple(inspect.signature(endpoint).parameters)
-    wants_principal = "principal" in names
-    wants_response = "response" in names
+    wants_state, wants_principal = "state" in names, "principal" in names
+    wants_request, wants_response = "request" in names, "response" in names
     path_names = tuple(name for name in names if name not in _KNOWN)
 
     async def handle(request: Request) -> Response:
@@ -58,11 +58,11 @@ def request_handler(
         state = await get_state(request)
         given: dict[str, Any] = {name: request.path_params[name] for name in path_names}
         given["body"] = body
-        if "state" in names:
+        if wants_state:
             given["state"] = state
         if wants_principal:
             given["principal"] = await get_principal(request, state)
-        if "request" in names:
+        if wants_request:
             given["request"] = request
         extra = Response() if wants_response else None
         if extra is not None:

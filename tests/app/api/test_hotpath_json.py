@@ -137,7 +137,7 @@ async def test_json_routes_get_the_answers_records_and_metrics_they_get_through_
     def settings(name: str) -> Settings:
         return make_settings(tmp_path / name, audit_log=str(tmp_path / f"{name}.log"), allow_key_import=True)
 
-    def mac_calls() -> list[str]:
+    def fastapi_calls() -> list[str]:
         return [
             path
             for path in stack_calls
@@ -146,12 +146,12 @@ async def test_json_routes_get_the_answers_records_and_metrics_they_get_through_
 
     counted = ("hmac", "verify", "datakey", "random", "hash")
     shortcut = await recorded_run(settings("shortcut"), _run_cases, counted)
-    assert mac_calls() == []
+    assert fastapi_calls() == []
     monkeypatch.setattr(hotpath, "_KEY_JSON", {})  # every one of these requests through FastAPI
     monkeypatch.setattr(hotpath, "_FIXED", {})
     stack_calls.clear()
     stack = await recorded_run(settings("stack"), _run_cases, counted)
-    assert len(mac_calls()) == 48
+    assert len(fastapi_calls()) == 48
     for (label, *mine), (_, *theirs) in zip(shortcut[0], stack[0], strict=True):
         assert mine == theirs, label
     statuses = {label: status for label, status, _, _ in shortcut[0]}
