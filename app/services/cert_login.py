@@ -14,7 +14,8 @@ character matches itself. So ``spiffe://example.org/ns/*/sa/billing`` matches
 ``a.b.example.org`` (a DNS name holds no ``/``). DNS names are compared without regard to case (RFC 4343);
 common names, organizational units and URIs (SPIFFE IDs are lowercase by their specification) exactly.
 
-**A login** (:meth:`CertLogin.login`, blocking: run it in a worker thread) takes the PEM certificate the
+**A login** (:meth:`CertLogin.login`, blocking: on the event loop only inside
+:func:`~app.core.waiting.without_waiting`, else in a worker thread) takes the PEM certificate the
 serving layer put in the request's scope after the TLS handshake verified it (never a header), reads its
 names (:meth:`CertificateIdentity.from_pem`) and issues the same kind of token a JWT login does
 (:func:`~app.services.login.issue_login_token`), with the matched name as ``metadata.subject``. A role
@@ -218,7 +219,8 @@ class CertLogin:
 
     def login(self, role_name: str, certificate_pem: str | None) -> tuple[str, TokenRecord]:
         """Match the verified client certificate against role ``role_name`` and issue a Keystream token;
-        blocking (keystore).
+        blocking (keystore), or :class:`~app.core.waiting.WouldWait` having changed nothing where waiting is
+        refused.
 
         Args:
             role_name: the role to log in through.

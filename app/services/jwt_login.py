@@ -1,6 +1,7 @@
 """The JWT login: a ``jwt`` role's bindings, and the login that turns a verified JWT into a Keystream token.
 
-**A login** (:meth:`JwtLogin.login`, blocking: run it in a worker thread) reads the JWT's header
+**A login** (:meth:`JwtLogin.login`, blocking: on the event loop only inside
+:func:`~app.core.waiting.without_waiting`, else in a worker thread) reads the JWT's header
 (:func:`~app.services.jwt_verify.read_header`), the role and the method's configuration (one read), has
 PyJWT verify the JWT against the issuer's keys (:func:`~app.services.jwt_config.issuer_keys`,
 :func:`~app.services.jwt_verify.verified_claims`), then checks the role's subject, bound claims (glob
@@ -129,7 +130,8 @@ class JwtLogin:
         self._jwks = jwks
 
     def login(self, role_name: str, token: str) -> tuple[str, TokenRecord]:
-        """Verify ``token`` for role ``role_name`` and issue a Keystream token; blocking (keystore, JWKS).
+        """Verify ``token`` for role ``role_name`` and issue a Keystream token; blocking (keystore, JWKS), or
+        :class:`~app.core.waiting.WouldWait` having changed nothing where waiting is refused.
 
         Returns:
             The new token (show it once) and its stored record.
