@@ -789,7 +789,7 @@ class KeyStore(abc.ABC):
         else:
             named = True
 
-        return self._run_read(
+        return self._run_read_statement(
             lambda conn: roles.read_login(conn, self._dialect, role_name if named else None, method)
         )
 
@@ -880,6 +880,16 @@ class KeyStore(abc.ABC):
         Raises:
             ServiceUnavailableError: the database cannot serve now.
         """
+
+    def _run_read_statement(self, work: Callable[[generations.Connection], T]) -> T:
+        """Run ``work``, which reads with exactly one statement, and return its result: a statement is its own
+        snapshot, so a store may run it outside an explicit transaction (SQLite: no ``BEGIN``/``COMMIT``
+        around it, two statements fewer). By default :meth:`_run_read`.
+
+        Raises:
+            ServiceUnavailableError: the database cannot serve now.
+        """
+        return self._run_read(work)
 
     @abc.abstractmethod
     def _append_change(
