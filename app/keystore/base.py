@@ -525,7 +525,7 @@ class KeyStore(abc.ABC):
         what is stored, so all of them hand out the same key.
 
         Raises:
-            MasterKeyError: the stored key does not unwrap under the seal.
+            KeyUnwrapError: the stored key does not unwrap under the seal (503 ``key_unwrap_failed``).
             ServiceUnavailableError: the database cannot serve now.
         """
         stored = self.stored_import_wrapping_key()
@@ -542,7 +542,7 @@ class KeyStore(abc.ABC):
         """The stored import wrapping key's PKCS#8 DER, or ``None`` when none was made yet (no key is made).
 
         Raises:
-            MasterKeyError: the stored key does not unwrap under the seal.
+            KeyUnwrapError: the stored key does not unwrap under the seal (503 ``key_unwrap_failed``).
             ServiceUnavailableError: the database cannot serve now.
         """
         stored = self._run_read(lambda conn: read_wrapping_key(conn, self._dialect))
