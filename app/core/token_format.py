@@ -13,7 +13,16 @@ TOKEN_PREFIX = "ks_"  # noqa: S105 (a prefix, not a secret)
 MIN_TOKEN_TTL_SECONDS = 1
 #: Longest ``ttl`` / ``max_ttl`` of a token, in seconds (10 years of 365 days).
 MAX_TOKEN_TTL_SECONDS = 10 * 365 * 86_400
-_TOKEN_RE = re.compile(r"^ks_([0-9a-f]{4,32})_([A-Za-z0-9_-]{16,128})$")
+_ID_PATTERN = r"[0-9a-f]{4,32}"
+_SECRET_PATTERN = r"[A-Za-z0-9_-]{16,128}"  # noqa: S105 (a pattern, not a secret)
+_TOKEN_RE = re.compile(rf"^ks_({_ID_PATTERN})_({_SECRET_PATTERN})$")
+#: An ``Authorization`` value of the usual shape, matched whole (``fullmatch``): ``Bearer`` in any case, one
+#: space, then a well-formed token with any whitespace (``str.isspace``'s, as ``str.strip`` removes) around
+#: it; groups: id and secret. Every value it matches, the step-by-step reading of a bearer header (split at
+#: the first space, the scheme compared in lower case, the rest stripped and given to :func:`parse_token`)
+#: reads as the same id and secret; the values it does not match are left to that reading, which says what
+#: is wrong with them.
+BEARER_TOKEN_RE = re.compile(rf"[Bb][Ee][Aa][Rr][Ee][Rr] \s*ks_({_ID_PATTERN})_({_SECRET_PATTERN})\s*")
 
 
 def parse_token(token: str) -> tuple[str, str] | None:

@@ -525,7 +525,7 @@ class KeyStore(abc.ABC):
         what is stored, so all of them hand out the same key.
 
         Raises:
-            MasterKeyError: the stored key does not unwrap under the seal.
+            KeyUnwrapError: the stored key does not unwrap under the seal (503 ``key_unwrap_failed``).
             ServiceUnavailableError: the database cannot serve now.
         """
         stored = self.stored_import_wrapping_key()
@@ -542,7 +542,7 @@ class KeyStore(abc.ABC):
         """The stored import wrapping key's PKCS#8 DER, or ``None`` when none was made yet (no key is made).
 
         Raises:
-            MasterKeyError: the stored key does not unwrap under the seal.
+            KeyUnwrapError: the stored key does not unwrap under the seal (503 ``key_unwrap_failed``).
             ServiceUnavailableError: the database cannot serve now.
         """
         stored = self._run_read(lambda conn: read_wrapping_key(conn, self._dialect))
@@ -789,7 +789,7 @@ class KeyStore(abc.ABC):
         else:
             named = True
 
-        return self._run_read(
+        return self._run_read_statement(
             lambda conn: roles.read_login(conn, self._dialect, role_name if named else None, method)
         )
 
@@ -880,6 +880,16 @@ class KeyStore(abc.ABC):
         Raises:
             ServiceUnavailableError: the database cannot serve now.
         """
+
+    def _run_read_statement(self, work: Callable[[generations.Connection], T]) -> T:
+        """Run ``work``, which reads with exactly one statement, and return its result: a statement is its own
+        snapshot, so a store may run it outside an explicit transaction (SQLite: no ``BEGIN``/``COMMIT``
+        around it, two statements fewer). By default :meth:`_run_read`.
+
+        Raises:
+            ServiceUnavailableError: the database cannot serve now.
+        """
+        return self._run_read(work)
 
     @abc.abstractmethod
     def _append_change(

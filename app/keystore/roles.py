@@ -241,7 +241,7 @@ def read_login(
             "LEFT JOIN auth_methods AS m ON m.method = ?"
         ),
         (name, method),
-    ).fetchone()
+    ).fetchall()[0]  # always one row; read to the end, so the statement (and its snapshot) is done
     role = None if row[0] is None else _role(dialect, row[:5])
     config: dict[str, Any] | None = None if row[5] is None else json.loads(row[5])
     return role, config

@@ -16,7 +16,7 @@ from app.seal import Seal, SealUnwrapError
 from app.seal.keyring import Keyring
 
 from .generations import Connection, Dialect
-from .master import WRAPPING_KEY_ASSOCIATED_DATA, WRAPPING_KEY_ROW, MasterKeyError
+from .master import WRAPPING_KEY_ASSOCIATED_DATA, WRAPPING_KEY_ROW, KeyUnwrapError
 
 __all__ = [
     "WRAPPING_KEY_ASSOCIATED_DATA",
@@ -53,13 +53,17 @@ def open_wrapping_key(seal: Seal | Keyring, stored: bytes) -> bytes:
     into pyca/cryptography and drops it.
 
     Raises:
-        MasterKeyError: the blob does not unwrap under ``seal`` (another master key, or a corrupt row).
+        KeyUnwrapError: the blob does not unwrap under ``seal`` (another master key, or a corrupt row): a 503
+            ``key_unwrap_failed``, as a key version that does not unwrap; the message holds no byte of it.
     """
     try:
         return seal.unwrap(bytes(stored), WRAPPING_KEY_ASSOCIATED_DATA)
     except SealUnwrapError:
         pass  # raised outside the handler: no chained exception that could carry the blob
-    raise MasterKeyError(f"the keystore's import wrapping key does not unwrap under {seal.describe()}")
+    raise KeyUnwrapError(
+        f"the keystore's import wrapping key does not unwrap under {seal.describe()} (a different master "
+        "key, or a corrupt keystore record)"
+    )
 
 
 def rewrap_wrapping_key(
@@ -72,7 +76,7 @@ def rewrap_wrapping_key(
     transaction (a reseal; a master key rotation rewraps it in :func:`app.keystore.generations.finish`).
 
     Raises:
-        MasterKeyError: the stored blob does not unwrap under ``source``.
+        KeyUnwrapError: the stored blob does not unwrap under ``source``.
     """
     stored = read_wrapping_key(conn, dialect)
     if stored is None:

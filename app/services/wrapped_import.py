@@ -50,7 +50,7 @@ def wrapping_public_key(keystore: KeyStore) -> str:
     """The wrapping key's public half as PEM (SubjectPublicKeyInfo), made and stored on first use.
 
     Raises:
-        MasterKeyError: the stored key does not unwrap under the seal.
+        KeyUnwrapError: the stored key does not unwrap under the seal (503 ``key_unwrap_failed``).
         ServiceUnavailableError: the keystore cannot serve now.
     """
     return public_key_pem(keystore.import_wrapping_key(new_wrapping_private_key))
@@ -62,6 +62,6 @@ def unwrap_imported_material(keystore: KeyStore, ciphertext: str, hash_function:
 
     Raises:
         WrappedImportError: a bad hash function or ciphertext (400; the message names no byte of it).
-        MasterKeyError, ServiceUnavailableError: as :func:`wrapping_public_key`.
+        KeyUnwrapError, ServiceUnavailableError: as :func:`wrapping_public_key`.
     """
     return unwrap_material(keystore.import_wrapping_key(new_wrapping_private_key), ciphertext, hash_function)

@@ -40,7 +40,7 @@ from app.api.middleware.layer import Layer
 from app.api.paths import PURE_ROUTE, V1
 from app.api.streaming import StreamAbortedError
 from app.audit import AuditKeys, AuditLog, AuditUnavailableError
-from app.core.token_format import parse_token
+from app.core.token_format import BEARER_TOKEN_RE, parse_token
 
 #: Key in the ASGI ``scope["state"]`` under which the request's :class:`Exchange` lives.
 EXCHANGE = "keystream.audit"
@@ -77,6 +77,10 @@ def token_id(authorization: str | None) -> str | None:
     """
     if not authorization:
         return None
+    usual = BEARER_TOKEN_RE.fullmatch(authorization)  # the usual shape, in one match
+    if usual is not None:
+        claimed: str = usual[1]
+        return claimed
     scheme, _, value = authorization.partition(" ")
     parsed = parse_token(value.strip()) if scheme.lower() == "bearer" else None
     return parsed[0] if parsed is not None else None

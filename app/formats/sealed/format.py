@@ -197,13 +197,19 @@ def derive_gcm_key(
     return derive_secret(ikm, salt, associated_data, derived_key_size)
 
 
+#: The buffer types the helpers below take besides ``bytes`` (a tuple: ``isinstance`` with ``A | B`` builds
+#: the union at every call, and these run on every message).
+_WRITABLE_BUFFERS = (bytearray, memoryview)
+_BUFFERS = (bytes, bytearray, memoryview)
+
+
 def as_bytes(name: str, value: object) -> bytes:
     """A ``bytes`` copy of a bytes-like ``value``.
 
     Raises:
         TypeError: ``value`` is not bytes-like (the message names ``name``).
     """
-    if isinstance(value, str) or not isinstance(value, bytes | bytearray | memoryview):
+    if not isinstance(value, _BUFFERS):
         raise TypeError(f"{name} must be bytes-like, got {type(value).__name__}")
     return bytes(value)
 
@@ -219,7 +225,15 @@ def as_key_material(name: str, value: object) -> bytes | memoryview:
     """
     if isinstance(value, bytes):
         return value
-    if isinstance(value, str) or not isinstance(value, bytearray | memoryview):
+    if (
+        type(value) is memoryview
+        and value.readonly
+        and value.format == "B"
+        and value.ndim == 1
+        and value.c_contiguous
+    ):
+        return value  # already such a view (the key cache's material): half the cost of a new one
+    if not isinstance(value, _WRITABLE_BUFFERS):
         raise TypeError(f"{name} must be bytes-like, got {type(value).__name__}")
     return memoryview(value).cast("B").toreadonly()
 
@@ -230,7 +244,7 @@ def as_view(data: object) -> memoryview:
     Raises:
         TypeError: ``data`` is not bytes-like.
     """
-    if isinstance(data, str) or not isinstance(data, bytes | bytearray | memoryview):
+    if not isinstance(data, _BUFFERS):
         raise TypeError(
             f"data must be bytes-like (bytes, bytearray or memoryview), got {type(data).__name__}"
         )

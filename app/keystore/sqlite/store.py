@@ -103,6 +103,10 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         with self._read() as conn:
             return work(conn)
 
+    def _run_read_statement(self, work: Callable[[generations.Connection], T]) -> T:
+        with self._connection() as conn:  # autocommit: the one statement is its own read transaction
+            return work(conn)
+
     def _append_change(
         self, conn: generations.Connection, kind: str, *, role_name: str | None = None
     ) -> None:

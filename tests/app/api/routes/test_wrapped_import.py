@@ -12,7 +12,9 @@ from collections.abc import Callable
 from Crypto.Cipher import AES
 
 from app.core.config import Settings
-from tests.app.api.conftest import Api, running_api
+from app.keystore.master import WRAPPING_KEY_ROW
+from app.keystore.wrapping_key import read_wrapping_key
+from tests.app.api.conftest import ROOT_TOKEN, Api, running_api
 from tests.byok import vault_wrap
 
 
@@ -111,3 +113,37 @@ async def test_bad_wrapped_imports_are_clear_400s(settings_factory: Callable[...
         assert unknown_hash.status_code == 422
         listed = await api.client.get("/v1/keys", headers=api.auth())
         assert [key["name"] for key in listed.json()["keys"]] == ["v"]
+
+
+async def test_a_corrupt_stored_wrapping_key_is_a_clear_503(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    """A wrapping key row that does not unwrap (a corrupt record, or a keystore from another master key) is
+    the JSON 503 a key version that does not unwrap gets, on every route that needs it; nothing of the row is
+    shown."""
+    async with running_api(settings_factory(allow_key_import=True)) as api:
+        pem = await _public_key(api)
+        keystore = api.app.state.keystream.keystore
+        stored = keystore._run_read(lambda conn: read_wrapping_key(conn, keystore._dialect))
+        corrupt = stored[:-1] + bytes([stored[-1] ^ 1])
+        keystore._run_write(
+            lambda conn: conn.execute("UPDATE meta SET value = ? WHERE name = ?", (corrupt, WRAPPING_KEY_ROW))
+        )
+        native = [
+            await api.client.get("/v1/wrapping_key", headers=api.auth()),
+            await api.client.post(
+                "/v1/keys/byok/import",
+                json={"ciphertext": vault_wrap(pem, os.urandom(32))},
+                headers=api.auth(),
+            ),
+        ]
+        for response in native:
+            assert response.status_code == 503, response.text
+            error = response.json()["error"]
+            assert error["code"] == "key_unwrap_failed" and "import wrapping key" in error["message"]
+        transit = await api.client.get("/v1/transit/wrapping_key", headers={"X-Vault-Token": ROOT_TOKEN})
+        assert transit.status_code == 503, transit.text
+        assert any("import wrapping key" in message for message in transit.json()["errors"])
+        for response in [*native, transit]:
+            assert corrupt.hex()[:32] not in response.text
+            assert base64.b64encode(corrupt).decode()[:32] not in response.text

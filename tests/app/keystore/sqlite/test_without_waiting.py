@@ -6,6 +6,7 @@ growing without end."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from pathlib import Path
@@ -82,3 +83,22 @@ def test_checkpoints_run_off_the_callers_thread_and_bound_the_wal(
     bounded = _wal_bytes_after_logins(tmp_path / "every" / "keystore.db", 300)
     assert unbounded > 1_000_000  # ~5 pages per login, never checkpointed
     assert bounded < unbounded / 2, (bounded, unbounded)  # every 20 logins, a thread that may start late
+
+
+def test_a_login_read_is_one_statement_and_leaves_no_transaction_open(store: SqliteKeyStore) -> None:
+    """``read_login`` runs its one SELECT in autocommit: no ``BEGIN``/``COMMIT`` around it, and the statement
+    is read to its end, so no read snapshot stays open on the pooled connection (it would hold back a
+    ``RESTART`` checkpoint)."""
+    for waiting in (True, False):
+        statements: list[str] = []
+        with contextlib.ExitStack() as stack:
+            if not waiting:
+                stack.enter_context(without_waiting())
+            with store._connection() as conn:  # the pooled connection the read will get next
+                conn.set_trace_callback(statements.append)
+            try:
+                assert store.read_login("missing", "jwt") == (None, None)
+                assert not conn.in_transaction
+            finally:
+                conn.set_trace_callback(None)
+        assert len(statements) == 1 and statements[0].lstrip().upper().startswith("SELECT"), statements
