@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,28 +16,33 @@ from bench.service_process import Server, started_servers
 ENV = {"KEYSTREAM_CHANGE_POLL_INTERVAL": "0.1", "KEYSTREAM_WORKERS": "1"}
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def replicas(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, Server]]:
+    """Two replicas on one keystore, shared by the tests of this module on that keystore (each test uses a
+    key of its own): starting two servers per test cost more than the tests themselves."""
     env = dict(ENV)
     if request.param == "postgres":
-        env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_url")
-    with started_servers(2, tmp_path / "data", tmp_path, **env) as (first, second):
+        env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_cluster").new_schema()
+    base = tmp_path_factory.mktemp(f"datakey-{request.param}")
+    with started_servers(2, base / "data", base, **env) as (first, second):
         yield first, second
 
 
-def _datakey(client: httpx.Client, associated_data: bytes) -> dict[str, object]:
+def _datakey(client: httpx.Client, key: str, associated_data: bytes) -> dict[str, object]:
     ad = base64.b64encode(associated_data).decode()
     body = {"type": "aes256", "plaintext": True, "associated_data": ad}
-    response = client.post("/v1/keys/envelope/datakey", json=body)
+    response = client.post(f"/v1/keys/{key}/datakey", json=body)
     assert response.status_code == 200, response.text
     return dict(response.json())
 
 
-def _opens(client: httpx.Client, answer: dict[str, object], associated_data: bytes) -> None:
+def _opens(client: httpx.Client, key: str, answer: dict[str, object], associated_data: bytes) -> None:
     data_key = base64.b64decode(str(answer["plaintext"]))
     ad = base64.b64encode(associated_data).decode()
     opened = client.post(
-        "/v1/keys/envelope/decrypt",
+        f"/v1/keys/{key}/decrypt",
         content=base64.b64decode(str(answer["ciphertext"])),
         headers={"Content-Type": "application/octet-stream", "Keystream-Associated-Data": ad},
     )
@@ -46,7 +50,7 @@ def _opens(client: httpx.Client, answer: dict[str, object], associated_data: byt
     assert opened.content == data_key
     assert opened.headers["Keystream-Key-Version"] == str(answer["key_version"])
     batch = client.post(
-        "/v1/keys/envelope/decrypt/batch",
+        f"/v1/keys/{key}/decrypt/batch",
         json={"items": [{"ciphertext": answer["ciphertext"], "associated_data": ad}]},
     )
     assert batch.status_code == 200, batch.text
@@ -57,17 +61,18 @@ def _opens(client: httpx.Client, answer: dict[str, object], associated_data: byt
 @pytest.mark.parametrize("scheme", ["ctr-hmac", "gcm"])
 def test_data_keys_across_replicas(replicas: tuple[Server, Server], scheme: str) -> None:
     first, second = replicas
+    key = f"envelope-{scheme}"
     with first.client() as one, second.client() as two:
-        created = one.post("/v1/keys", json={"name": "envelope", "scheme": scheme, "segment_size": 4096})
+        created = one.post("/v1/keys", json={"name": key, "scheme": scheme, "segment_size": 4096})
         assert created.status_code == 201, created.text
-        answer = _datakey(two, b"object=1")
+        answer = _datakey(two, key, b"object=1")
         assert answer["key_version"] == 1
-        _opens(one, answer, b"object=1")
+        _opens(one, key, answer, b"object=1")
 
-        assert one.post("/v1/keys/envelope/rotate").status_code == 200
+        assert one.post(f"/v1/keys/{key}/rotate").status_code == 200
         deadline = time.monotonic() + 10
-        while (answer := _datakey(two, b"object=2"))["key_version"] != 2:
+        while (answer := _datakey(two, key, b"object=2"))["key_version"] != 2:
             assert time.monotonic() < deadline, "the rotation never reached the second replica"
             time.sleep(0.05)
-        _opens(one, answer, b"object=2")
-        _opens(two, answer, b"object=2")
+        _opens(one, key, answer, b"object=2")
+        _opens(two, key, answer, b"object=2")
