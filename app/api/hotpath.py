@@ -258,28 +258,51 @@ def _mount_transit(scope: Scope, alias: str) -> Scope | None:
     return scope
 
 
+#: Where :func:`_find` looks up a path's route: by path, the table, the key in it, the key name and whether it
+#: is a batch route (which a query string sends to FastAPI). It spares each request the regular expressions;
+#: the route itself is still read from its table at each request. Never stale: which table and key a path
+#: names depends on the path alone. Bounded: only paths the patterns match, of at most
+#: :data:`FOUND_PATH_MAX` characters, and emptied at :data:`FOUND_PATHS_MAX` entries, so a client sending ever
+#: new key names costs it nothing but the matching it would do anyway.
+_found_by_path: dict[str, tuple[Mapping[str, tuple[BaseRoute, Handler]], str, str | None, bool]] = {}
+FOUND_PATHS_MAX = 4096
+FOUND_PATH_MAX = 256
+
+
 def _find(scope: Scope) -> tuple[BaseRoute, Handler, str | None] | None:
     """The route, handler and key name (``None`` for a route without one) of a request the shortcut serves,
     else ``None``."""
     path = scope["path"]
-    fixed = _FIXED.get(path)
-    if fixed is not None:
-        return (*fixed, None)
+    known = _found_by_path.get(path)
+    if known is None:
+        known = _match(path)
+        if known is None:
+            return None
+        if len(path) <= FOUND_PATH_MAX:
+            if len(_found_by_path) >= FOUND_PATHS_MAX:
+                _found_by_path.clear()
+            _found_by_path[path] = known
+    table, key, name, batch = known
+    if batch and scope.get("query_string"):
+        return None
+    entry = table.get(key)
+    return None if entry is None else (*entry, name)
+
+
+def _match(path: str) -> tuple[_Table, str, str | None, bool] | None:
+    """The table, key, key name and batch flag of :func:`_find` for ``path``, else ``None``."""
+    if path in _FIXED:
+        return _FIXED, path, None, False
     found = STREAMING_ROUTE.fullmatch(path)
     if found is not None:
-        entry = _STREAMING.get(found["operation"])
-    elif (found := TRANSIT_CRYPTO_ROUTE.fullmatch(path)) is not None:
-        entry = _TRANSIT.get(found["operation"])
-    elif (found := KEY_JSON_ROUTE.fullmatch(path)) is not None:
-        entry = _KEY_JSON.get(found["operation"])
-    elif scope.get("query_string"):
-        return None
-    else:
-        found = BATCH_ROUTE.fullmatch(path)
-        if found is None:
-            return None
-        entry = _BATCH[found["operation"]]
-    return None if entry is None else (*entry, found["name"])
+        return _STREAMING, found["operation"], found["name"], False
+    if (found := TRANSIT_CRYPTO_ROUTE.fullmatch(path)) is not None:
+        return _TRANSIT, found["operation"], found["name"], False
+    if (found := KEY_JSON_ROUTE.fullmatch(path)) is not None:
+        return _KEY_JSON, found["operation"], found["name"], False
+    if (found := BATCH_ROUTE.fullmatch(path)) is not None:
+        return _BATCH, found["operation"], found["name"], True
+    return None
 
 
 async def _route(scope: Scope, receive: Receive, send: Send) -> None:

@@ -314,3 +314,32 @@ def test_the_app_state_reads_like_starlettes_state() -> None:
     assert len(state) == 0
     with pytest.raises(AttributeError):
         _ = state.keystream
+
+
+def test_the_path_memo_answers_as_the_patterns_and_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """_find remembers which table a path names (not the route: a replaced handler is used at once), never a
+    path the shortcut does not serve or an overlong one, and empties itself when full."""
+    monkeypatch.setattr(hotpath, "_found_by_path", {})
+    monkeypatch.setattr(hotpath, "FOUND_PATHS_MAX", 3)
+
+    def find(path: str, query: bytes = b"") -> object:
+        return hotpath._find({"path": path, "query_string": query})
+
+    encrypt = hotpath._STREAMING["encrypt"]
+    for _ in range(2):  # the second time from the memo
+        assert find("/v1/keys/k/encrypt") == (*encrypt, "k")
+        assert find("/v1/keys/k/encrypt/batch") == (*hotpath._BATCH["encrypt"], "k")
+        assert find("/v1/keys/k/encrypt/batch", b"key_version=1") is None  # a query: FastAPI's
+        assert find("/v1/keys/k/rewrap") is None  # matched, but not served by the shortcut
+        assert find("/v1/keys/k/nothing") is None
+    remembered = {"/v1/keys/k/encrypt", "/v1/keys/k/encrypt/batch", "/v1/keys/k/rewrap"}
+    assert set(hotpath._found_by_path) <= remembered
+    assert "/v1/keys/k/nothing" not in hotpath._found_by_path
+    long_name = "n" * hotpath.FOUND_PATH_MAX
+    assert find(f"/v1/keys/{long_name}/encrypt") == (*encrypt, long_name)
+    assert f"/v1/keys/{long_name}/encrypt" not in hotpath._found_by_path
+    for name in ("a", "b", "c", "d"):
+        find(f"/v1/keys/{name}/decrypt")
+    assert len(hotpath._found_by_path) <= hotpath.FOUND_PATHS_MAX
+    monkeypatch.setitem(hotpath._STREAMING, "decrypt", (encrypt[0], encrypt[1]))
+    assert find("/v1/keys/d/decrypt") == (*encrypt, "d")  # the table is read at each request

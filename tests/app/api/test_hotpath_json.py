@@ -149,6 +149,7 @@ async def test_json_routes_get_the_answers_records_and_metrics_they_get_through_
     assert fastapi_calls() == []
     monkeypatch.setattr(hotpath, "_KEY_JSON", {})  # every one of these requests through FastAPI
     monkeypatch.setattr(hotpath, "_FIXED", {})
+    monkeypatch.setattr(hotpath, "_found_by_path", {})  # forget the paths the shortcut's run looked up
     stack_calls.clear()
     stack = await recorded_run(settings("stack"), _run_cases, counted)
     assert len(fastapi_calls()) == 48
