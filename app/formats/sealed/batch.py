@@ -197,15 +197,17 @@ def open_many(
             _open_one(candidates, parameters, data, ad, backend, more_candidates)
             for data, ad in zip(ciphertexts, associated_data, strict=True)
         ]
-    pairs = [(version, as_key_material("ikm", ikm)) for version, ikm in candidates]
-    for _, material in pairs:
+    pairs: list[tuple[int, KeyMaterial]] = []
+    for version, ikm in candidates:
+        material = as_key_material("ikm", ikm)
         check_ikm(material, derived_size)
+        pairs.append((version, material))
     opened = _native_open(sealer, parameters, pairs, ciphertexts, associated_data)
-    missing = [i for i, result in enumerate(opened) if result is _NO_KEY]
-    if not missing:
+    if _NO_KEY not in opened:  # (a sentinel equal to nothing else: a scan in C, no list of indexes)
         return cast(list[Opened], opened)  # some candidate opened or refused each message: nothing to add
+    missing = [i for i, result in enumerate(opened) if result is _NO_KEY]
     tried = list(pairs)
-    if missing and more_candidates is not None:
+    if more_candidates is not None:
         fresh = [
             (version, as_key_material("ikm", ikm))
             for version, ikm in more_candidates()
