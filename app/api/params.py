@@ -47,9 +47,11 @@ class CryptoParams(NamedTuple):
             ValidationError: a malformed value (422, the message names the parameter and what is allowed).
             UnsupportedMediaTypeError: a body type other than ``application/octet-stream`` (415).
         """
-        media_type = headers.get(b"content-type", "").split(";", 1)[0].strip().lower()
-        if media_type and media_type != "application/octet-stream":
-            raise UnsupportedMediaTypeError(f"expected application/octet-stream, got {media_type}")
+        content_type = headers.get(b"content-type")
+        if content_type is not None and content_type != OCTET_STREAM:  # the usual value needs no parsing
+            media_type = content_type.split(";", 1)[0].strip().lower()
+            if media_type and media_type != OCTET_STREAM:
+                raise UnsupportedMediaTypeError(f"expected application/octet-stream, got {media_type}")
         if headers.keys() <= _PLAIN_HEADERS and not request.scope.get("query_string"):
             # No query and no Keystream-* header (most requests): every parameter has its default.
             return cls(content_length=_content_length(headers))
@@ -80,6 +82,7 @@ class CryptoParams(NamedTuple):
 
 
 _NO_QUERY: dict[str, str] = {}
+OCTET_STREAM = "application/octet-stream"
 
 
 def _content_length(headers: dict[bytes, str]) -> int | None:

@@ -23,7 +23,7 @@ import aescore
 from app.core.metric_buffer import BufferedCounter, BufferedHistogram, Observer
 from app.core.metrics import CRYPTO_BYTES, CRYPTO_SECONDS
 from app.keycache import CacheMissError
-from app.services.offload import run_crypto, runs_on_loop
+from app.services.offload import run_crypto
 
 T = TypeVar("T")
 
@@ -115,8 +115,13 @@ async def run_timed(
     counter.inc(nbytes)
     weight = nbytes if cost is None else cost
     try:
-        if runs_on_loop(backend, weight, inline_max):
-            return timed(seconds, work)  # run_crypto's inline case, without its coroutine and a closure
+        if backend.runs_inline and weight <= inline_max:  # = runs_on_loop(), as run_crypto decides
+            # run_crypto's inline case, timed as timed() times it, without their calls and a closure.
+            start = time.perf_counter()
+            try:
+                return work()
+            finally:
+                seconds.observe(time.perf_counter() - start)
         return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work), limiter)
     except CacheMissError:
         # It ran on the loop and needs the keystore (a ciphertext no cached version opens: the key's versions

@@ -204,10 +204,13 @@ async def decryption_keys(
             fit the key.
         KeyUnwrapError: stored material does not unwrap under the master key.
     """
-    candidates = await _candidates(keycache, name, backend, version)
+    try:  # _candidates' hit, without its coroutine: every decrypt comes here
+        candidates = keycache.decryption_candidates(name, backend, version, cached_only=True)
+    except CacheMissError:
+        candidates = await to_thread.run_sync(keycache.decryption_candidates, name, backend, version)
     if not raw:
         candidates = [with_context(key, context, backend) for key in candidates]
-    more = _fresh_candidates(keycache, name, backend, None if raw else context) if version is None else None
+    more = _FreshCandidates(keycache, name, backend, None if raw else context) if version is None else None
     return DecryptionKeys(candidates, more)
 
 
@@ -218,14 +221,6 @@ def on_event_loop() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-def _fresh_candidates(
-    keycache: KeyCache, name: str, backend: aescore.Backend, context: bytes | None
-) -> Callable[[], list[tuple[int, KeyMaterial]]]:
-    """A decryptor's ``more_candidates``: the key's versions after a fresh read of its metadata, read at most
-    once per instance (:class:`_FreshCandidates`)."""
-    return _FreshCandidates(keycache, name, backend, context)
 
 
 class _FreshCandidates:

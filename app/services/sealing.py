@@ -172,7 +172,22 @@ async def open_message(
     Raises:
         SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext).
     """
-    (opened,) = await open_messages(settings, backend, keys, (data,), (associated_data,), whole=True)
+    # = open_messages(..., whole=True) for one message, without its two coroutines (as seal_message).
+    parameters = keys.first.parameters
+    candidates = keys.materials
+    several = len(candidates) > 1
+    (opened,) = await run_timed(
+        backend,
+        "decrypt",
+        "sealed",
+        len(data),
+        settings.inline_crypto_max_bytes,
+        lambda: open_many(
+            candidates, parameters, (data,), (associated_data,), backend, more_candidates=keys.more
+        ),
+        cost=trial_work(len(data), parameters.segment_size, len(candidates)) if several else None,
+        limiter=trial_limiter() if several else None,
+    )
     if isinstance(opened, SealedDecryptionError):
         raise opened
     return opened

@@ -106,7 +106,8 @@ class BodyLimitMiddleware:
         if _repeated(scope, b"authorization"):
             await keystream_error_response(REPEATED_AUTHORIZATION, scope)(scope, receive, send)
             return
-        if _repeated(scope, b"x-vault-token") and scope["path"].startswith(TRANSIT):
+        # The path first: a prefix test costs a tenth of a pass over the headers.
+        if scope["path"].startswith(TRANSIT) and _repeated(scope, b"x-vault-token"):
             await keystream_error_response(REPEATED_VAULT_TOKEN, scope)(scope, receive, send)
             return
         limit = body_limit(scope["path"], self.json_limit, self.batch_limit)

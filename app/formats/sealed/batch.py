@@ -55,11 +55,23 @@ def native_isa(backend: aescore.Backend, scheme: str = DEFAULT_SCHEME) -> str | 
     return None if sealer is None else sealer.isa
 
 
+#: Each backend's answer to :func:`_native_sealer`, by backend and scheme: asking the backend
+#: (``sealed_batch()`` finds the native core and checks it can run) cost ~3.5k instructions per call, once
+#: per message of the streaming routes. Never stale: what a backend offers (its ``runs_inline``, its native
+#: core and the CPU paths that core found at import) is fixed for the backend's life. The backends are the
+#: registry's, a handful per process; the table keeps each it has seen.
+_SEALERS: dict[tuple[aescore.Backend, str], aescore.SealedBatch | None] = {}
+
+
 def _native_sealer(backend: aescore.Backend, scheme: str) -> aescore.SealedBatch | None:
     """The backend's native batch sealer when it serves ``scheme`` and runs inline, else ``None``."""
-    if scheme not in (CTR_HMAC, GCM) or not backend.runs_inline:
-        return None
-    return backend.sealed_batch()
+    try:
+        return _SEALERS[backend, scheme]
+    except KeyError:
+        pass
+    sealer = backend.sealed_batch() if scheme in (CTR_HMAC, GCM) and backend.runs_inline else None
+    _SEALERS[backend, scheme] = sealer
+    return sealer
 
 
 def seal_many(

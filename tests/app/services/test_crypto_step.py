@@ -14,7 +14,7 @@ import aescore
 from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor, SealedRewrapper
 from app.services.crypto_step import CryptoStep, raw_step, sealed_step
 from app.services.crypto_work import TRIAL_OVERHEAD_BYTES, TRIAL_THREADS, run_timed, trial_limiter, trial_work
-from app.services.offload import ProcessOffloadBackend, run_crypto
+from app.services.offload import ProcessOffloadBackend, run_crypto, runs_on_loop
 
 PYTHON = aescore.get_backend("python")
 
@@ -39,6 +39,17 @@ async def test_run_crypto_stays_on_the_loop_only_for_inline_backends_and_small_w
     assert await run_crypto(InlinePython(), 10, 100, threading.get_ident) == loop_thread
     assert await run_crypto(InlinePython(), 101, 100, threading.get_ident) != loop_thread
     assert await run_crypto(PYTHON, 10, 100, threading.get_ident) != loop_thread
+
+
+@pytest.mark.parametrize("backend", [InlinePython(), PYTHON])
+@pytest.mark.parametrize("nbytes", [0, 99, 100, 101])
+async def test_run_timed_runs_where_run_crypto_would(backend: aescore.Backend, nbytes: int) -> None:
+    """run_timed decides the inline case itself (without run_crypto's call): the same rule, runs_on_loop."""
+    loop_thread = threading.get_ident()
+    expected = runs_on_loop(backend, nbytes, 100)
+    assert (await run_crypto(backend, nbytes, 100, threading.get_ident) == loop_thread) is expected
+    ran_in = await run_timed(backend, "encrypt", "raw", nbytes, 100, threading.get_ident)
+    assert (ran_in == loop_thread) is expected
 
 
 def test_a_step_offloads_unless_the_backend_runs_inline() -> None:

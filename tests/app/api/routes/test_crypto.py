@@ -220,6 +220,24 @@ async def test_wrong_content_type_is_415(api: Api) -> None:
     assert response.json()["error"]["code"] == "unsupported_media_type"
 
 
+@pytest.mark.parametrize(
+    ("content_type", "status"),
+    [
+        ("application/octet-stream", 200),
+        ("Application/Octet-Stream", 200),
+        ("application/octet-stream; charset=binary", 200),
+        (" application/octet-stream ", 200),
+        ("", 200),
+        ("application/octet-streams", 415),
+        ("text/plain; application/octet-stream", 415),
+    ],
+)
+async def test_the_body_type_is_read_by_its_media_type(api: Api, content_type: str, status: int) -> None:
+    await api.create_key("b")
+    response = await api.encrypt("b", b"x", headers={"Content-Type": content_type})
+    assert response.status_code == status
+
+
 async def test_unknown_key_is_404(api: Api) -> None:
     response = await api.encrypt("missing", b"x")
     assert response.status_code == 404
