@@ -43,7 +43,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@cache
 def app_modules() -> dict[str, Path]:
+    """Every module of ``app`` by name, listed once per run: the checks below ask for it at every step of
+    their walks, and walking the tree each time was most of this file's time. Read it, never change it."""
     return {module_name(path): path for path in sorted(APP.rglob("*.py"))}
 
 

@@ -14,6 +14,7 @@ import io
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -36,23 +37,18 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def replicas(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Server, Server]]:
-    """Two replicas on one keystore, shared by the tests of this module on that keystore (each test uses a
-    key of its own): starting two servers per test cost more than the tests themselves."""
+@pytest.fixture(params=["sqlite", "postgres"])
+def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
     env = dict(ENV)
     if request.param == "postgres":
-        env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_cluster").new_schema()
-    base = tmp_path_factory.mktemp(f"import-version-trim-{request.param}")
-    with started_servers(2, base / "data", base, **env) as (first, second):
+        env["KEYSTREAM_DATABASE_URL"] = request.getfixturevalue("pg_url")
+    with started_servers(2, tmp_path / "data", tmp_path, **env) as (first, second):
         yield first, second
 
 
-def _encrypt(client: httpx.Client, key: str, plaintext: bytes) -> httpx.Response:
+def _encrypt(client: httpx.Client, plaintext: bytes) -> httpx.Response:
     response = client.post(
-        f"/v1/keys/{key}/encrypt",
+        "/v1/keys/life/encrypt",
         content=plaintext,
         headers={"Content-Type": "application/octet-stream", "Keystream-Associated-Data": _b64(AD)},
     )
@@ -60,9 +56,9 @@ def _encrypt(client: httpx.Client, key: str, plaintext: bytes) -> httpx.Response
     return response
 
 
-def _decrypt(client: httpx.Client, key: str, ciphertext: bytes, **params: int) -> httpx.Response:
+def _decrypt(client: httpx.Client, ciphertext: bytes, **params: int) -> httpx.Response:
     return client.post(
-        f"/v1/keys/{key}/decrypt",
+        "/v1/keys/life/decrypt",
         content=ciphertext,
         params=params,
         headers={"Content-Type": "application/octet-stream", "Keystream-Associated-Data": _b64(AD)},
@@ -75,19 +71,18 @@ def test_import_version_then_trim_across_replicas(replicas: tuple[Server, Server
     first, second = replicas
     material = os.urandom(32)
     plaintext = os.urandom(3 * SEGMENT + 11)
-    key = f"life-{scheme}"
     with first.client() as one, second.client() as two:
-        created = one.post("/v1/keys", json={"name": key, "scheme": scheme, "segment_size": SEGMENT})
+        created = one.post("/v1/keys", json={"name": "life", "scheme": scheme, "segment_size": SEGMENT})
         assert created.status_code == 201, created.text
-        old = _encrypt(two, key, b"sealed under version 1").content  # the second replica caches version 1
+        old = _encrypt(two, b"sealed under version 1").content  # the second replica caches version 1
 
-        imported = one.post(f"/v1/keys/{key}/import_version", json={"key": _b64(material)})
+        imported = one.post("/v1/keys/life/import_version", json={"key": _b64(material)})
         assert imported.status_code == 200, imported.text
         assert (imported.json()["latest_version"], imported.json()["imported"]) == (2, True)
         assert _b64(material) not in imported.text
 
         deadline = time.monotonic() + 10
-        while (sealed := _encrypt(two, key, plaintext)).headers["Keystream-Key-Version"] != "2":
+        while (sealed := _encrypt(two, plaintext)).headers["Keystream-Key-Version"] != "2":
             assert time.monotonic() < deadline, "the imported version never reached the second replica"
             time.sleep(0.05)
         tink_aead = tink_keyset_handle([(9, material)], 32, SEGMENT, scheme).primitive(
@@ -95,21 +90,21 @@ def test_import_version_then_trim_across_replicas(replicas: tuple[Server, Server
         )
         with tink_aead.new_decrypting_stream(io.BytesIO(sealed.content), AD) as stream:
             assert stream.read() == plaintext
-        assert _decrypt(one, key, sealed.content).content == plaintext
-        assert _decrypt(two, key, old).content == b"sealed under version 1"
+        assert _decrypt(one, sealed.content).content == plaintext
+        assert _decrypt(two, old).content == b"sealed under version 1"
 
-        too_far = one.post(f"/v1/keys/{key}/trim", json={"min_available_version": 2})
+        too_far = one.post("/v1/keys/life/trim", json={"min_available_version": 2})
         assert too_far.status_code == 400, too_far.text  # min_decryption_version is still 1
-        assert one.patch(f"/v1/keys/{key}", json={"min_decryption_version": 2}).status_code == 200
-        trimmed = one.post(f"/v1/keys/{key}/trim", json={"min_available_version": 2})
+        assert one.patch("/v1/keys/life", json={"min_decryption_version": 2}).status_code == 200
+        trimmed = one.post("/v1/keys/life/trim", json={"min_available_version": 2})
         assert trimmed.status_code == 200, trimmed.text
         assert [v["version"] for v in trimmed.json()["versions"]] == [2]
-        assert one.post(f"/v1/keys/{key}/trim", json={"min_available_version": 2}).json() == trimmed.json()
+        assert one.post("/v1/keys/life/trim", json={"min_available_version": 2}).json() == trimmed.json()
 
-        assert [v["version"] for v in two.get(f"/v1/keys/{key}").json()["versions"]] == [2]
+        assert [v["version"] for v in two.get("/v1/keys/life").json()["versions"]] == [2]
         for params in ({}, {"key_version": 1}):
-            refused = _decrypt(two, key, old, **params)
+            refused = _decrypt(two, old, **params)
             assert refused.status_code == 400, refused.text
-        lowered = two.patch(f"/v1/keys/{key}", json={"min_decryption_version": 1})
+        lowered = two.patch("/v1/keys/life", json={"min_decryption_version": 1})
         assert lowered.status_code == 400, lowered.text
-        assert _decrypt(two, key, sealed.content).content == plaintext
+        assert _decrypt(two, sealed.content).content == plaintext
