@@ -648,6 +648,12 @@ class KeyStore(abc.ABC):
         ``synchronous=NORMAL``, PostgreSQL with ``synchronous_commit = off``; docs/operations.md). A token an
         admin creates is never reissuable.
 
+        A reissuable token appends no ``token_created`` change, so a login wakes no other process's change
+        follower: its id was drawn at random a moment ago (:func:`~app.services.security.new_token`), so no
+        process can hold it as an unknown id (a token verifier remembers only ids it was shown, for a few
+        seconds), and a new token makes nothing else stale. Its renewal and deletion append changes as every
+        token's do. Any other token appends one (an admin's record may carry an id that was tried before).
+
         Raises:
             BadRequestError: invalid token id or field types.
             ConflictError: a token with that id exists.
@@ -1037,8 +1043,8 @@ class KeyStore(abc.ABC):
 
     @abc.abstractmethod
     def _insert_token(self, record: TokenRecord, reissuable: bool = False) -> None:
-        """Store the checked ``record`` and append a ``token_created`` change (``reissuable``: see
-        :meth:`create_token`).
+        """Store the checked ``record`` and, unless it is ``reissuable``, append a ``token_created`` change
+        (see :meth:`create_token`).
 
         Raises:
             ConflictError: a token with that id exists.

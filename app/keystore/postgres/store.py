@@ -274,10 +274,11 @@ class PostgresKeyStore(KeyStore):
 
     # -- tokens -------------------------------------------------------------------------------------------
 
-    def _insert_token_in(self, conn: Connection, record: TokenRecord) -> None:
+    def _insert_token_in(self, conn: Connection, record: TokenRecord, change: bool = True) -> None:
         if not tokens.insert_token(conn, record):
             raise ConflictError(f"token {record.token_id!r} already exists")
-        changes.append_change(conn, "token_created", token_id=record.token_id)
+        if change:
+            changes.append_change(conn, "token_created", token_id=record.token_id)
 
     def _insert_token(self, record: TokenRecord, reissuable: bool = False) -> None:
         """As the template says. A ``reissuable`` token (a login's) commits with ``synchronous_commit = off``
@@ -288,7 +289,7 @@ class PostgresKeyStore(KeyStore):
         def work(conn: Connection) -> None:
             if reissuable:
                 conn.execute("SET LOCAL synchronous_commit = off")
-            self._insert_token_in(conn, record)
+            self._insert_token_in(conn, record, change=not reissuable)
 
         self._database.write(work)
 

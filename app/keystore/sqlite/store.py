@@ -236,7 +236,8 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
     def _insert_token(self, record: TokenRecord, reissuable: bool = False) -> None:
         with self._write(reissuable=reissuable) as conn:
             tokens.insert_token(conn, record)
-            changes.append_change(conn, "token_created", token_id=record.token_id)
+            if not reissuable:
+                changes.append_change(conn, "token_created", token_id=record.token_id)
 
     def _read_token(self, token_id: str) -> TokenRecord | None:
         with self._connection() as conn:

@@ -1,9 +1,12 @@
-"""Change hints for the SQLite keystore: a thread that notices commits of other connections and processes.
+"""Change hints for the SQLite keystore: a thread that notices when the change log moved.
 
 SQLite has no ``NOTIFY``; its analogue is ``PRAGMA data_version``, which changes on a connection whenever
 another connection (in any process) has committed to the file since the last call. It reads the WAL index in
-shared memory, so checking it every :data:`HINT_INTERVAL` seconds costs microseconds. A change is only a hint
-to read the change log now (:meth:`~app.keystore.base.KeyStore.changes_since` stays the truth).
+shared memory, so checking it every :data:`HINT_INTERVAL` seconds costs microseconds. When it changed, the
+thread reads the change log's head (its newest number and how far it was trimmed, one indexed statement) and
+hints only when that moved: a commit that appends no change (a login's token: see
+:meth:`~app.keystore.base.KeyStore.create_token`) wakes no follower. A hint only says to read the log now
+(:meth:`~app.keystore.base.KeyStore.changes_since` stays the truth).
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ logger = logging.getLogger("app.keystore.sqlite")
 
 #: Seconds between two ``PRAGMA data_version`` checks.
 HINT_INTERVAL = 0.01
+#: The change log's head: its newest number and the number it was trimmed through.
+_HEAD = "SELECT (SELECT coalesce(max(seq), 0) FROM key_changes), (SELECT through FROM key_changes_trimmed)"
 
 
 class DataVersionWatcher:
-    """A daemon thread calling ``on_hint(None)`` (read the log) when another connection committed to the file.
+    """A daemon thread calling ``on_hint(None)`` (read the log) when another connection committed a change to
+    the log (a new number, or a trim) to the file.
 
     Args:
         path: the database file.
@@ -40,13 +46,19 @@ class DataVersionWatcher:
 
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
-        last: int | None = None
+        version: int | None = None
+        head: tuple[int, int] | None = None
         while not self._stop.wait(HINT_INTERVAL):
             try:
                 if conn is None:
                     conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-                    last = None
-                version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+                    version = head = None
+                now = int(conn.execute("PRAGMA data_version").fetchone()[0])
+                if now == version:
+                    continue
+                version = now
+                row = conn.execute(_HEAD).fetchall()[0]
+                moved, head = head is not None and (row[0], row[1]) != head, (int(row[0]), int(row[1]))
             except sqlite3.Error as exc:
                 logger.debug("keystore watcher: %s", exc)
                 if conn is not None:
@@ -54,9 +66,8 @@ class DataVersionWatcher:
                         conn.close()
                 conn = None
                 continue
-            if last is not None and version != last:
+            if moved:
                 self._on_hint(None)
-            last = version
         if conn is not None:
             conn.close()
 

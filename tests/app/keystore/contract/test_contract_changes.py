@@ -5,12 +5,13 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from app.errors import BadRequestError, KeyExistsError, KeyRecentlyDeletedError
 from app.keystore import KeyStore, TokenRecord
+from app.services.security import new_token
 from tests.app.keystore.contract.conftest import Backing
 
 
@@ -101,3 +102,21 @@ def test_a_deleted_name_is_held_by_a_tombstone_for_every_store(backing: Backing,
     time.sleep(0.7)
     assert other.create_key("orders").latest_version == 1
     assert other.changes_since(0).changes[-1].kind == "key_created"
+
+
+def test_a_reissuable_token_appends_no_change_but_its_renewal_and_deletion_do(store: KeyStore) -> None:
+    """A login's token (reissuable, its id drawn a moment ago) wakes no follower; an admin's still does."""
+    start = store.changes_since(1 << 62).latest
+    login = new_token(("encrypt",), ("*",), "jwt login", ttl_seconds=60, max_ttl_seconds=600)[1]
+    store.create_token(login, reissuable=True)
+    assert store.changes_since(start).changes == []
+    assert store.get_token(login.token_id).token_id == login.token_id
+    store.renew_token(login.token_id, login.created_at + timedelta(seconds=120))
+    store.delete_token(login.token_id)
+    store.create_token(token("admin123"))
+    changes = store.changes_since(start).changes
+    assert [(c.kind, c.token_id) for c in changes] == [
+        ("token_renewed", login.token_id),
+        ("token_deleted", login.token_id),
+        ("token_created", "admin123"),
+    ]
