@@ -29,8 +29,8 @@ _HEAD = "SELECT (SELECT coalesce(max(seq), 0) FROM key_changes), (SELECT through
 
 
 class DataVersionWatcher:
-    """A daemon thread calling ``on_hint(None)`` (read the log) when another connection committed a change to
-    the log (a new number, or a trim) to the file.
+    """A daemon thread calling ``on_hint(None)`` (read the log) when another connection moved the change log
+    (appended a number, or trimmed it).
 
     Args:
         path: the database file.
