@@ -48,7 +48,8 @@ PYTHON_INLINE_MAX_BYTES = 16 * 1024
 
 
 def _inline_max(settings: Settings, backend: aescore.Backend, scheme: str, count: int, whole: bool) -> int:
-    """Most bytes of this call's crypto that may run on the event loop (-1: none; see the module doc)."""
+    """Most bytes of this call's crypto that may run on the event loop (-1: none; see the module doc);
+    ``whole``: one small body of a streaming route (:func:`seal_message`, :func:`open_message`)."""
     if whole or native_isa(backend, scheme) is not None:
         return settings.inline_crypto_max_bytes
     return PYTHON_INLINE_MAX_BYTES if count <= PYTHON_INLINE_MAX_ITEMS else -1
@@ -62,7 +63,6 @@ async def _run(
     data: Sequence[bytes],
     work: Callable[[], T],
     *,
-    whole: bool,
     candidates: int = 1,
 ) -> T:
     nbytes = sum(map(len, data))
@@ -74,7 +74,7 @@ async def _run(
         operation,
         "sealed",
         nbytes,
-        _inline_max(settings, backend, parameters.scheme, len(data), whole),
+        _inline_max(settings, backend, parameters.scheme, len(data), whole=False),
         work,
         cost=cost,
         limiter=trial_limiter() if several else None,
@@ -87,12 +87,8 @@ async def seal_messages(
     key: ResolvedKey,
     data: Sequence[bytes],
     associated_data: Sequence[bytes],
-    *,
-    whole: bool = False,
 ) -> list[bytes | PayloadTooLargeError]:
     """Seal each of ``data`` (with the associated data at the same index) under ``key``, in its scheme.
-
-    ``whole``: ``data`` is one small body of a streaming route (where it runs: see the module doc).
 
     Returns:
         Per message its sealed message, or the error of one that would need more than 2**32 segments.
@@ -104,7 +100,6 @@ async def seal_messages(
         "encrypt",
         data,
         lambda: seal_many(key.material, key.parameters, data, associated_data, backend),
-        whole=whole,
     )
 
 
@@ -114,8 +109,6 @@ async def open_messages(
     keys: DecryptionKeys,
     data: Sequence[bytes],
     associated_data: Sequence[bytes],
-    *,
-    whole: bool = False,
 ) -> list[Opened]:
     """Open each of ``data`` (with the associated data at the same index) under ``keys``: newest first, then
     ``keys.more`` once for the messages none of them opened, as a :class:`SealedDecryptor` does.
@@ -133,7 +126,6 @@ async def open_messages(
         "decrypt",
         data,
         lambda: open_many(candidates, parameters, data, associated_data, backend, more_candidates=keys.more),
-        whole=whole,
         candidates=len(candidates),
     )
 
@@ -146,15 +138,16 @@ async def seal_message(
     Raises:
         PayloadTooLargeError: the message would need more than 2**32 segments.
     """
-    # = seal_messages(..., whole=True) for one message, without its two coroutines: one small body runs
-    # where a streaming segment would (inline up to inline_crypto_max_bytes), counted as its own bytes.
+    # seal_messages for one message, without its two coroutines: one small body runs where a streaming
+    # segment would (_inline_max's whole body), counted as its own bytes.
+    parameters = key.parameters
     (sealed,) = await run_timed(
         backend,
         "encrypt",
         "sealed",
         len(data),
-        settings.inline_crypto_max_bytes,
-        lambda: seal_many(key.material, key.parameters, (data,), (associated_data,), backend),
+        _inline_max(settings, backend, parameters.scheme, 1, whole=True),
+        lambda: seal_many(key.material, parameters, (data,), (associated_data,), backend),
     )
     if isinstance(sealed, PayloadTooLargeError):
         raise sealed
@@ -172,7 +165,7 @@ async def open_message(
     Raises:
         SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext).
     """
-    # = open_messages(..., whole=True) for one message, without its two coroutines (as seal_message).
+    # open_messages for one message, without its two coroutines (as seal_message).
     parameters = keys.first.parameters
     candidates = keys.materials
     several = len(candidates) > 1
@@ -181,7 +174,7 @@ async def open_message(
         "decrypt",
         "sealed",
         len(data),
-        settings.inline_crypto_max_bytes,
+        _inline_max(settings, backend, parameters.scheme, 1, whole=True),
         lambda: open_many(
             candidates, parameters, (data,), (associated_data,), backend, more_candidates=keys.more
         ),
