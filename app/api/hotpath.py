@@ -69,6 +69,7 @@ from app.api.paths import (
     TRANSIT_REWRAP,
     TRANSIT_VERIFY,
     VERIFY,
+    remember,
     transit_alias,
 )
 from app.api.request_handler import Handler
@@ -260,13 +261,9 @@ def _mount_transit(scope: Scope, alias: str) -> Scope | None:
 
 #: Where :func:`_find` looks up a path's route: by path, the table, the key in it, the key name and whether it
 #: is a batch route (which a query string sends to FastAPI). It spares each request the regular expressions;
-#: the route itself is still read from its table at each request. Never stale: which table and key a path
-#: names depends on the path alone. Bounded: only paths the patterns match, of at most
-#: :data:`FOUND_PATH_MAX` characters, and emptied at :data:`FOUND_PATHS_MAX` entries, so a client sending ever
-#: new key names costs it nothing but the matching it would do anyway.
+#: the route itself is still read from its table at each request. Only paths the patterns match, within
+#: :func:`~app.api.paths.remember`'s bounds.
 _found_by_path: dict[str, tuple[Mapping[str, tuple[BaseRoute, Handler]], str, str | None, bool]] = {}
-FOUND_PATHS_MAX = 4096
-FOUND_PATH_MAX = 256
 
 
 def _find(scope: Scope) -> tuple[BaseRoute, Handler, str | None] | None:
@@ -278,10 +275,7 @@ def _find(scope: Scope) -> tuple[BaseRoute, Handler, str | None] | None:
         known = _match(path)
         if known is None:
             return None
-        if len(path) <= FOUND_PATH_MAX:
-            if len(_found_by_path) >= FOUND_PATHS_MAX:
-                _found_by_path.clear()
-            _found_by_path[path] = known
+        remember(_found_by_path, path, known)
     table, key, name, batch = known
     if batch and scope.get("query_string"):
         return None

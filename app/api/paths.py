@@ -13,8 +13,11 @@ Templates use Starlette's syntax: ``{name}`` is one path segment of at least one
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 from app.errors import StartupRefusedError
+
+T = TypeVar("T")
 
 #: Every path under this prefix is the versioned API: audited, and (but for :data:`NO_TOKEN_PATHS`) behind
 #: a bearer token.
@@ -180,6 +183,26 @@ def _reserved_v1_segments() -> frozenset[str]:
 
 #: ``/v1/<segment>`` names the service's routes use: another Transit mount may not start with one.
 RESERVED_V1_SEGMENTS = _reserved_v1_segments()
+
+
+#: What a path memo (:func:`remember`) keeps: paths of at most ``MEMO_PATH_MAX`` characters, at most
+#: ``MEMO_PATHS_MAX`` of them (then it is emptied), so a client sending ever new paths costs a memo nothing
+#: but the work it would have done anyway.
+MEMO_PATHS_MAX = 4096
+MEMO_PATH_MAX = 256
+
+
+def remember(memo: dict[str, T], path: str, value: T) -> T:
+    """Keep ``value`` as ``memo``'s answer for ``path``, within the bounds above, and return it.
+
+    For what depends on the path alone (which route table it names, its body limit), so a memo is never
+    stale; it spares the per-request prefix tests and regular expressions.
+    """
+    if len(path) <= MEMO_PATH_MAX:
+        if len(memo) >= MEMO_PATHS_MAX:
+            memo.clear()
+        memo[path] = value
+    return value
 
 
 def transit_alias(mount: str) -> str | None:

@@ -32,7 +32,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response, keystream_error_response
 from app.api.params import is_ascii_integer
-from app.api.paths import BATCH_ROUTE, NO_TOKEN_PATHS, STREAMING_ROUTE, TRANSIT, TRANSIT_BATCH_ROUTE, V1
+from app.api.paths import (
+    BATCH_ROUTE,
+    NO_TOKEN_PATHS,
+    STREAMING_ROUTE,
+    TRANSIT,
+    TRANSIT_BATCH_ROUTE,
+    V1,
+    remember,
+)
 from app.errors import BadRequestError, KeystreamError
 from app.services.budget import ByteBudget, OverloadedError
 from app.state import ServiceState
@@ -94,33 +102,21 @@ def credential(scope: Scope) -> str | None:
 class BodyLimitMiddleware:
     """Authenticate, then read a bounded body, before the JSON ``/v1`` routes run (see the module doc)."""
 
-    #: Most paths whose limit :attr:`_limits` remembers, and the longest it remembers.
-    LIMIT_PATHS_MAX = 4096
-    LIMIT_PATH_MAX = 256
-
     def __init__(self, app: ASGIApp, json_limit: int, batch_limit: int) -> None:
         self.app = app
         self.json_limit = json_limit
         self.batch_limit = batch_limit
         #: :func:`body_limit` by path (it depends on the path alone, with this instance's limits, so it is
         #: never stale): a dictionary lookup instead of a prefix test and regular expressions on every
-        #: request. Bounded as the fast dispatcher's path memo: paths of at most :data:`LIMIT_PATH_MAX`
-        #: characters, emptied at :data:`LIMIT_PATHS_MAX` entries.
+        #: request, within :func:`~app.api.paths.remember`'s bounds.
         self._limits: dict[str, int | None] = {}
 
     def _limit(self, path: str) -> int | None:
         """:func:`body_limit` of ``path``, remembered (see :attr:`_limits`)."""
-        limits = self._limits
         try:
-            return limits[path]
+            return self._limits[path]
         except KeyError:
-            pass
-        limit = body_limit(path, self.json_limit, self.batch_limit)
-        if len(path) <= self.LIMIT_PATH_MAX:
-            if len(limits) >= self.LIMIT_PATHS_MAX:
-                limits.clear()
-            limits[path] = limit
-        return limit
+            return remember(self._limits, path, body_limit(path, self.json_limit, self.batch_limit))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

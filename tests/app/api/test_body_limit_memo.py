@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from starlette.types import Receive, Scope, Send
 
+from app.api import paths
 from app.api.middleware.body_limit import BodyLimitMiddleware, body_limit
 
 PATHS = [
@@ -37,8 +38,8 @@ def test_a_remembered_limit_is_body_limits(path: str) -> None:
 
 def test_the_memo_keeps_short_paths_only_and_empties_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
     middleware = BodyLimitMiddleware(_app, json_limit=100, batch_limit=1000)
-    monkeypatch.setattr(BodyLimitMiddleware, "LIMIT_PATHS_MAX", 3)
+    monkeypatch.setattr(paths, "MEMO_PATHS_MAX", 3)
     for path in PATHS:
         middleware._limit(path)
         assert len(middleware._limits) <= 3
-    assert all(len(path) <= BodyLimitMiddleware.LIMIT_PATH_MAX for path in middleware._limits)
+    assert all(len(path) <= paths.MEMO_PATH_MAX for path in middleware._limits)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.responses import Response
 
-from app.api import hotpath
+from app.api import hotpath, paths
 from app.api.streaming import OctetsResponse
 from app.core.config import Settings
 from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor
@@ -320,7 +320,7 @@ def test_the_path_memo_answers_as_the_patterns_and_stays_bounded(monkeypatch: py
     """_find remembers which table a path names (not the route: a replaced handler is used at once), never a
     path the shortcut does not serve or an overlong one, and empties itself when full."""
     monkeypatch.setattr(hotpath, "_found_by_path", {})
-    monkeypatch.setattr(hotpath, "FOUND_PATHS_MAX", 3)
+    monkeypatch.setattr(paths, "MEMO_PATHS_MAX", 3)
 
     def find(path: str, query: bytes = b"") -> object:
         return hotpath._find({"path": path, "query_string": query})
@@ -335,11 +335,11 @@ def test_the_path_memo_answers_as_the_patterns_and_stays_bounded(monkeypatch: py
     remembered = {"/v1/keys/k/encrypt", "/v1/keys/k/encrypt/batch", "/v1/keys/k/rewrap"}
     assert set(hotpath._found_by_path) <= remembered
     assert "/v1/keys/k/nothing" not in hotpath._found_by_path
-    long_name = "n" * hotpath.FOUND_PATH_MAX
+    long_name = "n" * paths.MEMO_PATH_MAX
     assert find(f"/v1/keys/{long_name}/encrypt") == (*encrypt, long_name)
     assert f"/v1/keys/{long_name}/encrypt" not in hotpath._found_by_path
     for name in ("a", "b", "c", "d"):
         find(f"/v1/keys/{name}/decrypt")
-    assert len(hotpath._found_by_path) <= hotpath.FOUND_PATHS_MAX
+    assert len(hotpath._found_by_path) <= paths.MEMO_PATHS_MAX
     monkeypatch.setitem(hotpath._STREAMING, "decrypt", (encrypt[0], encrypt[1]))
     assert find("/v1/keys/d/decrypt") == (*encrypt, "d")  # the table is read at each request
