@@ -453,13 +453,12 @@ def _parse_authorization(authorization: str | None) -> tuple[str, str]:
     Raises:
         UnauthorizedError: no bearer token or a malformed one.
     """
-    if authorization:
-        usual = BEARER_TOKEN_RE.fullmatch(authorization)
-        if usual is not None:
-            token_id, secret = usual.group(1, 2)
-            return token_id, secret
     if not authorization:
         raise UnauthorizedError("missing bearer token (Authorization: Bearer ks_...)")
+    usual = BEARER_TOKEN_RE.fullmatch(authorization)
+    if usual is not None:
+        token_id, secret = usual.group(1, 2)
+        return token_id, secret
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         raise UnauthorizedError("missing bearer token (Authorization: Bearer ks_...)")
