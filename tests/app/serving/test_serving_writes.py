@@ -126,3 +126,47 @@ async def test_a_real_server_answers_with_one_write_per_small_response(size: int
         server.should_exit = True
         await task
         sock.close()
+
+
+class _Recording(_Transport):
+    """Also records the calls that carry no data, to check that a held head leaves before them."""
+
+    def abort(self) -> None:
+        self.calls.append(("abort", b""))
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        self.calls.append(("get_extra_info", name.encode()))
+        return default
+
+
+@pytest.mark.parametrize(
+    ("call", "recorded"),
+    [
+        (lambda t: t.writelines([b"a", b"b"]), ("writelines", b"ab")),
+        (lambda t: t.close(), ("close", b"")),
+        (lambda t: t.abort(), ("abort", b"")),
+        (lambda t: t.get_extra_info("peername"), ("get_extra_info", b"peername")),
+    ],
+)
+async def test_every_other_call_sends_the_held_head_first(call: Any, recorded: tuple[str, bytes]) -> None:
+    transport = _Recording()
+    joined = _HeadWithBody(transport)  # type: ignore[arg-type]
+    joined.write(b"head")
+    call(joined)
+    assert transport.calls == [("write", b"head"), recorded]
+    assert joined.is_closing() is transport.closing
+
+
+def test_the_cycle_uses_only_transport_methods_the_wrapper_has() -> None:
+    """uvicorn's request cycle reaches its transport through these names; the wrapper has no ``__getattr__``
+    (every attribute read would pay for it), so a name uvicorn starts using must be added to it."""
+    import inspect
+    import re
+
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    used = set(re.findall(r"self\.transport\.(\w+)", inspect.getsource(RequestResponseCycle)))
+    assert used, "the scan found no transport use: uvicorn's cycle changed shape"
+    assert not hasattr(_HeadWithBody, "__getattr__")
+    missing = {name for name in used if not callable(getattr(_HeadWithBody, name, None))}
+    assert not missing, f"uvicorn's cycle calls {sorted(missing)} on its transport"
