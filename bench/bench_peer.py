@@ -636,6 +636,9 @@ def summarise(
         "cpu": cpu_model(),
         "cores": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
+        # The interpreter serving Keystream and the raw-ASGI floor (this one): builds differ by 10-20%
+        # (Debian's python3.11 against a plain --enable-shared build, for instance).
+        "interpreter": os.path.realpath(sys.executable),
         "rounds": args.rounds,
         "seconds": args.seconds,
         "uploads": args.uploads,
@@ -646,7 +649,8 @@ def summarise(
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [
-        f"{result['cpu']}, {result['cores']} cores, {result['date']}; medians of {result['rounds']} rounds "
+        f"{result['cpu']}, {result['cores']} cores, {result['date']}; Keystream and the raw-ASGI floor on "
+        f"Python {result['python']} ({result['interpreter']}); medians of {result['rounds']} rounds "
         f"(min-max); wrk -t1, {result['seconds']} s per run; server CPU in % of one core, RSS after the run.",
         "",
         "| workload | conns | OpenBao | Keystream | ratio | p99 ms (OpenBao / Keystream) "
