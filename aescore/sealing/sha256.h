@@ -4,8 +4,8 @@
  * Four compression functions: SHA-NI intrinsics (SHA256RNDS2/MSG1/MSG2, on this project's Zen 3 hosts), a
  * portable scalar one, the same scalar rounds compiled for BMI2, and BMI2 rounds beside a message schedule
  * computed four words at a time in vector registers (AVX2; CPUs without SHA-NI, such as Intel Xeons before
- * Ice Lake). The caller picks one per context from ks_sha256_impls() (CPUID), so the SHA-NI path
- * never runs on a CPU without it; either can be forced for tests. No allocation, no Python, no globals
+ * Ice Lake). The caller picks one per context from ks_sha256_impls() (CPUID, and XGETBV for AVX2), so no
+ * path runs on a CPU without its instructions; any can be forced for tests. No allocation, no Python, no globals
  * besides the cached CPUID result. Not a general-purpose hash API: lengths are size_t, one message at a time.
  */
 #ifndef KS_SHA256_H
