@@ -300,6 +300,10 @@ class KeyCache:
         """
         info = self.key_info(name, cached_only=cached_only)
         _refuse_deterministic(info)
+        if cached_only and version is None and info.latest_version == info.min_decryption_version:
+            # Only the latest version may decrypt (a key never rotated, or whose older versions may not):
+            # _decryption_versions would find it alone, whatever max_decrypt_versions says.
+            return [self._cached_one(name, info.latest_version, backend.name, ResolvedKey)]
         info, versions = self._decryption_versions(info, version, cached_only)
         if cached_only:
             if len(versions) == 1:  # a key with one version that may decrypt, or an explicit version

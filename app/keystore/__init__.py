@@ -15,12 +15,12 @@ database URL) and :mod:`app.keystore.master` for key wrapping under the seal (:m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from app.seal import Seal, open_seal
 from app.seal.file import load_master_key_for as _load_master_key_for
 
-from .base import KeyStore
+from .base import KeyStore, StoreOptions
 from .changes import CHANGE_KINDS, Change, ChangeBatch
 from .checks import (
     ALLOWED_SEGMENT_SIZES,
@@ -97,17 +97,15 @@ def open_keystore(
     data_dir: Path,
     seal: Seal | bytes,
     database_url: str | None = None,
-    *,
-    tombstone_seconds: float = 0.0,
-    auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
+    **options: Unpack[StoreOptions],
 ) -> KeyStore:
     """Open the PostgreSQL keystore at ``database_url`` if given, else the SQLite one in ``data_dir``.
 
     SQLite: ``data_dir/keystore.db`` in WAL mode, created if needed; ``data_dir`` is created with mode 0700
     if missing and the database file 0600. PostgreSQL: the schema is migrated (once, whatever the number of
-    replicas starting) and ``data_dir`` is not used. A deleted key's name cannot be re-created for
-    ``tombstone_seconds`` (:mod:`app.keystore.tombstones`). ``auto_rotate_min_period`` is the shortest
-    ``auto_rotate_period`` a key may get (:mod:`app.keystore.rotation`; lowered only by tests).
+    replicas starting) and ``data_dir`` is not used. ``options`` go to the store
+    (:class:`~app.keystore.base.StoreOptions`: how long a deleted key's name is held, the shortest
+    ``auto_rotate_period``, the pool size).
 
     Raises:
         MasterKeyError: ``seal`` is bytes not 32 long, is not the seal the keystore was created with, or the
@@ -120,19 +118,9 @@ def open_keystore(
     if database_url is not None:
         from .postgres import PostgresKeyStore  # psycopg is needed only here
 
-        return PostgresKeyStore(
-            database_url,
-            seal,
-            tombstone_seconds=tombstone_seconds,
-            auto_rotate_min_period=auto_rotate_min_period,
-        )
+        return PostgresKeyStore(database_url, seal, **options)
     directory = ensure_data_dir(Path(data_dir))
-    return SqliteKeyStore(
-        directory / DATABASE_FILE,
-        seal,
-        tombstone_seconds=tombstone_seconds,
-        auto_rotate_min_period=auto_rotate_min_period,
-    )
+    return SqliteKeyStore(directory / DATABASE_FILE, seal, **options)
 
 
 def load_master_key_for(settings: Settings, *, create: bool = True) -> memoryview:

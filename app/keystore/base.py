@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 from app.core.schemes import DEFAULT_SCHEME
 from app.core.secret_memory import random_secret
@@ -61,6 +61,7 @@ from .checks import (
 )
 from .generations import MasterRotationStatus
 from .master import AUDIT_KEYS_ROW, as_seal, open_audit_key_material
+from .migrations import Migration
 from .records import (
     KeyExport,
     KeyInfo,
@@ -84,6 +85,31 @@ from .wrapping_key import insert_wrapping_key, open_wrapping_key, read_wrapping_
 __all__ = ["KeyStore"]
 
 T = TypeVar("T")
+
+#: Work a template method hands a store to run last inside the store's own transaction.
+InTransaction = Callable[[generations.Connection], None]
+
+#: Connections a store keeps when :class:`StoreOptions` do not say (SQLite: idle ones kept for reuse;
+#: PostgreSQL: the most it opens at once).
+DEFAULT_POOL_SIZE = 8
+
+
+class StoreOptions(TypedDict, total=False):
+    """What both stores take beyond their location and seal, each optional with one default, here.
+
+    Attributes:
+        pool_size: connections the store keeps (default :data:`DEFAULT_POOL_SIZE`).
+        migrations: the schema steps to apply (default: the store's own; tests pass extra ones).
+        tombstone_seconds: how long a deleted key's name cannot be re-created (default 0: not held;
+            :mod:`app.keystore.tombstones`).
+        auto_rotate_min_period: the shortest ``auto_rotate_period`` accepted (default
+            :data:`~app.keystore.rotation.MIN_AUTO_ROTATE_PERIOD`, an hour; tests lower it).
+    """
+
+    pool_size: int
+    migrations: Sequence[Migration]
+    tombstone_seconds: float
+    auto_rotate_min_period: int
 
 
 class KeyStore(abc.ABC):
@@ -851,15 +877,14 @@ class KeyStore(abc.ABC):
 
     # -- storage: what each store implements, one transaction per call ------------------------------------
 
-    def _take_seal(self, seal: Seal | bytes, tombstone_seconds: float, auto_rotate_min_period: int) -> None:
-        """Take the seal and the two policies every store is opened with; a store's ``__init__`` calls this
-        before it touches its database.
+    def _take_seal(self, seal: Seal | bytes, options: StoreOptions) -> None:
+        """Take the seal and the two policies of ``options`` every store is opened with; a store's
+        ``__init__`` calls this before it touches its database.
 
         Args:
             seal: wraps every stored key version (:mod:`app.seal`; 32 bytes stand for a file seal).
-            tombstone_seconds: how long a deleted key's name cannot be re-created
-                (:mod:`app.keystore.tombstones`).
-            auto_rotate_min_period: the shortest ``auto_rotate_period`` accepted (1 hour; tests lower it).
+            options: the store's :class:`StoreOptions`; ``tombstone_seconds`` and ``auto_rotate_min_period``
+                are checked and kept here.
 
         Raises:
             BadRequestError: ``tombstone_seconds`` is negative or ``auto_rotate_min_period`` outside 1..3600.
@@ -867,8 +892,10 @@ class KeyStore(abc.ABC):
         """
         self._seal = as_seal(seal)
         self._keyring = Keyring(self._seal)
-        self.tombstone_seconds = check_tombstone_seconds(tombstone_seconds)
-        self.auto_rotate_min_period = check_auto_rotate_min_period(auto_rotate_min_period)
+        self.tombstone_seconds = check_tombstone_seconds(options.get("tombstone_seconds", 0.0))
+        self.auto_rotate_min_period = check_auto_rotate_min_period(
+            options.get("auto_rotate_min_period", MIN_AUTO_ROTATE_PERIOD)
+        )
 
     @abc.abstractmethod
     def _run_write(self, work: Callable[[generations.Connection], T]) -> T:
@@ -1029,10 +1056,7 @@ class KeyStore(abc.ABC):
 
     @abc.abstractmethod
     def _insert_copied(
-        self,
-        copied_keys: Sequence[KeyExport],
-        checked_tokens: Sequence[TokenRecord],
-        then: Callable[[generations.Connection], None],
+        self, copied_keys: Sequence[KeyExport], checked_tokens: Sequence[TokenRecord], then: InTransaction
     ) -> None:
         """:meth:`insert_copied` once the records are checked; ``then`` runs last in the same transaction (it
         writes the roles and configurations).

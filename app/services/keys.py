@@ -34,6 +34,7 @@ from app.formats.sealed import SealedDecryptor, SealedEncryptor, SealedRewrapper
 from app.keycache import CacheMissError, KeyCache, ResolvedKey
 
 T = TypeVar("T")
+_new_tuple = tuple.__new__
 
 __all__ = [
     "DecryptionKeys",
@@ -210,9 +211,13 @@ async def decryption_keys(
     except CacheMissError:
         candidates = await to_thread.run_sync(keycache.decryption_candidates, name, backend, version)
     if not raw:
-        candidates = [with_context(key, context, backend) for key in candidates]
+        for key in candidates:
+            if context is not None or key.options.derived:  # else with_context gives each key as it is
+                candidates = [with_context(key, context, backend) for key in candidates]
+                break
     more = _FreshCandidates(keycache, name, backend, None if raw else context) if version is None else None
-    return DecryptionKeys(candidates, more)
+    # = DecryptionKeys(candidates, more) without the named tuple's Python-level __new__
+    return _new_tuple(DecryptionKeys, (candidates, more))
 
 
 def on_event_loop() -> bool:

@@ -558,6 +558,39 @@ def test_cached_only_lookups_raise_instead_of_reading_the_keystore(
         cache.resolve("orders", None, backend, cached_only=True)  # type: ignore[arg-type]
 
 
+def test_cached_only_decryption_candidates_match_a_read(
+    real_store: SqliteKeyStore, spy: SpyKeyStore, cache: KeyCache, backend: SpyBackend
+) -> None:
+    """On the event loop (cached_only) the candidates are those a read finds: the latest alone only when no
+    older version may decrypt, else every version down to min_decryption_version; each counted as a hit."""
+    real_store.create_key("orders")
+    cache.decryption_candidates("orders", backend)  # type: ignore[arg-type]
+    hits = cache.hits
+    assert [c.version for c in cache.decryption_candidates("orders", backend, cached_only=True)] == [1]  # type: ignore[arg-type]
+    assert cache.hits == hits + 1
+    real_store.rotate_key("orders")
+    real_store.rotate_key("orders")
+    cache.invalidate("orders")
+    read = cache.decryption_candidates("orders", backend)  # type: ignore[arg-type]
+    reads = dict(spy.calls)
+    hits = cache.hits
+    on_loop = cache.decryption_candidates("orders", backend, cached_only=True)  # type: ignore[arg-type]
+    assert [c.version for c in on_loop] == [c.version for c in read] == [3, 2, 1]
+    assert [c.material for c in on_loop] == [real_store.key_material("orders", v) for v in (3, 2, 1)]
+    assert cache.hits == hits + 3 and dict(spy.calls) == reads
+    real_store.update_key("orders", min_decryption_version=3)
+    cache.invalidate("orders")
+    cache.decryption_candidates("orders", backend)  # type: ignore[arg-type]
+    only = cache.decryption_candidates("orders", backend, cached_only=True)  # type: ignore[arg-type]
+    assert [c.version for c in only] == [3] and only[0].material == real_store.key_material("orders", 3)
+    real_store.rotate_key("orders")
+    real_store.update_key("orders", min_decryption_version=4)
+    cache.invalidate("orders")
+    cache.key_info("orders")
+    with pytest.raises(CacheMissError):  # version 4 was never resolved: a read, off the loop
+        cache.decryption_candidates("orders", backend, cached_only=True)  # type: ignore[arg-type]
+
+
 def _slot_of(material: Any) -> memoryview:
     """The chunk memory under a cached version's material: it does not keep the secret alive."""
     secret = material.obj

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, Unpack, cast
 
 from app.core.database_url import check_database_url
 from app.errors import (
@@ -24,17 +24,13 @@ from app.errors import (
 from app.seal import Seal
 
 from .. import generations
-from ..base import KeyStore
+from ..base import DEFAULT_POOL_SIZE, InTransaction, KeyStore, StoreOptions
 from ..changes import Change, ChangeBatch
 from ..master import (
     unwrap_key_material,
     wrap_key_material,
 )
-from ..migrations import Migration
 from ..records import KeyExport, KeyInfo, KeyPolicy, TokenRecord, utc_now
-from ..rotation import (
-    MIN_AUTO_ROTATE_PERIOD,
-)
 from . import changes, keys, schema, tokens
 from .connections import Database
 from .watch import ChangeListener
@@ -71,11 +67,10 @@ class PostgresKeyStore(KeyStore):
         url: ``postgresql://user:password@host:port/database``; it never appears in a log, error or repr.
         seal: wraps every stored key version (:mod:`app.seal`; 32 bytes stand for a file seal). Every
             replica needs the same master key.
-        pool_size: most connections this store opens at once.
         wait_timeout: seconds a call waits for a free connection before ``KeystoreUnavailableError``.
         connect_timeout: seconds one connection attempt may take.
-        migrations: the schema steps to apply (tests pass extra ones).
-        tombstone_seconds, auto_rotate_min_period: see :meth:`~app.keystore.base.KeyStore._take_seal`.
+        options: :class:`~app.keystore.base.StoreOptions` (``pool_size``: most connections this store opens
+            at once; ``migrations``: this store's :data:`~.schema.MIGRATIONS` unless given).
 
     Raises:
         BadRequestError: see :meth:`~app.keystore.base.KeyStore._take_seal`.
@@ -90,14 +85,13 @@ class PostgresKeyStore(KeyStore):
         url: str,
         seal: Seal | bytes,
         *,
-        pool_size: int = 8,
         wait_timeout: float = 5.0,
         connect_timeout: float = 5.0,
-        migrations: Sequence[Migration] = schema.MIGRATIONS,
-        tombstone_seconds: float = 0.0,
-        auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        self._take_seal(seal, tombstone_seconds, auto_rotate_min_period)
+        self._take_seal(seal, options)
+        migrations = options.get("migrations", schema.MIGRATIONS)
+        pool_size = options.get("pool_size", DEFAULT_POOL_SIZE)
         check_database_url(url)
         # Migrations run on a connection of their own while the pool fills in the background: an unreachable
         # database fails the start at once, with the reason, instead of after the pool's retries.
@@ -253,10 +247,7 @@ class PostgresKeyStore(KeyStore):
         return self._database.read(keys.export_keys)
 
     def _insert_copied(
-        self,
-        copied_keys: Sequence[KeyExport],
-        checked_tokens: Sequence[TokenRecord],
-        then: Callable[[generations.Connection], None],
+        self, copied_keys: Sequence[KeyExport], checked_tokens: Sequence[TokenRecord], then: InTransaction
     ) -> None:
         """See :meth:`KeyStore.insert_copied`: one transaction, appends serialized by the change-log lock."""
 

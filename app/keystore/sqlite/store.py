@@ -12,21 +12,17 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TypeVar, Unpack, cast
 
 from app.errors import KeyExistsError
 from app.seal import Seal
 
 from .. import generations
-from ..base import KeyStore
+from ..base import DEFAULT_POOL_SIZE, InTransaction, KeyStore, StoreOptions
 from ..changes import MAX_CHANGES_PER_CALL, Change, ChangeBatch
 from ..errors import KeystoreUnavailableError
 from ..master import wrap_key_material
-from ..migrations import Migration
 from ..records import KeyExport, KeyInfo, KeyPolicy, TokenRecord
-from ..rotation import (
-    MIN_AUTO_ROTATE_PERIOD,
-)
 from . import changes, keys, tokens
 from .connections import SqliteConnections, logger, prepare_database_file
 from .schema import MIGRATIONS, from_text, migrate, to_text
@@ -48,9 +44,8 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
         seal: wraps every stored key version (:mod:`app.seal`; 32 bytes stand for a file seal).
         busy_timeout: seconds a writer waits for another writer (thread or process) before giving up with
             ``ServiceUnavailableError``.
-        pool_size: idle connections kept for reuse.
-        migrations: the schema steps to apply (tests pass extra ones).
-        tombstone_seconds, auto_rotate_min_period: see :meth:`~app.keystore.base.KeyStore._take_seal`.
+        options: :class:`~app.keystore.base.StoreOptions` (``pool_size``: idle connections kept for reuse;
+            ``migrations``: this store's :data:`~.schema.MIGRATIONS` unless given).
 
     Raises:
         BadRequestError: see :meth:`~app.keystore.base.KeyStore._take_seal`.
@@ -60,18 +55,11 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
     """
 
     def __init__(
-        self,
-        path: Path,
-        seal: Seal | bytes,
-        *,
-        busy_timeout: float = 10.0,
-        pool_size: int = 8,
-        migrations: Sequence[Migration] = MIGRATIONS,
-        tombstone_seconds: float = 0.0,
-        auto_rotate_min_period: int = MIN_AUTO_ROTATE_PERIOD,
+        self, path: Path, seal: Seal | bytes, *, busy_timeout: float = 10.0, **options: Unpack[StoreOptions]
     ) -> None:
-        super().__init__(path, busy_timeout, pool_size)
-        self._take_seal(seal, tombstone_seconds, auto_rotate_min_period)
+        super().__init__(path, busy_timeout, options.get("pool_size", DEFAULT_POOL_SIZE))
+        self._take_seal(seal, options)
+        migrations = options.get("migrations", MIGRATIONS)
         try:
             prepare_database_file(self.path)
         except OSError as exc:
@@ -215,10 +203,7 @@ class SqliteKeyStore(SqliteConnections, KeyStore):
             return keys.export_keys(conn)
 
     def _insert_copied(
-        self,
-        copied_keys: Sequence[KeyExport],
-        checked_tokens: Sequence[TokenRecord],
-        then: Callable[[generations.Connection], None],
+        self, copied_keys: Sequence[KeyExport], checked_tokens: Sequence[TokenRecord], then: InTransaction
     ) -> None:
         """See :meth:`KeyStore.insert_copied`: one ``BEGIN IMMEDIATE`` transaction."""
         with self._write() as conn:

@@ -40,7 +40,7 @@ class _Transport:
 
 async def test_head_and_body_in_one_iteration_are_one_call() -> None:
     transport = _Transport()
-    joined = _HeadWithBody(transport)  # type: ignore[arg-type]
+    joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
     joined.write(b"HTTP/1.1 200 OK\r\n\r\n")
     joined.write(b"body")
     joined.write(b"more")
@@ -50,7 +50,7 @@ async def test_head_and_body_in_one_iteration_are_one_call() -> None:
 
 async def test_a_head_alone_leaves_at_the_end_of_the_iteration_and_order_is_kept() -> None:
     transport = _Transport()
-    joined = _HeadWithBody(transport)  # type: ignore[arg-type]
+    joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
     joined.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     assert transport.calls == []
     await asyncio.sleep(0)
@@ -63,12 +63,12 @@ async def test_a_head_alone_leaves_at_the_end_of_the_iteration_and_order_is_kept
 
 async def test_close_sends_the_held_head_first_and_a_closing_transport_gets_nothing_new() -> None:
     transport = _Transport()
-    joined = _HeadWithBody(transport)  # type: ignore[arg-type]
+    joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
     joined.write(b"head")
     joined.close()
     assert transport.calls == [("write", b"head"), ("close", b"")]
     other = _Transport()
-    held = _HeadWithBody(other)  # type: ignore[arg-type]
+    held = _HeadWithBody(other, asyncio.get_running_loop())  # type: ignore[arg-type]
     held.write(b"head")
     other.closing = True  # the connection was dropped before the iteration ended
     await asyncio.sleep(0)
@@ -126,3 +126,63 @@ async def test_a_real_server_answers_with_one_write_per_small_response(size: int
         server.should_exit = True
         await task
         sock.close()
+
+
+class _Recording(_Transport):
+    """Also records the calls that carry no data, to check that a held head leaves before them."""
+
+    def abort(self) -> None:
+        self.calls.append(("abort", b""))
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        self.calls.append(("get_extra_info", name.encode()))
+        return default
+
+
+@pytest.mark.parametrize(
+    ("call", "recorded"),
+    [
+        (lambda t: t.writelines([b"a", b"b"]), ("writelines", b"ab")),
+        (lambda t: t.close(), ("close", b"")),
+        (lambda t: t.abort(), ("abort", b"")),
+        (lambda t: t.get_extra_info("peername"), ("get_extra_info", b"peername")),
+    ],
+)
+async def test_every_other_call_sends_the_held_head_first(call: Any, recorded: tuple[str, bytes]) -> None:
+    transport = _Recording()
+    joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+    joined.write(b"head")
+    call(joined)
+    assert transport.calls == [("write", b"head"), recorded]
+    assert joined.is_closing() is transport.closing
+
+
+def test_the_cycle_uses_only_transport_methods_the_wrapper_has() -> None:
+    """uvicorn's request cycle reaches its transport through these names; the wrapper has no ``__getattr__``
+    (every attribute read would pay for it), so a name uvicorn starts using must be added to it."""
+    import inspect
+    import re
+
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    used = set(re.findall(r"self\.transport\.(\w+)", inspect.getsource(RequestResponseCycle)))
+    assert used, "the scan found no transport use: uvicorn's cycle changed shape"
+    assert not hasattr(_HeadWithBody, "__getattr__")
+    missing = {name for name in used if not callable(getattr(_HeadWithBody, name, None))}
+    assert not missing, f"uvicorn's cycle calls {sorted(missing)} on its transport"
+
+
+async def test_holding_a_head_asks_no_running_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrapper schedules its flush on the loop it was given: on Python 3.11 each
+    ``asyncio.get_running_loop()`` is a ``getpid`` system call, once a response."""
+
+    def refused() -> asyncio.AbstractEventLoop:
+        raise AssertionError("get_running_loop called")
+
+    transport = _Transport()
+    joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+    monkeypatch.setattr(asyncio, "get_running_loop", refused)
+    joined.write(b"head")
+    monkeypatch.undo()
+    await asyncio.sleep(0)
+    assert transport.calls == [("write", b"head")]
