@@ -32,7 +32,7 @@ extensions = [
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,
     ),
-    # The sealed format's batches: HKDF/HMAC-SHA256 (SHA-NI or scalar), AES-CTR and AES-GCM in C, many
+    # The sealed format's batches: HKDF/HMAC-SHA256 (SHA-NI, AVX2 or scalar), AES-CTR and AES-GCM in C, many
     # messages a call; and HKDF-SHA256 alone into a caller's buffer (hkdf.c, for aescore.hkdf_sha256_into).
     Extension(
         "aescore.sealing._sealed",

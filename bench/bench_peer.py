@@ -20,6 +20,13 @@ Keystream's own server stack (the same uvicorn options, supervisor and number of
 installed, nginx answering ``return 200`` with 1 KiB. Keystream is reported as a fraction of the raw-ASGI
 floor's requests/s, and each server's CPU per request in microseconds (``--no-floors`` leaves them out).
 
+``--baseline CHECKOUT`` adds a second Keystream served from another built checkout (``make build`` there, or
+``python setup.py build_ext --inplace`` with this venv's Python), for a before/after in the same run: it
+starts first, on a keystore it creates (key ``bench`` and the imported ``bench-transit``); the keystore is
+then copied (SQLite's backup) to the Keystream under test, which migrates the copy to its own schema, so both
+hold the same keys and every Keystream request body is valid on both. Its rows are ``keystream-before``;
+the Markdown gets a table of before and after.
+
 wrk (``-t1``, a Lua script that POSTs a fixed body) drives the small workloads; curl the upload. Each
 figure is the median of the rounds with its min-max; the servers' CPU (user + system, the process and its
 children, as % of one core) and RSS (sum over the process tree, after the run) are recorded per run. Writes
@@ -40,6 +47,7 @@ import os
 import platform
 import re
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -55,7 +63,7 @@ import psutil
 
 from bench import floor_app
 from bench.bench_aescore import cpu_model
-from bench.service_process import ROOT_TOKEN, Server, free_port, start_server, stop_server
+from bench.service_process import REPO, ROOT_TOKEN, Server, free_port, start_server, stop_server
 
 ITEM_BYTES = 1024
 BATCH_ITEMS = 100
@@ -165,20 +173,59 @@ def start_openbao(binary: Path, work: Path) -> tuple[subprocess.Popen[bytes], Ta
     return process, target
 
 
-def start_keystream(work: Path) -> tuple[Server, Target]:
-    """Keystream at its defaults (workers = usable CPUs) with one aes256 key named ``bench``."""
-    data = work / "keystream"
-    data.mkdir()
+def start_keystream(work: Path, name: str = "keystream", repo: Path = REPO) -> tuple[Server, Target]:
+    """Keystream from ``repo`` at its defaults (workers = usable CPUs), its data in ``work / name``, with one
+    aes256 key named ``bench`` (created unless the data directory already holds it)."""
+    data = work / name
+    data.mkdir(exist_ok=True)
     workers = str(len(os.sched_getaffinity(0)))
     server = start_server(
-        data, work / "keystream.log", KEYSTREAM_WORKERS=workers, KEYSTREAM_ALLOW_KEY_IMPORT="true"
+        data,
+        work / f"{name}.log",
+        repo=repo,
+        KEYSTREAM_WORKERS=workers,
+        KEYSTREAM_ALLOW_KEY_IMPORT="true",
     )
     target = Target(
-        "keystream", server.url, "Authorization", f"Bearer {ROOT_TOKEN}", psutil.Process(server.process.pid)
+        name, server.url, "Authorization", f"Bearer {ROOT_TOKEN}", psutil.Process(server.process.pid)
     )
     with server.client() as client:
-        client.post("/v1/keys", json={"name": KEY, "type": "aes256"}).raise_for_status()
+        if client.get(f"/v1/keys/{KEY}").status_code == 404:
+            client.post("/v1/keys", json={"name": KEY, "type": "aes256"}).raise_for_status()
     return server, target
+
+
+def copy_keystore(source: Path, destination: Path) -> None:
+    """Copy the running baseline's SQLite keystore to ``destination`` (one consistent snapshot, 0600)."""
+    destination.mkdir(mode=0o700, exist_ok=True)
+    target = destination / "keystore.db"
+    with sqlite3.connect(source / "keystore.db") as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+    target.chmod(0o600)
+
+
+def check_baseline(baseline: Target, workloads: list[Workload]) -> None:
+    """Give the baseline every Keystream body it answers 2xx (same keys; the upload by curl). A baseline
+    without the Transit API (a checkout from before it: 404 to a Transit encrypt) runs no Transit workload;
+    any other refusal stops the run."""
+    with httpx.Client(base_url=baseline.url, headers=baseline.headers(), timeout=120) as client:
+        probe = client.post(f"/v1/transit/encrypt/{TRANSIT_KEY}", json={"plaintext": b64(b"probe")})
+        transit = probe.status_code != 404
+        if not transit:
+            print("the baseline has no Transit API: it runs no Transit workload", file=sys.stderr)
+        for workload in workloads:
+            if "keystream" not in workload.bodies:
+                continue
+            route, content_type, body = workload.bodies["keystream"]
+            if route.startswith("/v1/transit/") and not transit:
+                continue
+            if workload.unit == "MiB/s":
+                curl_post(baseline, route, content_type, body, body.with_suffix(".baseline"))
+            else:
+                answer = client.post(route, content=body.read_bytes(), headers={"Content-Type": content_type})
+                if answer.status_code // 100 != 2:
+                    raise RuntimeError(f"the baseline answered {answer.status_code} to {workload.name}")
+            workload.bodies[baseline.name] = workload.bodies["keystream"]
 
 
 def share_transit_key(keystream: Target, openbao: Target) -> None:
@@ -457,7 +504,14 @@ def main() -> None:
     parser.add_argument(
         "--no-floors", action="store_true", help="leave out the raw-ASGI and nginx floors (bench.floor_app)"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another built checkout of Keystream to run beside this one (before/after)",
+    )
     args = parser.parse_args()
+    if args.baseline is not None and not (args.baseline / "app" / "server.py").is_file():
+        sys.exit(f"{args.baseline}: not a Keystream checkout")
     for tool in ("wrk", "curl"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is not installed (Debian: apt-get install {tool})")
@@ -466,13 +520,22 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-peer-"))
     bao_process: subprocess.Popen[bytes] | None = None
     server: Server | None = None
+    baseline_server: Server | None = None
     floor_processes: list[subprocess.Popen[bytes]] = []
     try:
         bao_process, openbao = start_openbao(args.openbao, work)
+        if args.baseline is not None:
+            baseline_server, baseline = start_keystream(work, "keystream-before", args.baseline)
+            share_transit_key(baseline, openbao)
+            copy_keystore(work / "keystream-before", work / "keystream")
         server, keystream = start_keystream(work)
         targets = [keystream, openbao]
-        share_transit_key(keystream, openbao)
+        if args.baseline is None:
+            share_transit_key(keystream, openbao)
         workloads = prepare(keystream, openbao, work)
+        if args.baseline is not None:
+            check_baseline(baseline, workloads)
+            targets.insert(1, baseline)
         if not args.no_floors:
             floor_processes, floors = start_floors(work, len(os.sched_getaffinity(0)))
             add_floor_bodies(workloads, floors)
@@ -515,8 +578,9 @@ def main() -> None:
                 process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 process.kill()
-        if server is not None:
-            stop_server(server)
+        for started in (server, baseline_server):
+            if started is not None:
+                stop_server(started)
         if bao_process is not None:
             bao_process.terminate()
             try:
@@ -552,12 +616,29 @@ def summarise(
             row["ratio"] = row["keystream"]["median"] / row["openbao"]["median"]
         if "raw-asgi" in row:
             row["of_raw_asgi"] = row["keystream"]["median"] / row["raw-asgi"]["median"]
+        if "keystream-before" in row:
+            before = row["keystream-before"]["median"]
+            row["after_over_before"] = row["keystream"]["median"] / before
+            if "openbao" in row:
+                row["ratio_before"] = before / row["openbao"]["median"]
+            if "raw-asgi" in row:
+                row["of_raw_asgi_before"] = before / row["raw-asgi"]["median"]
         rows.append(row)
+    baseline = None
+    if args.baseline is not None:
+        commit = subprocess.run(
+            ["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        baseline = {"path": str(args.baseline), "commit": commit or "unknown"}
     return {
+        "baseline": baseline,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu_model(),
         "cores": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
+        # The interpreter serving Keystream and the raw-ASGI floor (this one): builds differ by 10-20%
+        # (Debian's python3.11 against a plain --enable-shared build, for instance).
+        "interpreter": os.path.realpath(sys.executable),
         "rounds": args.rounds,
         "seconds": args.seconds,
         "uploads": args.uploads,
@@ -568,7 +649,8 @@ def summarise(
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [
-        f"{result['cpu']}, {result['cores']} cores, {result['date']}; medians of {result['rounds']} rounds "
+        f"{result['cpu']}, {result['cores']} cores, {result['date']}; Keystream and the raw-ASGI floor on "
+        f"Python {result['python']} ({result['interpreter']}); medians of {result['rounds']} rounds "
         f"(min-max); wrk -t1, {result['seconds']} s per run; server CPU in % of one core, RSS after the run.",
         "",
         "| workload | conns | OpenBao | Keystream | ratio | p99 ms (OpenBao / Keystream) "
@@ -608,6 +690,32 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {row['workload']} | {cell(row.get('nginx'), row['unit'])} "
                 f"| {cell(row['raw-asgi'], row['unit'])} | {cell(row['keystream'], row['unit'])} "
                 f"| {100 * row['of_raw_asgi']:.0f}% | {cpu} |"
+            )
+    if result.get("baseline"):
+        lines += [
+            "",
+            f"Before and after in this run: before = {result['baseline']['commit']}, after = this checkout "
+            "(same keys, same request bodies, rounds alternating with the other servers).",
+            "",
+            "| workload | before | after | after / before | x OpenBao (before -> after) "
+            "| of raw ASGI (before -> after) | CPU us/request (before -> after) | p99 ms (before -> after) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in result["rows"]:
+            if "keystream-before" not in row:
+                continue
+            before, after = row["keystream-before"], row["keystream"]
+            peer = f"{row['ratio_before']:.2f}x -> {row['ratio']:.2f}x" if "ratio" in row else "-"
+            floor = (
+                f"{100 * row['of_raw_asgi_before']:.0f}% -> {100 * row['of_raw_asgi']:.0f}%"
+                if "of_raw_asgi" in row
+                else "-"
+            )
+            lines.append(
+                f"| {row['workload']} | {cell(before, row['unit'])} | {cell(after, row['unit'])} "
+                f"| {row['after_over_before']:.2f}x | {peer} | {floor} "
+                f"| {before['cpu_us_per_request']:.0f} -> {after['cpu_us_per_request']:.0f} "
+                f"| {before['p99_ms']:.2f} -> {after['p99_ms']:.2f} |"
             )
     return "\n".join(lines)
 

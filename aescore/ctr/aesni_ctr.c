@@ -38,6 +38,19 @@ static uint64_t ks_xgetbv0(void) {
     return ((uint64_t)edx << 32) | eax;
 }
 
+/* The vector-state bits of XCR0 the OS saves (0 without AVX/OSXSAVE): the YMM and ZMM checks below. */
+static uint64_t ks_os_xcr0(void) {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+        return 0;
+    }
+    const int has_osxsave = (ecx >> 27) & 1, has_avx = (ecx >> 28) & 1;
+    return has_osxsave && has_avx ? ks_xgetbv0() : 0;
+}
+
+#define KS_OS_YMM(xcr0) (((xcr0) & 0x6) == 0x6)                          /* XMM and YMM state enabled */
+#define KS_OS_ZMM(xcr0) (KS_OS_YMM(xcr0) && ((xcr0) & 0xe0) == 0xe0)    /* opmask, ZMM_Hi256, Hi16_ZMM */
+
 static unsigned ks_detect_isas(void) {
     unsigned eax, ebx, ecx, edx;
     unsigned result = 0;
@@ -45,29 +58,31 @@ static unsigned ks_detect_isas(void) {
         return 0;
     }
     const int has_aes = (ecx >> 25) & 1, has_ssse3 = (ecx >> 9) & 1, has_sse41 = (ecx >> 19) & 1;
-    const int has_osxsave = (ecx >> 27) & 1, has_avx = (ecx >> 28) & 1;
     if (!(has_aes && has_ssse3 && has_sse41)) {
         return 0;
     }
     result |= KS_ISA_AESNI;
-    if (!(has_osxsave && has_avx)) {
-        return result;
-    }
-    const uint64_t xcr0 = ks_xgetbv0();
-    const int os_ymm = (xcr0 & 0x6) == 0x6;          /* XMM and YMM state enabled */
-    const int os_zmm = os_ymm && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+    const uint64_t xcr0 = ks_os_xcr0();
+    if (!KS_OS_YMM(xcr0) || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
         return result;
     }
     const int has_avx2 = (ebx >> 5) & 1, has_avx512f = (ebx >> 16) & 1, has_avx512bw = (ebx >> 30) & 1;
     const int has_vaes = (ecx >> 9) & 1;
-    if (os_ymm && has_avx2 && has_vaes) {
+    if (has_avx2 && has_vaes) {
         result |= KS_ISA_VAES256;
-        if (os_zmm && has_avx512f && has_avx512bw) {
+        if (KS_OS_ZMM(xcr0) && has_avx512f && has_avx512bw) {
             result |= KS_ISA_VAES512;
         }
     }
     return result;
+}
+
+static int ks_detect_avx2(void) {
+    unsigned eax, ebx, ecx, edx;
+    if (!KS_OS_YMM(ks_os_xcr0()) || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+        return 0;
+    }
+    return (ebx >> 5) & 1;
 }
 
 unsigned ks_cpu_isas(void) {
@@ -79,6 +94,16 @@ unsigned ks_cpu_isas(void) {
         __atomic_store_n(&cached, value, __ATOMIC_RELAXED);
     }
     return (unsigned)value;
+}
+
+int ks_cpu_avx2(void) {
+    static int cached = -1;
+    int value = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (value < 0) {
+        value = ks_detect_avx2();
+        __atomic_store_n(&cached, value, __ATOMIC_RELAXED);
+    }
+    return value;
 }
 
 /* ------------------------------------------------------------------------------------------------------ */

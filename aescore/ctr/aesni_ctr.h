@@ -58,6 +58,10 @@ typedef struct {
 /* Bit mask of ks_isa values this CPU and OS can run (CPUID + XGETBV; never executes a missing instruction). */
 unsigned ks_cpu_isas(void);
 
+/* 1 when the CPU has AVX2 and the OS saves YMM state (the same CPUID + XGETBV reading), else 0: for the
+ * non-AES code that uses VEX/ymm instructions (sha256.c), which must not run them on a CPU or OS without. */
+int ks_cpu_avx2(void);
+
 /* Expand a 16/24/32-byte key. Requires KS_ISA_AESNI. */
 ks_status ks_expand_key(const uint8_t *key, size_t key_len, ks_aes_key *out);
 

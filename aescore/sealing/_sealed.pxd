@@ -20,6 +20,7 @@ cdef extern from "sha256.h" nogil:
         KS_SHA256_SCALAR
         KS_SHA256_SHANI
         KS_SHA256_BMI2
+        KS_SHA256_AVX2
 
     ctypedef void (*ks_sha256_compress_fn)(uint32_t *state, const uint8_t *blocks, size_t count)
 

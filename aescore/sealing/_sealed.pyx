@@ -9,8 +9,8 @@ owns the error messages (``app.formats.sealed``).
 
 Configuration, read at import:
 
-* ``KEYSTREAM_SHA256_IMPL``: ``auto`` (default: ``shani`` when the CPU has SHA-NI, else ``bmi2`` when it has
-  BMI2, else ``scalar``), ``shani``, ``bmi2`` or ``scalar``. Forcing a path the CPU lacks makes :func:`unavailable_reason` say so (the callers
+* ``KEYSTREAM_SHA256_IMPL``: ``auto`` (default: ``shani`` when the CPU has SHA-NI, else ``avx2`` when it has
+  AVX2 and BMI2, else ``bmi2`` when it has BMI2, else ``scalar``), ``shani``, ``avx2``, ``bmi2`` or ``scalar``. Forcing a path the CPU lacks makes :func:`unavailable_reason` say so (the callers
   then keep the Python path) rather than silently running another. :func:`set_sha256_impl` switches
   in-process (tests).
 """
@@ -29,7 +29,7 @@ cdef enum:
     _GIL_RELEASE_BYTES = 16384
 
 #: SHA-256 path names, fastest first.
-SHA256_IMPL_NAMES = ("shani", "bmi2", "scalar")
+SHA256_IMPL_NAMES = ("shani", "avx2", "bmi2", "scalar")
 #: Calls over at least this many input bytes run with the GIL released.
 GIL_RELEASE_BYTES = _GIL_RELEASE_BYTES
 #: Bytes of randomness per sealed item: the salt (derived key size) then the 7-byte nonce prefix.
@@ -44,7 +44,9 @@ ITEM_NO_KEY = KS_ITEM_NO_KEY
 ITEM_BAD_TAG = KS_ITEM_BAD_TAG
 ITEM_TOO_MANY_SEGMENTS = KS_ITEM_TOO_MANY_SEGMENTS
 
-cdef dict _SHA_BY_NAME = {"shani": KS_SHA256_SHANI, "bmi2": KS_SHA256_BMI2, "scalar": KS_SHA256_SCALAR}
+cdef dict _SHA_BY_NAME = {
+    "shani": KS_SHA256_SHANI, "avx2": KS_SHA256_AVX2, "bmi2": KS_SHA256_BMI2, "scalar": KS_SHA256_SCALAR
+}
 #: The segment constructions, by the scheme names of the sealed format (docs/formats.md).
 SCHEMES = ("ctr-hmac", "gcm")
 cdef dict _SCHEME_BY_NAME = {"ctr-hmac": KS_SCHEME_CTR_HMAC, "gcm": KS_SCHEME_GCM}
@@ -80,7 +82,7 @@ def get_sha256_impl():
 
 
 def set_sha256_impl(name):
-    """Select the SHA-256 path: ``auto``, ``shani``, ``bmi2`` or ``scalar``.
+    """Select the SHA-256 path: ``auto``, ``shani``, ``avx2``, ``bmi2`` or ``scalar``.
 
     Raises:
         TypeError: ``name`` is not a str (:class:`aescore.AesCoreTypeError`).

@@ -1,10 +1,11 @@
 /*
  * sha256.h - SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104) for the sealed batch core (sealed_batch.c).
  *
- * Three compression functions: SHA-NI intrinsics (SHA256RNDS2/MSG1/MSG2, on this project's Zen 3 hosts), a
- * portable scalar one, and the same scalar rounds compiled for BMI2 (CPUs without SHA-NI, such as Intel Xeons
- * before Ice Lake). The caller picks one per context from ks_sha256_impls() (CPUID), so the SHA-NI path
- * never runs on a CPU without it; either can be forced for tests. No allocation, no Python, no globals
+ * Four compression functions: SHA-NI intrinsics (SHA256RNDS2/MSG1/MSG2, on this project's Zen 3 hosts), a
+ * portable scalar one, the same scalar rounds compiled for BMI2, and BMI2 rounds beside a message schedule
+ * computed four words at a time in vector registers (AVX2; CPUs without SHA-NI, such as Intel Xeons before
+ * Ice Lake). The caller picks one per context from ks_sha256_impls() (CPUID, and XGETBV for AVX2), so no
+ * path runs on a CPU without its instructions; any can be forced for tests. No allocation, no Python, no globals
  * besides the cached CPUID result. Not a general-purpose hash API: lengths are size_t, one message at a time.
  */
 #ifndef KS_SHA256_H
@@ -25,7 +26,8 @@ typedef enum {
     KS_SHA256_NONE = 0,
     KS_SHA256_SCALAR = 1,     /* portable C, every CPU */
     KS_SHA256_SHANI = 2,      /* SHA-NI + SSE4.1 + SSSE3 intrinsics */
-    KS_SHA256_BMI2 = 4        /* the scalar rounds compiled for BMI2 (RORX) */
+    KS_SHA256_BMI2 = 4,       /* the scalar rounds compiled for BMI2 (RORX) */
+    KS_SHA256_AVX2 = 8        /* BMI2 rounds with the message schedule in AVX2 (VEX xmm) registers */
 } ks_sha256_impl;
 
 typedef void (*ks_sha256_compress_fn)(uint32_t state[8], const uint8_t *blocks, size_t count);

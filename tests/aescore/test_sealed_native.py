@@ -71,21 +71,103 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-@pytest.mark.parametrize("impl", ["scalar", "bmi2", "shani"])
+# The /proc/cpuinfo flags each path needs (Linux drops avx2 when the OS does not save YMM state).
+PATH_FLAGS = {
+    "scalar": set(),
+    "bmi2": {"bmi2"},
+    "avx2": {"avx2", "bmi2"},
+    "shani": {"sha_ni", "ssse3", "sse4_1"},
+}
+
+
+def _require_path(impl: str) -> None:
+    """Skip when the CPU lacks `impl`; fail when it has the flags but the path is not offered."""
+    if impl in _sealed.sha256_impls():
+        return
+    if PATH_FLAGS[impl] <= _cpu_flags():
+        pytest.fail(
+            f"the CPU reports {sorted(PATH_FLAGS[impl])} but {impl} is not offered (detection is wrong)"
+        )
+    pytest.skip(f"CPU lacks {impl} (supported here: {', '.join(_sealed.sha256_impls())})")
+
+
+def test_path_names_and_order() -> None:
+    assert _sealed.SHA256_IMPL_NAMES == ("shani", "avx2", "bmi2", "scalar")
+    offered = _sealed.sha256_impls()
+    assert offered == tuple(name for name in _sealed.SHA256_IMPL_NAMES if name in offered)
+    assert offered[-1] == "scalar"
+    flags = _cpu_flags()
+    if flags:  # Linux: auto takes the fastest path the flags allow
+        expected = next(name for name in _sealed.SHA256_IMPL_NAMES if PATH_FLAGS[name] <= flags)
+        assert offered[0] == expected
+
+
+# Every length to 300 (0 to 4 whole blocks in one compression call, the 55/56/63/64/65-byte padding edges of
+# each), then long ones: whole-block counts odd and even, so the AVX2 path's two-block loop and its one-block
+# tail both run, at their junction too.
+SHA_LENGTHS = [*range(0, 301), 447, 448, 511, 512, 513, 1000, 1024, 4095, 4096, 4160, 65536 + 7, 1 << 20]
+
+
+@pytest.mark.parametrize("impl", ["scalar", "bmi2", "avx2", "shani"])
 def test_sha256_and_hmac_match_hashlib(impl: str) -> None:
-    if impl not in _sealed.sha256_impls():
-        flag = {"shani": "sha_ni", "bmi2": "bmi2"}[impl]
-        if flag in _cpu_flags():
-            pytest.fail(f"the CPU reports {flag} but the {impl} path is not offered (detection is wrong)")
-        pytest.skip(f"CPU lacks {impl} (supported here: {', '.join(_sealed.sha256_impls())})")
+    _require_path(impl)
     rng = random.Random(5)
-    for length in [*range(0, 200), 1000, 4095, 65536 + 7]:
+    for length in SHA_LENGTHS + [rng.randrange(300, 20000) for _ in range(40)]:
         data = rng.randbytes(length)
         assert _sealed.sha256(data, impl) == hashlib.sha256(data).digest(), length
-    for key_length in (0, 1, 32, 63, 64, 65, 200):
+    for key_length in (0, 1, 32, 55, 56, 63, 64, 65, 128, 200):
         key = rng.randbytes(key_length)
-        data = rng.randbytes(key_length * 3)
-        assert _sealed.hmac_sha256(key, data, impl) == hmac.digest(key, data, "sha256")
+        for data_length in (0, 1, 55, 64, 65, 1024, key_length * 3):
+            data = rng.randbytes(data_length)
+            expected = hmac.digest(key, data, "sha256")
+            assert _sealed.hmac_sha256(key, data, impl) == expected, (key_length, data_length)
+
+
+def test_hkdf_matches_cryptography(sha_impl: str) -> None:
+    from cryptography.hazmat.primitives.hashes import SHA256
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    rng = random.Random(11)
+    for ikm_length, salt_length, info_length, length in [
+        (16, 0, 0, 32),
+        (32, 16, 5, 64),
+        (64, 32, 100, 33),
+        (65, 64, 0, 1),
+        (200, 65, 63, 1000),
+        (22, 13, 10, 8160),
+    ]:
+        ikm, salt, info = rng.randbytes(ikm_length), rng.randbytes(salt_length), rng.randbytes(info_length)
+        out = bytearray(length)
+        _sealed.hkdf_sha256_into(ikm, salt, info, out)
+        expected = HKDF(algorithm=SHA256(), length=length, salt=salt or None, info=info).derive(ikm)
+        assert bytes(out) == expected, (sha_impl, ikm_length, salt_length, info_length, length)
+
+
+@pytest.mark.parametrize("scheme", _sealed.SCHEMES)
+def test_sealed_output_is_identical_on_every_path(scheme: str) -> None:
+    """The same inputs and randomness seal to the same bytes on every SHA-256 path; each path opens them."""
+    rng = random.Random(17)
+    ikm = rng.randbytes(32)
+    plaintexts = [rng.randbytes(n) for n in (0, 1, 63, 64, 1024, 5000, 70000)]
+    ads = [rng.randbytes(i * 30) for i in range(len(plaintexts))]
+    randomness = rng.randbytes((32 + 7) * len(plaintexts))
+    previous = _sealed.get_sha256_impl()
+    sealed: dict[str, list[bytes | None]] = {}
+    try:
+        for impl in _sealed.sha256_impls():
+            _sealed.set_sha256_impl(impl)
+            sealed[impl] = _sealed.seal_many(ikm, 32, 4096, plaintexts, ads, randomness, ISA, scheme)
+        reference = sealed["scalar"]
+        assert all(c is not None for c in reference)
+        for impl, outputs in sealed.items():
+            assert outputs == reference, impl
+        for impl in _sealed.sha256_impls():
+            _sealed.set_sha256_impl(impl)
+            ciphertexts = [bytes(c or b"") for c in reference]
+            opened = _sealed.open_many([ikm], 32, 4096, ciphertexts, ads, ISA, scheme)
+            assert [item[:2] for item in opened] == [(p, _sealed.ITEM_OK) for p in plaintexts], impl
+    finally:
+        _sealed.set_sha256_impl(previous)
 
 
 def test_sha256_path_is_forced_by_the_environment() -> None:
@@ -100,8 +182,25 @@ def test_sha256_path_is_forced_by_the_environment() -> None:
         assert output.stdout.strip() == expected
     env = {**os.environ, "KEYSTREAM_SHA256_IMPL": "md5"}
     output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    expected = "none KEYSTREAM_SHA256_IMPL: impl must be one of auto, shani, bmi2, scalar"
+    expected = "none KEYSTREAM_SHA256_IMPL: impl must be one of auto, shani, avx2, bmi2, scalar"
     assert output.stdout.startswith(expected)
+
+
+@pytest.mark.parametrize("impl", _sealed.SHA256_IMPL_NAMES)
+def test_each_path_forced_by_the_environment(impl: str) -> None:
+    """A forced path runs when the CPU has it; one it lacks leaves the native core unavailable, saying why."""
+    code = (
+        "from aescore.sealing import _sealed; print(_sealed.get_sha256_impl(), _sealed.unavailable_reason())"
+    )
+    env = {**os.environ, "KEYSTREAM_SHA256_IMPL": impl}
+    output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    if impl in _sealed.sha256_impls():
+        assert output.stdout.strip() == f"{impl} None"
+    else:
+        expected = f"none KEYSTREAM_SHA256_IMPL: SHA-256 path {impl!r} is not supported by this CPU"
+        assert output.stdout.strip() == expected
+        with pytest.raises(aescore.AesCoreValueError, match="not supported by this CPU"):
+            _sealed.set_sha256_impl(impl)
 
 
 def test_bad_settings_are_refused() -> None:

@@ -79,7 +79,7 @@ def test_the_report_gives_keystream_as_a_fraction_of_the_raw_asgi_floor() -> Non
         },
         "1 KiB decrypt": {"keystream": [_run(4000, 190)] * 3, "raw-asgi": [_run(16000, 180)] * 3},
     }
-    arguments = argparse.Namespace(rounds=3, seconds=1, uploads=1)
+    arguments = argparse.Namespace(rounds=3, seconds=1, uploads=1, baseline=None)
     result = bench_peer.summarise(workloads, samples, arguments)
     encrypt, decrypt = result["rows"]
     assert encrypt["of_raw_asgi"] == pytest.approx(0.30) and decrypt["of_raw_asgi"] == pytest.approx(0.25)
@@ -89,3 +89,35 @@ def test_the_report_gives_keystream_as_a_fraction_of_the_raw_asgi_floor() -> Non
     assert "| 1 KiB encrypt | 100,000.0 (100,000.0-100,000.0) req/s | 20,000.0" in floors
     assert "| 30% | 15 / 90 / 317 / 650 |" in floors
     assert "| 1 KiB decrypt | - | 16,000.0" in floors and "| 25% | - / 112 / 475 / - |" in floors
+    assert "Before and after" not in table
+
+
+def test_the_report_puts_a_baseline_beside_keystream_in_the_same_run() -> None:
+    workloads = [bench_peer.Workload(name, "req/s", 1, 16) for name in bench_peer.FLOOR_WORKLOADS]
+    samples = {
+        "1 KiB encrypt": {
+            "keystream": [_run(6000, 190)] * 3,
+            "keystream-before": [_run(4000, 190), _run(4500, 190), _run(5000, 190)],
+            "openbao": [_run(3000, 195)] * 3,
+            "raw-asgi": [_run(20000, 180)] * 3,
+        },
+        "1 KiB decrypt": {"keystream": [_run(5000, 190)] * 3, "keystream-before": [_run(2500, 190)] * 3},
+    }
+    arguments = argparse.Namespace(rounds=3, seconds=1, uploads=1, baseline=REPO)
+    result = bench_peer.summarise(workloads, samples, arguments)
+    encrypt, decrypt = result["rows"]
+    assert encrypt["after_over_before"] == pytest.approx(6000 / 4500)
+    assert encrypt["ratio_before"] == pytest.approx(1.5) and encrypt["of_raw_asgi_before"] == pytest.approx(
+        0.225
+    )
+    assert decrypt["after_over_before"] == pytest.approx(2.0) and "ratio_before" not in decrypt
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    assert result["baseline"] == {"path": str(REPO), "commit": commit.stdout.strip()}
+    table = bench_peer.markdown(result)
+    section = table[table.index("Before and after") :]
+    assert f"before = {commit.stdout.strip()}" in section
+    assert "| 1 KiB encrypt | 4,500.0 (4,000.0-5,000.0) req/s | 6,000.0" in section
+    assert "| 1.33x | 1.50x -> 2.00x | 22% -> 30% | 422 -> 317 | 1.00 -> 1.00 |" in section
+    assert "| 1 KiB decrypt |" in section and "| 2.00x | - | - | 760 -> 380 |" in section
