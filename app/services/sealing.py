@@ -165,22 +165,31 @@ async def open_message(
     Raises:
         SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext).
     """
-    # open_messages for one message, without its two coroutines (as seal_message).
-    parameters = keys.first.parameters
-    candidates = keys.materials
-    several = len(candidates) > 1
-    (opened,) = await run_timed(
-        backend,
-        "decrypt",
-        "sealed",
-        len(data),
-        _inline_max(settings, backend, parameters.scheme, 1, whole=True),
-        lambda: open_many(
-            candidates, parameters, (data,), (associated_data,), backend, more_candidates=keys.more
-        ),
-        cost=trial_work(len(data), parameters.segment_size, len(candidates)) if several else None,
-        limiter=trial_limiter() if several else None,
-    )
+    # open_messages for one message, without its two coroutines (as seal_message); one candidate (the usual
+    # case) is passed without the materials property's list comprehension and run_timed's trial arguments.
+    keyed = keys.candidates
+    first = keyed[0]
+    parameters = first.parameters
+    candidates = [(first.version, first.material)] if len(keyed) == 1 else keys.materials
+    more = keys.more
+    inline_max = _inline_max(settings, backend, parameters.scheme, 1, whole=True)
+
+    def work() -> list[Opened]:
+        return open_many(candidates, parameters, (data,), (associated_data,), backend, more_candidates=more)
+
+    if len(keyed) == 1:
+        (opened,) = await run_timed(backend, "decrypt", "sealed", len(data), inline_max, work)
+    else:
+        (opened,) = await run_timed(
+            backend,
+            "decrypt",
+            "sealed",
+            len(data),
+            inline_max,
+            work,
+            cost=trial_work(len(data), parameters.segment_size, len(keyed)),
+            limiter=trial_limiter(),
+        )
     if isinstance(opened, SealedDecryptionError):
         raise opened
     return opened

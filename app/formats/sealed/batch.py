@@ -18,7 +18,6 @@ system call instead of two per message, and the C code stays free of entropy sou
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import cast
 
 import aescore
 from app.core.schemes import CTR_HMAC, DEFAULT_SCHEME, GCM
@@ -202,37 +201,30 @@ def open_many(
         material = as_key_material("ikm", ikm)
         check_ikm(material, derived_size)
         pairs.append((version, material))
-    opened = _native_open(sealer, parameters, pairs, ciphertexts, associated_data)
-    if _NO_KEY not in opened:  # (a sentinel equal to nothing else: a scan in C, no list of indexes)
-        return cast(list[Opened], opened)  # some candidate opened or refused each message: nothing to add
-    missing = [i for i, result in enumerate(opened) if result is _NO_KEY]
-    tried = list(pairs)
-    if more_candidates is not None:
-        fresh = [
-            (version, as_key_material("ikm", ikm))
-            for version, ikm in more_candidates()
-            if (version, ikm) not in pairs
-        ]
-        for _, material in fresh:
-            check_ikm(material, derived_size)
-        tried += fresh
-        if fresh:
-            retried = _native_open(
-                sealer,
-                parameters,
-                fresh,
-                [ciphertexts[i] for i in missing],
-                [associated_data[i] for i in missing],
-            )
-            for i, result in zip(missing, retried, strict=True):
-                opened[i] = result
-    versions = [version for version, _ in tried]
-    return [
-        result
-        if not isinstance(result, _NoKey)
-        else SealedDecryptionError(messages.no_key(0, versions), segment_index=0, plaintext_released=False)
-        for result in opened
+    opened, missing = _native_open(sealer, parameters, pairs, ciphertexts, associated_data)
+    if not missing or more_candidates is None:
+        return opened  # each opened or was refused, or there is nobody to ask for more versions
+    fresh = [
+        (version, as_key_material("ikm", ikm))
+        for version, ikm in more_candidates()
+        if (version, ikm) not in pairs
     ]
+    for _, material in fresh:
+        check_ikm(material, derived_size)
+    if fresh:
+        retried, still_missing = _native_open(
+            sealer,
+            parameters,
+            fresh,
+            [ciphertexts[i] for i in missing],
+            [associated_data[i] for i in missing],
+        )
+        for i, result in zip(missing, retried, strict=True):
+            opened[i] = result
+        tried = [version for version, _ in pairs] + [version for version, _ in fresh]
+        for j in still_missing:  # their error names every version tried, the fresh ones too
+            opened[missing[j]] = _no_key(tried)
+    return opened
 
 
 def _open_one(
@@ -252,11 +244,9 @@ def _open_one(
     return plaintext, opener.version
 
 
-class _NoKey:
-    """Marks a message whose first segment verified under none of the candidates tried so far."""
-
-
-_NO_KEY = _NoKey()
+def _no_key(versions: list[int]) -> SealedDecryptionError:
+    """The error of a message whose first segment verified under none of ``versions``."""
+    return SealedDecryptionError(messages.no_key(0, versions), segment_index=0, plaintext_released=False)
 
 
 def _native_open(
@@ -265,24 +255,33 @@ def _native_open(
     pairs: Sequence[tuple[int, KeyMaterial]],
     ciphertexts: Sequence[bytes],
     associated_data: Sequence[bytes],
-) -> list[Opened | _NoKey]:
+) -> tuple[list[Opened], list[int]]:
+    """Open ``ciphertexts`` natively under ``pairs``: per message ``(plaintext, version)`` or its error; and
+    the indexes of those whose first segment verified under none of ``pairs`` (their error names the versions
+    of ``pairs``, for a caller with no more to try)."""
     open_native = sealer.open_gcm if parameters.scheme == GCM else sealer.open_ctr_hmac
     results = open_native(
-        [material for _, material in pairs],
+        [material for _, material in pairs] if len(pairs) != 1 else [pairs[0][1]],
         parameters.derived_key_size,
         parameters.segment_size,
         ciphertexts,
         associated_data,
     )
-    opened: list[Opened | _NoKey] = []
-    for data, (plaintext, status, segment, candidate) in zip(ciphertexts, results, strict=True):
+    if len(results) != len(ciphertexts):
+        raise ValueError(f"the native core gave {len(results)} results for {len(ciphertexts)} ciphertexts")
+    opened: list[Opened] = []
+    missing: list[int] = []
+    index = 0  # (a counter, not zip(strict=True): zip's keyword parsing cost as much as this loop)
+    for plaintext, status, segment, candidate in results:
         if plaintext is not None:
             opened.append((plaintext, pairs[candidate][0]))
         elif status == Status.NO_KEY:
-            opened.append(_NO_KEY)
+            opened.append(_no_key([version for version, _ in pairs]))
+            missing.append(index)
         else:
-            opened.append(_failure(status, segment, data, parameters))
-    return opened
+            opened.append(_failure(status, segment, ciphertexts[index], parameters))
+        index += 1
+    return opened, missing
 
 
 def _failure(status: int, segment: int, data: bytes, parameters: KeyParameters) -> SealedDecryptionError:

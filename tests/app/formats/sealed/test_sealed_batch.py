@@ -274,3 +274,26 @@ def test_gcm_batch_mixes_one_segment_and_longer_messages(aesni: aescore.Backend)
     assert opened == [(p, 1) for p in plaintexts]
     tink = TinkStreamingAead([(1, ikm)], 16, segment_size, "gcm")
     assert [tink.decrypt(item, ad) for item, ad in zip(sealed, ads, strict=True)] == plaintexts  # type: ignore[arg-type]
+
+
+def test_a_native_answer_of_the_wrong_length_is_refused(
+    monkeypatch: pytest.MonkeyPatch, aesni: aescore.Backend
+) -> None:
+    """Results are matched to messages by position: a native core that answered for fewer messages than it
+    was given is an error, never a shorter list or results paired with the wrong messages."""
+    from app.formats.sealed import batch
+
+    sealer = batch._native_sealer(aesni, "ctr-hmac")
+    assert sealer is not None
+    sealed = seal_many(bytes(32), KeyParameters("aes256", 4096), [b"a", b"b"], [b"", b""], aesni)
+    real = sealer.open_ctr_hmac
+
+    class Short:
+        isa = sealer.isa
+
+        def open_ctr_hmac(self, *args: object) -> list[object]:
+            return real(*args)[:1]  # type: ignore[arg-type]
+
+    monkeypatch.setitem(batch._SEALERS, (aesni, "ctr-hmac"), Short())
+    with pytest.raises(ValueError, match="2 ciphertexts"):
+        open_many([(1, bytes(32))], KeyParameters("aes256", 4096), sealed, [b"", b""], aesni)  # type: ignore[arg-type]
