@@ -200,6 +200,8 @@ class Opening:
     streamed through a decryptor's crypto step; and the key version that verified it, once output exists
     (for ``Keystream-Key-Version``)."""
 
+    __slots__ = ("_associated_data", "_backend", "_decryptor", "_keys", "_settings", "_version")
+
     def __init__(
         self, settings: Settings, backend: aescore.Backend, keys: DecryptionKeys, associated_data: bytes
     ) -> None:
