@@ -19,10 +19,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.middleware.errors import answer_unexpected
 from app.api.middleware.layer import Layer
-from app.core.metric_buffer import BufferedGauge, BufferedHistogram
+from app.core.metric_buffer import BufferedHistogram, InFlight
 from app.core.metrics import HTTP_REQUEST_SECONDS, INFLIGHT_REQUESTS
 
-_INFLIGHT = BufferedGauge(INFLIGHT_REQUESTS)
+_INFLIGHT = InFlight(INFLIGHT_REQUESTS)
 
 
 class ObservedMiddleware(Layer):
@@ -43,7 +43,7 @@ class ObservedMiddleware(Layer):
                 status = message["status"]
             await send(message)
 
-        _INFLIGHT.inc()
+        _INFLIGHT.enter()
         try:
             try:
                 await self.app(scope, receive, observed_send)
@@ -52,7 +52,7 @@ class ObservedMiddleware(Layer):
                     raise  # the response started: the server aborts the connection
                 await answer_unexpected(exc, scope, receive, observed_send)
         finally:
-            _INFLIGHT.dec()
+            _INFLIGHT.leave()
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             seconds = time.perf_counter() - start
             observe_request(route, scope.get("method", ""), 500 if status is None else status, seconds)

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from app.core import metric_buffer
-from app.core.metric_buffer import BufferedCounter, BufferedGauge, BufferedHistogram
+from app.core.metric_buffer import BufferedCounter, BufferedGauge, BufferedHistogram, InFlight
 
 BUCKETS = (1e-4, 5e-4, 1e-3, 0.01, 0.1, 1.0)
 
@@ -97,12 +97,18 @@ def test_reading_the_default_registry_flushes_first() -> None:
 def test_buffering_off_applies_at_once_and_flushes_what_was_pending() -> None:
     registry = CollectorRegistry()
     counter = Counter("o_total", "o", registry=registry)
-    buffered = BufferedCounter(counter)
+    histogram = Histogram("o_seconds", "o", buckets=BUCKETS, registry=registry)
+    buffered, seconds = BufferedCounter(counter), BufferedHistogram(histogram)
     buffered.inc(2)
+    seconds.observe(0.002)
     metric_buffer.set_buffering(False)
     assert registry.get_sample_value("o_total") == 2.0
+    assert registry.get_sample_value("o_seconds_count") == 1.0
     buffered.inc(3)
+    seconds.observe(0.5)
     assert registry.get_sample_value("o_total") == 5.0
+    assert registry.get_sample_value("o_seconds_count") == 2.0
+    assert registry.get_sample_value("o_seconds_bucket", {"le": "0.1"}) == 1.0
 
 
 def test_negative_counter_increment_is_refused() -> None:
@@ -115,10 +121,13 @@ def test_a_full_buffer_flushes_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metric_buffer, "MAX_PENDING", 10)
     registry = CollectorRegistry()
     buffered = BufferedCounter(Counter("f_total", "f", registry=registry))
+    seconds = BufferedHistogram(Histogram("f_seconds", "f", buckets=BUCKETS, registry=registry))
     for _ in range(10):
         buffered.inc()
+        seconds.observe(0.002)
     assert registry.get_sample_value("f_total") == 10.0
-    assert len(buffered._pending) == 0
+    assert registry.get_sample_value("f_seconds_count") == 10.0
+    assert len(buffered._pending) == len(seconds._pending) == 0
 
 
 def test_threads_recording_while_others_flush_lose_nothing() -> None:
@@ -171,3 +180,112 @@ def test_periodic_flush_applies_within_its_interval_and_once_more_when_cancelled
         assert registry.get_sample_value("p_total") == 3.0
 
     asyncio.run(scenario())
+
+
+def _in_flight() -> tuple[CollectorRegistry, Gauge]:
+    registry = CollectorRegistry()
+    return registry, Gauge("i_inflight", "i", registry=registry)
+
+
+def test_in_flight_shows_its_net_count_at_a_flush_and_adds_each_change_once() -> None:
+    registry, gauge = _in_flight()
+    inflight = InFlight(gauge)
+    for _ in range(5):
+        inflight.enter()
+    for _ in range(3):
+        inflight.leave()
+    assert registry.get_sample_value("i_inflight") == 0.0  # a private registry: nothing flushed it
+    metric_buffer.flush()
+    assert registry.get_sample_value("i_inflight") == 2.0
+    metric_buffer.flush()  # nothing changed since: nothing more is added
+    assert registry.get_sample_value("i_inflight") == 2.0
+    inflight.leave()
+    inflight.leave()
+    inflight.enter()
+    metric_buffer.flush()
+    assert registry.get_sample_value("i_inflight") == 1.0
+
+
+def test_in_flight_with_buffering_off_applies_at_once_across_switches() -> None:
+    registry, gauge = _in_flight()
+    inflight = InFlight(gauge)
+    inflight.enter()  # buffered: shown by the flush that turning buffering off makes
+    metric_buffer.set_buffering(False)
+    assert registry.get_sample_value("i_inflight") == 1.0
+    inflight.enter()
+    assert registry.get_sample_value("i_inflight") == 2.0
+    inflight.leave()
+    assert registry.get_sample_value("i_inflight") == 1.0
+    metric_buffer.set_buffering(True)
+    inflight.leave()  # entered while buffering, left after it was turned off and on again
+    metric_buffer.flush()
+    assert registry.get_sample_value("i_inflight") == 0.0
+    metric_buffer.set_buffering(False)
+    assert registry.get_sample_value("i_inflight") == 0.0
+
+
+_FINISHED = InFlight.__dict__["finished"]  # the slot the subclass below reads through
+
+
+class _RequestDuringFlush(InFlight):
+    """An :class:`InFlight` on which one whole request (enter, leave) runs just before a flush's read of
+    ``finished`` returns, as the event loop may while another thread flushes."""
+
+    interleave = False
+
+    @property  # type: ignore[misc]
+    def finished(self) -> int:
+        if self.interleave:
+            self.interleave = False
+            self.enter()
+            self.leave()
+        value: int = _FINISHED.__get__(self)
+        return value
+
+    @finished.setter
+    def finished(self, value: int) -> None:
+        _FINISHED.__set__(self, value)
+
+
+def test_a_flush_never_shows_a_request_gone_before_it_showed_it_started() -> None:
+    registry, gauge = _in_flight()
+    inflight = _RequestDuringFlush(gauge)
+    inflight.enter()
+    inflight.leave()
+    metric_buffer.flush()
+    assert registry.get_sample_value("i_inflight") == 0.0
+    inflight.interleave = True
+    metric_buffer.flush()  # reading started first would see the leave without its enter: -1
+    assert registry.get_sample_value("i_inflight") == 0.0
+
+
+def test_in_flight_counted_by_one_thread_while_others_flush_ends_exact_and_never_negative() -> None:
+    registry, gauge = _in_flight()
+    inflight = InFlight(gauge)
+    done = threading.Event()
+    lowest: list[float] = []
+
+    def count() -> None:
+        for _ in range(50_000):
+            inflight.enter()
+            inflight.leave()
+        inflight.enter()
+
+    def keep_flushing() -> None:
+        low = 0.0
+        while not done.is_set():
+            metric_buffer.flush()
+            low = min(low, registry.get_sample_value("i_inflight") or 0.0)
+        lowest.append(low)
+
+    flushers = [threading.Thread(target=keep_flushing) for _ in range(2)]
+    counter = threading.Thread(target=count)
+    for thread in [*flushers, counter]:
+        thread.start()
+    counter.join()
+    done.set()
+    for thread in flushers:
+        thread.join()
+    metric_buffer.flush()
+    assert registry.get_sample_value("i_inflight") == 1.0
+    assert lowest == [0.0, 0.0]
