@@ -34,6 +34,8 @@ from app.formats.sealed import SealedDecryptor, SealedEncryptor, SealedRewrapper
 from app.keycache import CacheMissError, KeyCache, ResolvedKey
 
 T = TypeVar("T")
+#: ``tuple.__new__``: builds a named tuple from its fields without the Python-level ``__new__`` its class
+#: call runs (every decrypt builds a :class:`DecryptionKeys`).
 _new_tuple = tuple.__new__
 
 __all__ = [
