@@ -309,6 +309,13 @@ class KeyCache:
             if len(versions) == 1:  # a key with one version that may decrypt, or an explicit version
                 return [self._cached_one(name, versions[0], backend.name, ResolvedKey)]
             return self._cached(name, versions, backend.name, ResolvedKey)
+        return self._resolve_each(info, versions, backend)
+
+    def _resolve_each(
+        self, info: KeyInfo, versions: Sequence[int], backend: aescore.Backend
+    ) -> list[ResolvedKey]:
+        """:meth:`_resolve` of each of ``versions`` (a method of its own: a comprehension in
+        :meth:`decryption_candidates` would make cells of its locals on every call, hits included)."""
         return [self._resolve(info, number, backend) for number in versions]
 
     def deterministic_candidates(

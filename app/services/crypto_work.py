@@ -122,8 +122,9 @@ async def run_timed(
                 return work()
             finally:
                 seconds.observe(time.perf_counter() - start)
-        return await run_crypto(backend, weight, inline_max, lambda: timed(seconds, work), limiter)
+        # (partials, not lambdas: a lambda makes cells of work and seconds on every call, inline ones too)
+        return await run_crypto(backend, weight, inline_max, functools.partial(timed, seconds, work), limiter)
     except CacheMissError:
         # It ran on the loop and needs the keystore (a ciphertext no cached version opens: the key's versions
         # are read again, :func:`app.services.keys.decryption_keys`): run it again where the read may wait.
-        return await to_thread.run_sync(lambda: timed(seconds, work), limiter=limiter)
+        return await to_thread.run_sync(functools.partial(timed, seconds, work), limiter=limiter)

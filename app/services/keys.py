@@ -34,6 +34,8 @@ from app.formats.sealed import SealedDecryptor, SealedEncryptor, SealedRewrapper
 from app.keycache import CacheMissError, KeyCache, ResolvedKey
 
 T = TypeVar("T")
+#: ``tuple.__new__``: builds a named tuple from its fields without the Python-level ``__new__`` its class
+#: call runs (every decrypt builds a :class:`DecryptionKeys`).
 _new_tuple = tuple.__new__
 
 __all__ = [
@@ -213,11 +215,19 @@ async def decryption_keys(
     if not raw:
         for key in candidates:
             if context is not None or key.options.derived:  # else with_context gives each key as it is
-                candidates = [with_context(key, context, backend) for key in candidates]
+                candidates = _with_context_each(candidates, context, backend)
                 break
     more = _FreshCandidates(keycache, name, backend, None if raw else context) if version is None else None
     # = DecryptionKeys(candidates, more) without the named tuple's Python-level __new__
     return _new_tuple(DecryptionKeys, (candidates, more))
+
+
+def _with_context_each(
+    candidates: list[ResolvedKey], context: bytes | None, backend: aescore.Backend
+) -> list[ResolvedKey]:
+    """:func:`with_context` of each candidate (a function of its own: a comprehension in
+    :func:`decryption_keys` would make cells of its arguments on every call)."""
+    return [with_context(key, context, backend) for key in candidates]
 
 
 def on_event_loop() -> bool:

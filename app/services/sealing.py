@@ -49,7 +49,7 @@ PYTHON_INLINE_MAX_BYTES = 16 * 1024
 
 def _inline_max(settings: Settings, backend: aescore.Backend, scheme: str, count: int, whole: bool) -> int:
     """Most bytes of this call's crypto that may run on the event loop (-1: none; see the module doc);
-    ``whole``: one small body of a streaming route (:func:`seal_message`, :func:`open_message`)."""
+    ``whole``: one small body of a streaming route (:func:`seal_message`, :meth:`Opening.whole`)."""
     if whole or native_isa(backend, scheme) is not None:
         return settings.inline_crypto_max_bytes
     return PYTHON_INLINE_MAX_BYTES if count <= PYTHON_INLINE_MAX_ITEMS else -1
@@ -154,51 +154,12 @@ async def seal_message(
     return sealed
 
 
-async def open_message(
-    settings: Settings, backend: aescore.Backend, keys: DecryptionKeys, associated_data: bytes, data: bytes
-) -> tuple[bytes, int]:
-    """Open ``data``, a streaming route's small body, as one whole sealed message under ``keys``.
-
-    Returns:
-        The plaintext and the key version that verified it.
-
-    Raises:
-        SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext).
-    """
-    # open_messages for one message, without its two coroutines (as seal_message); one candidate (the usual
-    # case) is passed without the materials property's list comprehension and run_timed's trial arguments.
-    keyed = keys.candidates
-    first = keyed[0]
-    parameters = first.parameters
-    candidates = [(first.version, first.material)] if len(keyed) == 1 else keys.materials
-    more = keys.more
-    inline_max = _inline_max(settings, backend, parameters.scheme, 1, whole=True)
-
-    def work() -> list[Opened]:
-        return open_many(candidates, parameters, (data,), (associated_data,), backend, more_candidates=more)
-
-    if len(keyed) == 1:
-        (opened,) = await run_timed(backend, "decrypt", "sealed", len(data), inline_max, work)
-    else:
-        (opened,) = await run_timed(
-            backend,
-            "decrypt",
-            "sealed",
-            len(data),
-            inline_max,
-            work,
-            cost=trial_work(len(data), parameters.segment_size, len(keyed)),
-            limiter=trial_limiter(),
-        )
-    if isinstance(opened, SealedDecryptionError):
-        raise opened
-    return opened
-
-
 class Opening:
-    """A streaming route's sealed decrypt of one body: opened whole when small (:func:`open_message`), else
+    """A streaming route's sealed decrypt of one body: opened whole when small (:meth:`whole`), else
     streamed through a decryptor's crypto step; and the key version that verified it, once output exists
     (for ``Keystream-Key-Version``)."""
+
+    __slots__ = ("_associated_data", "_backend", "_decryptor", "_keys", "_settings", "_version")
 
     def __init__(
         self, settings: Settings, backend: aescore.Backend, keys: DecryptionKeys, associated_data: bytes
@@ -211,10 +172,47 @@ class Opening:
         self._decryptor: SealedDecryptor | None = None
 
     async def whole(self, body: bytes) -> bytes:
-        """Open a small body in one call (natively on aesni): no decryptor, no stream."""
-        plaintext, self._version = await open_message(
-            self._settings, self._backend, self._keys, self._associated_data, body
-        )
+        """Open a small body as one whole sealed message, in one call (natively on aesni): no decryptor, no
+        stream; the version that verified it is kept for :meth:`key_version`.
+
+        :func:`open_messages` for one message, without its two coroutines (as :func:`seal_message`); one
+        candidate (the usual case) is passed without the materials property's list comprehension and
+        run_timed's trial arguments.
+
+        Raises:
+            SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext).
+        """
+        backend = self._backend
+        keys = self._keys
+        associated_data = self._associated_data
+        keyed = keys.candidates
+        first = keyed[0]
+        parameters = first.parameters
+        candidates = [(first.version, first.material)] if len(keyed) == 1 else keys.materials
+        more = keys.more
+        inline_max = _inline_max(self._settings, backend, parameters.scheme, 1, whole=True)
+
+        def work() -> list[Opened]:
+            return open_many(
+                candidates, parameters, (body,), (associated_data,), backend, more_candidates=more
+            )
+
+        if len(keyed) == 1:
+            (opened,) = await run_timed(backend, "decrypt", "sealed", len(body), inline_max, work)
+        else:
+            (opened,) = await run_timed(
+                backend,
+                "decrypt",
+                "sealed",
+                len(body),
+                inline_max,
+                work,
+                cost=trial_work(len(body), parameters.segment_size, len(keyed)),
+                limiter=trial_limiter(),
+            )
+        if isinstance(opened, SealedDecryptionError):
+            raise opened
+        plaintext, self._version = opened
         return plaintext
 
     def stream(self) -> CryptoStep:

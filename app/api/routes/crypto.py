@@ -167,7 +167,7 @@ async def decrypt(request: Request) -> Response:
     _sealed_only(params)
     ad = _associated_data(state, params)
     keys = await decryption_keys(state.keycache, name, chosen, params.key_version, _context(params))
-    scheme = keys.first.parameters.scheme
+    scheme = keys.candidates[0].parameters.scheme  # (keys.first, without its property call)
     note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
     opening = Opening(state.settings, chosen, keys, ad)
     return await respond(

@@ -192,39 +192,87 @@ def open_many(
         raise ValueError("candidates must hold at least one (version, key material) pair")
     sealer = _native_sealer(backend, parameters.scheme)
     if sealer is None:
-        return [
-            _open_one(candidates, parameters, data, ad, backend, more_candidates)
-            for data, ad in zip(ciphertexts, associated_data, strict=True)
-        ]
-    pairs: list[tuple[int, KeyMaterial]] = []
+        return _open_each(candidates, parameters, ciphertexts, associated_data, backend, more_candidates)
+    versions: list[int] = []
+    materials: list[KeyMaterial] = []
     for version, ikm in candidates:
         material = as_key_material("ikm", ikm)
         check_ikm(material, derived_size)
-        pairs.append((version, material))
-    opened, missing = _native_open(sealer, parameters, pairs, ciphertexts, associated_data)
-    if not missing or more_candidates is None:
-        return opened  # each opened or was refused, or there is nobody to ask for more versions
+        versions.append(version)
+        materials.append(material)
+    opened, missing = _native_open(sealer, parameters, versions, materials, ciphertexts, associated_data)
+    if missing and more_candidates is not None:
+        _open_missing(
+            sealer,
+            parameters,
+            versions,
+            materials,
+            ciphertexts,
+            associated_data,
+            more_candidates,
+            opened,
+            missing,
+        )
+    return opened
+
+
+# The comprehensions of open_many's rare paths live in functions of their own: in open_many they would make
+# cells of its locals on every call.
+
+
+def _open_each(
+    candidates: Sequence[tuple[int, KeyMaterial]],
+    parameters: KeyParameters,
+    ciphertexts: Sequence[bytes],
+    associated_data: Sequence[bytes],
+    backend: aescore.Backend,
+    more_candidates: Callable[[], Iterable[tuple[int, KeyMaterial]]] | None,
+) -> list[Opened]:
+    """:func:`open_many` on the per-message Python path: a :class:`~.SealedDecryptor` per message."""
+    return [
+        _open_one(candidates, parameters, data, ad, backend, more_candidates)
+        for data, ad in zip(ciphertexts, associated_data, strict=True)
+    ]
+
+
+def _open_missing(
+    sealer: aescore.SealedBatch,
+    parameters: KeyParameters,
+    versions: list[int],
+    materials: list[KeyMaterial],
+    ciphertexts: Sequence[bytes],
+    associated_data: Sequence[bytes],
+    more_candidates: Callable[[], Iterable[tuple[int, KeyMaterial]]],
+    opened: list[Opened],
+    missing: list[int],
+) -> None:
+    """Try the messages at ``missing`` (none of ``versions`` opened them) under the versions
+    ``more_candidates`` adds, in place in ``opened``; those still unopened get the error naming every version
+    tried."""
+    known = list(zip(versions, materials, strict=True))
     fresh = [
         (version, as_key_material("ikm", ikm))
         for version, ikm in more_candidates()
-        if (version, ikm) not in pairs
+        if (version, ikm) not in known
     ]
     for _, material in fresh:
-        check_ikm(material, derived_size)
-    if fresh:
-        retried, still_missing = _native_open(
-            sealer,
-            parameters,
-            fresh,
-            [ciphertexts[i] for i in missing],
-            [associated_data[i] for i in missing],
-        )
-        for i, result in zip(missing, retried, strict=True):
-            opened[i] = result
-        tried = [version for version, _ in pairs] + [version for version, _ in fresh]
-        for j in still_missing:  # their error names every version tried, the fresh ones too
-            opened[missing[j]] = _no_key(tried)
-    return opened
+        check_ikm(material, parameters.derived_key_size)
+    if not fresh:
+        return  # their errors already name every version tried
+    fresh_versions = [version for version, _ in fresh]
+    retried, still_missing = _native_open(
+        sealer,
+        parameters,
+        fresh_versions,
+        [material for _, material in fresh],
+        [ciphertexts[i] for i in missing],
+        [associated_data[i] for i in missing],
+    )
+    for i, result in zip(missing, retried, strict=True):
+        opened[i] = result
+    tried = versions + fresh_versions
+    for j in still_missing:  # their error names every version tried, the fresh ones too
+        opened[missing[j]] = _no_key(tried)
 
 
 def _open_one(
@@ -252,20 +300,17 @@ def _no_key(versions: list[int]) -> SealedDecryptionError:
 def _native_open(
     sealer: aescore.SealedBatch,
     parameters: KeyParameters,
-    pairs: Sequence[tuple[int, KeyMaterial]],
+    versions: list[int],
+    materials: list[KeyMaterial],
     ciphertexts: Sequence[bytes],
     associated_data: Sequence[bytes],
 ) -> tuple[list[Opened], list[int]]:
-    """Open ``ciphertexts`` natively under ``pairs``: per message ``(plaintext, version)`` or its error; and
-    the indexes of those whose first segment verified under none of ``pairs`` (their error names the versions
-    of ``pairs``, for a caller with no more to try)."""
+    """Open ``ciphertexts`` natively under ``materials`` (of ``versions``, index for index): per message
+    ``(plaintext, version)`` or its error; and the indexes of those whose first segment verified under none
+    of them (their error names ``versions``, for a caller with no more to try)."""
     open_native = sealer.open_gcm if parameters.scheme == GCM else sealer.open_ctr_hmac
     results = open_native(
-        [material for _, material in pairs] if len(pairs) != 1 else [pairs[0][1]],
-        parameters.derived_key_size,
-        parameters.segment_size,
-        ciphertexts,
-        associated_data,
+        materials, parameters.derived_key_size, parameters.segment_size, ciphertexts, associated_data
     )
     if len(results) != len(ciphertexts):
         raise ValueError(f"the native core gave {len(results)} results for {len(ciphertexts)} ciphertexts")
@@ -274,9 +319,9 @@ def _native_open(
     index = 0  # (a counter, not zip(strict=True): zip's keyword parsing cost as much as this loop)
     for plaintext, status, segment, candidate in results:
         if plaintext is not None:
-            opened.append((plaintext, pairs[candidate][0]))
+            opened.append((plaintext, versions[candidate]))
         elif status == Status.NO_KEY:
-            opened.append(_no_key([version for version, _ in pairs]))
+            opened.append(_no_key(versions))
             missing.append(index)
         else:
             opened.append(_failure(status, segment, ciphertexts[index], parameters))
