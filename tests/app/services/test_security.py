@@ -84,6 +84,34 @@ def test_principal_require() -> None:
         principal.require("encrypt", "other")
 
 
+@pytest.mark.parametrize(
+    ("scopes", "patterns", "scope", "key", "allowed"),
+    [
+        (("encrypt",), ("*",), "encrypt", "any", True),
+        (("encrypt",), ("*",), "decrypt", "any", False),
+        (("encrypt", "decrypt"), ("*",), "rewrap", "k", True),  # implied by both
+        (("encrypt",), ("*",), "rewrap", "k", False),  # half of what implies it
+        (("encrypt",), ("app-*", "x"), "encrypt", "app-1", True),
+        (("encrypt",), ("app-*", "x"), "encrypt", "x", True),
+        (("encrypt",), ("app-*", "x"), "encrypt", "other", False),
+        (("encrypt",), ("app-*",), "encrypt", None, True),  # no key: the scope alone
+        (("admin",), (), "admin", None, True),
+        (("admin",), (), "admin", "k", False),  # no pattern at all
+    ],
+)
+def test_require_answers_as_has_scope_and_matches_key(
+    scopes: tuple[str, ...], patterns: tuple[str, ...], scope: str, key: str | None, allowed: bool
+) -> None:
+    """require() answers the usual cases itself: its answer must stay has_scope's and matches_key's."""
+    principal = Principal("id", scopes, patterns)
+    assert allowed is (principal.has_scope(scope) and (key is None or principal.matches_key(key)))
+    if allowed:
+        principal.require(scope, key)
+    else:
+        with pytest.raises(ForbiddenError):
+            principal.require(scope, key)
+
+
 @pytest.mark.parametrize("name", ["k", "app-1", "a.b_c", "x" * 128, "with\nnewline", "*", "[x]"])
 def test_the_star_pattern_matches_as_fnmatch_does(name: str) -> None:
     """``*`` is answered without fnmatch: the answer must stay fnmatch's (every name)."""

@@ -146,3 +146,52 @@ async def test_authenticate_reads_the_keystore_off_the_event_loop(store: Countin
     reads = store.reads
     assert (await tokens.authenticate(f"Bearer {token}")).token_id == record.token_id
     assert store.reads == reads  # a hit is answered on the loop, no read
+
+
+def _outcome(call: object) -> object:
+    try:
+        return call()  # type: ignore[operator]
+    except Exception as exc:
+        return (type(exc), str(exc))
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "Bearer {token}",
+        "bearer {token}",
+        "BEARER   {token}  ",
+        "Bearer\t{token}",
+        " Bearer {token}",
+        "Token {token}",
+        "Bearer",
+        "Bearer ",
+        "",
+        "{token}",
+        "Bearer {token}x!",
+        "Bearer ks_0123_short",
+        "Bearer {wrong}",
+        "Bearer {unknown}",
+    ],
+)
+async def test_authenticate_answers_as_verify(store: CountingStore, shape: str) -> None:
+    """authenticate() reads the usual header itself: every answer (principal or error and message) must
+    stay verify()'s."""
+    tokens = verifier(store, Clock())
+    token, record = new_token(("encrypt",), ("*",))
+    store.store.create_token(record)
+    wrong = token[:-1] + ("A" if not token.endswith("A") else "B")
+    authorization = shape.format(token=token, wrong=wrong, unknown=UNKNOWN.removeprefix("Bearer "))
+    expected = _outcome(lambda: tokens.verify(authorization))
+    got: object
+    try:
+        got = await tokens.authenticate(authorization)
+    except Exception as exc:
+        got = (type(exc), str(exc))
+    assert got == expected
+
+
+async def test_authenticate_without_a_header_is_refused_as_by_verify(store: CountingStore) -> None:
+    tokens = verifier(store, Clock())
+    with pytest.raises(UnauthorizedError, match="missing bearer token"):
+        await tokens.authenticate(None)
