@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from starlette.requests import Request
 from starlette.responses import Response
 
 from app.api import hotpath, paths
@@ -49,6 +50,7 @@ async def test_with_opentelemetry_on_requests_take_fastapis_path(
 ) -> None:
     await api.create_key("k")
     monkeypatch.setattr(hotpath.KeystreamApp, "_telemetry_on", lambda self: True)
+    monkeypatch.setattr(hotpath, "TELEMETRY_RECHECK_SECONDS", 0.0)  # asked on every request
     stack_calls.clear()
     sealed = await api.encrypt("k", b"traced")
     assert sealed.status_code == 200
@@ -69,6 +71,21 @@ async def test_a_configured_opentelemetry_provider_is_noticed_within_the_recheck
     monkeypatch.setattr(type(telemetry), "enabled", lambda self: False)
     assert (await api.encrypt("k", b"x")).status_code == 200
     assert stack_calls == ["/v1/keys/k/encrypt"]
+
+
+async def test_the_shortcuts_request_is_starlettes_request() -> None:
+    """The shortcut builds its Request in one call: the same attributes, with the same values, as Request's
+    own constructor sets (a Starlette upgrade that adds one fails here)."""
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"x", "more_body": False}
+
+    scope: dict[str, Any] = {"type": "http", "method": "POST", "headers": [], "query_string": b""}
+    ours, theirs = hotpath._Request(scope, receive), Request(scope, receive)
+    assert isinstance(ours, Request)
+    assert vars(ours) == vars(theirs)
+    assert ours.receive is receive and ours.scope is scope
+    assert await ours.body() == b"x"
 
 
 async def test_a_root_path_takes_fastapis_path(
