@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -132,16 +133,16 @@ def write_operator_record(log: AuditLog | None, record: dict[str, Any]) -> None:
 class AuditMiddleware(Layer):
     """Writes the ``request`` and ``response`` lines of every ``/v1`` request (see the module docstring)."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # Not a coroutine itself: it returns the awaitable that does the work (the next layer's, or the
+        # audited run), so the caller's await drives it and no coroutine of this layer's runs in between.
         if scope["type"] != "http" or not scope["path"].startswith(V1):
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         state = scope["app"].state.keystream
         log: AuditLog | None = state.audit
         if log is None:
-            await self.app(scope, receive, send)
-            return
-        await _Audited(log, state.audit_keys, scope).run(self.app, receive, send)
+            return self.app(scope, receive, send)
+        return _Audited(log, state.audit_keys, scope).run(self.app, receive, send)
 
 
 class _Refused(Exception):

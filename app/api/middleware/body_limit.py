@@ -28,6 +28,8 @@ verify) take ``batch_max_bytes``, every other ``/v1`` route ``max_json_body``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response, keystream_error_response
@@ -118,21 +120,23 @@ class BodyLimitMiddleware:
         except KeyError:
             return remember(self._limits, path, body_limit(path, self.json_limit, self.batch_limit))
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # Not a coroutine itself: it returns the awaitable that does the work (the next layer's for a path
+        # it leaves alone, such as the streaming routes), so no coroutine of this layer's runs in between.
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         if _repeated(scope, b"authorization"):
-            await keystream_error_response(REPEATED_AUTHORIZATION, scope)(scope, receive, send)
-            return
+            return keystream_error_response(REPEATED_AUTHORIZATION, scope)(scope, receive, send)
         # The path first: a prefix test costs a tenth of a pass over the headers.
         if scope["path"].startswith(TRANSIT) and _repeated(scope, b"x-vault-token"):
-            await keystream_error_response(REPEATED_VAULT_TOKEN, scope)(scope, receive, send)
-            return
+            return keystream_error_response(REPEATED_VAULT_TOKEN, scope)(scope, receive, send)
         limit = self._limit(scope["path"])
         if limit is None:
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
+        return self._bounded(scope, receive, send, limit)
+
+    async def _bounded(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        """The token, then the body of at most ``limit`` bytes, then the route (see the module doc)."""
         state: ServiceState = scope["app"].state.keystream
         try:
             if scope["path"] not in NO_TOKEN_PATHS:

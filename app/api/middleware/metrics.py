@@ -55,14 +55,12 @@ class ObservedMiddleware(Layer):
             _INFLIGHT.leave()
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             seconds = time.perf_counter() - start
-            observe_request(route, scope.get("method", ""), 500 if status is None else status, seconds)
-
-
-def observe_request(route: str, method: str, status: int, seconds: float) -> None:
-    """Record one answered request: ``route`` is its path template (or ``unmatched``), never the raw path."""
-    _request_seconds(route, method, status).observe(seconds)
+            answered = 500 if status is None else status
+            _request_seconds(route, scope.get("method", ""), answered).observe(seconds)
 
 
 @functools.lru_cache(maxsize=1024)  # bounded like the label set: route templates x methods x statuses
 def _request_seconds(route: str, method: str, status: int) -> BufferedHistogram:
+    """The buffered request histogram child of an answered request: ``route`` is its path template (or
+    ``unmatched``), never the raw path."""
     return BufferedHistogram(HTTP_REQUEST_SECONDS.labels(route=route, method=method, status=str(status)))
