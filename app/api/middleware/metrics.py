@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Awaitable
 
 from starlette.types import Message, Receive, Scope, Send
 
@@ -37,11 +38,13 @@ class ObservedMiddleware(Layer):
         start = time.perf_counter()
         status: int | None = None  # until the response starts
 
-        async def observed_send(message: Message) -> None:
+        def observed_send(message: Message) -> Awaitable[None]:
+            # Not a coroutine itself: it notes the status and returns the server's send, which the sender's
+            # await drives (no coroutine of this layer's per message).
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-            await send(message)
+            return send(message)
 
         _INFLIGHT.enter()
         try:
