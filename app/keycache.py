@@ -208,10 +208,12 @@ class KeyCache:
             CacheMissError: ``cached_only`` and the metadata would have to be read.
         """
         now = self._clock()
-        with self._lock:
-            cached = self._metadata.get(name)
-            if cached is not None and now < cached.expires_at and now < self._trusted_until:
-                return cached.info
+        # Without the lock: each read is one atomic step under the GIL, and the lock would not make the answer
+        # fresher (an invalidation right after it returns is missed either way); it guards the writers'
+        # read-modify-write steps (the generations, the metadata with its entries), which this does not do.
+        cached = self._metadata.get(name)
+        if cached is not None and now < cached.expires_at and now < self._trusted_until:
+            return cached.info
         if cached_only:
             raise CacheMissError(name)
         return self._refresh(name)

@@ -56,8 +56,9 @@ async def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, C
         ServiceUnavailableError: the token had to be read and the keystore cannot serve.
         ValidationError, UnsupportedMediaTypeError: as :meth:`CryptoParams.from_request`.
     """
-    state: ServiceState = request.app.state.keystream
-    name: str = request.path_params["name"]
+    asgi_scope = request.scope  # read directly: Request's app and path_params properties are a call each
+    state: ServiceState = asgi_scope["app"].state.keystream
+    name: str = asgi_scope["path_params"]["name"]
     headers = wanted_headers(request)
     principal = await state.tokens.authenticate(headers.get(b"authorization"))
     principal.require(scope, name)
