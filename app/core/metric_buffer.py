@@ -5,8 +5,8 @@ histogram and byte counter, a key-cache counter). Each prometheus_client call ch
 a lock per value it touches (a histogram observation takes two): measured under callgrind, about 45k of the
 390k instructions a 1 KiB encrypt costs in process. Here a call appends the value to a ``deque`` (atomic
 under the GIL, so worker threads may record too), and :func:`flush` applies everything pending: a
-histogram's observations become one increment per touched bucket and one of its sum, a counter's or gauge's
-become one increment. The in-flight gauge is cheaper still: :class:`InFlight` counts requests started and
+histogram's observations become one increment per touched bucket and one of its sum, a counter's become one
+increment. The in-flight gauge is cheaper still: :class:`InFlight` counts requests started and
 finished in two integers the event loop's thread alone writes, and a flush adds their net change.
 
 When values become visible:
@@ -90,17 +90,6 @@ class _Buffer(_Flushed):
             pass
         return taken
 
-    def _add(self, amount: float) -> bool:
-        """Buffer ``amount`` (flushing this buffer once it holds :data:`MAX_PENDING`); ``False`` when
-        buffering is off and the caller must apply it at once."""
-        if not _buffering:
-            return False
-        pending = self._pending
-        pending.append(amount)
-        if len(pending) >= MAX_PENDING:
-            self.apply()
-        return True
-
 
 class BufferedHistogram(_Buffer):
     """One labelled :class:`~prometheus_client.Histogram` child whose ``observe`` is batched."""
@@ -118,7 +107,7 @@ class BufferedHistogram(_Buffer):
 
     def observe(self, amount: float) -> None:
         """Record one observation (applied at the next flush, or at once when buffering is off)."""
-        if _buffering:  # = _add(), written out: one call less on every request's updates
+        if _buffering:  # appended here, not through a helper: one call less on every request's updates
             pending = self._pending
             pending.append(amount)
             if len(pending) >= MAX_PENDING:
@@ -144,31 +133,21 @@ class BufferedHistogram(_Buffer):
             child._buckets[index].inc(count)
 
 
-class _SummedBuffer(_Buffer):
-    """A counter's or a gauge's child: what is pending is applied as one increment (a gauge's may be < 0)."""
+class BufferedCounter(_Buffer):
+    """One labelled :class:`~prometheus_client.Counter` child whose ``inc`` is batched (what is pending is
+    applied as one increment)."""
 
     __slots__ = ("_child",)
 
-    def __init__(self, child: Counter | Gauge) -> None:
+    def __init__(self, child: Counter) -> None:
         self._child = child
         super().__init__()
-
-    def apply(self) -> None:
-        values = self._take()
-        if values:
-            self._child.inc(sum(values))
-
-
-class BufferedCounter(_SummedBuffer):
-    """One labelled :class:`~prometheus_client.Counter` child whose ``inc`` is batched."""
-
-    __slots__ = ()
 
     def inc(self, amount: float = 1) -> None:
         """Add ``amount`` (>= 0) at the next flush, or at once when buffering is off."""
         if amount < 0:
             raise ValueError("Counters can only be incremented by non-negative amounts.")
-        if _buffering:  # = _add(), written out (see BufferedHistogram.observe)
+        if _buffering:  # appended here (see BufferedHistogram.observe)
             pending = self._pending
             pending.append(amount)
             if len(pending) >= MAX_PENDING:
@@ -176,20 +155,10 @@ class BufferedCounter(_SummedBuffer):
         else:
             self._child.inc(amount)
 
-
-class BufferedGauge(_SummedBuffer):
-    """A :class:`~prometheus_client.Gauge` (child) whose ``inc``/``dec`` are batched into one net change."""
-
-    __slots__ = ()
-
-    def inc(self, amount: float = 1) -> None:
-        """Add ``amount`` at the next flush, or at once when buffering is off."""
-        if not self._add(amount):
-            self._child.inc(amount)
-
-    def dec(self, amount: float = 1) -> None:
-        """Subtract ``amount`` at the next flush, or at once when buffering is off."""
-        self.inc(-amount)
+    def apply(self) -> None:
+        values = self._take()
+        if values:
+            self._child.inc(sum(values))
 
 
 class InFlight(_Flushed):

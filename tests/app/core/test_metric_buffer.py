@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from app.core import metric_buffer
-from app.core.metric_buffer import BufferedCounter, BufferedGauge, BufferedHistogram, InFlight
+from app.core.metric_buffer import BufferedCounter, BufferedHistogram, InFlight
 
 BUCKETS = (1e-4, 5e-4, 1e-3, 0.01, 0.1, 1.0)
 
@@ -66,12 +66,13 @@ def test_updates_wait_for_a_flush_then_show_exactly() -> None:
     histogram = Histogram("w_seconds", "w", buckets=BUCKETS, registry=registry)
     counter = Counter("w_bytes", "w", registry=registry)
     gauge = Gauge("w_inflight", "w", registry=registry)
-    seconds, size, inflight = BufferedHistogram(histogram), BufferedCounter(counter), BufferedGauge(gauge)
+    seconds, size, inflight = BufferedHistogram(histogram), BufferedCounter(counter), InFlight(gauge)
     for _ in range(7):
         seconds.observe(0.002)
         size.inc(1024)
-        inflight.inc()
-    inflight.dec(3)
+        inflight.enter()
+    for _ in range(3):
+        inflight.leave()
     assert registry.get_sample_value("w_seconds_count") == 0.0  # a private registry: nothing flushed it
     assert registry.get_sample_value("w_bytes_total") == 0.0
     metric_buffer.flush()
