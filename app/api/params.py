@@ -54,18 +54,9 @@ class CryptoParams(NamedTuple):
                 raise UnsupportedMediaTypeError(f"expected application/octet-stream, got {media_type}")
         if headers.keys() <= _PLAIN_HEADERS and not request.scope.get("query_string"):
             # No query and no Keystream-* header (most requests): every parameter has its default. Built by
-            # tuple.__new__ with _content_length written out: the named tuple's generated __new__ and the two
-            # helpers would be three Python calls on every request.
-            declared = headers.get(b"content-length")
-            length = (
-                int(declared)
-                if declared is not None
-                and 0 < len(declared) <= MAX_INTEGER_DIGITS
-                and declared.isascii()
-                and declared.isdigit()
-                else None
-            )
-            return tuple.__new__(cls, ("sealed", None, None, None, 0, None, length, None))
+            # tuple.__new__ from the defaults around content_length: the named tuple's generated __new__ is
+            # a Python call on every request.
+            return tuple.__new__(cls, (*_BEFORE_LENGTH, _content_length(headers), *_AFTER_LENGTH))
         repeated = headers.get(REPEATED_HEADERS)
         if repeated is not None:
             raise BadRequestError(f"header {repeated} given more than once; give it once")
@@ -94,6 +85,11 @@ class CryptoParams(NamedTuple):
 
 _NO_QUERY: dict[str, str] = {}
 OCTET_STREAM = "application/octet-stream"
+
+
+#: The field defaults of :class:`CryptoParams` before and after ``content_length`` (the plain request's).
+_BEFORE_LENGTH = tuple(CryptoParams())[: CryptoParams._fields.index("content_length")]
+_AFTER_LENGTH = tuple(CryptoParams())[CryptoParams._fields.index("content_length") + 1 :]
 
 
 def _content_length(headers: dict[bytes, str]) -> int | None:

@@ -126,10 +126,7 @@ async def respond(
         return disconnected()
     if body is not None:
         output = await (whole(body) if whole is not None else stream().run_whole(body))
-        if key_version is not None:  # = _name_version(headers, key_version), without its call
-            version = key_version()
-            if version is not None:
-                headers["Keystream-Key-Version"] = str(version)
+        _name_version(headers, key_version)
         return OctetsResponse(output, headers)
     step = stream()
     # Read before the response starts: the server answers ``Expect: 100-continue`` only when the body is

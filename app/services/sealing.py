@@ -176,8 +176,8 @@ class Opening:
         stream; the version that verified it is kept for :meth:`key_version`.
 
         :func:`open_messages` for one message, without its two coroutines (as :func:`seal_message`); one
-        candidate (the usual case) is passed without the materials property's list comprehension and
-        run_timed's trial arguments.
+        candidate (the usual case) is passed without the materials property's list comprehension, and only
+        several candidates are weighed as a trial (:func:`trial_work`).
 
         Raises:
             SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext).
@@ -188,7 +188,8 @@ class Opening:
         keyed = keys.candidates
         first = keyed[0]
         parameters = first.parameters
-        candidates = [(first.version, first.material)] if len(keyed) == 1 else keys.materials
+        several = len(keyed) > 1
+        candidates = keys.materials if several else [(first.version, first.material)]
         more = keys.more
         inline_max = _inline_max(self._settings, backend, parameters.scheme, 1, whole=True)
 
@@ -197,19 +198,16 @@ class Opening:
                 candidates, parameters, (body,), (associated_data,), backend, more_candidates=more
             )
 
-        if len(keyed) == 1:
-            (opened,) = await run_timed(backend, "decrypt", "sealed", len(body), inline_max, work)
-        else:
-            (opened,) = await run_timed(
-                backend,
-                "decrypt",
-                "sealed",
-                len(body),
-                inline_max,
-                work,
-                cost=trial_work(len(body), parameters.segment_size, len(keyed)),
-                limiter=trial_limiter(),
-            )
+        (opened,) = await run_timed(
+            backend,
+            "decrypt",
+            "sealed",
+            len(body),
+            inline_max,
+            work,
+            cost=trial_work(len(body), parameters.segment_size, len(keyed)) if several else None,
+            limiter=trial_limiter() if several else None,
+        )
         if isinstance(opened, SealedDecryptionError):
             raise opened
         plaintext, self._version = opened
