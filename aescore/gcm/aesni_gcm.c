@@ -480,10 +480,35 @@ KS_TARGET_G512 KS_INLINE __mmask64 ks_mask64(size_t remaining) {
     return remaining >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << remaining) - 1);
 }
 
+/* Karatsuba partial products of one zmm of data with the 4 powers at `powers`, per 128-bit lane: lo += x0 h0,
+ * hi += x1 h1, mi += (x0 + x1)(h0 + h1). The first vector of a batch also adds the accumulator `acc`
+ * (reflected) to its first block; pass zero for the others. */
+KS_TARGET_G512 KS_INLINE void ks_mul_add512(__m512i data, __m128i acc, const int first, const uint8_t *powers,
+                                            __m512i *lo, __m512i *mi, __m512i *hi) {
+    __m512i x = _mm512_shuffle_epi8(data, _mm512_broadcast_i32x4(ks_swap128()));
+    if (first) {
+        x = _mm512_xor_si512(x, _mm512_zextsi128_si512(acc));
+    }
+    const __m512i h = _mm512_loadu_si512((const void *)powers);
+    const __m512i h_folded = _mm512_loadu_si512((const void *)(powers + KS_FOLDED_OFFSET));
+    *lo = _mm512_xor_si512(*lo, _mm512_clmulepi64_epi128(x, h, 0x00));
+    *hi = _mm512_xor_si512(*hi, _mm512_clmulepi64_epi128(x, h, 0x11));
+    *mi = _mm512_xor_si512(*mi, _mm512_clmulepi64_epi128(_mm512_xor_si512(x, _mm512_shuffle_epi32(x, _MM_PERM_BADC)), h_folded, 0x00));
+}
+
+/* Finish Karatsuba, reduce each lane and sum the four lanes into one 128-bit accumulator. */
+KS_TARGET_G512 KS_INLINE __m128i ks_reduce512(__m512i lo, __m512i mi, __m512i hi) {
+    const __m512i poly = _mm512_broadcast_i32x4(_mm_set_epi64x(KS_POLY_HIGH, 1));
+    mi = _mm512_ternarylogic_epi64(mi, lo, hi, 0x96);
+    mi = _mm512_ternarylogic_epi64(mi, _mm512_shuffle_epi32(lo, _MM_PERM_BADC), _mm512_clmulepi64_epi128(lo, poly, 0x10), 0x96);
+    hi = _mm512_ternarylogic_epi64(hi, _mm512_shuffle_epi32(mi, _MM_PERM_BADC), _mm512_clmulepi64_epi128(mi, poly, 0x10), 0x96);
+    const __m256i folded = _mm256_xor_si256(_mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1));
+    return _mm_xor_si128(_mm256_castsi256_si128(folded), _mm256_extracti128_si256(folded, 1));
+}
+
 /* Hash `vectors` zmm of data (len bytes of it valid, the rest read as zero) with the given powers. */
 KS_TARGET_G512 KS_INLINE __m128i ks_ghash_batch512(__m128i acc, const uint8_t *data, size_t len,
                                                    const uint8_t *powers, int vectors) {
-    const __m512i swap = _mm512_broadcast_i32x4(ks_swap128());
     __m512i lo = _mm512_setzero_si512(), mi = lo, hi = lo;
     __asm__("" : "+r"(powers)); /* key vectors stay memory operands (see ks_ghash_batch256) */
 #pragma GCC unroll 4
@@ -491,22 +516,9 @@ KS_TARGET_G512 KS_INLINE __m128i ks_ghash_batch512(__m128i acc, const uint8_t *d
         const __m512i loaded = len >= (size_t)(64 * (v + 1))
                                    ? _mm512_loadu_si512((const void *)(data + 64 * v))
                                    : _mm512_maskz_loadu_epi8(ks_mask64(len - 64 * (size_t)v), data + 64 * v);
-        __m512i x = _mm512_shuffle_epi8(loaded, swap);
-        if (v == 0) {
-            x = _mm512_xor_si512(x, _mm512_zextsi128_si512(acc));
-        }
-        const __m512i h = _mm512_loadu_si512((const void *)(powers + 64 * v));
-        const __m512i h_folded = _mm512_loadu_si512((const void *)(powers + KS_FOLDED_OFFSET + 64 * v));
-        lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(x, h, 0x00));
-        hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(x, h, 0x11));
-        mi = _mm512_xor_si512(mi, _mm512_clmulepi64_epi128(_mm512_xor_si512(x, _mm512_shuffle_epi32(x, _MM_PERM_BADC)), h_folded, 0x00));
+        ks_mul_add512(loaded, acc, v == 0, powers + 64 * v, &lo, &mi, &hi);
     }
-    const __m512i poly = _mm512_broadcast_i32x4(_mm_set_epi64x(KS_POLY_HIGH, 1));
-    mi = _mm512_ternarylogic_epi64(mi, lo, hi, 0x96);
-    mi = _mm512_ternarylogic_epi64(mi, _mm512_shuffle_epi32(lo, _MM_PERM_BADC), _mm512_clmulepi64_epi128(lo, poly, 0x10), 0x96);
-    hi = _mm512_ternarylogic_epi64(hi, _mm512_shuffle_epi32(mi, _MM_PERM_BADC), _mm512_clmulepi64_epi128(mi, poly, 0x10), 0x96);
-    const __m256i folded = _mm256_xor_si256(_mm512_castsi512_si256(hi), _mm512_extracti64x4_epi64(hi, 1));
-    return _mm_xor_si128(_mm256_castsi256_si128(folded), _mm256_extracti128_si256(folded, 1));
+    return ks_reduce512(lo, mi, hi);
 }
 
 KS_TARGET_G512 static __m128i ks_ghash_g512(const ks_ghash_key *key, __m128i acc, const uint8_t *data, size_t len) {
@@ -523,19 +535,19 @@ KS_TARGET_G512 static __m128i ks_ghash_g512(const ks_ghash_key *key, __m128i acc
 KS_TARGET_G512 KS_INLINE void ks_aes_g512(const __m512i *rk, const int rounds, __m512i *counter, __m512i *x, const int n) {
     const __m512i swap = _mm512_broadcast_i32x4(ks_swap128());
     const __m512i four = _mm512_broadcast_i32x4(_mm_set_epi32(0, 0, 0, 4));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < n; j++) {
         x[j] = _mm512_xor_si512(_mm512_shuffle_epi8(*counter, swap), rk[0]);
         *counter = _mm512_add_epi32(*counter, four);
     }
 #pragma GCC unroll 14
     for (int r = 1; r < rounds; r++) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < n; j++) {
             x[j] = _mm512_aesenc_epi128(x[j], rk[r]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int j = 0; j < n; j++) {
         x[j] = _mm512_aesenclast_epi128(x[j], rk[rounds]);
     }
@@ -551,10 +563,48 @@ KS_TARGET_G512 KS_INLINE void ks_xor_tail_g512(const __m512i *x, const uint8_t *
     }
 }
 
+/* Blocks per stitched batch on zmm: KS_G512_VECTORS zmm of 4 blocks, hashed with as many powers of H. */
+#define KS_G512_VECTORS 4
+#define KS_G512_BATCH (KS_G512_VECTORS * 64)
+
+/* One stitched batch: KS_G512_VECTORS zmm of counter blocks through AES (keystream to x), and between its
+ * rounds the GHASH of the KS_G512_VECTORS zmm `hashed` (data in message byte order, already in registers):
+ * after AES round r the Karatsuba multiplies of vector r - 1, after the round that follows the last one the
+ * batch's single reduction. Returns the new accumulator. */
+KS_TARGET_G512 KS_INLINE __m128i ks_aes_ghash_g512(const __m512i *rk, const int rounds, __m512i *counter, __m512i *x,
+                                                   __m128i acc, const __m512i *hashed, const uint8_t *powers) {
+    const __m512i swap = _mm512_broadcast_i32x4(ks_swap128());
+    const __m512i four = _mm512_broadcast_i32x4(_mm_set_epi32(0, 0, 0, 4));
+    __m512i lo = _mm512_setzero_si512(), mi = lo, hi = lo;
+    __asm__("" : "+r"(powers)); /* key vectors stay memory operands (see ks_ghash_batch256) */
+#pragma GCC unroll 8
+    for (int j = 0; j < KS_G512_VECTORS; j++) {
+        x[j] = _mm512_xor_si512(_mm512_shuffle_epi8(*counter, swap), rk[0]);
+        *counter = _mm512_add_epi32(*counter, four);
+    }
+#pragma GCC unroll 14
+    for (int r = 1; r < rounds; r++) {
+#pragma GCC unroll 8
+        for (int j = 0; j < KS_G512_VECTORS; j++) {
+            x[j] = _mm512_aesenc_epi128(x[j], rk[r]);
+        }
+        if (r <= KS_G512_VECTORS) {
+            ks_mul_add512(hashed[r - 1], acc, r == 1, powers + 64 * (r - 1), &lo, &mi, &hi);
+        } else if (r == KS_G512_VECTORS + 1) {
+            acc = ks_reduce512(lo, mi, hi);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < KS_G512_VECTORS; j++) {
+        x[j] = _mm512_aesenclast_epi128(x[j], rk[rounds]);
+    }
+    return acc;
+}
+
 KS_TARGET_G512 KS_INLINE __m128i ks_gcm_g512_body(const ks_gcm_key *key, const int rounds, __m128i counter,
                                                   const uint8_t *aad, size_t aad_len, const uint8_t *in,
                                                   uint8_t *out, const size_t len, const int decrypt) {
-    __m512i rk[KS_MAX_ROUNDS + 1], x[4];
+    __m512i rk[KS_MAX_ROUNDS + 1], x[KS_G512_VECTORS];
 #pragma GCC unroll 15
     for (int r = 0; r <= rounds; r++) {
         rk[r] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(key->aes.round_keys + KS_BLOCK_SIZE * r)));
@@ -563,6 +613,45 @@ KS_TARGET_G512 KS_INLINE __m128i ks_gcm_g512_body(const ks_gcm_key *key, const i
     __m512i counters = _mm512_add_epi32(_mm512_broadcast_i32x4(counter),
                                         _mm512_set_epi32(0, 0, 0, 4, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 1));
     size_t remaining = len;
+    /* Stitched batches (ks_aes_ghash_g512). Decryption hashes each batch's ciphertext during its own AES
+     * rounds, loaded before the plaintext overwrites it in place; encryption keeps each batch's ciphertext
+     * in registers and hashes it during the next batch's rounds, the last batch's on its own. */
+    const uint8_t *batch_powers = key->ghash.powers + KS_BLOCK_SIZE * (KS_GCM_POWERS - 4 * KS_G512_VECTORS);
+    __m512i c[KS_G512_VECTORS];
+    if (decrypt) {
+        for (; remaining >= KS_G512_BATCH; in += KS_G512_BATCH, out += KS_G512_BATCH, remaining -= KS_G512_BATCH) {
+#pragma GCC unroll 8
+            for (int j = 0; j < KS_G512_VECTORS; j++) {
+                c[j] = _mm512_loadu_si512((const void *)(in + 64 * j));
+            }
+            acc = ks_aes_ghash_g512(rk, rounds, &counters, x, acc, c, batch_powers);
+#pragma GCC unroll 8
+            for (int j = 0; j < KS_G512_VECTORS; j++) {
+                _mm512_storeu_si512((void *)(out + 64 * j), _mm512_xor_si512(c[j], x[j]));
+            }
+        }
+    } else if (remaining >= KS_G512_BATCH) {
+        ks_aes_g512(rk, rounds, &counters, x, KS_G512_VECTORS);
+        for (;;) {
+#pragma GCC unroll 8
+            for (int j = 0; j < KS_G512_VECTORS; j++) {
+                c[j] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(in + 64 * j)), x[j]);
+                _mm512_storeu_si512((void *)(out + 64 * j), c[j]);
+            }
+            in += KS_G512_BATCH, out += KS_G512_BATCH, remaining -= KS_G512_BATCH;
+            if (remaining < KS_G512_BATCH) {
+                break;
+            }
+            acc = ks_aes_ghash_g512(rk, rounds, &counters, x, acc, c, batch_powers);
+        }
+        __m512i lo = _mm512_setzero_si512(), mi = lo, hi = lo;
+#pragma GCC unroll 8
+        for (int j = 0; j < KS_G512_VECTORS; j++) {
+            ks_mul_add512(c[j], acc, j == 0, batch_powers + 64 * j, &lo, &mi, &hi);
+        }
+        acc = ks_reduce512(lo, mi, hi);
+    }
+    /* What is left: whole 16-block batches (when a stitched batch is longer), AES then GHASH, then the tail. */
     for (; remaining >= 16 * KS_BLOCK_SIZE; in += 16 * KS_BLOCK_SIZE, out += 16 * KS_BLOCK_SIZE, remaining -= 16 * KS_BLOCK_SIZE) {
         if (decrypt) {
             acc = ks_ghash_batch512(acc, in, 16 * KS_BLOCK_SIZE, key->ghash.powers, 4);
