@@ -38,6 +38,8 @@
 #define KS_POLY_HIGH ((long long)0xC200000000000000ULL)
 /* From a pointer into ks_ghash_key.powers to the same entry of ks_ghash_key.folded. */
 #define KS_FOLDED_OFFSET ((KS_GCM_POWERS + 3) * KS_BLOCK_SIZE)
+/* The entry of ks_ghash_key.powers (or .folded) holding H^n: a batch of n blocks is hashed from there on. */
+#define KS_POWERS_FROM(powers, n) ((powers) + KS_BLOCK_SIZE * (KS_GCM_POWERS - (n)))
 
 static void ks_burn(void *pointer, size_t len) {
     memset(pointer, 0, len);
@@ -398,7 +400,7 @@ KS_TARGET_G256 KS_INLINE __m128i ks_ghash_batch256(__m128i acc, const uint8_t *d
 
 KS_TARGET_G256 static __m128i ks_ghash_g256(const ks_ghash_key *key, __m128i acc, const uint8_t *data, size_t len) {
     for (; len >= 16 * KS_BLOCK_SIZE; data += 16 * KS_BLOCK_SIZE, len -= 16 * KS_BLOCK_SIZE) {
-        acc = ks_ghash_batch256(acc, data, key->powers, 8);
+        acc = ks_ghash_batch256(acc, data, KS_POWERS_FROM(key->powers, 16), 8);
     }
     if (len) {
         uint8_t buffer[16 * KS_BLOCK_SIZE] = {0}; /* public data only */
@@ -442,7 +444,7 @@ KS_TARGET_G256 KS_INLINE __m128i ks_gcm_g256_body(const ks_gcm_key *key, const i
     size_t remaining = len;
     for (; remaining >= 16 * KS_BLOCK_SIZE; in += 16 * KS_BLOCK_SIZE, out += 16 * KS_BLOCK_SIZE, remaining -= 16 * KS_BLOCK_SIZE) {
         if (decrypt) {
-            acc = ks_ghash_batch256(acc, in, key->ghash.powers, 8);
+            acc = ks_ghash_batch256(acc, in, KS_POWERS_FROM(key->ghash.powers, 16), 8);
         }
         ks_aes8_g256(rk, rounds, &counters, x);
 #pragma GCC unroll 8
@@ -451,7 +453,7 @@ KS_TARGET_G256 KS_INLINE __m128i ks_gcm_g256_body(const ks_gcm_key *key, const i
             _mm256_storeu_si256((__m256i *)(out + 32 * j), _mm256_xor_si256(data, x[j]));
         }
         if (!decrypt) {
-            acc = ks_ghash_batch256(acc, out, key->ghash.powers, 8);
+            acc = ks_ghash_batch256(acc, out, KS_POWERS_FROM(key->ghash.powers, 16), 8);
         }
     }
     if (remaining) {
@@ -523,7 +525,7 @@ KS_TARGET_G512 KS_INLINE __m128i ks_ghash_batch512(__m128i acc, const uint8_t *d
 
 KS_TARGET_G512 static __m128i ks_ghash_g512(const ks_ghash_key *key, __m128i acc, const uint8_t *data, size_t len) {
     for (; len >= 16 * KS_BLOCK_SIZE; data += 16 * KS_BLOCK_SIZE, len -= 16 * KS_BLOCK_SIZE) {
-        acc = ks_ghash_batch512(acc, data, 16 * KS_BLOCK_SIZE, key->powers, 4);
+        acc = ks_ghash_batch512(acc, data, 16 * KS_BLOCK_SIZE, KS_POWERS_FROM(key->powers, 16), 4);
     }
     if (len) {
         const int blocks = (int)((len + KS_BLOCK_SIZE - 1) / KS_BLOCK_SIZE);
@@ -564,7 +566,7 @@ KS_TARGET_G512 KS_INLINE void ks_xor_tail_g512(const __m512i *x, const uint8_t *
 }
 
 /* Blocks per stitched batch on zmm: KS_G512_VECTORS zmm of 4 blocks, hashed with as many powers of H. */
-#define KS_G512_VECTORS 4
+#define KS_G512_VECTORS 8
 #define KS_G512_BATCH (KS_G512_VECTORS * 64)
 
 /* One stitched batch: KS_G512_VECTORS zmm of counter blocks through AES (keystream to x), and between its
@@ -616,7 +618,7 @@ KS_TARGET_G512 KS_INLINE __m128i ks_gcm_g512_body(const ks_gcm_key *key, const i
     /* Stitched batches (ks_aes_ghash_g512). Decryption hashes each batch's ciphertext during its own AES
      * rounds, loaded before the plaintext overwrites it in place; encryption keeps each batch's ciphertext
      * in registers and hashes it during the next batch's rounds, the last batch's on its own. */
-    const uint8_t *batch_powers = key->ghash.powers + KS_BLOCK_SIZE * (KS_GCM_POWERS - 4 * KS_G512_VECTORS);
+    const uint8_t *batch_powers = KS_POWERS_FROM(key->ghash.powers, 4 * KS_G512_VECTORS);
     __m512i c[KS_G512_VECTORS];
     if (decrypt) {
         for (; remaining >= KS_G512_BATCH; in += KS_G512_BATCH, out += KS_G512_BATCH, remaining -= KS_G512_BATCH) {
@@ -654,7 +656,7 @@ KS_TARGET_G512 KS_INLINE __m128i ks_gcm_g512_body(const ks_gcm_key *key, const i
     /* What is left: whole 16-block batches (when a stitched batch is longer), AES then GHASH, then the tail. */
     for (; remaining >= 16 * KS_BLOCK_SIZE; in += 16 * KS_BLOCK_SIZE, out += 16 * KS_BLOCK_SIZE, remaining -= 16 * KS_BLOCK_SIZE) {
         if (decrypt) {
-            acc = ks_ghash_batch512(acc, in, 16 * KS_BLOCK_SIZE, key->ghash.powers, 4);
+            acc = ks_ghash_batch512(acc, in, 16 * KS_BLOCK_SIZE, KS_POWERS_FROM(key->ghash.powers, 16), 4);
         }
         ks_aes_g512(rk, rounds, &counters, x, 4);
 #pragma GCC unroll 4
@@ -663,7 +665,7 @@ KS_TARGET_G512 KS_INLINE __m128i ks_gcm_g512_body(const ks_gcm_key *key, const i
             _mm512_storeu_si512((void *)(out + 64 * j), _mm512_xor_si512(data, x[j]));
         }
         if (!decrypt) {
-            acc = ks_ghash_batch512(acc, out, 16 * KS_BLOCK_SIZE, key->ghash.powers, 4);
+            acc = ks_ghash_batch512(acc, out, 16 * KS_BLOCK_SIZE, KS_POWERS_FROM(key->ghash.powers, 16), 4);
         }
     }
     if (remaining) {

@@ -21,7 +21,7 @@ extern "C" {
 #define KS_GCM_NONCE_SIZE 12
 #define KS_GCM_TAG_SIZE 16
 /* Powers of H kept per key: one batch of 16 blocks is hashed with H^16..H^1 and a single reduction. */
-#define KS_GCM_POWERS 16
+#define KS_GCM_POWERS 32
 /* Longest message: 2**32 - 2 blocks. */
 #define KS_GCM_MAX_DATA ((((uint64_t)1) << 36) - 32)
 
