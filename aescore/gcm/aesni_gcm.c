@@ -372,30 +372,44 @@ KS_TARGET_G128 KS_INLINE __m128i ks_gcm_g128_body(const ks_gcm_key *key, const i
 /* VAES + VPCLMULQDQ on ymm: batches of 16 blocks (8 ymm), hashed with H^16..H^1 and one reduction        */
 /* ------------------------------------------------------------------------------------------------------ */
 
+/* Karatsuba partial products of one ymm of data (2 blocks, message byte order) with the 2 powers at `powers`,
+ * per 128-bit lane; the first vector of a batch also adds the reflected accumulator `acc` to its first block. */
+KS_TARGET_G256 KS_INLINE void ks_mul_add256(__m256i data, __m128i acc, const int first, const uint8_t *powers,
+                                            __m256i *lo, __m256i *mi, __m256i *hi) {
+    __m256i x = _mm256_shuffle_epi8(data, _mm256_broadcastsi128_si256(ks_swap128()));
+    if (first) {
+        x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
+    }
+    const __m256i h = _mm256_loadu_si256((const __m256i *)powers);
+    const __m256i h_folded = _mm256_loadu_si256((const __m256i *)(powers + KS_FOLDED_OFFSET));
+    *lo = _mm256_xor_si256(*lo, _mm256_clmulepi64_epi128(x, h, 0x00));
+    *hi = _mm256_xor_si256(*hi, _mm256_clmulepi64_epi128(x, h, 0x11));
+    *mi = _mm256_xor_si256(*mi, _mm256_clmulepi64_epi128(_mm256_xor_si256(x, _mm256_shuffle_epi32(x, 0x4e)), h_folded, 0x00));
+    /* Add each product now: left to itself the compiler keeps the products for one XOR tree at the end and,
+     * with 16 ymm registers, spills them. */
+    __asm__("" : "+x"(*lo), "+x"(*mi), "+x"(*hi));
+}
+
+/* Finish Karatsuba, reduce each lane and sum the two lanes. */
+KS_TARGET_G256 KS_INLINE __m128i ks_reduce256(__m256i lo, __m256i mi, __m256i hi) {
+    const __m256i poly = _mm256_broadcastsi128_si256(_mm_set_epi64x(KS_POLY_HIGH, 1));
+    mi = _mm256_xor_si256(mi, _mm256_xor_si256(lo, hi));
+    mi = _mm256_xor_si256(mi, _mm256_xor_si256(_mm256_shuffle_epi32(lo, 0x4e), _mm256_clmulepi64_epi128(lo, poly, 0x10)));
+    hi = _mm256_xor_si256(hi, _mm256_xor_si256(_mm256_shuffle_epi32(mi, 0x4e), _mm256_clmulepi64_epi128(mi, poly, 0x10)));
+    return _mm_xor_si128(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+}
+
 KS_TARGET_G256 KS_INLINE __m128i ks_ghash_batch256(__m128i acc, const uint8_t *data,
                                                    const uint8_t *powers, int vectors) {
-    const __m256i swap = _mm256_broadcastsi128_si256(ks_swap128());
     __m256i lo = _mm256_setzero_si256(), mi = lo, hi = lo;
     /* Keep the 16 key vectors in memory (operands of VPCLMULQDQ) instead of hoisting them into registers
      * around the caller's loop, which would leave too few ymm registers and spill the partial products. */
     __asm__("" : "+r"(powers));
 #pragma GCC unroll 8
     for (int v = 0; v < vectors; v++) {
-        __m256i x = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(data + 32 * v)), swap);
-        if (v == 0) {
-            x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
-        }
-        const __m256i h = _mm256_loadu_si256((const __m256i *)(powers + 32 * v));
-        const __m256i h_folded = _mm256_loadu_si256((const __m256i *)(powers + KS_FOLDED_OFFSET + 32 * v));
-        lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(x, h, 0x00));
-        hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(x, h, 0x11));
-        mi = _mm256_xor_si256(mi, _mm256_clmulepi64_epi128(_mm256_xor_si256(x, _mm256_shuffle_epi32(x, 0x4e)), h_folded, 0x00));
+        ks_mul_add256(_mm256_loadu_si256((const __m256i *)(data + 32 * v)), acc, v == 0, powers + 32 * v, &lo, &mi, &hi);
     }
-    const __m256i poly = _mm256_broadcastsi128_si256(_mm_set_epi64x(KS_POLY_HIGH, 1));
-    mi = _mm256_xor_si256(mi, _mm256_xor_si256(lo, hi));
-    mi = _mm256_xor_si256(mi, _mm256_xor_si256(_mm256_shuffle_epi32(lo, 0x4e), _mm256_clmulepi64_epi128(lo, poly, 0x10)));
-    hi = _mm256_xor_si256(hi, _mm256_xor_si256(_mm256_shuffle_epi32(mi, 0x4e), _mm256_clmulepi64_epi128(mi, poly, 0x10)));
-    return _mm_xor_si128(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+    return ks_reduce256(lo, mi, hi);
 }
 
 KS_TARGET_G256 static __m128i ks_ghash_g256(const ks_ghash_key *key, __m128i acc, const uint8_t *data, size_t len) {
@@ -431,6 +445,50 @@ KS_TARGET_G256 KS_INLINE void ks_aes8_g256(const __m256i *rk, const int rounds, 
     }
 }
 
+/* One stitched batch on ymm: 8 ymm of counter blocks through AES (keystream to x) and, after AES round r, the
+ * Karatsuba multiplies of the r-th of the 8 ymm at `hashed` (16 blocks, read from memory: with 16 ymm
+ * registers and no AVX-512 there is no room to keep them), after round 9 the batch's single reduction. */
+KS_TARGET_G256 KS_INLINE __m128i ks_aes8_ghash16_g256(const __m256i *rk, const int rounds, __m256i *counter, __m256i *x,
+                                                      __m128i acc, const uint8_t *hashed, const uint8_t *powers) {
+    const __m256i swap = _mm256_broadcastsi128_si256(ks_swap128()), two = _mm256_set_epi32(0, 0, 0, 2, 0, 0, 0, 2);
+    __m256i lo = _mm256_setzero_si256(), mi = lo, hi = lo;
+    __asm__("" : "+r"(powers)); /* key vectors stay memory operands (see ks_ghash_batch256) */
+    /* So do the round keys, loaded once a round: 8 blocks, 3 sums, the hashed vector and its products leave
+     * no ymm register for them (kept in registers, they and the products were spilled to the stack). */
+    __asm__("" : "+r"(rk));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        x[j] = _mm256_xor_si256(_mm256_shuffle_epi8(*counter, swap), rk[0]);
+        *counter = _mm256_add_epi32(*counter, two);
+    }
+#pragma GCC unroll 14
+    for (int r = 1; r < rounds; r++) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            x[j] = _mm256_aesenc_epi128(x[j], rk[r]);
+        }
+        if (r <= 8) {
+            ks_mul_add256(_mm256_loadu_si256((const __m256i *)(hashed + 32 * (r - 1))), acc, r == 1,
+                          powers + 32 * (r - 1), &lo, &mi, &hi);
+        } else if (r == 9) {
+            acc = ks_reduce256(lo, mi, hi);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        x[j] = _mm256_aesenclast_epi128(x[j], rk[rounds]);
+    }
+    return acc;
+}
+
+KS_TARGET_G256 KS_INLINE void ks_xor_store8_g256(const __m256i *x, const uint8_t *in, uint8_t *out) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const __m256i data = _mm256_loadu_si256((const __m256i *)(in + 32 * j));
+        _mm256_storeu_si256((__m256i *)(out + 32 * j), _mm256_xor_si256(data, x[j]));
+    }
+}
+
 KS_TARGET_G256 KS_INLINE __m128i ks_gcm_g256_body(const ks_gcm_key *key, const int rounds, __m128i counter,
                                                   const uint8_t *aad, size_t aad_len, const uint8_t *in,
                                                   uint8_t *out, const size_t len, const int decrypt) {
@@ -442,19 +500,23 @@ KS_TARGET_G256 KS_INLINE __m128i ks_gcm_g256_body(const ks_gcm_key *key, const i
     __m128i acc = ks_ghash_g256(&key->ghash, _mm_setzero_si128(), aad, aad_len);
     __m256i counters = _mm256_add_epi32(_mm256_broadcastsi128_si256(counter), _mm256_set_epi32(0, 0, 0, 2, 0, 0, 0, 1));
     size_t remaining = len;
-    for (; remaining >= 16 * KS_BLOCK_SIZE; in += 16 * KS_BLOCK_SIZE, out += 16 * KS_BLOCK_SIZE, remaining -= 16 * KS_BLOCK_SIZE) {
-        if (decrypt) {
-            acc = ks_ghash_batch256(acc, in, KS_POWERS_FROM(key->ghash.powers, 16), 8);
+    /* Stitched as on xmm (ks_gcm_g128_body): decryption hashes each batch's ciphertext during its own AES
+     * rounds, before the plaintext overwrites it in place; encryption hashes batch i-1's during batch i's. */
+    const uint8_t *batch_powers = KS_POWERS_FROM(key->ghash.powers, 16);
+    if (decrypt) {
+        for (; remaining >= 16 * KS_BLOCK_SIZE; in += 16 * KS_BLOCK_SIZE, out += 16 * KS_BLOCK_SIZE, remaining -= 16 * KS_BLOCK_SIZE) {
+            acc = ks_aes8_ghash16_g256(rk, rounds, &counters, x, acc, in, batch_powers);
+            ks_xor_store8_g256(x, in, out);
         }
+    } else if (remaining >= 16 * KS_BLOCK_SIZE) {
         ks_aes8_g256(rk, rounds, &counters, x);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            const __m256i data = _mm256_loadu_si256((const __m256i *)(in + 32 * j));
-            _mm256_storeu_si256((__m256i *)(out + 32 * j), _mm256_xor_si256(data, x[j]));
+        ks_xor_store8_g256(x, in, out);
+        in += 16 * KS_BLOCK_SIZE, out += 16 * KS_BLOCK_SIZE, remaining -= 16 * KS_BLOCK_SIZE;
+        for (; remaining >= 16 * KS_BLOCK_SIZE; in += 16 * KS_BLOCK_SIZE, out += 16 * KS_BLOCK_SIZE, remaining -= 16 * KS_BLOCK_SIZE) {
+            acc = ks_aes8_ghash16_g256(rk, rounds, &counters, x, acc, out - 16 * KS_BLOCK_SIZE, batch_powers);
+            ks_xor_store8_g256(x, in, out);
         }
-        if (!decrypt) {
-            acc = ks_ghash_batch256(acc, out, KS_POWERS_FROM(key->ghash.powers, 16), 8);
-        }
+        acc = ks_ghash_batch256(acc, out - 16 * KS_BLOCK_SIZE, batch_powers, 8);
     }
     if (remaining) {
         uint8_t stream[16 * KS_BLOCK_SIZE];
