@@ -24,9 +24,9 @@ if _aesni.unavailable_reason() is not None:
 
 MIB = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
-# Every path stitches AES of batch i with GHASH of batch i-1 when encrypting, of batch i when decrypting. The
-# aesni path's batch is 8 blocks, vaes256's 16, vaes512's 32 (then one 16-block batch unstitched, then a masked
-# tail): lengths at, around and between their edges, with one batch, two, and more.
+# Every path stitches AES of batch i with GHASH of batch i-1 when encrypting, of batch i when decrypting.
+# The aesni path's batch is 8 blocks, vaes256's 16, vaes512's 32 (then one 16-block batch unstitched, then
+# a masked tail): lengths at, around and between their edges, with one batch, two, and more.
 EDGE_LENGTHS = sorted(
     {0, 1, 15, 16, 17, 127, 128, 129}
     | {128 * k + d for k in (1, 2, 3, 4, 8) for d in (-1, 0, 1)}
