@@ -223,7 +223,13 @@ async def test_a_small_decrypt_after_rotation_names_the_version_that_verified(ap
 
 @pytest.mark.parametrize("body", [b"", b"x" * 1096])
 def test_octets_response_sends_what_starlettes_response_sends(body: bytes) -> None:
-    headers = {"Keystream-IV": "00" * 16, "Keystream-Key-Version": "3", "Keystream-Backend": "aesni"}
+    # The routes' own names (looked up ready-made) and another one (converted as Starlette does).
+    headers = {
+        "Keystream-IV": "00" * 16,
+        "Keystream-Key-Version": "3",
+        "Keystream-Backend": "aesni",
+        "X-Other-Header": "Mixed Case",
+    }
     ours = OctetsResponse(body, headers)
     theirs = Response(body, headers=headers, media_type="application/octet-stream")
     assert (ours.status_code, ours.raw_headers, ours.body) == (
