@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.api import hotpath, paths
+from app.api.middleware import middleware, wrap
 from app.api.streaming import OctetsResponse
 from app.core.config import Settings
 from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor
@@ -366,3 +367,20 @@ def test_the_path_memo_answers_as_the_patterns_and_stays_bounded(monkeypatch: py
     assert len(hotpath._found_by_path) <= paths.MEMO_PATHS_MAX
     monkeypatch.setitem(hotpath._STREAMING, "decrypt", (encrypt[0], encrypt[1]))
     assert find("/v1/keys/d/decrypt") == (*encrypt, "d")  # the table is read at each request
+
+
+def test_the_shortcuts_stack_is_the_middleware_list_in_order_around_the_route() -> None:
+    """wrap() links the layers through their bound ``__call__``: the same layers, in middleware()'s order,
+    each over the next, the route innermost."""
+
+    async def route(scope: Any, receive: Any, send: Any) -> None:
+        """The innermost app."""
+
+    settings = Settings()
+    app: Any = wrap(route, settings)
+    for entry in middleware(settings):
+        layer = app.__self__
+        assert type(layer) is entry.cls
+        assert app == layer.__call__
+        app = layer.app
+    assert app is route
