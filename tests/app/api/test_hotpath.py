@@ -384,3 +384,24 @@ def test_the_shortcuts_stack_is_the_middleware_list_in_order_around_the_route() 
         assert app == layer.__call__
         app = layer.app
     assert app is route
+
+
+@pytest.mark.parametrize("scheme", ["ctr-hmac", "gcm"])
+async def test_a_streamed_sealed_encrypt_round_trips_with_the_small_paths_headers(
+    settings_factory: Callable[..., Settings], scheme: str
+) -> None:
+    """A body over ``small_body_max_bytes`` is sealed by the route's streaming step, a small one whole: both
+    open, under the same version and headers."""
+    plaintext = bytes(range(256)) * 40
+    async with running_api(settings_factory(small_body_max_bytes=0)) as streaming:
+        made = await streaming.client.post(
+            "/v1/keys", json={"name": "k", "type": "aes256", "scheme": scheme}, headers=streaming.auth()
+        )
+        assert made.status_code == 201, made.text
+        streamed = await streaming.encrypt("k", plaintext)
+        small = await streaming.client.post("/v1/keys/k/encrypt", content=b"", headers=streaming.auth())
+        opened = await streaming.decrypt("k", streamed.content)
+    assert streamed.status_code == small.status_code == opened.status_code == 200
+    assert opened.content == plaintext
+    assert streamed.headers["keystream-key-version"] == opened.headers["keystream-key-version"] == "1"
+    assert streamed.headers["keystream-backend"] == small.headers["keystream-backend"]
