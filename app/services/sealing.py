@@ -203,12 +203,10 @@ class Opening:
         candidates = keys.materials if several else [(first.version, first.material)]
         more = keys.more
         inline_max = _inline_max(self._settings, backend, parameters.scheme, 1, whole=True)
-
-        def work() -> list[Opened]:
-            return open_many(
-                candidates, parameters, (body,), (associated_data,), backend, more_candidates=more
-            )
-
+        # A partial, not a nested function: no function and cells of what it uses on every call.
+        work = partial(
+            open_many, candidates, parameters, (body,), (associated_data,), backend, more_candidates=more
+        )
         (opened,) = await run_timed(
             backend,
             "decrypt",
