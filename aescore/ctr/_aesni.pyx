@@ -504,7 +504,7 @@ cdef class AesniBackend:
         return AesniGhash(hash_key)
 
     def gcm_key(self, key):
-        """Prepare a 16, 24 or 32-byte key for AES-GCM: round keys and H^1..H^16, once per key.
+        """Prepare a 16, 24 or 32-byte key for AES-GCM: round keys and H^1..H^32, once per key.
 
         The GCM path follows this instance's ``isa`` (else the module setting) at each call.
 

@@ -62,7 +62,7 @@ cdef int _copy_nonce(object nonce, uint8_t *target) except -1:
 
 @cython.final
 cdef class AesniGcmKey:
-    """An AES key prepared for AES-GCM on the aesni backend: round keys and H^1..H^16, computed once.
+    """An AES key prepared for AES-GCM on the aesni backend: round keys and H^1..H^32, computed once.
 
     Immutable and thread-safe; wiped from memory when freed; its ``repr`` shows the key size only. Created by
     :meth:`AesniBackend.gcm_key`; :class:`aescore.AesGcm` documents the methods.

@@ -20,13 +20,14 @@ extern "C" {
 
 #define KS_GCM_NONCE_SIZE 12
 #define KS_GCM_TAG_SIZE 16
-/* Powers of H kept per key: one batch of 16 blocks is hashed with H^16..H^1 and a single reduction. */
-#define KS_GCM_POWERS 16
+/* Powers of H kept per key: a batch of n blocks (up to 32, on zmm) is hashed with H^n..H^1 and a single
+ * reduction. */
+#define KS_GCM_POWERS 32
 /* Longest message: 2**32 - 2 blocks. */
 #define KS_GCM_MAX_DATA ((((uint64_t)1) << 36) - 32)
 
 /*
- * GHASH key material: H^16, H^15, ..., H^1, each multiplied by x^-1 and stored bit-reflected (the block
+ * GHASH key material: H^32, H^31, ..., H^1, each multiplied by x^-1 and stored bit-reflected (the block
  * byte-reversed and read as a little-endian 128-bit integer, so a carry-less multiply of two such values is
  * the field product without the one-bit shift), followed by three zero blocks so vector loads for a short
  * tail stay inside the array; and the same powers with their two halves XORed, for Karatsuba. Immutable after ks_ghash_init; safe to share between threads.

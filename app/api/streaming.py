@@ -63,6 +63,14 @@ class DuplexStreamingResponse(Response):
             await self.background()
 
 
+#: The raw names (lower case, latin-1, as Starlette writes them) of the headers the crypto routes set, so an
+#: :class:`OctetsResponse` spends no ``lower()`` and ``encode()`` on each.
+_RAW_NAMES: dict[str, bytes] = {
+    name: name.lower().encode("latin-1")
+    for name in ("Keystream-Key-Version", "Keystream-Backend", "Keystream-IV")
+}
+
+
 class OctetsResponse(Response):
     """A complete ``application/octet-stream`` answer (200), its header list built directly.
 
@@ -77,7 +85,14 @@ class OctetsResponse(Response):
         self.status_code = 200
         self.background = None
         self.body = body
-        raw = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+        # A loop, not a list comprehension (a function and a frame per response); the routes' own header
+        # names are looked up already lowered and encoded, any other name converted as Starlette does.
+        raw: list[tuple[bytes, bytes]] = []
+        for name, value in headers.items():
+            raw_name = _RAW_NAMES.get(name)
+            if raw_name is None:
+                raw_name = name.lower().encode("latin-1")
+            raw.append((raw_name, value.encode("latin-1")))
         raw.append((b"content-length", str(len(body)).encode("latin-1")))
         raw.append((b"content-type", b"application/octet-stream"))
         self.raw_headers = raw

@@ -19,6 +19,7 @@ Backends that do not run inline leave the loop whatever these limits say.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 import aescore
@@ -35,7 +36,7 @@ from app.formats.sealed import (
 from app.keycache import ResolvedKey
 from app.services.crypto_step import CryptoStep, sealed_step
 from app.services.crypto_work import run_timed, trial_limiter, trial_work
-from app.services.keys import DecryptionKeys
+from app.services.keys import DecryptionKeys, sealed_encryptor
 
 T = TypeVar("T")
 #: One opened message: its plaintext and the key version that verified it, or why it did not open.
@@ -147,11 +148,21 @@ async def seal_message(
         "sealed",
         len(data),
         _inline_max(settings, backend, parameters.scheme, 1, whole=True),
-        lambda: seal_many(key.material, parameters, (data,), (associated_data,), backend),
+        # A partial, not a lambda: no cells of its arguments and no frame of its own around seal_many.
+        partial(seal_many, key.material, parameters, (data,), (associated_data,), backend),
     )
     if isinstance(sealed, PayloadTooLargeError):
         raise sealed
     return sealed
+
+
+def sealing_step(
+    backend: aescore.Backend, key: ResolvedKey, associated_data: bytes, inline_max: int
+) -> CryptoStep:
+    """The crypto step of a streaming route's sealed encrypt whose body is not small: a fresh encryptor
+    (new salt and nonce prefix) under ``key``."""
+    encryptor = sealed_encryptor(key, associated_data, backend)
+    return sealed_step(backend, "encrypt", encryptor, key.parameters.segment_size, inline_max=inline_max)
 
 
 class Opening:
@@ -192,12 +203,10 @@ class Opening:
         candidates = keys.materials if several else [(first.version, first.material)]
         more = keys.more
         inline_max = _inline_max(self._settings, backend, parameters.scheme, 1, whole=True)
-
-        def work() -> list[Opened]:
-            return open_many(
-                candidates, parameters, (body,), (associated_data,), backend, more_candidates=more
-            )
-
+        # A partial, not a nested function: no function and cells of what it uses on every call.
+        work = partial(
+            open_many, candidates, parameters, (body,), (associated_data,), backend, more_candidates=more
+        )
         (opened,) = await run_timed(
             backend,
             "decrypt",

@@ -24,12 +24,15 @@ if _aesni.unavailable_reason() is not None:
 
 MIB = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
-# The aesni path's batch is 8 blocks (AES of batch i stitched with GHASH of batch i-1 when encrypting, of
-# batch i when decrypting), the VAES paths' 16 blocks: lengths at, around and between their edges.
+# Every path stitches AES of batch i with GHASH of batch i-1 when encrypting, of batch i when decrypting.
+# The aesni path's batch is 8 blocks, vaes256's 16, vaes512's 32 (then one 16-block batch unstitched, then
+# a masked tail): lengths at, around and between their edges, with one batch, two, and more.
 EDGE_LENGTHS = sorted(
     {0, 1, 15, 16, 17, 127, 128, 129}
     | {128 * k + d for k in (1, 2, 3, 4, 8) for d in (-1, 0, 1)}
     | {256 * k + d for k in (1, 2, 3) for d in (-1, 0, 1)}
+    | {512 * k + d for k in (1, 2, 3, 4) for d in (-1, 0, 1)}
+    | {512 * k + 256 + d for k in (1, 2) for d in (-1, 0, 1)}
 )
 EDGE_AAD_LENGTHS = (0, 20, 129)
 
@@ -53,6 +56,11 @@ def check_batch_edges(isa: str) -> int:
                 out = bytearray(length)
                 ours.decrypt_into(nonce, sealed, aad, out)
                 assert out == data
+                buffer = bytearray(data) + bytearray(16)  # in place, both ways
+                assert ours.encrypt_into(nonce, memoryview(buffer)[:length], aad, buffer) == length + 16
+                assert buffer == sealed
+                assert ours.decrypt_into(nonce, buffer, aad, buffer) == length
+                assert buffer[:length] == data
                 # Tamper with the first and last ciphertext bytes, the tag and the associated data.
                 for position in {0, length - 1, length} if length else {0}:
                     forged = bytearray(sealed)
@@ -61,6 +69,9 @@ def check_batch_edges(isa: str) -> int:
                     with pytest.raises(aescore.InvalidTag):
                         ours.decrypt_into(nonce, forged, aad, out)
                     assert out == bytes(length)  # no unauthenticated plaintext left behind
+                    with pytest.raises(aescore.InvalidTag):  # in place: the ciphertext is zeroed too
+                        ours.decrypt_into(nonce, forged, aad, forged)
+                    assert forged[:length] == bytes(length)
                 with pytest.raises(aescore.InvalidTag):
                     ours.decrypt(nonce, sealed, (aad or b"") + b"\x00")
                 checked += 1

@@ -41,7 +41,12 @@ def middleware(settings: Settings) -> list[Middleware]:
 
 
 def wrap(app: ASGIApp, settings: Settings) -> ASGIApp:
-    """``app`` inside :func:`middleware`'s layers, as Starlette composes them (the first is the outermost)."""
+    """``app`` inside :func:`middleware`'s layers, as Starlette composes them (the first is the outermost).
+
+    Each layer is handed the next one's bound ``__call__``, and the stack is its outermost layer's: calling
+    a bound method is a direct call, where calling a layer instance first looks ``__call__`` up on its
+    class and packs the arguments in a tuple, once per layer on every request.
+    """
     for cls, args, kwargs in reversed(middleware(settings)):
-        app = cls(app, *args, **kwargs)
+        app = cls(app, *args, **kwargs).__call__
     return app

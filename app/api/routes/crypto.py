@@ -19,6 +19,8 @@ rewrap and other methods by FastAPI's router.
 
 from __future__ import annotations
 
+from functools import partial
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
@@ -35,16 +37,15 @@ from app.api.params import (
 )
 from app.api.pump import respond
 from app.errors import BadRequestError, ForbiddenError
-from app.services.crypto_step import CryptoStep, raw_step, sealed_step
+from app.services.crypto_step import raw_step, sealed_step
 from app.services.keys import (
     decryption_keys,
     encryption_key,
     rewrap_target,
-    sealed_encryptor,
     sealed_rewrapper,
 )
 from app.services.raw import check_range, format_iv, new_iv, parse_iv
-from app.services.sealing import Opening, seal_message
+from app.services.sealing import Opening, seal_message, sealing_step
 from app.state import ServiceState
 
 
@@ -114,19 +115,16 @@ async def encrypt(request: Request) -> Response:
         note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
         headers["Keystream-Key-Version"] = str(key.version)
         headers["Keystream-Backend"] = chosen.name
-
-        async def seal_whole(body: bytes) -> bytes:
-            # One call seals a small body (natively on aesni): no encryptor, no stream.
-            return await seal_message(state.settings, chosen, key, ad, body)
-
-        def sealed_stream() -> CryptoStep:
-            encryptor = sealed_encryptor(key, ad, chosen)
-            return sealed_step(
-                chosen, "encrypt", encryptor, key.parameters.segment_size, inline_max=inline_max
-            )
-
+        # Partials, not nested functions: those made a function and cells of what they use on every
+        # request, and seal_whole a coroutine of its own around seal_message's.
         return await respond(
-            request, params, headers, state.settings.small_body_max_bytes, sealed_stream, whole=seal_whole
+            request,
+            params,
+            headers,
+            state.settings.small_body_max_bytes,
+            partial(sealing_step, chosen, key, ad, inline_max),
+            # One call seals a small body (natively on aesni): no encryptor, no stream.
+            whole=partial(seal_message, state.settings, chosen, key, ad),
         )
     else:
         _raw_only(params)

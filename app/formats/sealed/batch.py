@@ -18,6 +18,7 @@ system call instead of two per message, and the C code stays free of entropy sou
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import aescore
 from app.core.schemes import CTR_HMAC, DEFAULT_SCHEME, GCM
@@ -107,6 +108,17 @@ def seal_many(
     salts_and_prefixes = randomness.random_bytes((derived_size + NONCE_PREFIX_SIZE) * len(plaintexts))
     seal = sealer.seal_gcm if scheme == GCM else sealer.seal_ctr_hmac
     sealed = seal(material, derived_size, segment_size, plaintexts, associated_data, salts_and_prefixes)
+    if None not in sealed:  # every message sealed (the usual case): the native list as it is
+        return cast("list[bytes | PayloadTooLargeError]", sealed)
+    return _too_large_as_errors(sealed, segment_size)
+
+
+def _too_large_as_errors(
+    sealed: Sequence[bytes | None], segment_size: int
+) -> list[bytes | PayloadTooLargeError]:
+    """``sealed`` with the error of a message too long to seal where the native core gave ``None`` (a
+    function of its own: in :func:`seal_many` the comprehension would make a cell of ``segment_size`` and a
+    function on every call)."""
     return [
         ciphertext
         if ciphertext is not None

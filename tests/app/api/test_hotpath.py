@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.api import hotpath, paths
+from app.api.middleware import middleware, wrap
 from app.api.streaming import OctetsResponse
 from app.core.config import Settings
 from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor
@@ -223,7 +224,13 @@ async def test_a_small_decrypt_after_rotation_names_the_version_that_verified(ap
 
 @pytest.mark.parametrize("body", [b"", b"x" * 1096])
 def test_octets_response_sends_what_starlettes_response_sends(body: bytes) -> None:
-    headers = {"Keystream-IV": "00" * 16, "Keystream-Key-Version": "3", "Keystream-Backend": "aesni"}
+    # The routes' own names (looked up ready-made) and another one (converted as Starlette does).
+    headers = {
+        "Keystream-IV": "00" * 16,
+        "Keystream-Key-Version": "3",
+        "Keystream-Backend": "aesni",
+        "X-Other-Header": "Mixed Case",
+    }
     ours = OctetsResponse(body, headers)
     theirs = Response(body, headers=headers, media_type="application/octet-stream")
     assert (ours.status_code, ours.raw_headers, ours.body) == (
@@ -360,3 +367,41 @@ def test_the_path_memo_answers_as_the_patterns_and_stays_bounded(monkeypatch: py
     assert len(hotpath._found_by_path) <= paths.MEMO_PATHS_MAX
     monkeypatch.setitem(hotpath._STREAMING, "decrypt", (encrypt[0], encrypt[1]))
     assert find("/v1/keys/d/decrypt") == (*encrypt, "d")  # the table is read at each request
+
+
+def test_the_shortcuts_stack_is_the_middleware_list_in_order_around_the_route() -> None:
+    """wrap() links the layers through their bound ``__call__``: the same layers, in middleware()'s order,
+    each over the next, the route innermost."""
+
+    async def route(scope: Any, receive: Any, send: Any) -> None:
+        """The innermost app."""
+
+    settings = Settings()
+    app: Any = wrap(route, settings)
+    for entry in middleware(settings):
+        layer = app.__self__
+        assert type(layer) is entry.cls
+        assert app == layer.__call__
+        app = layer.app
+    assert app is route
+
+
+@pytest.mark.parametrize("scheme", ["ctr-hmac", "gcm"])
+async def test_a_streamed_sealed_encrypt_round_trips_with_the_small_paths_headers(
+    settings_factory: Callable[..., Settings], scheme: str
+) -> None:
+    """A body over ``small_body_max_bytes`` is sealed by the route's streaming step, a small one whole: both
+    open, under the same version and headers."""
+    plaintext = bytes(range(256)) * 40
+    async with running_api(settings_factory(small_body_max_bytes=0)) as streaming:
+        made = await streaming.client.post(
+            "/v1/keys", json={"name": "k", "type": "aes256", "scheme": scheme}, headers=streaming.auth()
+        )
+        assert made.status_code == 201, made.text
+        streamed = await streaming.encrypt("k", plaintext)
+        small = await streaming.client.post("/v1/keys/k/encrypt", content=b"", headers=streaming.auth())
+        opened = await streaming.decrypt("k", streamed.content)
+    assert streamed.status_code == small.status_code == opened.status_code == 200
+    assert opened.content == plaintext
+    assert streamed.headers["keystream-key-version"] == opened.headers["keystream-key-version"] == "1"
+    assert streamed.headers["keystream-backend"] == small.headers["keystream-backend"]

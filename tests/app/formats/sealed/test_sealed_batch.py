@@ -9,11 +9,13 @@ import pytest
 
 import aescore
 from aescore.sealing import _sealed
+from app.errors import PayloadTooLargeError
 from app.formats.sealed import (
     KeyParameters,
     SealedDecryptionError,
     SealedDecryptor,
     SealedEncryptor,
+    batch,
     header_length,
     min_segment_size,
     native_isa,
@@ -21,6 +23,7 @@ from app.formats.sealed import (
     seal_many,
 )
 from app.formats.sealed import randomness as sealed_randomness
+from app.formats.sealed.format import too_many_segments_message
 from tests.app.formats.conftest import TinkStreamingAead
 
 KEY_TYPES = ("aes128", "aes192", "aes256")
@@ -297,3 +300,21 @@ def test_a_native_answer_of_the_wrong_length_is_refused(
     monkeypatch.setitem(batch._SEALERS, (aesni, "ctr-hmac"), Short())
     with pytest.raises(ValueError, match="2 ciphertexts"):
         open_many([(1, bytes(32))], KeyParameters("aes256", 4096), sealed, [b"", b""], aesni)  # type: ignore[arg-type]
+
+
+class _TooLongSecond:
+    """A native sealer whose core seals the first message and finds the second too long (``None``)."""
+
+    def seal_ctr_hmac(self, *args: object) -> list[bytes | None]:
+        return [b"sealed", None]
+
+
+def test_a_message_the_native_core_finds_too_long_becomes_its_error(
+    aesni: aescore.Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parameters = KeyParameters("aes256", min_segment_size("aes256"))
+    monkeypatch.setattr(batch, "_native_sealer", lambda backend, scheme: _TooLongSecond())
+    sealed = seal_many(bytes(32), parameters, (b"a", b"b"), (b"", b""), aesni)
+    assert sealed[0] == b"sealed"
+    assert isinstance(sealed[1], PayloadTooLargeError)
+    assert str(sealed[1]) == str(PayloadTooLargeError(too_many_segments_message(parameters.segment_size)))
