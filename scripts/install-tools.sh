@@ -6,16 +6,18 @@
 # `softhsm2` (a real PKCS#11 token for the pkcs11 seal's tests, see tests/softhsm.py); and `gdb`, whose `gcore`
 # takes the core images of a running server that tests/app/e2e/test_e2e_core_image.py searches for key material;
 # and `nginx` (nginx-light), the HTTP floor bench/bench_peer.py measures Keystream against (tests/bench/test_floor_app.py);
+# and `valgrind` (callgrind and its client-request header), which bench/callgrind_routes.py counts instructions with
+# (tests/bench/test_callgrind_routes.py);
 # and for the web console: `chromium`, the real browser its tests drive (tests/app/e2e/test_e2e_console.py), and
 # `nodejs`/`npm`, which rebuild it to check the committed build (tests/app/ui/test_console_build.py).
 # Idempotent: when every tool is on PATH it prints one line and exits at once.
 # Installing needs root and apt-get (Debian/Ubuntu); elsewhere it says what is missing and fails.
 set -euo pipefail
 
-tools=(prometheus promtool docker-compose curl jq openssl haproxy initdb softhsm2-util gcore nginx chromium node npm)
+tools=(prometheus promtool docker-compose curl jq openssl haproxy initdb softhsm2-util gcore nginx valgrind chromium node npm)
 declare -A package_of=([prometheus]=prometheus [promtool]=prometheus [docker-compose]=docker-compose [curl]=curl
     [jq]=jq [openssl]=openssl [haproxy]=haproxy [initdb]=postgresql [softhsm2-util]=softhsm2
-    [gcore]=gdb [nginx]=nginx-light [chromium]=chromium [node]=nodejs [npm]=npm)
+    [gcore]=gdb [nginx]=nginx-light [valgrind]=valgrind [chromium]=chromium [node]=nodejs [npm]=npm)
 # Debian keeps PostgreSQL's programs in /usr/lib/postgresql/<version>/bin, off PATH.
 have() {
     command -v "$1" >/dev/null 2>&1 || { [ "$1" = initdb ] && compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; }
@@ -25,7 +27,7 @@ for tool in "${tools[@]}"; do
     have "$tool" || missing+=("${package_of[$tool]}")
 done
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "install-tools: prometheus, promtool, docker-compose, curl, jq, openssl, haproxy, postgresql, softhsm2, gdb, nginx, chromium, node and npm present"
+    echo "install-tools: prometheus, promtool, docker-compose, curl, jq, openssl, haproxy, postgresql, softhsm2, gdb, nginx, valgrind, chromium, node and npm present"
     exit 0
 fi
 # Unique package names, in a stable order.
