@@ -43,7 +43,7 @@ def test_quick_run_on_small_sizes_has_the_documented_schema(
         if row["library"] == "cryptography":
             assert row["ratio_to_cryptography"] == pytest.approx(1.0)
     assert {row["case"] for row in rows} >= {"crypto_pyaes", "throughput", "gcm"}
-    assert len(report["gcm_targets"]) == 8 and "AES-GCM targets" in bench_aescore.markdown(report)
+    assert len(report["gcm_targets"]) == 9 and "AES-GCM targets" in bench_aescore.markdown(report)
     assert not any(row["library"] == "pyaes" and row["mode"] == "into" for row in rows)  # pyaes has no into
     table = bench_aescore.markdown(report)
     assert "| crypto_pyaes | 23000 B | pyaes | native |" in table

@@ -36,6 +36,9 @@ def test_targets_use_the_running_path_cap_and_report_misses() -> None:
     assert checks["AES-256-GCM 1 MiB, aesni vs cryptography AESGCM"]["value"] == 1.25
     assert checks["AES-256-GCM 1 MiB, aesni vs cryptography AESGCM"]["met"] is False
     assert checks["AES-128-GCM 1 MiB vs AES-128 cap"]["value"] == 0.5  # 10 / 20: the vaes256 cap, not vaes512
+    aes256_cap = checks["AES-256-GCM 1 MiB vs AES-256 cap (AES-128 cap x 10/14)"]
+    assert aes256_cap["value"] == 10e9 / (20e9 * 10 / 14) and aes256_cap["met"] is False  # 0.70 < 0.85
+    assert aescore_gcm.targets(_rows(ours_256=12.5e9), "vaes256")[1]["met"] is True  # 0.875
     assert checks["AES-128-CTR 1 MiB (into) vs AES-128 cap"]["value"] == 0.9
     assert checks["AES-128-GCM 1 MiB vs 1/(1/AES cap + 1/GHASH multiply cap)"]["value"] == 1.0
     assert checks["AES-128-GCM 64 B per call, aesni vs cryptography AESGCM"] == {
