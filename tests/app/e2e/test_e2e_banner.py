@@ -14,8 +14,8 @@ from bench.service_process import start_server, stop_server
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="curl missing (install-tools adds it)")
 def test_printed_curl_example_round_trips(tmp_path: Path) -> None:
+    assert shutil.which("curl"), "curl is missing: make tools (scripts/install-tools.sh) installs it"
     server = start_server(tmp_path / "data", tmp_path / "server.log", root_token=None)
     try:
         banner = server.log.read_text()

@@ -86,8 +86,8 @@ def test_sealed_stream_round_trip_over_https_on_every_worker(https_server: Serve
             assert response.url.scheme == "https"
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_curl_with_cacert_round_trip(https_server: Server, pki: TlsFiles, tmp_path: Path) -> None:
+    assert shutil.which("curl"), "curl is missing: make tools (scripts/install-tools.sh) installs it"
     auth = f"Authorization: Bearer {ROOT_TOKEN}"
     octets = "Content-Type: application/octet-stream"
     created = subprocess.run(
