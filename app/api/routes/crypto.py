@@ -39,6 +39,8 @@ from app.api.pump import respond
 from app.errors import BadRequestError, ForbiddenError
 from app.services.crypto_step import raw_step, sealed_step
 from app.services.keys import (
+    cached_decryption_keys,
+    cached_encryption_key,
     decryption_keys,
     encryption_key,
     rewrap_target,
@@ -138,7 +140,10 @@ async def encrypt(request: Request) -> Response:
     if params.format == "sealed":
         _sealed_only(params)
         ad = _associated_data(state, params)
-        key = await encryption_key(state.keycache, name, chosen, params.key_version, _context(params))
+        context = _context(params)
+        key = cached_encryption_key(state.keycache, name, chosen, params.key_version, context)
+        if key is None:  # not in the key cache: read in a worker thread
+            key = await encryption_key(state.keycache, name, chosen, params.key_version, context)
         scheme = key.parameters.scheme
         note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
         headers["Keystream-Key-Version"] = str(key.version)
@@ -193,7 +198,10 @@ async def decrypt(request: Request) -> Response:
 
     _sealed_only(params)
     ad = _associated_data(state, params)
-    keys = await decryption_keys(state.keycache, name, chosen, params.key_version, _context(params))
+    context = _context(params)
+    keys = cached_decryption_keys(state.keycache, name, chosen, params.key_version, context)
+    if keys is None:  # not in the key cache: read in a worker thread
+        keys = await decryption_keys(state.keycache, name, chosen, params.key_version, context)
     scheme = keys.candidates[0].parameters.scheme  # (keys.first, without its property call)
     note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
     opening = Opening(state.settings, chosen, keys, ad)
