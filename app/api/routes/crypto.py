@@ -51,7 +51,6 @@ from app.services.sealing import Opening, seal_message, sealing_step
 from app.services.security import Principal
 from app.state import ServiceState
 
-
 #: What a crypto route has once the token is checked: the service state, the key name and the parameters.
 Authorized = tuple[ServiceState, str, CryptoParams]
 
