@@ -240,15 +240,10 @@ class Opening:
         several = len(keyed) > 1
         candidates = keys.materials if several else [(first.version, first.material)]
         inline_max = _inline_max(self._settings, backend, parameters.scheme, 1, whole=True)
-        # A partial, not a nested function: no function and cells of what it uses on every call.
+        # A partial, not a nested function: no function and cells of what it uses on every call; every
+        # argument by position (a partial with a keyword builds and merges a dict on every call).
         work = partial(
-            open_many,
-            candidates,
-            parameters,
-            (body,),
-            (self._associated_data,),
-            backend,
-            more_candidates=keys.more,
+            open_many, candidates, parameters, (body,), (self._associated_data,), backend, keys.more
         )
         nbytes = len(body)
         cost = trial_work(nbytes, parameters.segment_size, len(keyed)) if several else None
