@@ -122,10 +122,13 @@ def _check_declared_range(params: CryptoParams) -> None:
 
 def _context(params: CryptoParams) -> bytes | None:
     """A derived key's context from the ``Keystream-Context`` header (``None`` without one)."""
-    return decode_context(params.context)
+    text = params.context
+    return decode_context(text) if text else None  # (no call without the header, the usual case)
 
 
 def _associated_data(state: ServiceState, params: CryptoParams) -> bytes:
+    if not params.associated_data:
+        return b""  # none given (the usual case): nothing to decode or check
     value = decode_base64("Keystream-Associated-Data", params.associated_data)
     return check_associated_data(value, state.settings.max_associated_data)
 
