@@ -55,9 +55,11 @@ from app.state import ServiceState
 Authorized = tuple[ServiceState, str, CryptoParams]
 
 
-def _authorized(request: Request, scope: str) -> Authorized | None:
+def _authorized(request: Request, scope: str, principal: Principal | None = None) -> Authorized | None:
     """:func:`_authorize` when the token's record is cached (every request but a token's first in a
-    while), without a coroutine; ``None`` when it must be read: then ``await _authorize``.
+    while), without a coroutine; ``None`` when it must be read: then ``await _authorize``, which hands the
+    verified ``principal`` back here, so what is checked once the token verified (``scope`` on the path's
+    key, then the parameters) is written once.
 
     Raises:
         As :func:`_authorize`, ServiceUnavailableError aside.
@@ -65,10 +67,21 @@ def _authorized(request: Request, scope: str) -> Authorized | None:
     asgi_scope = request.scope  # read directly: Request's app and path_params properties are a call each
     state: ServiceState = asgi_scope["app"].state.keystream
     headers = wanted_headers(request)
-    principal = state.tokens.authenticate_cached(headers.get(b"authorization"))
     if principal is None:
-        return None
-    return _permitted(request, state, headers, principal, scope)
+        principal = state.tokens.authenticate_cached(headers.get(b"authorization"))
+        if principal is None:
+            return None
+    name: str = asgi_scope["path_params"]["name"]
+    principal.require(scope, name)
+    params = CryptoParams.from_request(request, headers)
+    if scope == "encrypt" and params.iv and not principal.has_scope("decrypt"):
+        # CTR encryption is its own inverse: encrypting a ciphertext under its IV (and offset) returns the
+        # plaintext, so a caller-chosen IV turns encrypt into decrypt.
+        raise ForbiddenError(
+            "supplying iv on raw encrypt needs the decrypt scope too: with a chosen IV, CTR encrypt is "
+            "decrypt; omit iv to get a fresh random one"
+        )
+    return state, name, params
 
 
 async def _authorize(request: Request, scope: str) -> Authorized:
@@ -80,27 +93,10 @@ async def _authorize(request: Request, scope: str) -> Authorized:
         ValidationError, UnsupportedMediaTypeError: as :meth:`CryptoParams.from_request`.
     """
     state: ServiceState = request.scope["app"].state.keystream
-    headers = wanted_headers(request)
-    principal = await state.tokens.authenticate(headers.get(b"authorization"))
-    return _permitted(request, state, headers, principal, scope)
-
-
-def _permitted(
-    request: Request, state: ServiceState, headers: dict[bytes, str], principal: Principal, scope: str
-) -> Authorized:
-    """What :func:`_authorize` checks once the token verified: ``scope`` on the path's key, then the
-    parameters (the one place for both, whether the token's record was cached or read)."""
-    name: str = request.scope["path_params"]["name"]
-    principal.require(scope, name)
-    params = CryptoParams.from_request(request, headers)
-    if scope == "encrypt" and params.iv and not principal.has_scope("decrypt"):
-        # CTR encryption is its own inverse: encrypting a ciphertext under its IV (and offset) returns the
-        # plaintext, so a caller-chosen IV turns encrypt into decrypt.
-        raise ForbiddenError(
-            "supplying iv on raw encrypt needs the decrypt scope too: with a chosen IV, CTR encrypt is "
-            "decrypt; omit iv to get a fresh random one"
-        )
-    return state, name, params
+    principal = await state.tokens.authenticate(wanted_headers(request).get(b"authorization"))
+    authorized = _authorized(request, scope, principal)
+    assert authorized is not None  # (given the principal, it has its answer)
+    return authorized
 
 
 def _sealed_only(params: CryptoParams) -> None:
