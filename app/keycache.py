@@ -101,17 +101,14 @@ class DeterministicKey:
     material: KeyMaterial = field(repr=False)
 
 
-def _refuse_deterministic(info: KeyInfo) -> None:
-    """Raise unless key ``info`` is an AES key the sealed, raw, HMAC and Transit formats take.
-
-    Raises:
-        BadRequestError: it is an ``aes256-siv`` key (the message names the routes that serve it).
-    """
-    if info.key_type == DETERMINISTIC_KEY_TYPE:
-        raise BadRequestError(
-            f"key {info.name!r} is {DETERMINISTIC_KEY_TYPE} (deterministic AES-SIV): only the JSON batch "
-            "routes encrypt/batch, decrypt/batch and rewrap/batch serve it"
-        )
+def _deterministic_refused(info: KeyInfo) -> BadRequestError:
+    """The refusal of ``aes256-siv`` key ``info`` by the sealed, raw, HMAC and Transit formats (the message
+    names the routes that serve it); the callers test ``info.key_type`` themselves, so every lookup of
+    another key spares the call."""
+    return BadRequestError(
+        f"key {info.name!r} is {DETERMINISTIC_KEY_TYPE} (deterministic AES-SIV): only the JSON batch "
+        "routes encrypt/batch, decrypt/batch and rewrap/batch serve it"
+    )
 
 
 def _require_deterministic(info: KeyInfo) -> None:
@@ -269,7 +266,8 @@ class KeyCache:
             CacheMissError: ``cached_only`` and the answer needs the keystore (nothing was counted).
         """
         info = self.key_info(name, cached_only=cached_only)
-        _refuse_deterministic(info)
+        if info.key_type == DETERMINISTIC_KEY_TYPE:
+            raise _deterministic_refused(info)
         if version is None:
             version = info.latest_version
         else:
@@ -301,7 +299,8 @@ class KeyCache:
             CacheMissError: ``cached_only`` and the answer needs the keystore (nothing was counted).
         """
         info = self.key_info(name, cached_only=cached_only)
-        _refuse_deterministic(info)
+        if info.key_type == DETERMINISTIC_KEY_TYPE:
+            raise _deterministic_refused(info)
         if cached_only and version is None and info.latest_version == info.min_decryption_version:
             # Only the latest version may decrypt (a key never rotated, or whose older versions may not):
             # _decryption_versions would find it alone, whatever max_decrypt_versions says.
