@@ -18,12 +18,17 @@ it again at the next open: its watch is added again then). The directory is watc
 never for writes: the audit log may live there and is written all the time. A worker whose database nobody
 writes never wakes for this.
 
-inotify reports a write when the ``write()`` returns; in WAL mode the commit becomes visible a moment later
-(SQLite then updates the WAL index in shared memory, which raises no event). So a wake checks at once (the
-common case: the commit is already visible) and again :data:`HINT_INTERVAL` later, and goes on checking every
-:data:`HINT_INTERVAL` while writes keep coming; it sleeps again after a check made at least
-:data:`HINT_INTERVAL` after the last write. A commit is therefore noticed within :data:`HINT_INTERVAL` (as
-with the former 10 ms poll, usually at once), and a burst of writes costs at most one check per interval.
+inotify reports a write when ``write()`` returns, but a commit in WAL mode becomes visible later: after
+SQLite has synced the ``-wal`` file (``synchronous=FULL``) and updated the WAL index in shared memory, which
+raises no event. So the first write after a quiet spell is checked at once, then 1, 2, 4 and 8 ms later and
+every :data:`HINT_INTERVAL` while writes go on (a key's change is two commits a moment apart); the checks go
+on for :data:`_SETTLE_SECONDS` after the last write, and after a write to the ``-wal`` file until one of them
+has seen a commit (for at most :data:`_COMMIT_WAIT_SECONDS`: an ``fsync`` that slow). While a check is due,
+writes wake nothing: they are read when it is, so a burst of writes costs at most one wake and one check an
+interval, the former poll's rate. A commit is thus noticed within :data:`HINT_INTERVAL` of becoming visible,
+usually within two milliseconds of its write; a commit that becomes visible more than
+:data:`_SETTLE_SECONDS` after its write while an earlier one was seen meanwhile is left to the follower's poll.
+(Without WAL mode a commit writes the database file under an exclusive lock, which the check waits for.)
 inotify sees every write made through this machine's kernel, which is every writer of a SQLite keystore (WAL
 mode shares memory between them: they must run on one host); the change follower's own poll stays the
 backstop for anything missed.
@@ -81,8 +86,8 @@ _READ_SIZE = 64 * 1024
 #: Seconds between the first check after a quiet spell and the next; the spacing doubles up to
 #: :data:`HINT_INTERVAL` while writes go on (a key's change is two commits a moment apart).
 _FIRST_SPACING_SECONDS = 0.001
-#: Seconds of checks after the last write: a commit is seen once SQLite has made it
-#: visible, a moment after its last write (see the module doc), even when another commit was seen meanwhile.
+#: Seconds of checks after the last write: a commit becomes visible a moment after its last write (see the
+#: module doc), even when an earlier commit was seen meanwhile.
 _SETTLE_SECONDS = 0.03
 #: Seconds, after a write to the ``-wal`` file, of checks until one sees the commit (a slow ``fsync``).
 _COMMIT_WAIT_SECONDS = 1.0
@@ -263,25 +268,28 @@ class DataVersionWatcher:
             raise _InotifyUnavailable from exc
         try:
             watches = _Watches(inotify, self._path)
-            poller = select.poll()
-            poller.register(inotify.fd, select.POLLIN)
-            poller.register(self._wake_read, select.POLLIN)
+            # Asleep: until a write or stop(). A check scheduled: until it is due or stop(), the writes
+            # meanwhile read when it is due (a burst of them is one wake, not one each).
+            asleep, scheduled = select.poll(), select.poll()
+            asleep.register(inotify.fd, select.POLLIN)
+            for poller in (asleep, scheduled):
+                poller.register(self._wake_read, select.POLLIN)
             self.event_driven = True
             self._check()  # the baseline, after the watches: any later commit raises an event
             last_check = last_write = last_wal_write = time.monotonic()
             awaiting = False  # the -wal file was written, and no check since has seen a commit
             due: float | None = None  # when the next check is due; None: sleep until a write
-            spacing = (
-                _FIRST_SPACING_SECONDS  # between two checks: doubles up to HINT_INTERVAL while writes go on
-            )
+            spacing = _FIRST_SPACING_SECONDS  # between two checks, doubling up to HINT_INTERVAL
             while not self._stop.is_set():
-                timeout = None if due is None else max(0, math.ceil((due - time.monotonic()) * 1000))
-                ready = poller.poll(timeout)
+                if due is None:
+                    asleep.poll()
+                else:
+                    scheduled.poll(max(0, math.ceil((due - time.monotonic()) * 1000)))
                 self.wakes += 1
                 if self._stop.is_set():
                     return
                 now = time.monotonic()
-                written = watches.take(inotify.read()) if any(fd == inotify.fd for fd, _ in ready) else 0
+                written = watches.take(inotify.read())
                 if written:
                     last_write = now
                     if written & _WAL:

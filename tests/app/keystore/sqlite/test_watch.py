@@ -193,7 +193,8 @@ def test_a_wal_file_that_appears_later_is_watched(data_dir: Path, master_key: by
     try:
         assert watcher.event_driven and wal.exists()
         store = open_keystore(data_dir, master_key)
-        store.create_key("orders")
+        time.sleep(0.1)  # its opening's writes to the database file (if any) have settled
+        store.create_key("orders")  # writes the -wal file only
         assert wait_for(got, 1)
         store.close()
     finally:
