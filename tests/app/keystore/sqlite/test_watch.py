@@ -49,6 +49,16 @@ def wait_until(condition: Callable[[], bool], wait: float = WAIT) -> bool:
     return condition()
 
 
+def assert_asleep(watcher: DataVersionWatcher) -> None:
+    """Wait until the watcher sleeps (no wake for 0.2 s; checks after a write go on for up to a second)."""
+    deadline = time.monotonic() + 3.0
+    wakes = -1
+    while watcher.wakes != wakes and time.monotonic() < deadline:
+        wakes = watcher.wakes
+        time.sleep(0.2)
+    assert watcher.wakes == wakes, "the watcher keeps waking up"
+
+
 @pytest.fixture
 def without_inotify(monkeypatch: pytest.MonkeyPatch) -> None:
     """inotify_init1 fails as on a system without it (and the process has not logged that yet)."""
@@ -193,8 +203,8 @@ def test_a_wal_file_that_appears_later_is_watched(data_dir: Path, master_key: by
     try:
         assert watcher.event_driven and wal.exists()
         store = open_keystore(data_dir, master_key)
-        time.sleep(0.1)  # its opening's writes to the database file (if any) have settled
-        store.create_key("orders")  # writes the -wal file only
+        assert_asleep(watcher)  # nothing left to check: only a write to the -wal file can wake it
+        store.create_key("orders")
         assert wait_for(got, 1)
         store.close()
     finally:
@@ -312,8 +322,10 @@ def test_steady_writes_are_checked_at_most_once_an_interval(
                 file.write(b"frame")
                 time.sleep(0.0005)
         time.sleep(0.1)
-        # 0.5 s of writes every half millisecond, plus the checks while they settle: about 55 checks.
+        # 0.5 s of writes every half millisecond, plus the checks while they settle: about 55 checks, each
+        # one wake (the writes meanwhile wake nothing).
         assert 20 < watcher.checks < 0.6 / HINT_INTERVAL + 15, watcher.checks
+        assert watcher.wakes <= watcher.checks + 2, (watcher.wakes, watcher.checks)
     finally:
         watcher.stop()
 
