@@ -27,11 +27,11 @@ has seen a commit (for at most :data:`_COMMIT_WAIT_SECONDS`: an ``fsync`` that s
 writes wake nothing: they are read when it is, so a burst of writes costs at most one wake and one check an
 interval, the former poll's rate. A commit is thus noticed within :data:`HINT_INTERVAL` of becoming visible,
 usually within two milliseconds of its write; a commit that becomes visible more than
-:data:`_SETTLE_SECONDS` after its write while an earlier one was seen meanwhile is left to the follower's poll.
-(Without WAL mode a commit writes the database file under an exclusive lock, which the check waits for.)
-inotify sees every write made through this machine's kernel, which is every writer of a SQLite keystore (WAL
-mode shares memory between them: they must run on one host); the change follower's own poll stays the
-backstop for anything missed.
+:data:`_SETTLE_SECONDS` after its write while an earlier one was seen meanwhile is left to the follower's
+poll. (Without WAL mode a commit writes the database file under an exclusive lock, which the check waits
+for.) inotify sees every write made through this machine's kernel, which is every writer of a SQLite
+keystore (WAL mode shares memory between them: they must run on one host); the change follower's own poll
+stays the backstop for anything missed.
 
 Where inotify is unavailable (not Linux, no ``inotify_init1`` in libc, the per-user limit of instances or
 watches reached) the thread checks every :data:`HINT_INTERVAL`, as before; the process logs that once. The
@@ -220,6 +220,7 @@ class DataVersionWatcher:
         # stop() writes a byte here to end the thread's poll(); the lock keeps it from writing once the
         # thread has closed the pipe (the descriptor's number could name another file by then).
         self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
         self._pipe_lock = threading.Lock()
         self._pipe_open = True
         self._reader = _HeadReader(path)
