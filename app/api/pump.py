@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Message, Receive
 
 from app.api.errors import error_response
 from app.api.params import CryptoParams
@@ -63,27 +64,25 @@ async def pump(
         await chunks.aclose()
 
 
-async def small_body(request: Request, params: CryptoParams, limit: int) -> bytes | None:
-    """The whole body when its Content-Length is at most ``limit`` (a bounded read), else ``None``.
+async def small_body(receive: Receive, message: Message) -> bytes:
+    """The whole body of a request whose first body message is ``message``: it and the messages after it.
 
-    Small requests skip the streaming machinery (read-ahead task, chunked response): for 1 KiB messages
-    that machinery costs more than the crypto.
+    The server frames a small body by Content-Length, so it arrives in a message or a few (the first
+    ``receive()`` answers ``Expect: 100-continue``); :func:`respond` takes a body that came whole in its
+    first message without this coroutine.
 
     Raises:
         ClientDisconnect: the client went away while the body was read.
     """
-    if params.content_length is None or params.content_length > limit:
-        return None
-    # = await request.body(), without its async generator: the server frames the body by Content-Length, so
-    # it arrives in a message or a few (the first receive() answers Expect: 100-continue).
+    # = await request.body(), without its async generator.
     chunks: list[bytes] = []
     while True:
-        message = await request.receive()
         if message["type"] == "http.disconnect":
             raise ClientDisconnect()
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        message = await receive()
 
 
 def disconnected() -> Response:
@@ -98,7 +97,7 @@ async def respond(
     limit: int,
     stream: Callable[[], CryptoStep],
     *,
-    whole: Callable[[bytes], Awaitable[bytes]] | None = None,
+    whole: Callable[[bytes], bytes | Awaitable[bytes]] | None = None,
     key_version: Callable[[], int | None] | None = None,
 ) -> Response:
     """Transform the body: in one call when small, else as a stream that starts once the first output exists.
@@ -112,7 +111,8 @@ async def respond(
         headers: the response's headers.
         limit: the most bytes a small body has (``small_body_max_bytes``).
         stream: makes the crypto step for a body that is not small (called only then).
-        whole: transforms a small body in one call; by default the step's :meth:`CryptoStep.run_whole`.
+        whole: transforms a small body in one call, returning the output or an awaitable of it; by default
+            the step's :meth:`CryptoStep.run_whole`.
         key_version: the key version that produced the output, asked once the first output exists (a
             sealed decrypt learns it from the segment that verified); it becomes ``Keystream-Key-Version``.
 
@@ -120,12 +120,22 @@ async def respond(
         KeystreamError: a small body or the stream's first output failed to transform (a clean 4xx; nothing
             was sent).
     """
-    try:
-        body = await small_body(request, params, limit)
-    except ClientDisconnect:
-        return disconnected()
-    if body is not None:
-        output = await (whole(body) if whole is not None else stream().run_whole(body))
+    if params.content_length is not None and params.content_length <= limit:
+        # A small body: read whole and transformed in one call, without the streaming machinery (read-ahead
+        # task, chunked response), which costs more than the crypto of a 1 KiB message.
+        receive = request.receive
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body = message.get("body", b"")  # all of it in one message (the usual case): no coroutine
+        else:
+            try:
+                body = await small_body(receive, message)
+            except ClientDisconnect:
+                return disconnected()
+        # ``whole`` answers at once when its crypto runs on the event loop, else with an awaitable.
+        output = whole(body) if whole is not None else stream().run_whole(body)
+        if not isinstance(output, bytes):
+            output = await output
         _name_version(headers, key_version)
         return OctetsResponse(output, headers)
     step = stream()

@@ -88,6 +88,62 @@ async def timed_async(seconds: Observer, work: Awaitable[T]) -> T:
         seconds.observe(time.perf_counter() - start)
 
 
+class OffLoop:
+    """The type of :data:`OFF_LOOP`."""
+
+    __slots__ = ()
+
+
+#: What :func:`run_inline` returns for work :func:`run_timed` would run off the event loop.
+OFF_LOOP = OffLoop()
+
+
+def run_inline(
+    backend: aescore.Backend,
+    operation: str,
+    fmt: str,
+    nbytes: int,
+    inline_max: int,
+    work: Callable[[], T],
+    *,
+    cost: int | None = None,
+) -> T | OffLoop:
+    """:func:`run_timed` for work that runs on the event loop, without a coroutine: count ``nbytes``, run
+    ``work`` timed and return what it returns; :data:`OFF_LOOP` (nothing counted, nothing run) for work that
+    leaves the loop: ``await`` :func:`run_timed` then.
+
+    Raises:
+        CacheMissError: ``work`` ran (counted and timed) and needs a keystore read: ``await``
+            :func:`run_again_off_loop` then, as :func:`run_timed` does.
+        Exception: whatever ``work`` raises.
+    """
+    weight = nbytes if cost is None else cost
+    if not backend.runs_inline or weight > inline_max:  # = not runs_on_loop(), as run_crypto decides
+        return OFF_LOOP
+    seconds, counter = crypto_metrics(backend.name, operation, fmt)
+    counter.inc(nbytes)
+    # run_crypto's inline case, timed as timed() times it, without their calls and a closure.
+    start = time.perf_counter()
+    try:
+        return work()
+    finally:
+        seconds.observe(time.perf_counter() - start)
+
+
+async def run_again_off_loop(
+    backend: aescore.Backend,
+    operation: str,
+    fmt: str,
+    work: Callable[[], T],
+    limiter: CapacityLimiter | None = None,
+) -> T:
+    """Run ``work`` again, timed, in a worker thread: it ran on the loop (already counted) and raised
+    :class:`~app.keycache.CacheMissError` (a ciphertext no cached version opens: the key's versions are read
+    again, :func:`app.services.keys.decryption_keys`), so it runs where that read may wait."""
+    seconds, _ = crypto_metrics(backend.name, operation, fmt)
+    return await to_thread.run_sync(functools.partial(timed, seconds, work), limiter=limiter)
+
+
 async def run_timed(
     backend: aescore.Backend,
     operation: str,
@@ -99,32 +155,26 @@ async def run_timed(
     cost: int | None = None,
     limiter: CapacityLimiter | None = None,
 ) -> T:
-    """Count ``nbytes``, then run ``work`` timed, inline or off the loop as
+    """Count ``nbytes``, then run ``work`` timed, inline (:func:`run_inline`) or off the loop as
     :func:`~app.services.offload.run_crypto` decides.
 
     ``cost``: the bytes of work that decision weighs when they differ from ``nbytes`` (a trial over
     several key versions, :func:`trial_work`); ``limiter``: as :func:`~app.services.offload.run_crypto`
     (:func:`trial_limiter`).
     ``work`` must be repeatable: if it ran on the loop and raised :class:`~app.keycache.CacheMissError` (it
-    needs a keystore read), it runs again in a worker thread.
+    needs a keystore read), it runs again in a worker thread (:func:`run_again_off_loop`).
 
     Raises:
         Exception: whatever ``work`` raises.
     """
-    seconds, counter = crypto_metrics(backend.name, operation, fmt)
-    counter.inc(nbytes)
-    weight = nbytes if cost is None else cost
     try:
-        if backend.runs_inline and weight <= inline_max:  # = runs_on_loop(), as run_crypto decides
-            # run_crypto's inline case, timed as timed() times it, without their calls and a closure.
-            start = time.perf_counter()
-            try:
-                return work()
-            finally:
-                seconds.observe(time.perf_counter() - start)
-        # (partials, not lambdas: a lambda makes cells of work and seconds on every call, inline ones too)
+        done = run_inline(backend, operation, fmt, nbytes, inline_max, work, cost=cost)
+        if not isinstance(done, OffLoop):
+            return done
+        seconds, counter = crypto_metrics(backend.name, operation, fmt)
+        counter.inc(nbytes)
+        weight = nbytes if cost is None else cost
+        # (partials, not lambdas: a lambda makes cells of work and seconds on every call)
         return await run_crypto(backend, weight, inline_max, functools.partial(timed, seconds, work), limiter)
     except CacheMissError:
-        # It ran on the loop and needs the keystore (a ciphertext no cached version opens: the key's versions
-        # are read again, :func:`app.services.keys.decryption_keys`): run it again where the read may wait.
-        return await to_thread.run_sync(functools.partial(timed, seconds, work), limiter=limiter)
+        return await run_again_off_loop(backend, operation, fmt, work, limiter)

@@ -40,6 +40,8 @@ _new_tuple = tuple.__new__
 
 __all__ = [
     "DecryptionKeys",
+    "cached_decryption_keys",
+    "cached_encryption_key",
     "decryption_keys",
     "encryption_key",
     "from_cache",
@@ -88,6 +90,40 @@ def with_context(key: ResolvedKey, context: bytes | None, backend: aescore.Backe
     return dataclasses.replace(key, material=material, expanded=backend.expand_key(material))
 
 
+def _encryption_key(
+    keycache: KeyCache, name: str, backend: aescore.Backend, version: int | None, cached_only: bool
+) -> ResolvedKey:
+    """The key version :func:`encryption_key` uses, before any context: the latest, or ``version`` (checked
+    as a decrypt would check it: not below ``min_decryption_version``)."""
+    if version is None:
+        return keycache.resolve(name, None, backend, cached_only=cached_only)
+    return keycache.decryption_candidates(name, backend, version, cached_only=cached_only)[0]
+
+
+def cached_encryption_key(
+    keycache: KeyCache,
+    name: str,
+    backend: aescore.Backend,
+    version: int | None,
+    context: bytes | None = None,
+    *,
+    raw: bool = False,
+) -> ResolvedKey | None:
+    """:func:`encryption_key` when the key cache holds the answer, without a coroutine (every encrypt of a
+    key in use); ``None`` when it needs the keystore: then ``await`` :func:`encryption_key`.
+
+    Raises:
+        As :func:`encryption_key`, for what the cache knows (a key the cache does not know is ``None``).
+    """
+    try:
+        key = _encryption_key(keycache, name, backend, version, True)
+    except CacheMissError:
+        return None
+    if raw or (context is None and not key.options.derived):  # with_context would give it as it is
+        return key
+    return with_context(key, context, backend)
+
+
 async def encryption_key(
     keycache: KeyCache,
     name: str,
@@ -98,7 +134,8 @@ async def encryption_key(
     raw: bool = False,
 ) -> ResolvedKey:
     """The key version to encrypt with: the latest, or ``version`` when given; for a derived key its
-    per-context key for ``context`` (:func:`with_context`), unless ``raw``.
+    per-context key for ``context`` (:func:`with_context`), unless ``raw``. A cache hit is answered on the
+    event loop (:func:`cached_encryption_key`), a miss in a worker thread.
 
     Raises:
         KeyNotFoundError: no such key.
@@ -107,13 +144,10 @@ async def encryption_key(
             ``context`` does not fit the key (:func:`with_context`).
         KeyUnwrapError: the stored material does not unwrap under the master key.
     """
-    if version is None:
-        try:  # from_cache's hit, without its coroutine and a closure: every encrypt comes here
-            key = keycache.resolve(name, None, backend, cached_only=True)
-        except CacheMissError:
-            key = await to_thread.run_sync(keycache.resolve, name, None, backend)
-    else:
-        key = (await _candidates(keycache, name, backend, version))[0]
+    key = cached_encryption_key(keycache, name, backend, version, context, raw=raw)
+    if key is not None:
+        return key
+    key = await to_thread.run_sync(_encryption_key, keycache, name, backend, version, False)
     return key if raw else with_context(key, context, backend)
 
 
@@ -136,15 +170,6 @@ async def rewrap_target(
     except ServiceUnavailableError:
         pass  # the cached metadata, while the change log still vouches for it (see app.services.coherence)
     return await encryption_key(keycache, name, backend, None, context)
-
-
-async def _candidates(
-    keycache: KeyCache, name: str, backend: aescore.Backend, version: int | None
-) -> list[ResolvedKey]:
-    try:  # from_cache's hit, without its coroutine and a closure: every decrypt comes here
-        return keycache.decryption_candidates(name, backend, version, cached_only=True)
-    except CacheMissError:
-        return await to_thread.run_sync(keycache.decryption_candidates, name, backend, version)
 
 
 class DecryptionKeys(NamedTuple):
@@ -186,6 +211,40 @@ class DecryptionKeys(NamedTuple):
         )
 
 
+def cached_decryption_keys(
+    keycache: KeyCache,
+    name: str,
+    backend: aescore.Backend,
+    version: int | None,
+    context: bytes | None = None,
+    *,
+    raw: bool = False,
+    candidates: list[ResolvedKey] | None = None,
+) -> DecryptionKeys | None:
+    """:func:`decryption_keys` when the key cache holds the versions, without a coroutine (every decrypt
+    of a key in use); ``None`` when they need the keystore: then ``await`` :func:`decryption_keys`.
+
+    ``candidates``: the versions :func:`decryption_keys` read, taken instead of the cache's (so what
+    becomes of them is written once).
+
+    Raises:
+        As :func:`decryption_keys`, for what the cache knows (a key the cache does not know is ``None``).
+    """
+    if candidates is None:
+        try:
+            candidates = keycache.decryption_candidates(name, backend, version, cached_only=True)
+        except CacheMissError:
+            return None
+    if not raw:
+        for key in candidates:
+            if context is not None or key.options.derived:  # else with_context gives each key as it is
+                candidates = _with_context_each(candidates, context, backend)
+                break
+    more = _FreshCandidates(keycache, name, backend, None if raw else context) if version is None else None
+    # = DecryptionKeys(candidates, more) without the named tuple's Python-level __new__
+    return _new_tuple(DecryptionKeys, (candidates, more))
+
+
 async def decryption_keys(
     keycache: KeyCache,
     name: str,
@@ -196,7 +255,8 @@ async def decryption_keys(
     raw: bool = False,
 ) -> DecryptionKeys:
     """The versions that may decrypt: ``version`` alone, or latest down to ``min_decryption_version``; for a
-    derived key their per-context keys for ``context`` (:func:`with_context`), unless ``raw``.
+    derived key their per-context keys for ``context`` (:func:`with_context`), unless ``raw``. A cache hit
+    is answered on the event loop (:func:`cached_decryption_keys`), a miss in a worker thread.
 
     An explicit ``version`` newer than the cached metadata re-reads the metadata first (another worker may
     have rotated the key), so it is found at once rather than after ``key_metadata_ttl``.
@@ -208,18 +268,12 @@ async def decryption_keys(
             fit the key.
         KeyUnwrapError: stored material does not unwrap under the master key.
     """
-    try:  # _candidates' hit, without its coroutine: every decrypt comes here
-        candidates = keycache.decryption_candidates(name, backend, version, cached_only=True)
-    except CacheMissError:
-        candidates = await to_thread.run_sync(keycache.decryption_candidates, name, backend, version)
-    if not raw:
-        for key in candidates:
-            if context is not None or key.options.derived:  # else with_context gives each key as it is
-                candidates = _with_context_each(candidates, context, backend)
-                break
-    more = _FreshCandidates(keycache, name, backend, None if raw else context) if version is None else None
-    # = DecryptionKeys(candidates, more) without the named tuple's Python-level __new__
-    return _new_tuple(DecryptionKeys, (candidates, more))
+    keys = cached_decryption_keys(keycache, name, backend, version, context, raw=raw)
+    if keys is None:
+        read = await to_thread.run_sync(keycache.decryption_candidates, name, backend, version)
+        keys = cached_decryption_keys(keycache, name, backend, version, context, raw=raw, candidates=read)
+        assert keys is not None  # (given the candidates, it has its answer)
+    return keys
 
 
 def _with_context_each(

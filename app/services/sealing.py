@@ -18,9 +18,11 @@ Backends that do not run inline leave the loop whatever these limits say.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TypeVar
+
+from anyio import CapacityLimiter
 
 import aescore
 from app.core.config import Settings
@@ -33,9 +35,16 @@ from app.formats.sealed import (
     open_many,
     seal_many,
 )
-from app.keycache import ResolvedKey
+from app.keycache import CacheMissError, ResolvedKey
 from app.services.crypto_step import CryptoStep, sealed_step
-from app.services.crypto_work import run_timed, trial_limiter, trial_work
+from app.services.crypto_work import (
+    OffLoop,
+    run_again_off_loop,
+    run_inline,
+    run_timed,
+    trial_limiter,
+    trial_work,
+)
 from app.services.keys import DecryptionKeys, sealed_encryptor
 
 T = TypeVar("T")
@@ -131,29 +140,56 @@ async def open_messages(
     )
 
 
-async def seal_message(
+def seal_message(
     settings: Settings, backend: aescore.Backend, key: ResolvedKey, associated_data: bytes, data: bytes
-) -> bytes:
-    """Seal ``data``, a streaming route's small body, as one sealed message under ``key``.
+) -> bytes | Awaitable[bytes]:
+    """Seal ``data``, a streaming route's small body, as one sealed message under ``key``: the sealed
+    message itself when the work runs on the event loop (every small body on aesni: no coroutine), else an
+    awaitable of it.
 
     Raises:
-        PayloadTooLargeError: the message would need more than 2**32 segments.
+        PayloadTooLargeError: the message would need more than 2**32 segments (from the awaitable, when
+            there is one).
     """
     # seal_messages for one message, without its two coroutines: one small body runs where a streaming
     # segment would (_inline_max's whole body), counted as its own bytes.
     parameters = key.parameters
-    (sealed,) = await run_timed(
-        backend,
-        "encrypt",
-        "sealed",
-        len(data),
-        _inline_max(settings, backend, parameters.scheme, 1, whole=True),
-        # A partial, not a lambda: no cells of its arguments and no frame of its own around seal_many.
-        partial(seal_many, key.material, parameters, (data,), (associated_data,), backend),
-    )
-    if isinstance(sealed, PayloadTooLargeError):
-        raise sealed
-    return sealed
+    nbytes = len(data)
+    inline_max = _inline_max(settings, backend, parameters.scheme, 1, whole=True)
+    # A partial, not a lambda: no cells of its arguments and no frame of its own around seal_many.
+    work = partial(seal_many, key.material, parameters, (data,), (associated_data,), backend)
+    sealed = run_inline(backend, "encrypt", "sealed", nbytes, inline_max, work)
+    if isinstance(sealed, OffLoop):
+        return _sealed_off_loop(backend, nbytes, inline_max, work)
+    return _one_sealed(sealed)
+
+
+async def _sealed_off_loop(
+    backend: aescore.Backend,
+    nbytes: int,
+    inline_max: int,
+    work: Callable[[], list[bytes | PayloadTooLargeError]],
+) -> bytes:
+    """:func:`seal_message`'s work where :func:`run_timed` runs it off the event loop."""
+    return _one_sealed(await run_timed(backend, "encrypt", "sealed", nbytes, inline_max, work))
+
+
+def _one_sealed(sealed: list[bytes | PayloadTooLargeError]) -> bytes:
+    """The one sealed message of :func:`seal_message`'s ``seal_many``.
+
+    Raises:
+        PayloadTooLargeError: it would need more than 2**32 segments.
+    """
+    (one,) = sealed
+    if isinstance(one, PayloadTooLargeError):
+        raise one
+    return one
+
+
+def _limiter(cost: int | None) -> CapacityLimiter | None:
+    """The limiter of a whole message's work: :func:`trial_limiter` for a trial over several versions
+    (``cost`` given), else none."""
+    return None if cost is None else trial_limiter()
 
 
 def sealing_step(
@@ -182,44 +218,67 @@ class Opening:
         self._version: int | None = None
         self._decryptor: SealedDecryptor | None = None
 
-    async def whole(self, body: bytes) -> bytes:
+    def whole(self, body: bytes) -> bytes | Awaitable[bytes]:
         """Open a small body as one whole sealed message, in one call (natively on aesni): no decryptor, no
-        stream; the version that verified it is kept for :meth:`key_version`.
+        stream; the version that verified it is kept for :meth:`key_version`. The plaintext itself when the
+        work runs on the event loop (every small body on aesni whose version is cached: no coroutine), else
+        an awaitable of it.
 
         :func:`open_messages` for one message, without its two coroutines (as :func:`seal_message`); one
         candidate (the usual case) is passed without the materials property's list comprehension, and only
         several candidates are weighed as a trial (:func:`trial_work`).
 
         Raises:
-            SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext).
+            SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext; from
+                the awaitable, when there is one).
         """
         backend = self._backend
         keys = self._keys
-        associated_data = self._associated_data
         keyed = keys.candidates
         first = keyed[0]
         parameters = first.parameters
         several = len(keyed) > 1
         candidates = keys.materials if several else [(first.version, first.material)]
-        more = keys.more
         inline_max = _inline_max(self._settings, backend, parameters.scheme, 1, whole=True)
         # A partial, not a nested function: no function and cells of what it uses on every call.
         work = partial(
-            open_many, candidates, parameters, (body,), (associated_data,), backend, more_candidates=more
-        )
-        (opened,) = await run_timed(
+            open_many,
+            candidates,
+            parameters,
+            (body,),
+            (self._associated_data,),
             backend,
-            "decrypt",
-            "sealed",
-            len(body),
-            inline_max,
-            work,
-            cost=trial_work(len(body), parameters.segment_size, len(keyed)) if several else None,
-            limiter=trial_limiter() if several else None,
+            more_candidates=keys.more,
         )
-        if isinstance(opened, SealedDecryptionError):
-            raise opened
-        plaintext, self._version = opened
+        nbytes = len(body)
+        cost = trial_work(nbytes, parameters.segment_size, len(keyed)) if several else None
+        try:
+            opened = run_inline(backend, "decrypt", "sealed", nbytes, inline_max, work, cost=cost)
+        except CacheMissError:  # no cached version opened it: the key's versions are read again
+            return self._opened_off_loop(
+                run_again_off_loop(backend, "decrypt", "sealed", work, _limiter(cost))
+            )
+        if isinstance(opened, OffLoop):
+            timed = run_timed(
+                backend, "decrypt", "sealed", nbytes, inline_max, work, cost=cost, limiter=_limiter(cost)
+            )
+            return self._opened_off_loop(timed)
+        return self._plaintext(opened)
+
+    async def _opened_off_loop(self, opened: Awaitable[list[Opened]]) -> bytes:
+        """:meth:`whole`'s work where it runs off the event loop."""
+        return self._plaintext(await opened)
+
+    def _plaintext(self, opened: list[Opened]) -> bytes:
+        """The plaintext of :meth:`whole`'s one message, its version kept for :meth:`key_version`.
+
+        Raises:
+            SealedDecryptionError: it did not open.
+        """
+        (one,) = opened
+        if isinstance(one, SealedDecryptionError):
+            raise one
+        plaintext, self._version = one
         return plaintext
 
     def stream(self) -> CryptoStep:

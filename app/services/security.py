@@ -432,13 +432,17 @@ class TokenVerifier:
             record = self._load(token_id)
         return _principal(record, secret)
 
-    async def authenticate(self, authorization: str | None) -> Principal:
-        """:meth:`verify` for the event loop: a cached answer at once, a keystore read in a worker thread
-        (at most :data:`TOKEN_READ_THREADS` at a time), so a slow or unreachable database never stalls the
-        loop.
+    def authenticate_cached(self, authorization: str | None) -> Principal | None:
+        """:meth:`authenticate` when the cache can answer, without a coroutine: the principal, or ``None``
+        when the token's record must be read (then ``await`` :meth:`authenticate`, which reads it in a
+        worker thread).
+
+        Every request with a cached token is answered here, and checked as on a miss (:func:`_principal`:
+        the constant-time comparison of the secret's hash, the expiry); an id cached as unknown is refused
+        here too.
 
         Raises:
-            UnauthorizedError, TokenExpiredError, ServiceUnavailableError: as :meth:`verify`.
+            UnauthorizedError, TokenExpiredError: as :meth:`verify`.
         """
         # The usual value read here by one match, as _parse_authorization reads it: one call less a request.
         usual = BEARER_TOKEN_RE.fullmatch(authorization) if authorization else None
@@ -448,7 +452,22 @@ class TokenVerifier:
             token_id, secret = _parse_authorization(authorization)
         record = self._cached(token_id)
         if isinstance(record, _Miss):
-            record = await to_thread.run_sync(self._load, token_id, limiter=_read_limiter())
+            return None
+        return _principal(record, secret)
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """:meth:`verify` for the event loop: a cached answer at once (:meth:`authenticate_cached`), a
+        keystore read in a worker thread (at most :data:`TOKEN_READ_THREADS` at a time), so a slow or
+        unreachable database never stalls the loop.
+
+        Raises:
+            UnauthorizedError, TokenExpiredError, ServiceUnavailableError: as :meth:`verify`.
+        """
+        principal = self.authenticate_cached(authorization)
+        if principal is not None:
+            return principal
+        token_id, secret = _parse_authorization(authorization)  # well-formed: authenticate_cached parsed it
+        record = await to_thread.run_sync(self._load, token_id, limiter=_read_limiter())
         return _principal(record, secret)
 
 

@@ -39,6 +39,8 @@ from app.api.pump import respond
 from app.errors import BadRequestError, ForbiddenError
 from app.services.crypto_step import raw_step, sealed_step
 from app.services.keys import (
+    cached_decryption_keys,
+    cached_encryption_key,
     decryption_keys,
     encryption_key,
     rewrap_target,
@@ -46,10 +48,30 @@ from app.services.keys import (
 )
 from app.services.raw import check_range, format_iv, new_iv, parse_iv
 from app.services.sealing import Opening, seal_message, sealing_step
+from app.services.security import Principal
 from app.state import ServiceState
 
+#: What a crypto route has once the token is checked: the service state, the key name and the parameters.
+Authorized = tuple[ServiceState, str, CryptoParams]
 
-async def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, CryptoParams]:
+
+def _authorized(request: Request, scope: str) -> Authorized | None:
+    """:func:`_authorize` when the token's record is cached (every request but a token's first in a
+    while), without a coroutine; ``None`` when it must be read: then ``await _authorize``.
+
+    Raises:
+        As :func:`_authorize`, ServiceUnavailableError aside.
+    """
+    asgi_scope = request.scope  # read directly: Request's app and path_params properties are a call each
+    state: ServiceState = asgi_scope["app"].state.keystream
+    headers = wanted_headers(request)
+    principal = state.tokens.authenticate_cached(headers.get(b"authorization"))
+    if principal is None:
+        return None
+    return _permitted(request, state, headers, principal, scope)
+
+
+async def _authorize(request: Request, scope: str) -> Authorized:
     """Check the token for ``scope`` on the path's key, then parse the parameters (401/403 before 4xx).
 
     Raises:
@@ -57,11 +79,18 @@ async def _authorize(request: Request, scope: str) -> tuple[ServiceState, str, C
         ServiceUnavailableError: the token had to be read and the keystore cannot serve.
         ValidationError, UnsupportedMediaTypeError: as :meth:`CryptoParams.from_request`.
     """
-    asgi_scope = request.scope  # read directly: Request's app and path_params properties are a call each
-    state: ServiceState = asgi_scope["app"].state.keystream
-    name: str = asgi_scope["path_params"]["name"]
+    state: ServiceState = request.scope["app"].state.keystream
     headers = wanted_headers(request)
     principal = await state.tokens.authenticate(headers.get(b"authorization"))
+    return _permitted(request, state, headers, principal, scope)
+
+
+def _permitted(
+    request: Request, state: ServiceState, headers: dict[bytes, str], principal: Principal, scope: str
+) -> Authorized:
+    """What :func:`_authorize` checks once the token verified: ``scope`` on the path's key, then the
+    parameters (the one place for both, whether the token's record was cached or read)."""
+    name: str = request.scope["path_params"]["name"]
     principal.require(scope, name)
     params = CryptoParams.from_request(request, headers)
     if scope == "encrypt" and params.iv and not principal.has_scope("decrypt"):
@@ -103,14 +132,17 @@ def _associated_data(state: ServiceState, params: CryptoParams) -> bytes:
 
 async def encrypt(request: Request) -> Response:
     """Encrypt the request body; the response carries ``Keystream-Key-Version`` (raw: ``Keystream-IV``)."""
-    state, name, params = await _authorize(request, "encrypt")
+    state, name, params = _authorized(request, "encrypt") or await _authorize(request, "encrypt")
     chosen = state.backends.get(params.backend)
     inline_max = state.settings.inline_crypto_max_bytes
     headers: dict[str, str] = {}
     if params.format == "sealed":
         _sealed_only(params)
         ad = _associated_data(state, params)
-        key = await encryption_key(state.keycache, name, chosen, params.key_version, _context(params))
+        context = _context(params)
+        key = cached_encryption_key(state.keycache, name, chosen, params.key_version, context)
+        if key is None:  # not in the key cache: read in a worker thread
+            key = await encryption_key(state.keycache, name, chosen, params.key_version, context)
         scheme = key.parameters.scheme
         note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
         headers["Keystream-Key-Version"] = str(key.version)
@@ -141,7 +173,7 @@ async def encrypt(request: Request) -> Response:
 
 async def decrypt(request: Request) -> Response:
     """Decrypt the request body (sealed: verified segment by segment; raw: needs ``iv`` and a version)."""
-    state, name, params = await _authorize(request, "decrypt")
+    state, name, params = _authorized(request, "decrypt") or await _authorize(request, "decrypt")
     chosen = state.backends.get(params.backend)
     inline_max = state.settings.inline_crypto_max_bytes
     headers = {"Keystream-Backend": chosen.name}
@@ -165,7 +197,10 @@ async def decrypt(request: Request) -> Response:
 
     _sealed_only(params)
     ad = _associated_data(state, params)
-    keys = await decryption_keys(state.keycache, name, chosen, params.key_version, _context(params))
+    context = _context(params)
+    keys = cached_decryption_keys(state.keycache, name, chosen, params.key_version, context)
+    if keys is None:  # not in the key cache: read in a worker thread
+        keys = await decryption_keys(state.keycache, name, chosen, params.key_version, context)
     scheme = keys.candidates[0].parameters.scheme  # (keys.first, without its property call)
     note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
     opening = Opening(state.settings, chosen, keys, ad)

@@ -405,3 +405,60 @@ async def test_a_streamed_sealed_encrypt_round_trips_with_the_small_paths_header
     assert opened.content == plaintext
     assert streamed.headers["keystream-key-version"] == opened.headers["keystream-key-version"] == "1"
     assert streamed.headers["keystream-backend"] == small.headers["keystream-backend"]
+
+
+async def test_with_caches_on_the_routes_answer_from_them_and_take_the_slow_path_on_a_miss(
+    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The streaming routes check a cached token and find a cached key without awaiting (the coroutines
+    authenticate, encryption_key and decryption_keys run only on a miss); a revoked token, a rotated key
+    and a token or key not yet read take the awaited path and get its answers."""
+    from app.api.routes import crypto as crypto_routes
+    from app.services.security import TokenVerifier
+
+    awaited: list[str] = []
+
+    def spy(owner: Any, name: str) -> None:
+        original = getattr(owner, name)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            awaited.append(name)
+            return await original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+
+    spy(TokenVerifier, "authenticate")
+    spy(crypto_routes, "encryption_key")
+    spy(crypto_routes, "decryption_keys")
+    async with running_api(settings_factory(token_cache_ttl=60.0, key_metadata_ttl=60.0)) as api:
+        await api.create_key("k")
+        token = await api.create_token(["encrypt", "decrypt"])
+        awaited.clear()
+        first = await api.encrypt("k", b"one", token=token)
+        assert first.status_code == 200, first.text
+        assert awaited == ["authenticate", "encryption_key"]  # neither was cached yet
+        # (the change-log follower may forget the new token once more, when it reads its creation)
+        for _ in range(5):
+            awaited.clear()
+            sealed = await api.encrypt("k", b"two", token=token)
+            assert sealed.status_code == 200, sealed.text
+            if not awaited:
+                break
+        assert awaited == []  # both from the caches
+        assert (await api.decrypt("k", sealed.content, token=token)).content == b"two"
+        assert awaited == []  # the one version that may decrypt is the cached latest
+        rotated = await api.client.post("/v1/keys/k/rotate", headers=api.auth())
+        assert rotated.status_code == 200, rotated.text
+        awaited.clear()
+        after = await api.encrypt("k", b"three", token=token)
+        assert after.headers["keystream-key-version"] == "2"
+        assert "encryption_key" in awaited  # the rotation invalidated the cached key
+        assert (await api.decrypt("k", first.content, token=token)).content == b"one"
+        assert "decryption_keys" in awaited  # version 1 not read since the rotation
+        token_id = token.split("_")[1]
+        revoked = await api.client.delete(f"/v1/tokens/{token_id}", headers=api.auth())
+        assert revoked.status_code == 204, revoked.text
+        awaited.clear()
+        assert (await api.encrypt("k", b"x", token=token)).status_code == 401
+        assert awaited == ["authenticate"]  # forgotten when deleted: read, and found gone
+        assert (await api.decrypt("k", sealed.content, token=token)).status_code == 401

@@ -12,8 +12,17 @@ from prometheus_client import REGISTRY
 
 import aescore
 from app.formats.sealed import KeyParameters, SealedDecryptor, SealedEncryptor, SealedRewrapper
+from app.keycache import CacheMissError
 from app.services.crypto_step import CryptoStep, raw_step, sealed_step
-from app.services.crypto_work import TRIAL_OVERHEAD_BYTES, TRIAL_THREADS, run_timed, trial_limiter, trial_work
+from app.services.crypto_work import (
+    OFF_LOOP,
+    TRIAL_OVERHEAD_BYTES,
+    TRIAL_THREADS,
+    run_inline,
+    run_timed,
+    trial_limiter,
+    trial_work,
+)
 from app.services.offload import ProcessOffloadBackend, run_crypto, runs_on_loop
 
 PYTHON = aescore.get_backend("python")
@@ -148,3 +157,50 @@ def test_a_rewrap_step_weighs_each_byte_twice() -> None:
     assert not sealed_step(backend, "encrypt", encryptor, segment, inline_max=1 << 20).offloads
     assert sealed_step(backend, "rewrap", rewrapper(), segment, inline_max=1 << 20).offloads
     assert not sealed_step(backend, "rewrap", rewrapper(), segment, inline_max=2 << 20).offloads
+
+
+def _crypto_counts(backend: str, operation: str) -> tuple[float, float]:
+    """(observations of keystream_crypto_seconds, keystream_crypto_bytes_total) of sealed work."""
+    seconds = REGISTRY.get_sample_value(
+        "keystream_crypto_seconds_count", {"backend": backend, "operation": operation, "format": "sealed"}
+    )
+    total = REGISTRY.get_sample_value(
+        "keystream_crypto_bytes_total", {"backend": backend, "operation": operation}
+    )
+    return seconds or 0.0, total or 0.0
+
+
+def test_run_inline_answers_only_work_that_stays_on_the_loop() -> None:
+    """run_inline (run_timed without a coroutine) runs and counts work run_timed would run on the loop, and
+    leaves the rest alone (nothing run, nothing counted) for run_timed to take off the loop."""
+    inline = InlinePython()
+    before = _crypto_counts("inline-python", "encrypt")
+    assert run_inline(inline, "encrypt", "sealed", 100, 100, lambda: "done") == "done"
+    assert _crypto_counts("inline-python", "encrypt") == (before[0] + 1, before[1] + 100)
+    ran: list[int] = []
+    for backend, nbytes, cost in ((inline, 101, None), (inline, 10, 101), (PYTHON, 10, None)):
+        counts = _crypto_counts(backend.name, "encrypt")
+        done = run_inline(backend, "encrypt", "sealed", nbytes, 100, lambda: ran.append(1), cost=cost)
+        assert done is OFF_LOOP
+        assert _crypto_counts(backend.name, "encrypt") == counts
+    assert ran == []
+
+
+async def test_work_that_needs_the_keystore_runs_again_off_the_loop_counted_once() -> None:
+    """Work that ran on the loop and raised CacheMissError runs again in a worker thread: its bytes are
+    counted once."""
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+
+    def work() -> str:
+        threads.append(threading.get_ident())
+        if threading.get_ident() == loop_thread:
+            raise CacheMissError("k")
+        return "opened"
+
+    before = _crypto_counts("inline-python", "decrypt")
+    with pytest.raises(CacheMissError):
+        run_inline(InlinePython(), "decrypt", "sealed", 10, 100, work)
+    assert await run_timed(InlinePython(), "decrypt", "sealed", 10, 100, work) == "opened"
+    assert threads[:2] == [loop_thread, loop_thread] and threads[2] != loop_thread
+    assert _crypto_counts("inline-python", "decrypt")[1] == before[1] + 20  # 10 bytes by each call

@@ -14,7 +14,13 @@ from app.errors import BadRequestError, KeyNotFoundError, KeyVersionNotFoundErro
 from app.formats.sealed import SealedDecryptionError
 from app.keycache import CacheMissError, KeyCache
 from app.keystore import KeyStore, open_keystore
-from app.services.keys import decryption_keys, encryption_key, sealed_encryptor
+from app.services.keys import (
+    cached_decryption_keys,
+    cached_encryption_key,
+    decryption_keys,
+    encryption_key,
+    sealed_encryptor,
+)
 
 BACKEND = aescore.get_backend("python")
 
@@ -85,3 +91,40 @@ async def test_a_ciphertext_of_a_version_added_elsewhere_is_found_by_the_fresh_l
     with pytest.raises(SealedDecryptionError):
         pinned.update(ciphertext)
         pinned.finalize()
+
+
+async def test_the_cached_lookups_answer_only_from_the_cache(keystore: KeyStore, cache: KeyCache) -> None:
+    """cached_encryption_key and cached_decryption_keys (the streaming routes' lookups without a coroutine)
+    answer only what the key cache holds: a key or version never read, or invalidated, is ``None``, and the
+    awaited lookup reads it (or says it does not exist)."""
+    assert cached_encryption_key(cache, "k", BACKEND, None) is None  # nothing read yet
+    assert cached_decryption_keys(cache, "k", BACKEND, None) is None
+    latest = await encryption_key(cache, "k", BACKEND, None)
+    assert cached_encryption_key(cache, "k", BACKEND, None) is latest
+    assert cached_decryption_keys(cache, "k", BACKEND, None) is None  # versions 2 and 1 not resolved yet
+    keys = await decryption_keys(cache, "k", BACKEND, None)
+    cached = cached_decryption_keys(cache, "k", BACKEND, None)
+    assert cached is not None and cached.candidates == keys.candidates and cached.more is not None
+    explicit = cached_decryption_keys(cache, "k", BACKEND, 2)
+    assert explicit is not None and [key.version for key in explicit.candidates] == [2]
+    assert explicit.more is None
+    keystore.rotate_key("k")
+    cache.invalidate("k")  # what the change log does after a rotation elsewhere
+    assert cached_encryption_key(cache, "k", BACKEND, None) is None
+    assert cached_decryption_keys(cache, "k", BACKEND, None) is None
+    assert (await encryption_key(cache, "k", BACKEND, None)).version == 4
+    assert cached_encryption_key(cache, "k", BACKEND, 5) is None  # newer than the cached metadata: a read
+    with pytest.raises(KeyVersionNotFoundError):
+        await encryption_key(cache, "k", BACKEND, 5)
+    assert cached_encryption_key(cache, "missing", BACKEND, None) is None  # unknown to the cache
+    with pytest.raises(KeyNotFoundError):
+        await encryption_key(cache, "missing", BACKEND, None)
+    with pytest.raises(KeyNotFoundError):
+        await decryption_keys(cache, "missing", BACKEND, None)
+
+
+async def test_the_cached_lookups_check_a_context_as_the_awaited_ones(cache: KeyCache) -> None:
+    await encryption_key(cache, "k", BACKEND, None)
+    with pytest.raises(BadRequestError, match="is not derived"):
+        cached_encryption_key(cache, "k", BACKEND, None, b"context")
+    assert cached_encryption_key(cache, "k", BACKEND, None, b"context", raw=True) is not None

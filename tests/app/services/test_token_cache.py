@@ -3,15 +3,17 @@ keystore read never runs on the event loop (:meth:`TokenVerifier.authenticate`).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
 import pytest
 
-from app.errors import UnauthorizedError
+from app.errors import TokenExpiredError, UnauthorizedError
 from app.keystore import KeyStore, TokenRecord, open_keystore
 from app.services import security
 from app.services.security import TokenVerifier, new_token
@@ -195,3 +197,51 @@ async def test_authenticate_without_a_header_is_refused_as_by_verify(store: Coun
     tokens = verifier(store, Clock())
     with pytest.raises(UnauthorizedError, match="missing bearer token"):
         await tokens.authenticate(None)
+
+
+async def test_the_cached_check_answers_only_from_the_cache_and_checks_as_the_read(
+    store: CountingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """authenticate_cached (the streaming routes' check without a coroutine) answers only what the cache
+    holds: a token never read, revoked (forgotten) or past the trust bound is ``None`` (the caller awaits
+    authenticate, which reads the keystore); a cached record is checked as a read one (secret, expiry)."""
+    clock = Clock()
+    tokens = verifier(store, clock)
+    token, record = new_token(("encrypt",), ("*",), ttl_seconds=3600)
+    store.store.create_token(record)
+    header = f"Bearer {token}"
+    assert tokens.authenticate_cached(header) is None  # never read
+    assert store.reads == 0
+    principal = await tokens.authenticate(header)
+    assert store.reads == 1
+    assert tokens.authenticate_cached(header) is principal  # cached: no read
+    assert store.reads == 1
+    wrong = token[:-1] + ("A" if not token.endswith("A") else "B")
+    with pytest.raises(UnauthorizedError, match="invalid token"):
+        tokens.authenticate_cached(f"Bearer {wrong}")  # a cached record, a wrong secret
+    later = security.token_clock() + timedelta(hours=2)
+    monkeypatch.setattr(security, "token_clock", lambda: later)
+    with pytest.raises(TokenExpiredError):
+        tokens.authenticate_cached(header)  # expired while its record is cached
+    monkeypatch.undo()
+    tokens.trust_until(clock.now)  # the change log could not be read: the cache no longer answers
+    assert tokens.authenticate_cached(header) is None
+    tokens.trust_until(math.inf)
+    assert tokens.authenticate_cached(header) is principal
+    store.store.delete_token(record.token_id)
+    tokens.forget(record.token_id)  # revoked: what the change log (or the deleting route) does
+    assert tokens.authenticate_cached(header) is None
+    with pytest.raises(UnauthorizedError, match="invalid token"):
+        await tokens.authenticate(header)  # the read says it is gone
+    with pytest.raises(UnauthorizedError, match="invalid token"):
+        tokens.authenticate_cached(header)  # now cached as unknown: refused without a read
+    assert store.reads == 2
+
+
+def test_the_cached_check_refuses_a_malformed_header_as_verify(store: CountingStore) -> None:
+    tokens = verifier(store, Clock())
+    for header in (None, "", "Token x", "Bearer ks_0123_short"):
+        with pytest.raises(UnauthorizedError) as caught:
+            tokens.authenticate_cached(header)
+        assert _outcome(lambda header=header: tokens.verify(header)) == (UnauthorizedError, str(caught.value))
+    assert store.reads == 0
