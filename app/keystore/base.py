@@ -867,7 +867,8 @@ class KeyStore(abc.ABC):
         A hint may carry the committed change itself, else ``None``; either way it may be late, lost or
         repeated, so :meth:`changes_since` stays the truth (a change is applied from a hint only when it is
         the very next number). This default sends none: readers poll. PostgreSQL sends one per committed
-        change (``NOTIFY``), SQLite one per commit it notices (``data_version``).
+        change (``NOTIFY``), SQLite one per commit that moved the log (``data_version``, checked when the
+        file is written).
         """
         return _no_listener
 

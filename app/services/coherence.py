@@ -8,7 +8,8 @@ keystore's keyring reload its generations at once (:meth:`app.seal.keyring.Keyri
 opened, retired ones' keys zeroed); if the log was trimmed past the number, every cache is dropped. It
 reads every ``interval`` seconds (the backstop) and at once on a hint from the keystore
 (:meth:`~app.keystore.KeyStore.listen_for_changes`: PostgreSQL ``LISTEN``/``NOTIFY``, re-listened after a
-reconnect, or SQLite's ``data_version``). Hints can be lost; the log cannot, so nothing is missed.
+reconnect, or SQLite's ``data_version`` checked when the database file is written, see
+:mod:`app.keystore.sqlite.watch`). Hints can be lost; the log cannot, so nothing is missed.
 
 After each successful read, the caches are trusted for ``trust_seconds`` from the read's start
 (:meth:`~app.keycache.KeyCache.trust_until`): a process that cannot read the log (database unreachable from
