@@ -1,4 +1,5 @@
-"""Instructions per request of the 1 KiB sealed encrypt and decrypt, in process, under callgrind.
+"""Instructions per request of the 1 KiB sealed encrypt and decrypt (and, on request, of the Transit API's
+encrypt and decrypt, single and 100-item batches), in process, under callgrind.
 
 Instruction counts do not move with the machine's load, so a cut of a few hundred instructions on the
 request path shows where wall-clock CPU figures (``bench.bench_routes``) drown it in noise. For each route a
@@ -12,8 +13,12 @@ run; what is left of the spread is about 1k instructions a request at 2,000 requ
 Note: valgrind hides SHA-NI from the CPU it emulates, so the native SHA-256 runs its AVX2 path here; the
 figures show the Python side's share truthfully and the native sealing's as on a CPU without SHA-NI.
 Needs valgrind, its headers and a C compiler.
-Run: ``.venv/bin/python -m bench.callgrind_routes [--requests 2000] [--checkout NAME=PATH ...]``; with
-``--keep DIR`` the callgrind files stay there for ``callgrind_annotate --inclusive=yes``.
+Run: ``.venv/bin/python -m bench.callgrind_routes [--requests 2000] [--checkout NAME=PATH ...]``, and
+``--route R`` (repeatable; one of :data:`ROUTES`) for others than the sealed pair. The Transit routes take
+their key from ``POST /v1/transit/keys/bench-transit`` and send JSON: ``transit-encrypt`` one 1 KiB
+plaintext, ``transit-encrypt-batch`` a ``batch_input`` of :data:`BATCH_ITEMS` of them, the decrypt routes
+those answers' ciphertexts. With ``--keep DIR`` the callgrind files stay there for
+``callgrind_annotate --inclusive=yes``.
 """
 
 from __future__ import annotations
@@ -33,7 +38,28 @@ REPO = Path(__file__).resolve().parents[1]
 TOKEN = "ks_0123456789abcdef_" + "x" * 32
 ONE_KIB = bytes(range(256)) * 4
 WARMUP = 200
-ROUTES = ("encrypt", "decrypt")
+#: Warm-up requests of a batch route (each carries :data:`BATCH_ITEMS` items).
+BATCH_WARMUP = 20
+#: Items in a Transit batch request.
+BATCH_ITEMS = 100
+#: The routes measured without ``--route``.
+DEFAULT_ROUTES = ("encrypt", "decrypt")
+ROUTES = (
+    *DEFAULT_ROUTES,
+    "transit-encrypt",
+    "transit-decrypt",
+    "transit-encrypt-batch",
+    "transit-decrypt-batch",
+)
+#: What each route's column says.
+LABELS = {
+    "encrypt": "sealed encrypt, 1 KiB",
+    "decrypt": "sealed decrypt, 1 KiB",
+    "transit-encrypt": "Transit encrypt, 1 KiB",
+    "transit-decrypt": "Transit decrypt, 1 KiB",
+    "transit-encrypt-batch": f"Transit encrypt, {BATCH_ITEMS} x 1 KiB",
+    "transit-decrypt-batch": f"Transit decrypt, {BATCH_ITEMS} x 1 KiB",
+}
 #: callgrind's client requests as two functions a Python process can call through ctypes.
 _MARKER_SOURCE = """#include <valgrind/callgrind.h>
 void ks_cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
@@ -50,6 +76,9 @@ def _child(route: str, requests: int, marker: str) -> None:
         KEYSTREAM_WORKERS="1",
         KEYSTREAM_METRICS_FLUSH_SECONDS="60",
     )
+    import base64
+    import json
+
     import httpx
     import uvloop
 
@@ -62,10 +91,9 @@ def _child(route: str, requests: int, marker: str) -> None:
     with open(os.devnull, "w") as quiet:
         bootstrap(settings, out=quiet)
     app = create_app(settings)
-    headers = [
-        (b"authorization", f"Bearer {TOKEN}".encode()),
-        (b"content-type", b"application/octet-stream"),
-    ]
+    authorization = (b"authorization", f"Bearer {TOKEN}".encode())
+    content_type = b"application/json" if route.startswith("transit-") else b"application/octet-stream"
+    headers = [authorization, (b"content-type", content_type)]
 
     async def call(path: str, body: bytes) -> int:
         sent: list[MutableMapping[str, Any]] = []
@@ -107,13 +135,38 @@ def _child(route: str, requests: int, marker: str) -> None:
             transport=httpx.ASGITransport(app=app), base_url="http://bench"
         ) as client:
             auth = {"Authorization": f"Bearer {TOKEN}"}
-            made = await client.post("/v1/keys", json={"name": "bench", "type": "aes256"}, headers=auth)
-            assert made.status_code == 201, made.text
-            sealed = (await client.post("/v1/keys/bench/encrypt", content=ONE_KIB, headers=auth)).content
-        path, body = f"/v1/keys/bench/{route}", ONE_KIB if route == "encrypt" else sealed
+            if route.startswith("transit-"):
+                made = await client.post("/v1/transit/keys/bench-transit", json={}, headers=auth)
+                assert made.status_code in (200, 204), made.text
+                plaintext = base64.b64encode(ONE_KIB).decode()
+                encrypt_body: dict[str, Any] = (
+                    {"batch_input": [{"plaintext": plaintext}] * BATCH_ITEMS}
+                    if route.endswith("-batch")
+                    else {"plaintext": plaintext}
+                )
+                sealed = await client.post(
+                    "/v1/transit/encrypt/bench-transit", json=encrypt_body, headers=auth
+                )
+                assert sealed.status_code == 200, sealed.text
+                answer = sealed.json()["data"]
+                decrypt_body: dict[str, Any] = (
+                    {"batch_input": [{"ciphertext": r["ciphertext"]} for r in answer["batch_results"]]}
+                    if route.endswith("-batch")
+                    else {"ciphertext": answer["ciphertext"]}
+                )
+                operation = route.removeprefix("transit-").removesuffix("-batch")
+                path = f"/v1/transit/{operation}/bench-transit"
+                body = json.dumps(encrypt_body if operation == "encrypt" else decrypt_body).encode()
+            else:
+                made = await client.post("/v1/keys", json={"name": "bench", "type": "aes256"}, headers=auth)
+                assert made.status_code == 201, made.text
+                sealed_bytes = (
+                    await client.post("/v1/keys/bench/encrypt", content=ONE_KIB, headers=auth)
+                ).content
+                path, body = f"/v1/keys/bench/{route}", ONE_KIB if route == "encrypt" else sealed_bytes
         if (status := await call(path, body)) != 200:
             raise RuntimeError(f"{route}: {status}")
-        for _ in range(WARMUP):
+        for _ in range(BATCH_WARMUP if route.endswith("-batch") else WARMUP):
             await call(path, body)
         marks.ks_cg_start()
         for _ in range(requests):
@@ -171,6 +224,7 @@ def main() -> None:
     parser.add_argument("--checkout", action="append", default=[], help="NAME=PATH of a built checkout")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--keep", type=Path, help="leave the callgrind files in this folder")
+    parser.add_argument("--route", action="append", choices=ROUTES, help="a route to measure (repeatable)")
     parser.add_argument("--child", choices=ROUTES, help=argparse.SUPPRESS)
     parser.add_argument("--marker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -182,13 +236,17 @@ def main() -> None:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
         marker = _marker(Path(scratch))
-        print(f"instructions per request, in process, {args.requests} requests after {WARMUP} warm-ups")
-        print("| checkout | " + " | ".join(f"sealed {route}, 1 KiB" for route in ROUTES) + " |")
-        print("|---" * (1 + len(ROUTES)) + "|")
+        print(
+            f"instructions per request, in process, {args.requests} requests after {WARMUP} warm-ups "
+            f"({BATCH_WARMUP} for a batch)"
+        )
+        routes = tuple(args.route or DEFAULT_ROUTES)
+        print("| checkout | " + " | ".join(LABELS[route] for route in routes) + " |")
+        print("|---" * (1 + len(routes)) + "|")
         for name, path in checkouts.items():
             figures = [
                 measure(Path(path).resolve(), route, args.requests, marker, folder / f"{name}.{route}.out")
-                for route in ROUTES
+                for route in routes
             ]
             print(f"| {name} | " + " | ".join(f"{figure / 1000:.1f}k" for figure in figures) + " |")
 
