@@ -85,57 +85,102 @@ def _required(value: str | None, field: str) -> str:
     return value
 
 
+class _NotMade(Exception):
+    """Raised by :meth:`_Versions.made` for a version and context not made yet: :func:`_answer` makes it and
+    runs the item again. Not a :class:`KeystreamError`, so no item's error handling catches it."""
+
+    def __init__(self, versions: _Versions, wanted: tuple[int | None, bytes | None]) -> None:
+        super().__init__(wanted)
+        self.versions = versions
+        self.wanted = wanted
+
+
 class _Versions:
     """Builds one object per key version and context asked for in a request (a batch names a few), keeping
-    failures."""
+    failures.
+
+    An item's work is synchronous: it asks :meth:`made`, which answers at once when the object (or its
+    failure) is at hand and raises :class:`_NotMade` otherwise; :func:`_answer` then awaits :meth:`make`
+    and runs the item again. So a batch's items after the first of each version cost no coroutine, and the
+    item's logic is written once.
+    """
 
     def __init__(self, make: Callable[[int | None, bytes | None], Awaitable[Any]]) -> None:
         self._make = make
         self._made: dict[tuple[int | None, bytes | None], Any] = {}
 
-    async def get(self, version: int | None, context: bytes | None = None) -> Any:
+    def made(self, version: int | None, context: bytes | None = None) -> Any:
+        """The object for ``version`` and ``context``.
+
+        Raises:
+            KeystreamError: the failure making it met.
+            _NotMade: not made yet (await :meth:`make`, then ask again).
+        """
         wanted = (version, context)
-        if wanted not in self._made:
-            try:
-                self._made[wanted] = await self._make(version, context)
-            except KeystreamError as exc:
-                self._made[wanted] = exc
-        made = self._made[wanted]
+        try:
+            made = self._made[wanted]
+        except KeyError:
+            raise _NotMade(self, wanted) from None
         if isinstance(made, KeystreamError):
             raise made
         return made
 
+    async def make(self, wanted: tuple[int | None, bytes | None]) -> None:
+        """Make the object for ``wanted`` (version, context), or keep the failure met."""
+        try:
+            self._made[wanted] = await self._make(*wanted)
+        except KeystreamError as exc:
+            self._made[wanted] = exc
 
-def _associated(state: ServiceState, item: TransitItem) -> bytes:
+
+def _associated(state: ServiceState, item: TransitItem) -> bytes | None:
+    """An item's ``associated_data``, decoded (``None`` when absent or empty: GCM reads both as none)."""
+    if not item.associated_data:
+        return None
     data = decode_base64("associated_data", item.associated_data)
     return check_associated_data(data, state.settings.max_associated_data)
+
+
+async def _answer(one: Callable[[TransitItem], dict[str, Any]], item: TransitItem) -> dict[str, Any]:
+    """``one(item)``, making each version and context it asks for that is not made yet."""
+    while True:
+        try:
+            return one(item)
+        except _NotMade as missing:
+            await missing.versions.make(missing.wanted)
 
 
 async def _run(
     state: ServiceState,
     name: str,
     body: TransitCryptoRequest,
-    one: Callable[[TransitItem], Awaitable[dict[str, Any]]],
+    one: Callable[[TransitItem], dict[str, Any]],
     failed_item_status: int = 400,
 ) -> dict[str, Any] | Response:
     """``one`` on the body itself, or on every batch item: ``batch_results`` in order, answered with
     ``failed_item_status`` when an item failed (an unknown key fails the request, not each item)."""
     await transit.check_key(state.keycache, _backend(state), name)
-    if body.batch_input is None:
-        return vault_answer(await one(body))
+    batch = body.batch_input
+    if batch is None:
+        return vault_answer(await _answer(one, body))
     limit = state.settings.batch_max_items
-    if len(body.batch_input) > limit:
-        raise PayloadTooLargeError(f"batch_input has {len(body.batch_input)} items; the limit is {limit}")
+    if len(batch) > limit:
+        raise PayloadTooLargeError(f"batch_input has {len(batch)} items; the limit is {limit}")
     results: list[dict[str, Any]] = []
-    for item in body.batch_input:
+    failed = False
+    for item in batch:
         try:
-            result = await one(item)
+            try:
+                result = one(item)
+            except _NotMade:
+                result = await _answer(one, item)
         except KeystreamError as exc:
             result = {"error": exc.message}
+            failed = True
         result["reference"] = item.reference or ""
         results.append(result)
     answer = vault_answer({"batch_results": results})
-    if any("error" in result for result in results):
+    if failed:
         return JSONResponse(answer, status_code=failed_item_status)
     return answer
 
@@ -155,12 +200,10 @@ async def encrypt(
         lambda version, context: transit.encryption_cipher(state.keycache, backend, name, version, context)
     )
 
-    async def one(item: TransitItem) -> dict[str, Any]:
+    def one(item: TransitItem) -> dict[str, Any]:
         _nonce(item)
         plaintext = decode_base64("plaintext", _required(item.plaintext, "plaintext"))
-        cipher: TransitCipher = await ciphers.get(
-            item.key_version or body.key_version, _context(item.context)
-        )
+        cipher: TransitCipher = ciphers.made(item.key_version or body.key_version, _context(item.context))
         return {
             "ciphertext": cipher.encrypt(plaintext, _associated(state, item)),
             "key_version": cipher.version,
@@ -183,9 +226,9 @@ async def decrypt(
         )
     )
 
-    async def one(item: TransitItem) -> dict[str, Any]:
+    def one(item: TransitItem) -> dict[str, Any]:
         version, raw = transit.parse_text(_required(item.ciphertext, "ciphertext"))
-        cipher: TransitCipher = await ciphers.get(version, _context(item.context))
+        cipher: TransitCipher = ciphers.made(version, _context(item.context))
         plaintext = cipher.decrypt(raw, _associated(state, item))
         return {"plaintext": base64.b64encode(plaintext).decode()}
 
@@ -210,13 +253,13 @@ async def rewrap(
         lambda version, context: transit.encryption_cipher(state.keycache, backend, name, version, context)
     )
 
-    async def one(item: TransitItem) -> dict[str, Any]:
+    def one(item: TransitItem) -> dict[str, Any]:
         version, raw = transit.parse_text(_required(item.ciphertext, "ciphertext"))
         context = _context(item.context)
-        opener: TransitCipher = await openers.get(version, context)
+        opener: TransitCipher = openers.made(version, context)
         associated = _associated(state, item)
         plaintext = opener.decrypt(raw, associated)
-        sealer: TransitCipher = await sealers.get(item.key_version or body.key_version, context)
+        sealer: TransitCipher = sealers.made(item.key_version or body.key_version, context)
         return {"ciphertext": sealer.encrypt(plaintext, associated), "key_version": sealer.version}
 
     note(request.scope, format="transit", items=len(body.batch_input or [body]))
@@ -266,9 +309,9 @@ async def _hmac(
         lambda version, _context: macs.signer(state.keycache, backend, name, version, algorithm, raw=True)
     )
 
-    async def one(item: TransitItem) -> dict[str, Any]:
+    def one(item: TransitItem) -> dict[str, Any]:
         data = decode_base64("input", _required(item.input, "input"))
-        signer: Signer = await signers.get(item.key_version or body.key_version)
+        signer: Signer = signers.made(item.key_version or body.key_version)
         return {"hmac": signer.tag(data, prefix=transit.HMAC_PREFIX)}
 
     return await _run(state, name, body, one, failed_item_status=200)
@@ -299,12 +342,12 @@ async def _verify(
         )
     )
 
-    async def one(item: TransitItem) -> dict[str, Any]:
+    def one(item: TransitItem) -> dict[str, Any]:
         if item.hmac is None and (item.signature or body.signature):
             raise BadRequestError("signatures are not supported: this key type verifies HMACs only")
         data = decode_base64("input", _required(item.input, "input"))
         version, digest = transit.parse_hmac(_required(item.hmac, "hmac"))
-        verifier: Signer = await verifiers.get(version)
+        verifier: Signer = verifiers.made(version)
         return {"valid": verifier.verify(data, digest)}
 
     return await _run(state, name, body, one, failed_item_status=200)
