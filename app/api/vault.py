@@ -9,14 +9,16 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import msgspec
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from app.api.strict_json import StrictJsonRoute
 
 _JSON = (b"content-type", b"application/json")
+_ENCODER = msgspec.json.Encoder()
 
 Handler = Callable[..., Coroutine[Any, Any, Any]]
 
@@ -68,6 +70,23 @@ def vault_answer(data: dict[str, Any] | None) -> dict[str, Any]:
         "auth": None,
         "mount_type": "transit",
     }
+
+
+def vault_response(data: dict[str, Any], status_code: int = 200) -> Response:
+    """:func:`vault_answer` of ``data`` as the response FastAPI (or a :class:`JSONResponse`) would send,
+    byte for byte, written by msgspec: for a batch of 100 base64 texts of 1 KiB, the standard library's
+    encoder spent about a third of the request escaping them.
+
+    msgspec writes compact JSON with non-ASCII text as UTF-8 and escapes what ``json.dumps(...,
+    ensure_ascii=False)`` escapes (checked over every code point in the tests); for what it refuses (a lone
+    surrogate in a ``reference``) the answer is the :class:`JSONResponse`, which fails as it did before.
+    """
+    answer = vault_answer(data)
+    try:
+        content = _ENCODER.encode(answer)
+    except (TypeError, ValueError, OverflowError):
+        return JSONResponse(answer, status_code=status_code)
+    return Response(content, status_code=status_code, media_type="application/json")
 
 
 class TransitModel(BaseModel):

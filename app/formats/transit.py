@@ -61,14 +61,33 @@ def parse_text(text: str, what: str = "ciphertext") -> tuple[int, bytes]:
         BadRequestError: ``text`` has another shape or its base64 is malformed (the message names ``what``,
             never quotes the text).
     """
+    version, encoded = split_text(text, what)
+    return version, decode_text(encoded, what)
+
+
+def split_text(text: str, what: str = "ciphertext") -> tuple[int, str]:
+    """The version and the base64 of a ``vault:v<version>:<base64>`` text, not decoded yet: the first half
+    of :func:`parse_text`, for a caller that needs the version before the bytes.
+
+    Raises:
+        BadRequestError: ``text`` has another shape (the message names ``what``).
+    """
     match = _TEXT.fullmatch(text)
     if match is None:
         raise BadRequestError(f"invalid {what}: expected vault:v<version>:<base64>")
+    return int(match.group(1)), match.group(2)
+
+
+def decode_text(encoded: str, what: str = "ciphertext") -> bytes:
+    """The bytes of the base64 :func:`split_text` returned: the second half of :func:`parse_text`.
+
+    Raises:
+        BadRequestError: malformed base64 (the message names ``what``).
+    """
     try:
-        raw = base64.b64decode(match.group(2), validate=True)
+        return base64.b64decode(encoded, validate=True)
     except binascii.Error:
         raise BadRequestError(f"invalid {what}: malformed base64") from None
-    return int(match.group(1)), raw
 
 
 def format_text(version: int, raw: bytes) -> str:

@@ -17,7 +17,7 @@ from app.core.schemes import Scheme
 from app.errors import BadRequestError
 from app.formats.derivation import derive_transit
 from app.formats.mac import Signer, parse_tag
-from app.formats.transit import HMAC_PREFIX, TransitCipher, parse_text
+from app.formats.transit import HMAC_PREFIX, TransitCipher, decode_text, parse_text, split_text
 from app.keycache import DETERMINISTIC_KEY_TYPE, KeyCache, ResolvedKey
 from app.keystore import KeyInfo
 from app.services.keys import decryption_keys, encryption_key
@@ -29,10 +29,12 @@ __all__ = [
     "Signer",
     "TransitCipher",
     "check_key",
+    "decode_text",
     "decryption_cipher",
     "encryption_cipher",
     "parse_hmac",
     "parse_text",
+    "split_text",
     "transit_type",
 ]
 

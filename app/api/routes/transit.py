@@ -24,14 +24,20 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from pydantic import Field
-from starlette.responses import JSONResponse
 
 from app.api import paths
 from app.api.deps import PrincipalDep, StateDep
 from app.api.middleware.audit import note
 from app.api.params import check_associated_data, decode_base64, decode_context
 from app.api.request_handler import Handler, request_handler
-from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer, vault_write
+from app.api.vault import (
+    TransitModel,
+    VaultJsonRoute,
+    transit_errors,
+    vault_answer,
+    vault_response,
+    vault_write,
+)
 from app.errors import BadRequestError, KeystreamError, PayloadTooLargeError
 from app.services import macs, transit
 from app.services.transit import Signer, TransitCipher
@@ -156,13 +162,13 @@ async def _run(
     body: TransitCryptoRequest,
     one: Callable[[TransitItem], dict[str, Any]],
     failed_item_status: int = 400,
-) -> dict[str, Any] | Response:
+) -> Response:
     """``one`` on the body itself, or on every batch item: ``batch_results`` in order, answered with
     ``failed_item_status`` when an item failed (an unknown key fails the request, not each item)."""
     await transit.check_key(state.keycache, _backend(state), name)
     batch = body.batch_input
     if batch is None:
-        return vault_answer(await _answer(one, body))
+        return vault_response(await _answer(one, body))
     limit = state.settings.batch_max_items
     if len(batch) > limit:
         raise PayloadTooLargeError(f"batch_input has {len(batch)} items; the limit is {limit}")
@@ -179,10 +185,7 @@ async def _run(
             failed = True
         result["reference"] = item.reference or ""
         results.append(result)
-    answer = vault_answer({"batch_results": results})
-    if failed:
-        return JSONResponse(answer, status_code=failed_item_status)
-    return answer
+    return vault_response({"batch_results": results}, failed_item_status if failed else 200)
 
 
 def _backend(state: ServiceState) -> Any:
@@ -202,8 +205,13 @@ async def encrypt(
 
     def one(item: TransitItem) -> dict[str, Any]:
         _nonce(item)
-        plaintext = decode_base64("plaintext", _required(item.plaintext, "plaintext"))
-        cipher: TransitCipher = ciphers.made(item.key_version or body.key_version, _context(item.context))
+        text = _required(item.plaintext, "plaintext")
+        try:  # the cipher before the plaintext's decoding, which _answer would repeat after making it
+            cipher: TransitCipher = ciphers.made(item.key_version or body.key_version, _context(item.context))
+        except KeystreamError:
+            decode_base64("plaintext", text)  # a malformed plaintext's error comes first
+            raise
+        plaintext = decode_base64("plaintext", text)
         return {
             "ciphertext": cipher.encrypt(plaintext, _associated(state, item)),
             "key_version": cipher.version,
@@ -227,8 +235,13 @@ async def decrypt(
     )
 
     def one(item: TransitItem) -> dict[str, Any]:
-        version, raw = transit.parse_text(_required(item.ciphertext, "ciphertext"))
-        cipher: TransitCipher = ciphers.made(version, _context(item.context))
+        version, encoded = transit.split_text(_required(item.ciphertext, "ciphertext"))
+        try:  # the cipher before the base64's decoding, which _answer would repeat after making it
+            cipher: TransitCipher = ciphers.made(version, _context(item.context))
+        except KeystreamError:
+            transit.decode_text(encoded)  # a malformed base64's error comes first
+            raise
+        raw = transit.decode_text(encoded)
         plaintext = cipher.decrypt(raw, _associated(state, item))
         return {"plaintext": base64.b64encode(plaintext).decode()}
 
