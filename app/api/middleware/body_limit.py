@@ -140,7 +140,11 @@ class BodyLimitMiddleware:
         state: ServiceState = scope["app"].state.keystream
         try:
             if scope["path"] not in NO_TOKEN_PATHS:
-                principal = await state.tokens.authenticate(credential(scope))
+                # A cached token is answered without a coroutine; a miss awaits the keystore's read.
+                authorization = credential(scope)
+                principal = state.tokens.authenticate_cached(authorization)
+                if principal is None:
+                    principal = await state.tokens.authenticate(authorization)
                 scope.setdefault("state", {})[VERIFIED_PRINCIPAL] = principal
             declared = _header(scope, b"content-length")
             if declared is not None and not is_ascii_integer(declared):

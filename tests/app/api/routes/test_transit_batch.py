@@ -279,3 +279,42 @@ def test_vault_response_writes_what_json_response_writes(status: int) -> None:
 def test_vault_response_fails_as_json_response_on_a_lone_surrogate() -> None:
     with pytest.raises(UnicodeEncodeError):
         vault_response({"reference": "\ud800"})
+
+
+async def test_the_body_limit_answers_a_cached_token_without_awaiting(
+    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JSON routes' token check awaits TokenVerifier.authenticate only when the token is not cached;
+    a revoked token is refused as before."""
+    from app.services.security import TokenVerifier
+
+    awaited: list[str] = []
+    original = TokenVerifier.authenticate
+
+    async def counted(self: TokenVerifier, authorization: str | None) -> Any:
+        awaited.append("authenticate")
+        return await original(self, authorization)
+
+    monkeypatch.setattr(TokenVerifier, "authenticate", counted)
+    async with running_api(settings_factory(token_cache_ttl=60.0, key_metadata_ttl=60.0)) as api:
+        assert (await api.client.post("/v1/transit/keys/k", json={}, headers=VAULT)).status_code in (200, 204)
+        token = await api.create_token(["encrypt"])
+        headers = {"X-Vault-Token": token}
+        body = {"batch_input": [{"plaintext": b64(b"x")}]}
+        awaited.clear()
+        first = await api.client.post("/v1/transit/encrypt/k", json=body, headers=headers)
+        assert first.status_code == 200, first.text
+        assert awaited == ["authenticate"]  # not cached yet
+        for _ in range(5):  # (the change-log follower may forget the new token once more)
+            awaited.clear()
+            again = await api.client.post("/v1/transit/encrypt/k", json=body, headers=headers)
+            assert again.status_code == 200, again.text
+            if not awaited:
+                break
+        assert awaited == []
+        token_id = token.split("_")[1]
+        revoked = await api.client.delete(f"/v1/tokens/{token_id}", headers=api.auth())
+        assert revoked.status_code == 204, revoked.text
+        refused = await api.client.post("/v1/transit/encrypt/k", json=body, headers=headers)
+        assert refused.status_code == 403, refused.text
+        assert refused.json() == {"errors": ["invalid token"]}
