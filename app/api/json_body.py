@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
+import msgspec
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -29,7 +30,7 @@ from starlette.requests import Request
 from app.api.errors import malformed_json_error
 from app.api.strict_json import NonJsonNumberError, loads
 
-__all__ = ["NO_BODY", "parse_body", "validate_body"]
+__all__ = ["FAST_NESTING", "NO_BODY", "parse_body", "read_json", "validate_body"]
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -40,6 +41,46 @@ class _NoBody:
 
 #: The one :class:`_NoBody`.
 NO_BODY = _NoBody()
+
+#: Values msgspec read that nest less deeply than this are kept; deeper ones are read by ``loads`` again.
+FAST_NESTING = 400
+_FAST = msgspec.json.Decoder()
+
+
+def _shallow(value: Any) -> bool:
+    """Whether ``value`` nests less than :data:`FAST_NESTING` deep (a walk over its containers only: a
+    Transit batch of 100 items is about a hundred steps, where counting brackets read every byte)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if type(item) is dict else item
+        for child in children:
+            if type(child) is dict or type(child) is list:
+                if depth + 1 >= FAST_NESTING:
+                    return False
+                pending.append((child, depth + 1))
+    return True
+
+
+def read_json(raw: bytes) -> Any:
+    """``raw`` as :func:`~app.api.strict_json.loads` reads it, read by msgspec when it can: for a Transit
+    batch of 100 base64 texts of 1 KiB the standard library's reader cost about twice msgspec's.
+
+    msgspec takes only UTF-8 and refuses ``NaN`` as ``loads`` does, and builds the same values (the last of
+    a repeated key wins in both); where it refuses a body, ``loads`` reads it again, so every error is
+    ``loads``'s own. Only its nesting limit is a few levels deeper than ``loads``'s (both count the
+    interpreter's stack), so a value nested :data:`FAST_NESTING` deep is read by ``loads`` again.
+
+    Raises:
+        as :func:`~app.api.strict_json.loads`.
+    """
+    try:
+        value = _FAST.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return loads(raw)
+    if (type(value) is dict or type(value) is list) and not _shallow(value):
+        return loads(raw)
+    return value
 
 
 async def parse_body(request: Request, *, any_type: bool = False) -> Any:
@@ -58,7 +99,7 @@ async def parse_body(request: Request, *, any_type: bool = False) -> Any:
     if not any_type and (main != "application" or not (sub == "json" or sub.endswith("+json"))):
         return raw
     try:
-        return loads(raw)
+        return read_json(raw)
     except json.JSONDecodeError as exc:
         raise RequestValidationError(
             [{"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error"}]
