@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from types import CoroutineType
+from typing import Any, TypeVar, cast
 
 from anyio import CapacityLimiter, to_thread
 from anyio.lowlevel import RunVar
@@ -144,6 +145,57 @@ async def run_again_off_loop(
     return await to_thread.run_sync(functools.partial(timed, seconds, work), limiter=limiter)
 
 
+def run_now(
+    backend: aescore.Backend,
+    operation: str,
+    fmt: str,
+    nbytes: int,
+    inline_max: int,
+    work: Callable[[], T],
+    *,
+    cost: int | None = None,
+    limiter: CapacityLimiter | None = None,
+) -> T | Coroutine[Any, Any, T]:
+    """:func:`run_timed` without a coroutine of its own where none is needed: what ``work`` returns when it
+    runs on the event loop (:func:`run_inline`), else a coroutine that runs it off the loop, or again off
+    the loop after a :class:`~app.keycache.CacheMissError` (:func:`run_again_off_loop`). For callers that
+    answer a small body without a coroutine; everyone else awaits :func:`run_timed`.
+
+    Raises:
+        Exception: whatever ``work`` raises on the loop (other than ``CacheMissError``).
+    """
+    try:
+        done = run_inline(backend, operation, fmt, nbytes, inline_max, work, cost=cost)
+    except CacheMissError:
+        return run_again_off_loop(backend, operation, fmt, work, limiter)
+    if isinstance(done, OffLoop):
+        return _run_off_loop(backend, operation, fmt, nbytes, inline_max, work, cost, limiter)
+    return done
+
+
+async def _run_off_loop(
+    backend: aescore.Backend,
+    operation: str,
+    fmt: str,
+    nbytes: int,
+    inline_max: int,
+    work: Callable[[], T],
+    cost: int | None,
+    limiter: CapacityLimiter | None,
+) -> T:
+    """Count ``nbytes`` and run ``work`` timed where :func:`~app.services.offload.run_crypto` puts work that
+    :func:`run_inline` left (off the loop); a ``CacheMissError`` runs it again
+    (:func:`run_again_off_loop`)."""
+    seconds, counter = crypto_metrics(backend.name, operation, fmt)
+    counter.inc(nbytes)
+    weight = nbytes if cost is None else cost
+    try:
+        # (partials, not lambdas: a lambda makes cells of work and seconds on every call)
+        return await run_crypto(backend, weight, inline_max, functools.partial(timed, seconds, work), limiter)
+    except CacheMissError:
+        return await run_again_off_loop(backend, operation, fmt, work, limiter)
+
+
 async def run_timed(
     backend: aescore.Backend,
     operation: str,
@@ -156,7 +208,7 @@ async def run_timed(
     limiter: CapacityLimiter | None = None,
 ) -> T:
     """Count ``nbytes``, then run ``work`` timed, inline (:func:`run_inline`) or off the loop as
-    :func:`~app.services.offload.run_crypto` decides.
+    :func:`~app.services.offload.run_crypto` decides (:func:`run_now`, awaited when it answers a coroutine).
 
     ``cost``: the bytes of work that decision weighs when they differ from ``nbytes`` (a trial over
     several key versions, :func:`trial_work`); ``limiter``: as :func:`~app.services.offload.run_crypto`
@@ -167,14 +219,7 @@ async def run_timed(
     Raises:
         Exception: whatever ``work`` raises.
     """
-    try:
-        done = run_inline(backend, operation, fmt, nbytes, inline_max, work, cost=cost)
-        if not isinstance(done, OffLoop):
-            return done
-        seconds, counter = crypto_metrics(backend.name, operation, fmt)
-        counter.inc(nbytes)
-        weight = nbytes if cost is None else cost
-        # (partials, not lambdas: a lambda makes cells of work and seconds on every call)
-        return await run_crypto(backend, weight, inline_max, functools.partial(timed, seconds, work), limiter)
-    except CacheMissError:
-        return await run_again_off_loop(backend, operation, fmt, work, limiter)
+    done = run_now(backend, operation, fmt, nbytes, inline_max, work, cost=cost, limiter=limiter)
+    if isinstance(done, CoroutineType):  # run_now's own coroutines (no work returns one)
+        return cast(T, await done)
+    return cast(T, done)

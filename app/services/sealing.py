@@ -22,8 +22,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TypeVar
 
-from anyio import CapacityLimiter
-
 import aescore
 from app.core.config import Settings
 from app.errors import PayloadTooLargeError
@@ -35,12 +33,10 @@ from app.formats.sealed import (
     open_many,
     seal_many,
 )
-from app.keycache import CacheMissError, ResolvedKey
+from app.keycache import ResolvedKey
 from app.services.crypto_step import CryptoStep, sealed_step
 from app.services.crypto_work import (
-    OffLoop,
-    run_again_off_loop,
-    run_inline,
+    run_now,
     run_timed,
     trial_limiter,
     trial_work,
@@ -158,20 +154,15 @@ def seal_message(
     inline_max = _inline_max(settings, backend, parameters.scheme, 1, whole=True)
     # A partial, not a lambda: no cells of its arguments and no frame of its own around seal_many.
     work = partial(seal_many, key.material, parameters, (data,), (associated_data,), backend)
-    sealed = run_inline(backend, "encrypt", "sealed", nbytes, inline_max, work)
-    if isinstance(sealed, OffLoop):
-        return _sealed_off_loop(backend, nbytes, inline_max, work)
-    return _one_sealed(sealed)
+    sealed = run_now(backend, "encrypt", "sealed", nbytes, inline_max, work)
+    if isinstance(sealed, list):
+        return _one_sealed(sealed)
+    return _sealed_off_loop(sealed)
 
 
-async def _sealed_off_loop(
-    backend: aescore.Backend,
-    nbytes: int,
-    inline_max: int,
-    work: Callable[[], list[bytes | PayloadTooLargeError]],
-) -> bytes:
-    """:func:`seal_message`'s work where :func:`run_timed` runs it off the event loop."""
-    return _one_sealed(await run_timed(backend, "encrypt", "sealed", nbytes, inline_max, work))
+async def _sealed_off_loop(sealed: Awaitable[list[bytes | PayloadTooLargeError]]) -> bytes:
+    """:func:`seal_message`'s answer where its work runs off the event loop."""
+    return _one_sealed(await sealed)
 
 
 def _one_sealed(sealed: list[bytes | PayloadTooLargeError]) -> bytes:
@@ -184,12 +175,6 @@ def _one_sealed(sealed: list[bytes | PayloadTooLargeError]) -> bytes:
     if isinstance(one, PayloadTooLargeError):
         raise one
     return one
-
-
-def _limiter(cost: int | None) -> CapacityLimiter | None:
-    """The limiter of a whole message's work: :func:`trial_limiter` for a trial over several versions
-    (``cost`` given), else none."""
-    return None if cost is None else trial_limiter()
 
 
 def sealing_step(
@@ -247,18 +232,20 @@ class Opening:
         )
         nbytes = len(body)
         cost = trial_work(nbytes, parameters.segment_size, len(keyed)) if several else None
-        try:
-            opened = run_inline(backend, "decrypt", "sealed", nbytes, inline_max, work, cost=cost)
-        except CacheMissError:  # no cached version opened it: the key's versions are read again
-            return self._opened_off_loop(
-                run_again_off_loop(backend, "decrypt", "sealed", work, _limiter(cost))
-            )
-        if isinstance(opened, OffLoop):
-            timed = run_timed(
-                backend, "decrypt", "sealed", nbytes, inline_max, work, cost=cost, limiter=_limiter(cost)
-            )
-            return self._opened_off_loop(timed)
-        return self._plaintext(opened)
+        # Off the loop, or again off it when no cached version opened it (the key's versions are read again).
+        opened = run_now(
+            backend,
+            "decrypt",
+            "sealed",
+            nbytes,
+            inline_max,
+            work,
+            cost=cost,
+            limiter=trial_limiter() if several else None,
+        )
+        if isinstance(opened, list):
+            return self._plaintext(opened)
+        return self._opened_off_loop(opened)
 
     async def _opened_off_loop(self, opened: Awaitable[list[Opened]]) -> bytes:
         """:meth:`whole`'s work where it runs off the event loop."""
