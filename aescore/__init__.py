@@ -10,7 +10,9 @@
 
 Callers ask a backend what it offers through declared capabilities, never through its name:
 ``runs_inline`` (cheap enough for an event loop), ``supports_async`` (``ctr_xor_async`` overlaps a device)
-and ``sealed_batch()`` (a native :class:`SealedBatch` for whole sealed messages, or ``None``).
+and ``sealed_batch()`` (a native :class:`SealedBatch` for whole sealed messages, or ``None``); a GCM key's
+``encryptor(nonce, associated_data)`` (an AES-GCM encryption fed in pieces, :class:`GcmEncryptor`, or
+``None`` where messages are encrypted whole only).
 ``key_view(key)`` checks an AES key as every backend does and returns a view of it, never a copy: key
 material stays in the memory its owner locks and zeroes. ``hkdf_sha256_into(ikm, salt, info, out)`` derives
 a key (HKDF-SHA256, in C) straight into such memory.
@@ -26,7 +28,7 @@ The default backend is ``$KEYSTREAM_BACKEND`` if set, else ``aesni`` when the CP
 
 from __future__ import annotations
 
-from ._interface import Backend, BytesLike, ExpandedKey, GcmKey, SealedBatch, SealedItemStatus
+from ._interface import Backend, BytesLike, ExpandedKey, GcmEncryptor, GcmKey, SealedBatch, SealedItemStatus
 from ._registry import (
     ENTRY_POINT_GROUP,  # noqa: F401  (importable from aescore as before, outside __all__)
     BackendFactory,  # noqa: F401
@@ -40,6 +42,7 @@ from .errors import (
     AesCoreError,
     AesCoreTypeError,
     AesCoreValueError,
+    AlreadyFinalizedError,
     BackendUnavailableError,
     CounterOverflowError,
     InvalidTag,
@@ -57,12 +60,14 @@ __all__ = [
     "AesCoreTypeError",
     "AesCoreValueError",
     "AesGcm",
+    "AlreadyFinalizedError",
     "Backend",
     "BackendUnavailableError",
     "BytesLike",
     "CounterOverflowError",
     "CtrStream",
     "ExpandedKey",
+    "GcmEncryptor",
     "GcmKey",
     "InvalidTag",
     "SealedBatch",

@@ -16,12 +16,12 @@ import enum
 from collections.abc import Sequence
 from typing import ClassVar
 
-from ._keys import ExpandedKey, GcmKey
+from ._keys import ExpandedKey, GcmEncryptor, GcmKey
 from ._validate import BLOCK_SIZE, KEY_SIZES, BytesLike
 from .gcm._composed import ComposedGcmKey, Ghash
 from .gcm._ghash import PythonGhash
 
-__all__ = ["Backend", "BytesLike", "ExpandedKey", "GcmKey", "SealedBatch", "SealedItemStatus"]
+__all__ = ["Backend", "BytesLike", "ExpandedKey", "GcmEncryptor", "GcmKey", "SealedBatch", "SealedItemStatus"]
 
 
 class SealedItemStatus(enum.IntEnum):

@@ -11,6 +11,7 @@ __all__ = [
     "AesCoreError",
     "AesCoreTypeError",
     "AesCoreValueError",
+    "AlreadyFinalizedError",
     "BackendUnavailableError",
     "CounterOverflowError",
     "InvalidTag",
@@ -35,6 +36,11 @@ class CounterOverflowError(AesCoreError, OverflowError):
 
     Raised *before* any keystream is produced, so a counter block is never reused.
     """
+
+
+class AlreadyFinalizedError(AesCoreError, RuntimeError):
+    """An incremental encryption was used after ``finalize`` (or after it failed); start a new one, with a new
+    nonce."""
 
 
 class UnknownBackendError(AesCoreValueError):

@@ -60,6 +60,15 @@ cdef extern from "aesni_gcm.h" nogil:
                           size_t aad_len, const uint8_t *src, uint8_t *dst, size_t length, uint8_t *tag)
     ks_status ks_gcm_open(const ks_gcm_key *key, ks_isa isa, const uint8_t *nonce, const uint8_t *aad,
                           size_t aad_len, const uint8_t *src, uint8_t *dst, size_t length, const uint8_t *tag)
+    ctypedef struct ks_gcm_seal_state:
+        pass
+
+    ks_status ks_gcm_seal_start(ks_gcm_seal_state *state, const ks_gcm_key *key, ks_isa isa, const uint8_t *nonce,
+                                const uint8_t *aad, size_t aad_len)
+    ks_status ks_gcm_seal_update(ks_gcm_seal_state *state, const ks_gcm_key *key, ks_isa isa, const uint8_t *src,
+                                 uint8_t *dst, size_t length)
+    ks_status ks_gcm_seal_finish(ks_gcm_seal_state *state, const ks_gcm_key *key, uint8_t *tag)
+    void ks_gcm_seal_wipe(ks_gcm_seal_state *state)
     void ks_gcm_wipe(ks_gcm_key *key)
     void ks_ghash_wipe(ks_ghash_key *key)
 

@@ -2,7 +2,7 @@
 
 from typing import ClassVar, Final, overload
 
-from .._interface import Backend, BytesLike, ExpandedKey, GcmKey
+from .._interface import Backend, BytesLike, ExpandedKey, GcmEncryptor, GcmKey
 
 ISA_NAMES: Final[tuple[str, ...]]
 GIL_RELEASE_BYTES: Final[int]
@@ -42,6 +42,7 @@ class AesniGcmKey(GcmKey):
         associated_data: BytesLike | None,
         out: bytearray | memoryview,
     ) -> int: ...
+    def encryptor(self, nonce: BytesLike, associated_data: BytesLike | None) -> AesniGcmEncryptor: ...
     def decrypt(
         self, nonce: BytesLike, ciphertext_and_tag: BytesLike, associated_data: BytesLike | None
     ) -> bytes: ...
@@ -52,6 +53,11 @@ class AesniGcmKey(GcmKey):
         associated_data: BytesLike | None,
         out: bytearray | memoryview,
     ) -> int: ...
+
+class AesniGcmEncryptor(GcmEncryptor):
+    def update(self, data: BytesLike) -> bytes: ...
+    def update_into(self, data: BytesLike, out: bytearray | memoryview) -> int: ...
+    def finalize(self) -> bytes: ...
 
 class AesniGhash:
     def __init__(self, hash_key: BytesLike) -> None: ...

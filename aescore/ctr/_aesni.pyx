@@ -28,7 +28,7 @@ from cpython.long cimport PyLong_AsUnsignedLongLong
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
-from .._interface import Backend, ExpandedKey, GcmKey
+from .._interface import Backend, ExpandedKey, GcmEncryptor, GcmKey
 from .. import _validate as _messages
 from ..errors import AesCoreError, AesCoreTypeError, AesCoreValueError, BackendUnavailableError
 
@@ -531,3 +531,4 @@ cdef class AesniBackend:
 Backend.register(AesniBackend)
 ExpandedKey.register(AesniExpandedKey)
 GcmKey.register(AesniGcmKey)
+GcmEncryptor.register(AesniGcmEncryptor)

@@ -5,7 +5,7 @@
 # Path: the instance's or module's ISA setting (set_isa, KEYSTREAM_AESNI_ISA), lowered to the fastest path
 # not above it that also has the carry-less multiply GCM needs (PCLMULQDQ; VPCLMULQDQ for the VAES paths).
 
-from ..errors import CounterOverflowError, InvalidTag
+from ..errors import AlreadyFinalizedError, CounterOverflowError, InvalidTag
 
 cdef unsigned _gcm_isas = ks_gcm_cpu_isas()
 cdef uint64_t _GCM_MAX_DATA = (<uint64_t>1 << 36) - 32
@@ -101,6 +101,11 @@ cdef class AesniGcmKey:
     def encrypt_into(self, nonce, data, associated_data, out):
         """Write ``ciphertext || tag`` to ``out``; see :meth:`aescore.AesGcm.encrypt_into`."""
         return self._seal(nonce, data, associated_data, out)
+
+    def encryptor(self, nonce, associated_data):
+        """An :class:`AesniGcmEncryptor`: one encryption under ``nonce`` fed in pieces; see
+        :meth:`aescore.GcmKey.encryptor`. Never reuse a nonce with the same key."""
+        return _start_encryptor(self, nonce, associated_data)
 
     def decrypt(self, nonce, ciphertext_and_tag, associated_data):
         """The verified plaintext; see :meth:`aescore.AesGcm.decrypt`."""
@@ -274,6 +279,161 @@ cdef AesniGcmKey _make_gcm_key(object key, ks_isa isa):
     prepared._isa = isa
     prepared._key_size = <int>view.len
     return prepared
+
+
+_FINALIZED = "this GCM encryption is finalized (or failed); start a new one, with a new nonce"
+
+
+@cython.final
+cdef class AesniGcmEncryptor:
+    """One AES-GCM encryption fed in pieces (ks_gcm_seal_start/_update/_finish); see
+    :class:`aescore.GcmEncryptor`. Created by :meth:`AesniGcmKey.encryptor`.
+
+    The path is fixed when it starts (the key's or module's ISA setting, as :meth:`AesniGcmKey.encrypt`).
+    Holds keystream and the tag mask: wiped by :meth:`finalize`, a failure or when freed. Calls from two
+    threads at once are refused (an update runs without the GIL), not interleaved.
+    """
+
+    cdef ks_gcm_seal_state _state
+    cdef AesniGcmKey _key  # read by every update; kept alive here
+    cdef ks_isa _path
+    cdef uint64_t _length
+    cdef bint _open
+    cdef bint _busy
+
+    def __init__(self, *args, **kwargs):
+        raise AesCoreTypeError("GCM encryptions are created by AesniGcmKey.encryptor")
+
+    def __dealloc__(self):
+        ks_gcm_seal_wipe(&self._state)
+
+    def __reduce__(self):
+        raise TypeError("GCM encryptions cannot be pickled")
+
+    def __repr__(self):
+        return f"<AesniGcmEncryptor backend='aesni' bytes={self._length} finalized={not self._open}>"
+
+    def update(self, data):
+        """The ciphertext of the next piece; see :meth:`aescore.GcmEncryptor.update`."""
+        return self._update(data, None)
+
+    def update_into(self, data, out):
+        """Write the next piece's ciphertext to ``out``; see :meth:`aescore.GcmEncryptor.update_into`."""
+        return self._update(data, out)
+
+    def finalize(self):
+        """The 16-byte tag; see :meth:`aescore.GcmEncryptor.finalize`."""
+        cdef uint8_t tag[16]
+        cdef ks_status status
+        self._enter()
+        try:
+            status = ks_gcm_seal_finish(&self._state, &self._key._key, tag)
+            self._open = False
+            if status != KS_OK:
+                _raise_status(status)
+            return PyBytes_FromStringAndSize(<char *>tag, KS_GCM_TAG_SIZE)
+        finally:
+            self._busy = False
+
+    cdef int _enter(self) except -1:
+        if self._busy:
+            raise RuntimeError("a GCM encryption cannot be used from two threads at once")
+        if not self._open:
+            raise AlreadyFinalizedError(_FINALIZED)
+        self._busy = True
+        return 0
+
+    cdef int _fail(self) except -1:
+        ks_gcm_seal_wipe(&self._state)
+        self._open = False
+        return 0
+
+    cdef object _update(self, object data, object out):
+        cdef Py_buffer data_view, out_view
+        cdef bint have_data = False, have_out = False
+        cdef const uint8_t *src
+        cdef uint8_t *dst
+        cdef Py_ssize_t length
+        cdef ks_status status
+        cdef object result = None
+        cdef object scratch = None
+        self._enter()
+        try:
+            if type(data) is bytes:
+                src = <const uint8_t *>PyBytes_AS_STRING(data)
+                length = PyBytes_GET_SIZE(data)
+            else:
+                _get_readable("data", data, &data_view)
+                have_data = True
+                src = <const uint8_t *>data_view.buf
+                length = data_view.len
+            if out is not None:
+                _get_writable(out, &out_view)
+                have_out = True
+            if <uint64_t>length > _GCM_MAX_DATA - self._length:
+                self._fail()
+                raise CounterOverflowError(
+                    _messages.too_long_for_gcm("the message", "2**36 - 32", self._length + <uint64_t>length)
+                )
+            if out is None:
+                result = PyBytes_FromStringAndSize(NULL, length)
+                dst = <uint8_t *>PyBytes_AS_STRING(result)
+            else:
+                if out_view.len < length:
+                    raise AesCoreValueError(_messages.out_too_small("out", length, "len(data)", out_view.len))
+                dst = <uint8_t *>out_view.buf
+                if dst != src and dst < src + length and src < dst + length:
+                    scratch = PyBytes_FromStringAndSize(NULL, length)
+                    dst = <uint8_t *>PyBytes_AS_STRING(scratch)
+            if length >= _GIL_RELEASE_BYTES:
+                with nogil:
+                    status = ks_gcm_seal_update(&self._state, &self._key._key, self._path, src, dst, <size_t>length)
+            else:
+                status = ks_gcm_seal_update(&self._state, &self._key._key, self._path, src, dst, <size_t>length)
+            if status != KS_OK:
+                self._fail()
+                _raise_status(status)
+            self._length += <uint64_t>length
+            if out is None:
+                return result
+            if scratch is not None:
+                memcpy(out_view.buf, PyBytes_AS_STRING(scratch), length)
+            return length
+        finally:
+            self._busy = False
+            if have_data:
+                PyBuffer_Release(&data_view)
+            if have_out:
+                PyBuffer_Release(&out_view)
+
+
+cdef AesniGcmEncryptor _start_encryptor(AesniGcmKey key, object nonce, object associated_data):
+    cdef Py_buffer aad_view
+    cdef bint have_aad = False
+    cdef uint8_t nonce_bytes[16]
+    cdef const uint8_t *aad = NULL
+    cdef Py_ssize_t aad_len = 0
+    cdef ks_status status
+    cdef AesniGcmEncryptor started = AesniGcmEncryptor.__new__(AesniGcmEncryptor)
+    _copy_nonce(nonce, nonce_bytes)
+    started._key = key
+    started._path = _gcm_path(key._isa if key._isa != KS_ISA_NONE else _isa)
+    try:
+        if type(associated_data) is bytes:
+            aad = <const uint8_t *>PyBytes_AS_STRING(associated_data)
+            aad_len = PyBytes_GET_SIZE(associated_data)
+        elif _get_associated(associated_data, &aad_view):
+            have_aad = True
+            aad = <const uint8_t *>aad_view.buf
+            aad_len = aad_view.len
+        status = ks_gcm_seal_start(&started._state, &key._key, started._path, nonce_bytes, aad, <size_t>aad_len)
+    finally:
+        if have_aad:
+            PyBuffer_Release(&aad_view)
+    if status != KS_OK:
+        _raise_status(status)
+    started._open = True
+    return started
 
 
 @cython.final

@@ -327,14 +327,13 @@ KS_TARGET_G128 KS_INLINE void ks_xor_store8_g128(const __m128i *x, const uint8_t
  * the plaintext overwrites it in place); encryption hashes batch i-1's ciphertext during batch i's rounds
  * and the last batch's on its own. */
 KS_TARGET_G128 KS_INLINE __m128i ks_gcm_g128_body(const ks_gcm_key *key, const int rounds, __m128i counter,
-                                                  const uint8_t *aad, size_t aad_len, const uint8_t *in,
-                                                  uint8_t *out, const size_t len, const int decrypt) {
+                                                  __m128i acc, const uint8_t *in, uint8_t *out, const size_t len,
+                                                  const int decrypt) {
     __m128i rk[KS_MAX_ROUNDS + 1], x[8];
 #pragma GCC unroll 15
     for (int r = 0; r <= rounds; r++) {
         rk[r] = _mm_loadu_si128((const __m128i *)(key->aes.round_keys + KS_BLOCK_SIZE * r));
     }
-    __m128i acc = ks_ghash_g128(&key->ghash, _mm_setzero_si128(), aad, aad_len);
     counter = _mm_add_epi32(counter, _mm_set_epi32(0, 0, 0, 1));
     size_t remaining = len;
     if (decrypt) {
@@ -367,7 +366,7 @@ KS_TARGET_G128 KS_INLINE __m128i ks_gcm_g128_body(const ks_gcm_key *key, const i
             acc = ks_ghash_g128(&key->ghash, acc, out, remaining);
         }
     }
-    return ks_ghash_finish(&key->ghash, acc, aad_len, len);
+    return acc;
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
@@ -492,14 +491,13 @@ KS_TARGET_G256 KS_INLINE void ks_xor_store8_g256(const __m256i *x, const uint8_t
 }
 
 KS_TARGET_G256 KS_INLINE __m128i ks_gcm_g256_body(const ks_gcm_key *key, const int rounds, __m128i counter,
-                                                  const uint8_t *aad, size_t aad_len, const uint8_t *in,
-                                                  uint8_t *out, const size_t len, const int decrypt) {
+                                                  __m128i acc, const uint8_t *in, uint8_t *out, const size_t len,
+                                                  const int decrypt) {
     __m256i rk[KS_MAX_ROUNDS + 1], x[8];
 #pragma GCC unroll 15
     for (int r = 0; r <= rounds; r++) {
         rk[r] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(key->aes.round_keys + KS_BLOCK_SIZE * r)));
     }
-    __m128i acc = ks_ghash_g256(&key->ghash, _mm_setzero_si128(), aad, aad_len);
     __m256i counters = _mm256_add_epi32(_mm256_broadcastsi128_si256(counter), _mm256_set_epi32(0, 0, 0, 2, 0, 0, 0, 1));
     size_t remaining = len;
     /* Stitched as on xmm (ks_gcm_g128_body): decryption hashes each batch's ciphertext during its own AES
@@ -535,7 +533,7 @@ KS_TARGET_G256 KS_INLINE __m128i ks_gcm_g256_body(const ks_gcm_key *key, const i
             acc = ks_ghash_g256(&key->ghash, acc, out, remaining);
         }
     }
-    return ks_ghash_finish(&key->ghash, acc, aad_len, len);
+    return acc;
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
@@ -671,14 +669,13 @@ KS_TARGET_G512 KS_INLINE __m128i ks_aes_ghash_g512(const __m512i *rk, const int 
 }
 
 KS_TARGET_G512 KS_INLINE __m128i ks_gcm_g512_body(const ks_gcm_key *key, const int rounds, __m128i counter,
-                                                  const uint8_t *aad, size_t aad_len, const uint8_t *in,
-                                                  uint8_t *out, const size_t len, const int decrypt) {
+                                                  __m128i acc, const uint8_t *in, uint8_t *out, const size_t len,
+                                                  const int decrypt) {
     __m512i rk[KS_MAX_ROUNDS + 1], x[KS_G512_VECTORS];
 #pragma GCC unroll 15
     for (int r = 0; r <= rounds; r++) {
         rk[r] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(key->aes.round_keys + KS_BLOCK_SIZE * r)));
     }
-    __m128i acc = aad_len ? ks_ghash_g512(&key->ghash, _mm_setzero_si128(), aad, aad_len) : _mm_setzero_si128();
     __m512i counters = _mm512_add_epi32(_mm512_broadcast_i32x4(counter),
                                         _mm512_set_epi32(0, 0, 0, 4, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 1));
     size_t remaining = len;
@@ -753,18 +750,19 @@ KS_TARGET_G512 KS_INLINE __m128i ks_gcm_g512_body(const ks_gcm_key *key, const i
             acc = ks_ghash_g512(&key->ghash, acc, out, remaining);
         }
     }
-    return ks_ghash_finish(&key->ghash, acc, aad_len, len);
+    return acc;
 }
 
-/* One function per (path, round count) so the round loops unroll completely. */
-typedef __m128i (*ks_gcm_fn)(const ks_gcm_key *, __m128i, const uint8_t *, size_t, const uint8_t *, uint8_t *,
-                             size_t, int);
+/* One function per (path, round count) so the round loops unroll completely. Each runs len bytes of data
+ * from the block after `counter` (reflected: J0 plus the blocks already used), hashing the ciphertext into
+ * the reflected accumulator `acc`, and returns the accumulator: the caller hashes the associated data first
+ * and the lengths block last (ks_ghash_finish), so a message may be run in pieces of whole blocks. */
+typedef __m128i (*ks_gcm_fn)(const ks_gcm_key *, __m128i, __m128i, const uint8_t *, uint8_t *, size_t, int);
 
 #define KS_GCM_SPECIALISE(PATH, TARGET, ROUNDS)                                                               \
-    TARGET static __m128i ks_gcm_##PATH##_##ROUNDS(const ks_gcm_key *key, __m128i counter, const uint8_t *aad, \
-                                                    size_t aad_len, const uint8_t *in, uint8_t *out, size_t len, \
-                                                    int decrypt) {                                            \
-        return ks_gcm_##PATH##_body(key, ROUNDS, counter, aad, aad_len, in, out, len, decrypt);               \
+    TARGET static __m128i ks_gcm_##PATH##_##ROUNDS(const ks_gcm_key *key, __m128i counter, __m128i acc,       \
+                                                    const uint8_t *in, uint8_t *out, size_t len, int decrypt) { \
+        return ks_gcm_##PATH##_body(key, ROUNDS, counter, acc, in, out, len, decrypt);                        \
     }
 
 KS_GCM_SPECIALISE(g128, KS_TARGET_G128, 10)
@@ -795,6 +793,22 @@ static int ks_path(ks_isa isa) {
     return isa == KS_ISA_AESNI ? 0 : isa == KS_ISA_VAES256 ? 1 : 2;
 }
 
+/* The bulk functions, by path (ks_path, then 3: aesni VEX-encoded) and round count. */
+static const ks_gcm_fn ks_gcm_table[4][3] = {
+    {ks_gcm_g128_10, ks_gcm_g128_12, ks_gcm_g128_14},
+    {ks_gcm_g256_10, ks_gcm_g256_12, ks_gcm_g256_14},
+    {ks_gcm_g512_10, ks_gcm_g512_12, ks_gcm_g512_14},
+    {ks_gcm_g128v_10, ks_gcm_g128v_12, ks_gcm_g128v_14}, /* aesni, VEX-encoded */
+};
+/* GHASH of the associated data, by the same path index. */
+static const ks_ghash_fn ks_ghash_table[4] = {ks_ghash_g128, ks_ghash_g256, ks_ghash_g512, ks_ghash_g128};
+
+/* The path index of ks_gcm_table for `isa`, or -1 when this CPU cannot run it. */
+static int ks_gcm_path(ks_isa isa) {
+    const int path = ks_path(isa);
+    return path == 0 && ks_gcm_xmm_vex() ? 3 : path;
+}
+
 KS_TARGET_G128 ks_status ks_ghash(const ks_ghash_key *key, ks_isa isa, const uint8_t *aad, size_t aad_len,
                                   const uint8_t *data, size_t len, uint8_t out[KS_BLOCK_SIZE]) {
     static const ks_ghash_fn table[3] = {ks_ghash_g128, ks_ghash_g256, ks_ghash_g512};
@@ -815,12 +829,6 @@ KS_TARGET_G128 ks_status ks_ghash(const ks_ghash_key *key, ks_isa isa, const uin
 KS_TARGET_G128 static ks_status ks_gcm_run(const ks_gcm_key *key, ks_isa isa, const uint8_t *nonce,
                                            const uint8_t *aad, size_t aad_len, const uint8_t *in, uint8_t *out,
                                            size_t len, int decrypt, uint8_t tag[KS_BLOCK_SIZE]) {
-    static const ks_gcm_fn table[4][3] = {
-        {ks_gcm_g128_10, ks_gcm_g128_12, ks_gcm_g128_14},
-        {ks_gcm_g256_10, ks_gcm_g256_12, ks_gcm_g256_14},
-        {ks_gcm_g512_10, ks_gcm_g512_12, ks_gcm_g512_14},
-        {ks_gcm_g128v_10, ks_gcm_g128v_12, ks_gcm_g128v_14}, /* aesni, VEX-encoded */
-    };
     if (key == NULL || nonce == NULL || tag == NULL || (aad_len && aad == NULL) || (len && (in == NULL || out == NULL))) {
         return KS_ERR_NULL;
     }
@@ -830,19 +838,18 @@ KS_TARGET_G128 static ks_status ks_gcm_run(const ks_gcm_key *key, ks_isa isa, co
     if ((uint64_t)len > KS_GCM_MAX_DATA) {
         return KS_ERR_RANGE;
     }
-    int path = ks_path(isa);
+    const int path = ks_gcm_path(isa);
     if (path < 0) {
         return KS_ERR_ISA;
-    }
-    if (path == 0 && ks_gcm_xmm_vex()) {
-        path = 3;
     }
     uint8_t j0[KS_BLOCK_SIZE];
     memcpy(j0, nonce, KS_GCM_NONCE_SIZE);
     j0[12] = 0, j0[13] = 0, j0[14] = 0, j0[15] = 1;
     const __m128i counter = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)j0), ks_swap128());
     const __m128i mask = ks_encrypt_block(&key->aes, _mm_loadu_si128((const __m128i *)j0));
-    const __m128i digest = table[path][(key->aes.rounds - 10) / 2](key, counter, aad, aad_len, in, out, len, decrypt);
+    __m128i acc = aad_len ? ks_ghash_table[path](&key->ghash, _mm_setzero_si128(), aad, aad_len) : _mm_setzero_si128();
+    acc = ks_gcm_table[path][(key->aes.rounds - 10) / 2](key, counter, acc, in, out, len, decrypt);
+    const __m128i digest = ks_ghash_finish(&key->ghash, acc, aad_len, len);
     _mm_storeu_si128((__m128i *)tag, _mm_xor_si128(digest, mask));
     return KS_OK;
 }
@@ -876,4 +883,118 @@ ks_status ks_gcm_open(const ks_gcm_key *key, ks_isa isa, const uint8_t nonce[KS_
         return KS_ERR_TAG;
     }
     return KS_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Incremental encryption: one message in pieces of any size                                              */
+/* ------------------------------------------------------------------------------------------------------ */
+
+/* ks_gcm_seal_state.state of a started, not yet finished encryption. */
+#define KS_GCM_SEAL_OPEN 0x47434d53u
+
+KS_TARGET_G128 ks_status ks_gcm_seal_start(ks_gcm_seal_state *state, const ks_gcm_key *key, ks_isa isa,
+                                           const uint8_t nonce[KS_GCM_NONCE_SIZE], const uint8_t *aad,
+                                           size_t aad_len) {
+    if (state == NULL || key == NULL || nonce == NULL || (aad_len && aad == NULL)) {
+        return KS_ERR_NULL;
+    }
+    if (key->aes.rounds != 10 && key->aes.rounds != 12 && key->aes.rounds != 14) {
+        return KS_ERR_KEY_STATE;
+    }
+    const int path = ks_gcm_path(isa);
+    if (path < 0) {
+        return KS_ERR_ISA;
+    }
+    uint8_t j0[KS_BLOCK_SIZE];
+    memcpy(j0, nonce, KS_GCM_NONCE_SIZE);
+    j0[12] = 0, j0[13] = 0, j0[14] = 0, j0[15] = 1;
+    memset(state, 0, sizeof *state);
+    _mm_storeu_si128((__m128i *)state->counter, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)j0), ks_swap128()));
+    _mm_storeu_si128((__m128i *)state->mask, ks_encrypt_block(&key->aes, _mm_loadu_si128((const __m128i *)j0)));
+    const __m128i acc = aad_len ? ks_ghash_table[path](&key->ghash, _mm_setzero_si128(), aad, aad_len) : _mm_setzero_si128();
+    _mm_storeu_si128((__m128i *)state->acc, acc);
+    state->aad_len = (uint64_t)aad_len;
+    state->state = KS_GCM_SEAL_OPEN;
+    return KS_OK;
+}
+
+KS_TARGET_G128 ks_status ks_gcm_seal_update(ks_gcm_seal_state *state, const ks_gcm_key *key, ks_isa isa,
+                                            const uint8_t *in, uint8_t *out, size_t len) {
+    if (state == NULL || key == NULL || (len && (in == NULL || out == NULL))) {
+        return KS_ERR_NULL;
+    }
+    if (state->state != KS_GCM_SEAL_OPEN || (key->aes.rounds != 10 && key->aes.rounds != 12 && key->aes.rounds != 14)) {
+        return KS_ERR_KEY_STATE;
+    }
+    if ((uint64_t)len > KS_GCM_MAX_DATA - state->len) {
+        return KS_ERR_RANGE; /* before any output: the counter would pass its last value */
+    }
+    const int path = ks_gcm_path(isa);
+    if (path < 0) {
+        return KS_ERR_ISA;
+    }
+    __m128i acc = _mm_loadu_si128((const __m128i *)state->acc);
+    size_t done = 0;
+    uint32_t used = state->partial_len;
+    /* First the rest of a block begun by an earlier call, with that block's keystream. */
+    if (used) {
+        for (; done < len && used < KS_BLOCK_SIZE; done++, used++) {
+            const uint8_t c = (uint8_t)(in[done] ^ state->stream[used]);
+            out[done] = c;
+            state->partial[used] = c;
+        }
+        if (used == KS_BLOCK_SIZE) {
+            acc = ks_ghash_g128(&key->ghash, acc, state->partial, KS_BLOCK_SIZE);
+            ks_burn(state->stream, sizeof state->stream);
+            memset(state->partial, 0, sizeof state->partial);
+            used = 0;
+        }
+    }
+    /* Then whole blocks through the path's stitched bulk code. */
+    __m128i counter = _mm_loadu_si128((const __m128i *)state->counter);
+    const size_t whole = (len - done) & ~(size_t)(KS_BLOCK_SIZE - 1);
+    if (whole) {
+        acc = ks_gcm_table[path][(key->aes.rounds - 10) / 2](key, counter, acc, in + done, out + done, whole, 0);
+        counter = _mm_add_epi32(counter, _mm_set_epi32(0, 0, 0, (int)(uint32_t)(whole / KS_BLOCK_SIZE)));
+        done += whole;
+    }
+    /* A last partial block: its keystream is kept for the next call, its ciphertext for GHASH. */
+    if (done < len) {
+        counter = _mm_add_epi32(counter, _mm_set_epi32(0, 0, 0, 1));
+        _mm_storeu_si128((__m128i *)state->stream, ks_encrypt_block(&key->aes, _mm_shuffle_epi8(counter, ks_swap128())));
+        for (; done < len; done++, used++) {
+            const uint8_t c = (uint8_t)(in[done] ^ state->stream[used]);
+            out[done] = c;
+            state->partial[used] = c;
+        }
+    }
+    _mm_storeu_si128((__m128i *)state->counter, counter);
+    _mm_storeu_si128((__m128i *)state->acc, acc);
+    state->partial_len = used;
+    state->len += (uint64_t)len;
+    return KS_OK;
+}
+
+KS_TARGET_G128 ks_status ks_gcm_seal_finish(ks_gcm_seal_state *state, const ks_gcm_key *key,
+                                            uint8_t tag[KS_GCM_TAG_SIZE]) {
+    if (state == NULL || key == NULL || tag == NULL) {
+        return KS_ERR_NULL;
+    }
+    if (state->state != KS_GCM_SEAL_OPEN) {
+        return KS_ERR_KEY_STATE;
+    }
+    __m128i acc = _mm_loadu_si128((const __m128i *)state->acc);
+    if (state->partial_len) {
+        acc = ks_ghash_g128(&key->ghash, acc, state->partial, state->partial_len); /* zero-padded */
+    }
+    const __m128i digest = ks_ghash_finish(&key->ghash, acc, state->aad_len, state->len);
+    _mm_storeu_si128((__m128i *)tag, _mm_xor_si128(digest, _mm_loadu_si128((const __m128i *)state->mask)));
+    ks_burn(state, sizeof *state);
+    return KS_OK;
+}
+
+void ks_gcm_seal_wipe(ks_gcm_seal_state *state) {
+    if (state != NULL) {
+        ks_burn(state, sizeof *state);
+    }
 }

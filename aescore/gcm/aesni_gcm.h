@@ -77,6 +77,45 @@ ks_status ks_gcm_open(const ks_gcm_key *key, ks_isa isa, const uint8_t nonce[KS_
                       const uint8_t *aad, size_t aad_len, const uint8_t *in, uint8_t *out, size_t len,
                       const uint8_t tag[KS_GCM_TAG_SIZE]);
 
+/*
+ * An AES-GCM encryption fed in pieces: ks_gcm_seal_start, ks_gcm_seal_update for each piece (any size, even 0),
+ * ks_gcm_seal_finish for the tag. The ciphertext and tag are those of ks_gcm_seal over the concatenated pieces,
+ * and each update writes exactly its own piece's ciphertext: whole blocks go through the same stitched bulk
+ * code as ks_gcm_seal; a block split between two updates is finished with the keystream block kept here.
+ * Holds keystream and the tag mask AES_K(J0): finish wipes it; ks_gcm_seal_wipe wipes an abandoned one.
+ * Encryption only: a decryption fed in pieces would hand out plaintext before its tag is checked.
+ * Never start two encryptions with the same (key, nonce).
+ */
+typedef struct {
+    uint8_t counter[KS_BLOCK_SIZE]; /* reflected counter block of the last data block used (J0 at the start) */
+    uint8_t mask[KS_BLOCK_SIZE];    /* AES_K(J0), XORed into the tag */
+    uint8_t acc[KS_BLOCK_SIZE];     /* reflected GHASH of the associated data and the whole blocks so far */
+    uint8_t stream[KS_BLOCK_SIZE];  /* keystream of the block begun by the last update */
+    uint8_t partial[KS_BLOCK_SIZE]; /* that block's ciphertext so far, zeros after it */
+    uint64_t aad_len;
+    uint64_t len;                   /* data bytes encrypted so far */
+    uint32_t partial_len;           /* bytes of that block used: 0..15 */
+    uint32_t state;                 /* nonzero between start and finish */
+} ks_gcm_seal_state;
+
+/* Start encrypting one message under key with nonce, authenticating aad. KS_ERR_ISA: a path this CPU lacks. */
+ks_status ks_gcm_seal_start(ks_gcm_seal_state *state, const ks_gcm_key *key, ks_isa isa,
+                            const uint8_t nonce[KS_GCM_NONCE_SIZE], const uint8_t *aad, size_t aad_len);
+
+/*
+ * Encrypt the next len bytes of in to out (out may equal in; no other overlap). key is the one given to
+ * start; isa may differ between calls (every path gives the same bytes). KS_ERR_RANGE, with nothing written and
+ * the state unchanged, if the message would pass KS_GCM_MAX_DATA; KS_ERR_KEY_STATE if not started or finished.
+ */
+ks_status ks_gcm_seal_update(ks_gcm_seal_state *state, const ks_gcm_key *key, ks_isa isa, const uint8_t *in,
+                             uint8_t *out, size_t len);
+
+/* Write the 16-byte tag and wipe the state (KS_ERR_KEY_STATE if it was not started or is finished). */
+ks_status ks_gcm_seal_finish(ks_gcm_seal_state *state, const ks_gcm_key *key, uint8_t tag[KS_GCM_TAG_SIZE]);
+
+/* Overwrite an encryption's state with zeros (an encryption abandoned before finish). */
+void ks_gcm_seal_wipe(ks_gcm_seal_state *state);
+
 /* Overwrite a GCM or GHASH key with zeros in a way the compiler cannot elide. */
 void ks_gcm_wipe(ks_gcm_key *key);
 void ks_ghash_wipe(ks_ghash_key *key);
