@@ -223,7 +223,20 @@ def sealed_step(
     ``candidates``: a decryptor's (or rewrapper's) number of candidate key versions; until one verifies the
     first segment, the trial over all of them counts as crypto work (:func:`trial_work`), so a large trial
     leaves the loop.
+
+    An encryptor that seals in pieces (:attr:`~app.formats.sealed.SealedEncryptor.seals_in_pieces`) does
+    crypto on every byte of every call, not only on calls that complete a segment: its step is weighed as a
+    raw one's (each call's work is its own chunk).
     """
+    if isinstance(cipher, SealedEncryptor) and cipher.seals_in_pieces:
+        return CryptoStep(
+            backend,
+            operation,
+            "sealed",
+            cipher.update_pieces,
+            cipher.finalize_pieces,
+            inline_max=inline_max,
+        )
     pending: Callable[[], int] | None = None
     reads_keystore: Callable[[], bool] | None = None
     if isinstance(cipher, SealedDecryptor | SealedRewrapper):

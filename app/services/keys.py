@@ -330,13 +330,18 @@ class _FreshCandidates:
         return fresh
 
 
-def sealed_encryptor(key: ResolvedKey, associated_data: bytes, backend: aescore.Backend) -> SealedEncryptor:
-    """A fresh encryptor (new salt and nonce prefix) for one sealed message under ``key``.
+def sealed_encryptor(
+    key: ResolvedKey, associated_data: bytes, backend: aescore.Backend, expected_length: int | None = None
+) -> SealedEncryptor:
+    """A fresh encryptor (new salt and nonce prefix) for one sealed message under ``key``; given the
+    plaintext's ``expected_length``, a ``gcm`` key seals each piece as it comes where the backend can.
 
     Raises:
-        TypeError, ValueError: as :class:`~app.formats.sealed.SealedEncryptor`.
+        TypeError, ValueError, PayloadTooLargeError: as :class:`~app.formats.sealed.SealedEncryptor`.
     """
-    return SealedEncryptor(key.material, key.parameters, associated_data, backend)
+    return SealedEncryptor(
+        key.material, key.parameters, associated_data, backend, expected_length=expected_length
+    )
 
 
 def sealed_rewrapper(

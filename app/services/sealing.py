@@ -192,11 +192,20 @@ def sealed_length(parameters: KeyParameters, plaintext_length: int) -> int:
 
 
 def sealing_step(
-    backend: aescore.Backend, key: ResolvedKey, associated_data: bytes, inline_max: int
+    backend: aescore.Backend,
+    key: ResolvedKey,
+    associated_data: bytes,
+    inline_max: int,
+    expected_length: int | None = None,
 ) -> CryptoStep:
     """The crypto step of a streaming route's sealed encrypt whose body is not small: a fresh encryptor
-    (new salt and nonce prefix) under ``key``."""
-    encryptor = sealed_encryptor(key, associated_data, backend)
+    (new salt and nonce prefix) under ``key``. With the body's ``expected_length`` (its Content-Length) a
+    ``gcm`` key seals each request chunk as it arrives where the backend can, instead of gathering segments.
+
+    Raises:
+        PayloadTooLargeError: ``expected_length`` needs more than 2**32 segments.
+    """
+    encryptor = sealed_encryptor(key, associated_data, backend, expected_length)
     return sealed_step(backend, "encrypt", encryptor, key.parameters.segment_size, inline_max=inline_max)
 
 

@@ -156,7 +156,7 @@ async def encrypt(request: Request) -> Response:
             params,
             headers,
             state.settings.small_body_max_bytes,
-            partial(sealing_step, chosen, key, ad, inline_max),
+            partial(sealing_step, chosen, key, ad, inline_max, params.content_length),
             # One call seals a small body (natively on aesni): no encryptor, no stream.
             whole=partial(seal_message, state.settings, chosen, key, ad),
             length=partial(sealed_length, key.parameters),

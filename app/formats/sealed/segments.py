@@ -216,6 +216,12 @@ class GcmSegmentKeys:
         """Encrypt one segment: ``ciphertext | tag`` in pieces of at most ``piece`` bytes."""
         return _views(self._key().encrypt(nonce, plaintext, None), piece)
 
+    def encryptor(self, nonce: bytes) -> aescore.GcmEncryptor | None:
+        """One segment's AES-GCM encryption fed in pieces (the same bytes as :meth:`seal` over them joined),
+        or ``None`` where the backend's GCM key encrypts whole messages only
+        (:meth:`aescore.GcmKey.encryptor`). Each nonce once: a segment's nonce names its index."""
+        return self._key().encryptor(nonce, None)
+
     def open(self, nonce: bytes, segment: memoryview, piece: int) -> list[bytes] | None:
         """Verify and decrypt one segment (ciphertext then tag): its plaintext in pieces of at most ``piece``
         bytes, or ``None`` when the tag does not verify (aescore returns no plaintext then)."""
