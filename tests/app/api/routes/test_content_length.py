@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+import aescore
 from app.core.config import Settings
 from app.formats.sealed import header_length
+from app.formats.sealed.segments import GcmSegmentKeys
 from tests.app.api.conftest import ROOT_TOKEN, Api, running_api
 
 SEGMENT = 4096
@@ -142,3 +144,36 @@ async def test_a_client_gone_before_its_declared_length_ends_the_stream_quietly(
     assert int(headers[b"content-length"]) > declared
     assert body[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
     assert 0 < sum(len(message["body"]) for message in body) < int(headers[b"content-length"])
+
+
+async def test_a_gcm_encrypt_of_declared_length_seals_chunks_as_they_come(
+    streaming: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a Content-Length, aesni's gcm encrypt seals in pieces (a segment spanning request chunks is
+    encrypted through GcmEncryptor); chunked, or on the python backend (whole-message GCM only), it gathers:
+    every way gives a ciphertext that decrypts."""
+    started: list[int] = []
+    original = GcmSegmentKeys.encryptor
+
+    def counting(self: GcmSegmentKeys, nonce: bytes) -> aescore.GcmEncryptor | None:
+        encryption = original(self, nonce)
+        started.append(encryption is not None)
+        return encryption
+
+    monkeypatch.setattr(GcmSegmentKeys, "encryptor", counting)
+    await streaming.create_key("k", segment_size=SEGMENT, scheme="gcm")
+    plaintext = os.urandom(5 * SEGMENT + 7)
+    cases = [
+        ("aesni", plaintext, True),
+        ("aesni", _chunks(plaintext), False),
+        ("python", plaintext[: SEGMENT + 3], False),
+    ]
+    for backend, content, in_pieces in cases:
+        started.clear()
+        encrypted = await streaming.client.post(
+            "/v1/keys/k/encrypt", content=content, params={"backend": backend}, headers=Api.auth()
+        )
+        assert encrypted.status_code == 200, encrypted.text
+        assert any(started) == in_pieces, backend
+        expected = plaintext if in_pieces or backend == "aesni" else plaintext[: SEGMENT + 3]
+        assert (await streaming.decrypt("k", encrypted.content)).content == expected
