@@ -1,7 +1,8 @@
 """Server CPU per MiB of the streaming routes, in process: the ASGI app alone, no sockets, no client.
 
 The body arrives as uvicorn hands it over (256 KiB ``http.request`` messages, a fresh ``bytes`` each) and
-every output piece is framed as uvicorn's chunked encoding frames it (one ``b"".join``), so the figure is
+every output piece is written as uvicorn writes it: as it is under a declared Content-Length, else framed
+as a chunk (one ``b"".join``), so the figure is
 what the service spends per MiB beyond the kernel's socket work, which the server-level figure of
 ``bench.bench_service`` adds for every stream alike. Cases: ``/bench/echo`` (the baseline), sealed encrypt
 and decrypt with a ``gcm`` and a ``ctr-hmac`` key of the default 1 MiB segments, and ``gcm`` with 64 KiB
@@ -77,6 +78,7 @@ async def _stream(app: Any, path: str, body: bytes | int, keep: bool = False) ->
     position = 0
     status: list[int] = []
     kept: list[bytes] = []
+    chunked = True
 
     async def receive() -> Message:
         nonlocal position
@@ -87,14 +89,18 @@ async def _stream(app: Any, path: str, body: bytes | int, keep: bool = False) ->
         return {"type": "http.request", "body": chunk, "more_body": position < length}
 
     async def send(message: Message) -> None:
+        nonlocal chunked
         if message["type"] == "http.response.start":
             status.append(message["status"])
+            chunked = all(name.lower() != b"content-length" for name, _ in message["headers"])
             return
         piece = message.get("body", b"")
-        if piece:
+        if piece and chunked:
             framed = b"".join([b"%x\r\n" % len(piece), piece, b"\r\n"])
             if keep:
                 kept.append(framed[framed.index(b"\r\n") + 2 : -2])
+        elif piece and keep:
+            kept.append(bytes(piece))
 
     await app(_scope(path, length), receive, send)
     if status != [200]:

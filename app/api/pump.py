@@ -99,6 +99,7 @@ async def respond(
     *,
     whole: Callable[[bytes], bytes | Awaitable[bytes]] | None = None,
     key_version: Callable[[], int | None] | None = None,
+    length: Callable[[int], int] | None = None,
 ) -> Response:
     """Transform the body: in one call when small, else as a stream that starts once the first output exists.
 
@@ -115,10 +116,14 @@ async def respond(
             the step's :meth:`CryptoStep.run_whole`.
         key_version: the key version that produced the output, asked once the first output exists (a
             sealed decrypt learns it from the segment that verified); it becomes ``Keystream-Key-Version``.
+        length: the output's length for a body of the given length (a sealed message's is a function of its
+            plaintext's and back): a streamed body that declares its Content-Length gets an answer that
+            declares its own, which the server sends as it comes instead of framing each piece as a chunk
+            (a copy of every piece). Raises before the body is read when no output can have that length.
 
     Raises:
-        KeystreamError: a small body or the stream's first output failed to transform (a clean 4xx; nothing
-            was sent).
+        KeystreamError: a small body or the stream's first output failed to transform, or ``length``
+            refused the declared length (a clean 4xx; nothing was sent).
     """
     if params.content_length is not None and params.content_length <= limit:
         # A small body: read whole and transformed in one call, without the streaming machinery (read-ahead
@@ -138,6 +143,9 @@ async def respond(
             output = await output
         _name_version(headers, key_version)
         return OctetsResponse(output, headers)
+    if length is not None and params.content_length is not None:
+        # The server checks it: a stream that ends short of it is aborted, as a failed one is.
+        headers["Content-Length"] = str(length(params.content_length))
     step = stream()
     # Read before the response starts: the server answers ``Expect: 100-continue`` only when the body is
     # asked for and forgets it once a response has started (curl then waits 1 s before every upload).

@@ -10,6 +10,9 @@ rewrap and other methods by FastAPI's router.
 
 * ``format=sealed`` (default): Tink ``AesCtrHmacStreaming``; decrypt releases a segment only after its tag
   verified. A bad first segment is a 400 JSON error before any output; a failure later aborts the connection.
+  A streamed answer declares its length when the request declared its own (a sealed message's length is a
+  function of its plaintext's; :func:`~app.api.pump.respond`'s ``length``), so the server need not frame it
+  in chunks; a decrypt body of an impossible length is a 400 before it is read.
 * ``format=raw``: plain AES-CTR; ``iv`` (32 hex digits, query or ``Keystream-IV`` header) is generated on
   encrypt when absent and returned in ``Keystream-IV``; ``offset`` gives random access.
 * ``rewrap`` (sealed only; scope ``rewrap``): decrypt's opening chained into encrypt's sealing under the
@@ -47,7 +50,7 @@ from app.services.keys import (
     sealed_rewrapper,
 )
 from app.services.raw import check_range, format_iv, new_iv, parse_iv
-from app.services.sealing import Opening, seal_message, sealing_step
+from app.services.sealing import Opening, seal_message, sealed_length, sealing_step
 from app.services.security import Principal
 from app.state import ServiceState
 
@@ -156,6 +159,7 @@ async def encrypt(request: Request) -> Response:
             partial(sealing_step, chosen, key, ad, inline_max),
             # One call seals a small body (natively on aesni): no encryptor, no stream.
             whole=partial(seal_message, state.settings, chosen, key, ad),
+            length=partial(sealed_length, key.parameters),
         )
     else:
         _raw_only(params)
@@ -211,6 +215,7 @@ async def decrypt(request: Request) -> Response:
         opening.stream,
         whole=opening.whole,
         key_version=opening.key_version,
+        length=opening.length,
     )
 
 

@@ -34,9 +34,10 @@ with ``aes_key = HKDF-SHA256(ikm, salt, info = associated data)`` of ``D`` bytes
 
 The package: :mod:`.format` (sizes, header, nonces, HKDF, the format's errors), :mod:`.parameters` (a key's
 type, segment size and scheme, checked once and passed as one object), :mod:`.segments` (per-message
-keys and the segment buffer), :mod:`.encryptor` and :mod:`.decryptor`, :mod:`.rewrap` (the two chained: a
-stream sealed again as it flows), :mod:`.messages` (what a failed decryption says) and :mod:`.batch` (whole
-messages, many per native call). Import from here.
+keys and the segment buffer), :mod:`.encryptor` and :mod:`.decryptor`, :mod:`.lengths` (a message's
+length from its plaintext's and back), :mod:`.rewrap` (the two chained: a stream sealed again as it flows),
+:mod:`.messages` (what a failed decryption says) and :mod:`.batch` (whole messages, many per native call).
+Import from here.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from .format import (
     tag_size_of,
     validate_segment_size,
 )
+from .lengths import plaintext_length
 from .parameters import KeyParameters
 from .rewrap import SealedRewrapper
 
@@ -95,6 +97,7 @@ __all__ = [
     "min_segment_size",
     "native_isa",
     "open_many",
+    "plaintext_length",
     "seal_many",
     "segment_nonce",
     "tag_size_of",

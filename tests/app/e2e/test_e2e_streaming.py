@@ -128,6 +128,48 @@ async def test_gcm_key_round_trip_through_uvicorn(server: Server) -> None:
         assert encrypted.received == size + 40 + 16 * segments and decrypted.received == size
 
 
+async def test_a_declared_length_gets_an_answer_of_declared_length(server: Server) -> None:
+    """uvicorn checks a declared length (it aborts a stream that sends more or less): every sealed answer
+    to a request with Content-Length declares its own and sends exactly that, encrypt and decrypt, at the
+    1 MiB segments' edges; a chunked request still gets a chunked answer."""
+    headers = {**server.auth, "Content-Type": "application/octet-stream"}
+    for key, tag in (("stream", 32), ("stream-gcm", 16)):
+        later = MIB - tag
+        first = later - 40
+        for size in (65537, first - 1, first, first + 1, first + later, first + later + 1, 3 * MIB + 5):
+            data = os.urandom(size)
+            pieces = [data[start : start + 300_000] for start in range(0, size, 300_000)]
+            encrypted = await duplex_request(
+                server.host,
+                server.port,
+                "POST",
+                f"/v1/keys/{key}/encrypt",
+                headers,
+                pieces,
+                content_length=size,
+                keep_body=True,
+            )
+            assert encrypted.status == 200 and "transfer-encoding" not in encrypted.headers
+            assert int(encrypted.headers["content-length"]) == len(encrypted.body), (key, size)
+            decrypted = await duplex_request(
+                server.host,
+                server.port,
+                "POST",
+                f"/v1/keys/{key}/decrypt",
+                headers,
+                encrypted.body,
+                keep_body=True,
+            )
+            assert decrypted.status == 200 and "transfer-encoding" not in decrypted.headers
+            assert decrypted.headers["content-length"] == str(size) and decrypted.body == data, (key, size)
+        ok, encrypted, decrypted = await round_trip(server, 3 * MIB + 5, seed=7, key=key, chunked=True)
+        assert ok
+        assert (
+            encrypted.headers["transfer-encoding"] == "chunked" and "content-length" not in encrypted.headers
+        )
+        assert decrypted.headers["transfer-encoding"] == "chunked"
+
+
 async def test_concurrent_round_trips_are_all_exact(server: Server) -> None:
     cases: list[dict[str, Any]] = []
     for index in range(24):
