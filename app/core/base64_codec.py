@@ -8,7 +8,7 @@ NEON picked at run time): for 1 KiB, about 0.5 µs to decode with ``validate=Tru
 strict reader, and 0.24 µs to encode against 1.4 µs for ``base64.b64encode(...).decode()`` (Zen 4,
 2026-11-28; docs/benchmarks.md).
 
-How the two readers differ, checked over every string of a few small alphabets up to 7 to 9 characters and
+How the two readers differ, checked over every string of a few small alphabets up to 5 to 8 characters and
 over mutated encodings around 1 KiB (``tests/app/core/test_base64_codec.py`` keeps that comparison):
 pybase64 with ``validate=True`` accepts no string the strict reader refuses and decodes every string both
 accept to the same bytes (non-canonical trailing bits included: both ignore them); it refuses a few the
