@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,13 @@ void ks_cg_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
 
 def _child(route: str, requests: int, marker: str) -> None:
     """Drive ``route`` in this process (the checkout is the working directory) between the two markers."""
+    marks = ctypes.CDLL(marker)
+    drive(route, requests, marks.ks_cg_start, marks.ks_cg_stop)
+
+
+def drive(route: str, requests: int, start: Callable[[], object], stop: Callable[[], object]) -> None:
+    """Build the app as the server does (the checkout is the working directory), warm ``route`` up, then send
+    it ``requests`` times through ASGI between ``start()`` and ``stop()``."""
     sys.path.insert(0, os.getcwd())
     os.environ.update(
         KEYSTREAM_DATA_DIR=tempfile.mkdtemp(prefix="bench-callgrind-"),
@@ -86,7 +93,6 @@ def _child(route: str, requests: int, marker: str) -> None:
     from app.main import create_app
     from app.server import bootstrap
 
-    marks = ctypes.CDLL(marker)
     settings = Settings()
     with open(os.devnull, "w") as quiet:
         bootstrap(settings, out=quiet)
@@ -168,10 +174,10 @@ def _child(route: str, requests: int, marker: str) -> None:
             raise RuntimeError(f"{route}: {status}")
         for _ in range(BATCH_WARMUP if route.endswith("-batch") else WARMUP):
             await call(path, body)
-        marks.ks_cg_start()
+        start()
         for _ in range(requests):
             await call(path, body)
-        marks.ks_cg_stop()
+        stop()
         started.cancel()
 
     uvloop.run(main())

@@ -89,7 +89,8 @@ _TEXT: dict[type[Any], msgspec.json.Decoder[Any]] = {
     DecryptBatch: msgspec.json.Decoder(DecryptBatch),
 }
 # msgspec decodes base64 into bytes in C while parsing; it accepts no string that strict
-# binascii.a2b_base64 (the per-item path) refuses, and refuses a few more, which then take the text path.
+# binascii.a2b_base64 (the per-item path's judge, app.core.base64_codec) refuses, and refuses a few more,
+# which then take the text path.
 _BYTES: dict[type[Any], msgspec.json.Decoder[Any]] = {
     EncryptBatch: msgspec.json.Decoder(_EncryptBatchBytes),
     DecryptBatch: msgspec.json.Decoder(_DecryptBatchBytes),

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import aescore
+from app.core import base64_codec
 from app.core.secret_memory import SLOT_SIZE, KeyMaterial, secret_buffer
 from app.errors import BadRequestError
 
@@ -126,7 +127,7 @@ class Signer:
 
     def tag(self, data: bytes, prefix: str = TAG_PREFIX) -> str:
         """The tag text of ``data``: ``ks:v<version>:<base64>`` (the Transit API passes ``vault:v``)."""
-        return f"{prefix}{self.version}:{base64.b64encode(self.digest(data)).decode()}"
+        return f"{prefix}{self.version}:{base64_codec.encode(self.digest(data))}"
 
     def verify(self, data: bytes, digest: bytes) -> bool:
         """Whether ``digest`` is the HMAC of ``data`` (constant-time comparison)."""

@@ -16,7 +16,6 @@ never in logs, metrics or error bodies; the response says ``Cache-Control: no-st
 
 from __future__ import annotations
 
-import base64
 import secrets
 from typing import Any, Literal
 
@@ -31,6 +30,7 @@ from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, check_associated_data, decode_base64, decode_context
 from app.api.request_handler import Handler, request_handler
 from app.api.strict_json import StrictJsonRoute
+from app.core import base64_codec
 from app.errors import KeystreamError
 from app.services.keys import encryption_key
 from app.services.sealing import seal_messages
@@ -114,11 +114,11 @@ async def datakey(
         raise sealed
     response.headers["Cache-Control"] = "no-store"
     result: dict[str, Any] = {
-        "ciphertext": base64.b64encode(sealed).decode(),
+        "ciphertext": base64_codec.encode(sealed),
         "key_version": resolved.version,
     }
     if body.plaintext:
-        result["plaintext"] = base64.b64encode(data_key).decode()
+        result["plaintext"] = base64_codec.encode(data_key)
     return result
 
 

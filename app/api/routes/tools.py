@@ -8,7 +8,6 @@ involved, so any valid token may call them (no scope). Random bytes come from :f
 
 from __future__ import annotations
 
-import base64
 import secrets
 from typing import Any
 
@@ -21,6 +20,7 @@ from app.api.openapi import errors
 from app.api.params import BASE64_PATTERN, HASHES, MAX_RANDOM_BYTES, Encoding, HashAlgorithm, decode_base64
 from app.api.request_handler import Handler, request_handler
 from app.api.strict_json import StrictJsonRoute
+from app.core import base64_codec
 
 router = APIRouter(route_class=StrictJsonRoute, tags=["tools"])
 
@@ -28,7 +28,7 @@ _FORMAT: Any = Field(default="base64", description="base64 or hex")
 
 
 def _encode(data: bytes, encoding: str) -> str:
-    return data.hex() if encoding == "hex" else base64.b64encode(data).decode()
+    return data.hex() if encoding == "hex" else base64_codec.encode(data)
 
 
 class RandomRequest(BaseModel):

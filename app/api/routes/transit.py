@@ -17,7 +17,6 @@ context, as Vault does. HMACs are made as for any key: Vault does not derive the
 
 from __future__ import annotations
 
-import base64
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,6 +37,7 @@ from app.api.vault import (
     vault_response,
     vault_write,
 )
+from app.core import base64_codec
 from app.errors import BadRequestError, KeystreamError, PayloadTooLargeError
 from app.services import macs, transit
 from app.services.transit import Signer, TransitCipher
@@ -243,7 +243,7 @@ async def decrypt(
             raise
         raw = transit.decode_text(encoded)
         plaintext = cipher.decrypt(raw, _associated(state, item))
-        return {"plaintext": base64.b64encode(plaintext).decode()}
+        return {"plaintext": base64_codec.encode(plaintext)}
 
     note(request.scope, format="transit", items=len(body.batch_input or [body]))
     return await _run(state, name, body, one)
@@ -304,7 +304,7 @@ async def datakey(
     data_key = secrets.token_bytes(body.bits // 8)
     result: dict[str, Any] = {"ciphertext": cipher.encrypt(data_key, None), "key_version": cipher.version}
     if kind == "plaintext":
-        result["plaintext"] = base64.b64encode(data_key).decode()
+        result["plaintext"] = base64_codec.encode(data_key)
     response.headers["Cache-Control"] = "no-store"
     return vault_answer(result)
 

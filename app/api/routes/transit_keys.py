@@ -18,7 +18,6 @@ with 400 rather than ignored.
 
 from __future__ import annotations
 
-import base64
 import secrets
 from typing import Annotated, Any, Literal
 
@@ -31,6 +30,7 @@ from app.api import paths
 from app.api.deps import AdminDep, PrincipalDep, StateDep
 from app.api.params import HASHES, MAX_RANDOM_BYTES, AutoRotatePeriod, Encoding, HashAlgorithm, decode_base64
 from app.api.vault import TransitModel, VaultJsonRoute, transit_errors, vault_answer, vault_write
+from app.core import base64_codec
 from app.errors import BadRequestError, ForbiddenError, KeyExistsError, KeyNotFoundError
 from app.keystore import DEFAULT_SEGMENT_SIZE, KeyInfo, KeyOptions
 from app.services.transit import KEY_TYPES, TRANSIT_SCHEME, transit_type
@@ -254,7 +254,7 @@ async def _require_transit_key(state: ServiceState, name: str) -> None:
 
 
 def _encode(data: bytes, encoding: str) -> str:
-    return data.hex() if encoding == "hex" else base64.b64encode(data).decode()
+    return data.hex() if encoding == "hex" else base64_codec.encode(data)
 
 
 async def _random(count: int, encoding: str, response: Response) -> Any:

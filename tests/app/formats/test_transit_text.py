@@ -30,6 +30,10 @@ _PIECES = [
     ":",
     "é",
     "v",
+    "\r",
+    "\t",
+    "\x00",
+    "\udcff",
 ]
 
 
@@ -71,6 +75,13 @@ def _texts() -> list[str]:
         for _ in range(400)
     ]
     texts += ["vault:v1:" + base64.b64encode(bytes(range(n))).decode() for n in range(40)]
+    # Around 1 KiB (pybase64's SIMD loops, then its tail), whole and with a piece put anywhere.
+    for n in range(1020, 1030):
+        encoded = base64.b64encode(chosen.randbytes(n)).decode()
+        texts.append("vault:v1:" + encoded)
+        for _ in range(12):
+            at = chosen.randrange(len(encoded) + 1)
+            texts.append("vault:v1:" + encoded[:at] + chosen.choice(_PIECES) + encoded[at:])
     texts += [
         "vault:v1:",
         "vault:v1:=",
