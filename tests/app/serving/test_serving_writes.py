@@ -1,11 +1,13 @@
-"""A response's head and the start of its body leave in one write (one system call instead of two), a head
-whose body comes later leaves at the end of the event-loop iteration, and nothing is reordered or lost."""
+"""A response's head and the start of its body leave in one write (one system call instead of two) at the end
+of the event-loop iteration, a head whose body comes later leaves then on its own, and nothing is reordered
+or lost: the protocol sends what is held before it closes a connection itself."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
+from collections import deque
 from typing import Any
 
 import httpx
@@ -38,14 +40,41 @@ class _Transport:
         return 0
 
 
-async def test_head_and_body_in_one_iteration_are_one_call() -> None:
+async def test_head_and_body_leave_in_one_call_at_the_end_of_the_iteration() -> None:
     transport = _Transport()
     joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
     joined.write(b"HTTP/1.1 200 OK\r\n\r\n")
     joined.write(b"body")
-    joined.write(b"more")
+    assert transport.calls == []  # the answers of one iteration leave together, after its work
     await asyncio.sleep(0)
-    assert transport.calls == [("writelines", b"HTTP/1.1 200 OK\r\n\r\nbody"), ("write", b"more")]
+    assert transport.calls == [("writelines", b"HTTP/1.1 200 OK\r\n\r\nbody")]
+    joined.write(b"more")
+    assert transport.calls[1:] == [("write", b"more")]
+
+
+async def test_a_second_body_write_sends_what_is_held_with_it_at_once() -> None:
+    transport = _Transport()
+    joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+    joined.write(b"head|")
+    joined.write(b"body|")
+    joined.write(b"more")
+    assert transport.calls == [("writelines", b"head|body|more")]  # never more than one piece held
+    await asyncio.sleep(0)
+    assert len(transport.calls) == 1
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+async def test_a_mutable_body_is_sent_at_once_not_held(kind: Any) -> None:
+    """A writer may reuse its buffer as soon as ``write`` returns: it must not be read later."""
+    transport = _Transport()
+    joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+    buffer = bytearray(b"body")
+    joined.write(b"head|")
+    joined.write(kind(buffer))
+    assert transport.calls == [("writelines", b"head|body")]
+    buffer[:] = b"XXXX"
+    await asyncio.sleep(0)
+    assert transport.calls == [("writelines", b"head|body")]
 
 
 async def test_a_head_alone_leaves_at_the_end_of_the_iteration_and_order_is_kept() -> None:
@@ -186,3 +215,45 @@ async def test_holding_a_head_asks_no_running_loop(monkeypatch: pytest.MonkeyPat
     monkeypatch.undo()
     await asyncio.sleep(0)
     assert transport.calls == [("write", b"head")]
+
+
+def _protocol_holding(answer: bytes) -> tuple[BoundedHttpToolsProtocol, _Recording]:
+    """A protocol (built without a connection) whose current request's answer is held, on a recording
+    transport."""
+    from types import SimpleNamespace
+
+    transport = _Recording()
+    protocol = BoundedHttpToolsProtocol.__new__(BoundedHttpToolsProtocol)
+    protocol.transport = transport  # type: ignore[assignment]
+    protocol._http_started = True
+    protocol.server_state = SimpleNamespace(default_headers=[])  # type: ignore[assignment]
+    protocol.cycle = SimpleNamespace(response_complete=True, response_started=True)  # type: ignore[assignment]
+    protocol.pipeline = deque()
+    writes = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+    protocol._cycle_writes = writes
+    writes.write(answer[:5])
+    writes.write(answer[5:])
+    assert transport.calls == []
+    return protocol, transport
+
+
+@pytest.mark.parametrize(
+    "close",
+    [
+        lambda p: p.shutdown(),
+        lambda p: p.drop("idle"),
+        lambda p: p.drop("evicted"),
+        lambda p: p._write_error_and_close(400, "bad_request", "malformed HTTP request: x"),
+    ],
+    ids=["shutdown", "idle", "evicted", "malformed"],
+)
+async def test_the_protocol_sends_a_held_answer_before_it_closes_the_connection(close: Any) -> None:
+    """A complete answer waits for the end of the iteration; a close by the protocol in the meantime
+    (graceful shutdown, a connection limit, malformed bytes after the request) must not lose it."""
+    from app.serving.limits import Phase
+
+    protocol, transport = _protocol_holding(b"HTTP/1.1 200 OK\r\n\r\nanswer")
+    protocol.phase = Phase.IDLE
+    close(protocol)
+    assert transport.calls[0] == ("writelines", b"HTTP/1.1 200 OK\r\n\r\nanswer")
+    assert transport.calls[-1][0] in ("close", "abort")
