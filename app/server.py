@@ -37,6 +37,7 @@ from app.serving import (
     StartupRefusedError,
     Supervisor,
     check_plain_http_bind,
+    fix_malloc_thresholds,
     listening_socket,
     raise_open_file_limit,
     reserve_address,
@@ -147,6 +148,7 @@ def serve(settings: Settings | None = None) -> None:
         app.keystore.master.MasterKeyError: bad master key (nothing is served).
     """
     settings = settings if settings is not None else get_settings()
+    fix_malloc_thresholds()  # the one-worker server serves from this process
     if not settings.allow_core_dumps:  # the supervisor too: its bootstrap may create the master key
         disable_core_dumps()
     tls = ServerTls.from_settings(settings)

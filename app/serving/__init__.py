@@ -1,7 +1,9 @@
 """Serving the app: the HTTP protocol with the service's limits (:class:`BoundedHttpToolsProtocol`), the
-worker supervisor (:class:`Supervisor`) and HTTPS (:class:`ServerTls`, :func:`check_plain_http_bind`)."""
+worker supervisor (:class:`Supervisor`), HTTPS (:class:`ServerTls`, :func:`check_plain_http_bind`) and the
+served processes' malloc thresholds (:func:`fix_malloc_thresholds`)."""
 
 from app.serving.limits import ConnectionLimits, raise_open_file_limit
+from app.serving.malloc import fix_malloc_thresholds
 from app.serving.protocol import BoundedHttpToolsProtocol, HeadersTooLargeError
 from app.serving.tls import ServerTls, StartupRefusedError, check_plain_http_bind
 from app.serving.workers import APP_FACTORY, Supervisor, listening_socket, reserve_address, reserve_port
@@ -15,6 +17,7 @@ __all__ = [
     "StartupRefusedError",
     "Supervisor",
     "check_plain_http_bind",
+    "fix_malloc_thresholds",
     "listening_socket",
     "raise_open_file_limit",
     "reserve_address",

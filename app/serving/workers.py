@@ -46,6 +46,7 @@ from app.core.secret_memory import wipe_secret
 from app.core.telemetry import release_process_metrics
 from app.errors import StartupRefusedError
 from app.seal.handover import SEALED, UNSEALED, install, read_message, send_message
+from app.serving.malloc import fix_malloc_thresholds
 from app.serving.protocol import BoundedHttpToolsProtocol
 from app.serving.tls import ServerTls
 
@@ -154,6 +155,7 @@ def _worker_main(
     end of its channel to the supervisor (:mod:`app.seal.handover`).
     """
     _die_with_parent(parent)
+    fix_malloc_thresholds()  # a spawned process starts with glibc's defaults
     if handover is not None:
         install(handover)
     os.environ["KEYSTREAM_WORKER_INDEX"] = str(index)
