@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.sslproto
+import collections
 import logging
 import ssl
 from collections.abc import Iterable
@@ -113,6 +114,11 @@ class _HeadWithBody:
             self._started = True
             self._held = [bytes(data)]
             self._loop.call_soon(self.flush)
+
+    @property
+    def settled(self) -> bool:
+        """It wrote and holds nothing: from now on every write goes straight to the transport."""
+        return self._started and self._held is None
 
     def flush(self) -> None:
         """Send what is held now (at the end of the iteration, or before any other use of the transport)."""
@@ -195,7 +201,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             cls.use_tls(ServerTls.from_settings(get_settings()))
         self._raw_transport: asyncio.Transport | None = None  # TLS: the TCP transport under the handshake
         self._http_started = False  # uvicorn's connection_made ran (after the handshake, under TLS)
-        self._cycle_writes: _HeadWithBody | None = None  # the current request's transport (holds its answer)
+        # The answer writers of this connection's requests that may still hold an answer, oldest first (a
+        # pipelined request's writer is made while an earlier one's answer may still be held).
+        self._answer_writers: collections.deque[_HeadWithBody] = collections.deque()
         # The verified client certificate as the ASGI TLS extension (typed as uvicorn types scope extensions).
         self._tls_extension: dict[object, object] | None = None
         self.phase = Phase.IDLE
@@ -261,9 +269,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._raw_transport.abort()
 
     def send_held(self) -> None:
-        """Send the current answer's held head and body now (before the connection is closed or aborted)."""
-        if self._cycle_writes is not None:
-            self._cycle_writes.flush()
+        """Send every held answer now, oldest first (before the connection is closed or aborted)."""
+        for writer in self._answer_writers:
+            writer.flush()
 
     def shutdown(self) -> None:
         """uvicorn's graceful shutdown closes a connection whose answer is complete: send it first."""
@@ -356,8 +364,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.scope["method"] = "LIST"  # the app task starts later: it sees LIST
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:
-            self._cycle_writes = _HeadWithBody(self.transport, self.loop)
-            cycle.transport = cast(asyncio.Transport, self._cycle_writes)
+            writers = self._answer_writers
+            while writers and writers[0].settled:
+                writers.popleft()  # sent what it held: it never holds again
+            writer = _HeadWithBody(self.transport, self.loop)
+            writers.append(writer)
+            cycle.transport = cast(asyncio.Transport, writer)
         if cycle is not None and cycle.scope is self.scope and cycle.access_log:
             # A logger-like object that logs the route template instead of the path and query string.
             cycle.access_logger = cast(logging.Logger, RouteAccessLog(cycle.access_logger, cycle.scope))

@@ -230,7 +230,7 @@ def _protocol_holding(answer: bytes) -> tuple[BoundedHttpToolsProtocol, _Recordi
     protocol.cycle = SimpleNamespace(response_complete=True, response_started=True)  # type: ignore[assignment]
     protocol.pipeline = deque()
     writes = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
-    protocol._cycle_writes = writes
+    protocol._answer_writers = deque([writes])
     writes.write(answer[:5])
     writes.write(answer[5:])
     assert transport.calls == []
@@ -257,3 +257,57 @@ async def test_the_protocol_sends_a_held_answer_before_it_closes_the_connection(
     close(protocol)
     assert transport.calls[0] == ("writelines", b"HTTP/1.1 200 OK\r\n\r\nanswer")
     assert transport.calls[-1][0] in ("close", "abort")
+
+
+async def test_a_pipelined_requests_writer_does_not_hide_an_earlier_held_answer() -> None:
+    """Request B, pipelined behind A, gets its writer while A's answer may still be held: a close by the
+    protocol sends A's answer (then B's, in order), and writers that sent what they held are let go."""
+    protocol, transport = _protocol_holding(b"HTTP/1.1 200 OK\r\n\r\nA")
+    loop = asyncio.get_running_loop()
+    later = _HeadWithBody(transport, loop)  # type: ignore[arg-type]
+    protocol._answer_writers.append(later)
+    later.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    later.write(b"B")
+    protocol.shutdown()
+    assert transport.calls == [
+        ("writelines", b"HTTP/1.1 200 OK\r\n\r\nA"),
+        ("writelines", b"HTTP/1.1 200 OK\r\n\r\nB"),
+        ("close", b""),
+    ]
+    assert all(writer.settled for writer in protocol._answer_writers)
+
+
+async def test_a_connection_keeps_only_writers_that_may_still_hold() -> None:
+    """Through uvicorn on a real socket, many requests on one keep-alive connection: the writers of
+    answered requests are let go (the list does not grow with the connection's requests)."""
+    from uvicorn import Config, Server
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    protocols: list[BoundedHttpToolsProtocol] = []
+
+    class Kept(BoundedHttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            protocols.append(self)
+            super().connection_made(transport)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = Server(Config(app, http=Kept, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
+            for _ in range(50):
+                assert (await client.post("/", content=b"x")).content == b"ok"
+        assert len(protocols) == 1 and len(protocols[0]._answer_writers) <= 2
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
