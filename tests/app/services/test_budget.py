@@ -18,6 +18,9 @@ async def test_reservations_fit_wait_and_time_out() -> None:
         await budget.reserve(50)
     assert refused.value.retry_after_seconds == 1 and http_status(refused.value) == 503
     assert "60 of 100" in refused.value.message and budget.held == 60
+    # A waiter that must still be waiting after the sleep below: a wait far longer than any stall of a loaded
+    # machine (with 0.05 s, a sleep(0.01) stretched past it made this test fail under load).
+    budget.wait_seconds = 30
     waiting = asyncio.ensure_future(budget.reserve(50))
     await asyncio.sleep(0.01)
     assert not waiting.done()
