@@ -8,7 +8,18 @@ import json
 from collections.abc import AsyncIterator, Callable
 
 from app.core.config import Settings
+from app.services.budget import ByteBudget
 from tests.app.api.conftest import running_api
+
+
+async def _until_reserved(budget: ByteBudget) -> None:
+    """Wait (up to 10 s) until the first batch holds its reservation: a fixed sleep is too short on a loaded
+    machine, and the request behind it would then not find the budget full."""
+    for _ in range(1000):
+        if budget.held:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the first batch never reserved its bytes")
 
 
 async def test_over_budget_batches_get_503_with_retry_after(
@@ -29,7 +40,7 @@ async def test_over_budget_batches_get_503_with_retry_after(
         holder = asyncio.ensure_future(
             api.client.post("/v1/keys/b/encrypt/batch", content=slow_body(), headers=headers)
         )
-        await asyncio.sleep(0.05)
+        await _until_reserved(api.app.state.keystream.batch_budget)
         refused = await api.client.post("/v1/keys/b/encrypt/batch", content=body, headers=headers)
         assert refused.status_code == 503, refused.text
         assert refused.headers["retry-after"] == "1"
@@ -59,7 +70,7 @@ async def test_a_waiting_batch_runs_once_the_budget_frees(settings_factory: Call
         holder = asyncio.ensure_future(
             api.client.post("/v1/keys/b/encrypt/batch", content=slow_body(), headers=headers)
         )
-        await asyncio.sleep(0.05)
+        await _until_reserved(api.app.state.keystream.batch_budget)
         waiter = asyncio.ensure_future(
             api.client.post("/v1/keys/b/encrypt/batch", content=body, headers=headers)
         )
