@@ -5,9 +5,11 @@ or lost: the protocol sends what is held before it closes a connection itself.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -104,11 +106,29 @@ async def test_close_sends_the_held_head_first_and_a_closing_transport_gets_noth
     assert other.calls == []
 
 
+@contextlib.asynccontextmanager
+async def _serving(app: Any, protocol: type[BoundedHttpToolsProtocol]) -> AsyncIterator[str]:
+    """uvicorn serving ``app`` with ``protocol`` on a free loopback port, for the block; yields its URL."""
+    from uvicorn import Config, Server
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = Server(Config(app, http=protocol, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
 @pytest.mark.parametrize("size", [0, 1024, 300_000])
 async def test_a_real_server_answers_with_one_write_per_small_response(size: int) -> None:
     """Through uvicorn on a real socket: what the client reads is the whole answer; small answers are one
     write on the server side (counted on the transport)."""
-    from uvicorn import Config, Server
 
     body = os.urandom(size)
 
@@ -138,23 +158,12 @@ async def test_a_real_server_answers_with_one_write_per_small_response(size: int
             transport.writelines = writelines  # type: ignore[method-assign]
             super().connection_made(transport)
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = Server(Config(app, http=Counting, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    async with _serving(app, Counting) as url:
         async with httpx.AsyncClient() as client:
-            answer = await client.post(url, content=b"x")
+            answer = await client.post(url + "/", content=b"x")
         assert answer.status_code == 200 and answer.content == body
         if size <= 1024:
             assert writes == [1]
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 class _Recording(_Transport):
@@ -280,7 +289,6 @@ async def test_a_pipelined_requests_writer_does_not_hide_an_earlier_held_answer(
 async def test_a_connection_keeps_only_writers_that_may_still_hold() -> None:
     """Through uvicorn on a real socket, many requests on one keep-alive connection: the writers of
     answered requests are let go (the list does not grow with the connection's requests)."""
-    from uvicorn import Config, Server
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -296,18 +304,7 @@ async def test_a_connection_keeps_only_writers_that_may_still_hold() -> None:
             protocols.append(self)
             super().connection_made(transport)
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = Server(Config(app, http=Kept, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as client:
-            for _ in range(50):
-                assert (await client.post("/", content=b"x")).content == b"ok"
-        assert len(protocols) == 1 and len(protocols[0]._answer_writers) <= 2
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with _serving(app, Kept) as url, httpx.AsyncClient(base_url=url) as client:
+        for _ in range(50):
+            assert (await client.post("/", content=b"x")).content == b"ok"
+    assert len(protocols) == 1 and len(protocols[0]._answer_writers) <= 2
