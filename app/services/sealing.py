@@ -29,10 +29,8 @@ from app.formats.sealed import (
     KeyParameters,
     SealedDecryptionError,
     SealedDecryptor,
-    ciphertext_length,
     native_isa,
     open_many,
-    plaintext_length,
     seal_many,
 )
 from app.keycache import ResolvedKey
@@ -179,18 +177,6 @@ def _one_sealed(sealed: list[bytes | PayloadTooLargeError]) -> bytes:
     return one
 
 
-def sealed_length(parameters: KeyParameters, plaintext_length: int) -> int:
-    """The sealed message's length for a plaintext of ``plaintext_length`` bytes under a key of
-    ``parameters``: a streamed encrypt whose request declares its length declares its answer's.
-
-    Raises:
-        PayloadTooLargeError: the plaintext needs more than 2**32 segments.
-    """
-    return ciphertext_length(
-        plaintext_length, parameters.key_type, parameters.segment_size, parameters.scheme
-    )
-
-
 def sealing_step(
     backend: aescore.Backend,
     key: ResolvedKey,
@@ -296,18 +282,6 @@ class Opening:
             self._keys.first.parameters.segment_size,
             inline_max=self._settings.inline_crypto_max_bytes,
             candidates=len(self._keys.candidates),
-        )
-
-    def length(self, ciphertext_length: int) -> int:
-        """The plaintext's length for a body of ``ciphertext_length`` bytes, should it verify (every version
-        of a key shares its parameters), for a streamed answer's Content-Length.
-
-        Raises:
-            SealedDecryptionError: no sealed message of the key has that length (a 400, before any output).
-        """
-        parameters = self._keys.first.parameters
-        return plaintext_length(
-            ciphertext_length, parameters.key_type, parameters.segment_size, parameters.scheme
         )
 
     def key_version(self) -> int | None:

@@ -50,7 +50,7 @@ from app.services.keys import (
     sealed_rewrapper,
 )
 from app.services.raw import check_range, format_iv, new_iv, parse_iv
-from app.services.sealing import Opening, seal_message, sealed_length, sealing_step
+from app.services.sealing import Opening, seal_message, sealing_step
 from app.services.security import Principal
 from app.state import ServiceState
 
@@ -159,7 +159,7 @@ async def encrypt(request: Request) -> Response:
             partial(sealing_step, chosen, key, ad, inline_max, params.content_length),
             # One call seals a small body (natively on aesni): no encryptor, no stream.
             whole=partial(seal_message, state.settings, chosen, key, ad),
-            length=partial(sealed_length, key.parameters),
+            length=key.parameters.sealed_length,
         )
     else:
         _raw_only(params)
@@ -204,8 +204,8 @@ async def decrypt(request: Request) -> Response:
     keys = cached_decryption_keys(state.keycache, name, chosen, params.key_version, context)
     if keys is None:  # not in the key cache: read in a worker thread
         keys = await decryption_keys(state.keycache, name, chosen, params.key_version, context)
-    scheme = keys.candidates[0].parameters.scheme  # (keys.first, without its property call)
-    note(request.scope, format="sealed", scheme=scheme, backend=chosen.name, associated_data=ad)
+    parameters = keys.candidates[0].parameters  # (keys.first, without its property call)
+    note(request.scope, format="sealed", scheme=parameters.scheme, backend=chosen.name, associated_data=ad)
     opening = Opening(state.settings, chosen, keys, ad)
     return await respond(
         request,
@@ -215,7 +215,7 @@ async def decrypt(request: Request) -> Response:
         opening.stream,
         whole=opening.whole,
         key_version=opening.key_version,
-        length=opening.length,
+        length=parameters.opened_length,  # every version of a key shares its parameters
     )
 
 

@@ -23,7 +23,6 @@ from .format import (
     as_key_material,
     as_view,
     check_ikm,
-    ciphertext_length,
     too_many_segments_message,
 )
 from .parameters import KeyParameters, checked_parameters
@@ -113,7 +112,7 @@ class SealedEncryptor:
         """Seal in pieces when the key can (``gcm`` on a backend that encrypts in pieces): the number of
         segments follows from the length, so the first segment's encryption starts now, with its last flag."""
         parameters = self._parameters
-        ciphertext_length(expected_length, parameters.key_type, parameters.segment_size, parameters.scheme)
+        parameters.sealed_length(expected_length)  # refuses a length of more than 2**32 segments
         keys = self._keys
         if not isinstance(keys, GcmSegmentKeys):
             return

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from app.core.schemes import DEFAULT_SCHEME
 
-from .format import derived_key_size_of, header_length, validate_segment_size
+from .format import ciphertext_length, derived_key_size_of, header_length, validate_segment_size
+from .lengths import plaintext_length
 
 __all__ = ["KeyParameters"]
 
@@ -45,6 +46,23 @@ class KeyParameters:
         validate_segment_size(self.key_type, self.segment_size, self.scheme)
         object.__setattr__(self, "derived_key_size", derived)
         object.__setattr__(self, "header_length", header_length(self.key_type))
+
+    def sealed_length(self, length: int) -> int:
+        """A sealed message's bytes for a plaintext of ``length`` (:func:`~.format.ciphertext_length`).
+
+        Raises:
+            PayloadTooLargeError: the plaintext needs more than 2**32 segments.
+        """
+        return ciphertext_length(length, self.key_type, self.segment_size, self.scheme)
+
+    def opened_length(self, length: int) -> int:
+        """The plaintext's bytes for a sealed message of ``length`` bytes, should it verify
+        (:func:`~.lengths.plaintext_length`).
+
+        Raises:
+            SealedDecryptionError: no sealed message has that length.
+        """
+        return plaintext_length(length, self.key_type, self.segment_size, self.scheme)
 
 
 def checked_parameters(parameters: object) -> KeyParameters:
