@@ -228,15 +228,7 @@ def sealed_step(
     crypto on every byte of every call, not only on calls that complete a segment: its step is weighed as a
     raw one's (each call's work is its own chunk).
     """
-    if isinstance(cipher, SealedEncryptor) and cipher.seals_in_pieces:
-        return CryptoStep(
-            backend,
-            operation,
-            "sealed",
-            cipher.update_pieces,
-            cipher.finalize_pieces,
-            inline_max=inline_max,
-        )
+    in_pieces = isinstance(cipher, SealedEncryptor) and cipher.seals_in_pieces
     pending: Callable[[], int] | None = None
     reads_keystore: Callable[[], bool] | None = None
     if isinstance(cipher, SealedDecryptor | SealedRewrapper):
@@ -251,8 +243,8 @@ def sealed_step(
         cipher.update_pieces,
         cipher.finalize_pieces,
         inline_max=inline_max,
-        segment_size=segment_size,
-        buffered=lambda: cipher.buffered,
+        segment_size=None if in_pieces else segment_size,
+        buffered=None if in_pieces else lambda: cipher.buffered,
         candidates=pending,
         passes=2 if isinstance(cipher, SealedRewrapper) else 1,
         reads_keystore=reads_keystore,
