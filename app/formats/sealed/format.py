@@ -112,10 +112,7 @@ def ciphertext_length(plaintext_length: int, key_type: str, segment_size: int, s
         PayloadTooLargeError: the plaintext needs more than 2**32 segments.
     """
     validate_segment_size(key_type, segment_size, scheme)
-    if isinstance(plaintext_length, bool) or not isinstance(plaintext_length, int):
-        raise TypeError(f"plaintext_length must be an int, got {type(plaintext_length).__name__}")
-    if plaintext_length < 0:
-        raise ValueError(f"plaintext_length must be >= 0, got {plaintext_length}")
+    check_length("plaintext_length", plaintext_length)
     tag_size = tag_size_of(scheme)
     plaintext_segment = segment_size - tag_size
     # As Tink: the header occupies the front of segment 0, so count it with the plaintext.
@@ -124,6 +121,20 @@ def ciphertext_length(plaintext_length: int, key_type: str, segment_size: int, s
     if segments > MAX_SEGMENTS:
         raise PayloadTooLargeError(too_many_segments_message(segment_size))
     return full_segments * segment_size + (rest + tag_size if rest else 0)
+
+
+def check_length(name: str, value: object) -> int:
+    """``value`` if it is a byte count: an int (not a bool) of at least 0.
+
+    Raises:
+        TypeError: it is not an int (the message names ``name``).
+        ValueError: it is negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
 
 
 def too_many_segments_message(segment_size: int) -> str:

@@ -10,7 +10,14 @@ from __future__ import annotations
 from app.core.schemes import CTR_HMAC
 
 from . import messages
-from .format import MAX_SEGMENTS, SealedDecryptionError, header_length, tag_size_of, validate_segment_size
+from .format import (
+    MAX_SEGMENTS,
+    SealedDecryptionError,
+    check_length,
+    header_length,
+    tag_size_of,
+    validate_segment_size,
+)
 
 __all__ = ["plaintext_length"]
 
@@ -31,10 +38,7 @@ def plaintext_length(ciphertext_length: int, key_type: str, segment_size: int, s
             give at the end of such a body, with ``plaintext_released`` false.
     """
     validate_segment_size(key_type, segment_size, scheme)
-    if isinstance(ciphertext_length, bool) or not isinstance(ciphertext_length, int):
-        raise TypeError(f"ciphertext_length must be an int, got {type(ciphertext_length).__name__}")
-    if ciphertext_length < 0:
-        raise ValueError(f"ciphertext_length must be >= 0, got {ciphertext_length}")
+    check_length("ciphertext_length", ciphertext_length)
     header = header_length(key_type)
     tag_size = tag_size_of(scheme)
     if ciphertext_length < header:
