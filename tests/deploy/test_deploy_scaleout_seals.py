@@ -45,7 +45,7 @@ def test_a_seal_variant_needs_no_master_key_file(secrets_dir: Path, override: Pa
         assert environment["KEYSTREAM_SEAL"] == override.stem.removeprefix("scaleout-")
         assert environment["KEYSTREAM_MASTER_KEY_FILE"] == ""  # unset: the file seal's setting is not read
         assert environment["KEYSTREAM_DATABASE_URL"] == DATABASE_URL
-        # Readiness stays /readyz: a sealed replica is not ready and HAProxy (which checks /readyz) skips it.
+        # Readiness stays /readyz: a sealed replica is not ready, and HAProxy sends it nothing.
         assert "/readyz" in " ".join(replica["healthcheck"]["test"])
         assert replica["read_only"] is True
 
