@@ -31,7 +31,9 @@ from app.formats.sealed import (
     SealedDecryptor,
     native_isa,
     open_many,
+    open_one,
     seal_many,
+    seal_one,
 )
 from app.keycache import ResolvedKey
 from app.services.crypto_step import CryptoStep, sealed_step
@@ -53,10 +55,11 @@ PYTHON_INLINE_MAX_ITEMS = 4
 PYTHON_INLINE_MAX_BYTES = 16 * 1024
 
 
-def _inline_max(settings: Settings, backend: aescore.Backend, scheme: str, count: int, whole: bool) -> int:
-    """Most bytes of this call's crypto that may run on the event loop (-1: none; see the module doc);
-    ``whole``: one small body of a streaming route (:func:`seal_message`, :meth:`Opening.whole`)."""
-    if whole or native_isa(backend, scheme) is not None:
+def _inline_max(settings: Settings, backend: aescore.Backend, scheme: str, count: int) -> int:
+    """Most bytes of a batch's crypto that may run on the event loop (-1: none; see the module doc). One
+    small body of a streaming route (:func:`seal_message`, :meth:`Opening.whole`) may always run there up to
+    ``inline_crypto_max_bytes``, as a streaming segment would."""
+    if native_isa(backend, scheme) is not None:
         return settings.inline_crypto_max_bytes
     return PYTHON_INLINE_MAX_BYTES if count <= PYTHON_INLINE_MAX_ITEMS else -1
 
@@ -80,7 +83,7 @@ async def _run(
         operation,
         "sealed",
         nbytes,
-        _inline_max(settings, backend, parameters.scheme, len(data), whole=False),
+        _inline_max(settings, backend, parameters.scheme, len(data)),
         work,
         cost=cost,
         limiter=trial_limiter() if several else None,
@@ -149,32 +152,9 @@ def seal_message(
     """
     # seal_messages for one message, without its two coroutines: one small body runs where a streaming
     # segment would (_inline_max's whole body), counted as its own bytes.
-    parameters = key.parameters
-    nbytes = len(data)
-    inline_max = _inline_max(settings, backend, parameters.scheme, 1, whole=True)
-    # A partial, not a lambda: no cells of its arguments and no frame of its own around seal_many.
-    work = partial(seal_many, key.material, parameters, (data,), (associated_data,), backend)
-    sealed = run_now(backend, "encrypt", "sealed", nbytes, inline_max, work)
-    if isinstance(sealed, list):
-        return _one_sealed(sealed)
-    return _sealed_off_loop(sealed)
-
-
-async def _sealed_off_loop(sealed: Awaitable[list[bytes | PayloadTooLargeError]]) -> bytes:
-    """:func:`seal_message`'s answer where its work runs off the event loop."""
-    return _one_sealed(await sealed)
-
-
-def _one_sealed(sealed: list[bytes | PayloadTooLargeError]) -> bytes:
-    """The one sealed message of :func:`seal_message`'s ``seal_many``.
-
-    Raises:
-        PayloadTooLargeError: it would need more than 2**32 segments.
-    """
-    (one,) = sealed
-    if isinstance(one, PayloadTooLargeError):
-        raise one
-    return one
+    # A partial, not a lambda: no cells of its arguments and no frame of its own around seal_one.
+    work = partial(seal_one, key.material, key.parameters, data, associated_data, backend)
+    return run_now(backend, "encrypt", "sealed", len(data), settings.inline_crypto_max_bytes, work)
 
 
 def sealing_step(
@@ -218,9 +198,9 @@ class Opening:
         work runs on the event loop (every small body on aesni whose version is cached: no coroutine), else
         an awaitable of it.
 
-        :func:`open_messages` for one message, without its two coroutines (as :func:`seal_message`); one
-        candidate (the usual case) is passed without the materials property's list comprehension, and only
-        several candidates are weighed as a trial (:func:`trial_work`).
+        :func:`open_messages` for one message, without its two coroutines (as :func:`seal_message`), through
+        :func:`~app.formats.sealed.open_one`; only several candidates are weighed as a trial
+        (:func:`trial_work`).
 
         Raises:
             SealedDecryptionError: the message does not verify (the decryptor's wording; no plaintext; from
@@ -232,41 +212,33 @@ class Opening:
         first = keyed[0]
         parameters = first.parameters
         several = len(keyed) > 1
+        # One candidate (the usual case) is passed without the materials property's list comprehension.
         candidates = keys.materials if several else [(first.version, first.material)]
-        inline_max = _inline_max(self._settings, backend, parameters.scheme, 1, whole=True)
         # A partial, not a nested function: no function and cells of what it uses on every call; every
         # argument by position (a partial with a keyword builds and merges a dict on every call).
-        work = partial(
-            open_many, candidates, parameters, (body,), (self._associated_data,), backend, keys.more
-        )
+        work = partial(open_one, candidates, parameters, body, self._associated_data, backend, keys.more)
         nbytes = len(body)
-        cost = trial_work(nbytes, parameters.segment_size, len(keyed)) if several else None
         # Off the loop, or again off it when no cached version opened it (the key's versions are read again).
         opened = run_now(
             backend,
             "decrypt",
             "sealed",
             nbytes,
-            inline_max,
+            self._settings.inline_crypto_max_bytes,  # (one small body runs where a segment would)
             work,
-            cost=cost,
+            cost=trial_work(nbytes, parameters.segment_size, len(keyed)) if several else None,
             limiter=trial_limiter() if several else None,
         )
-        if isinstance(opened, list):
-            return self._plaintext(opened)
+        if isinstance(opened, tuple):  # it opened, on the loop (an error or a coroutine is no tuple)
+            plaintext, self._version = opened
+            return plaintext
+        if isinstance(opened, SealedDecryptionError):
+            raise opened
         return self._opened_off_loop(opened)
 
-    async def _opened_off_loop(self, opened: Awaitable[list[Opened]]) -> bytes:
+    async def _opened_off_loop(self, opened: Awaitable[Opened]) -> bytes:
         """:meth:`whole`'s work where it runs off the event loop."""
-        return self._plaintext(await opened)
-
-    def _plaintext(self, opened: list[Opened]) -> bytes:
-        """The plaintext of :meth:`whole`'s one message, its version kept for :meth:`key_version`.
-
-        Raises:
-            SealedDecryptionError: it did not open.
-        """
-        (one,) = opened
+        one = await opened
         if isinstance(one, SealedDecryptionError):
             raise one
         plaintext, self._version = one

@@ -42,7 +42,7 @@ Import from here.
 
 from __future__ import annotations
 
-from .batch import native_isa, open_many, seal_many
+from .batch import native_isa, open_many, open_one, seal_many, seal_one
 from .decryptor import SealedDecryptor
 from .encryptor import SealedEncryptor
 from .format import (
@@ -97,8 +97,10 @@ __all__ = [
     "min_segment_size",
     "native_isa",
     "open_many",
+    "open_one",
     "plaintext_length",
     "seal_many",
+    "seal_one",
     "segment_nonce",
     "tag_size_of",
     "validate_segment_size",

@@ -39,7 +39,7 @@ from .format import (
 )
 from .parameters import KeyParameters, checked_parameters
 
-__all__ = ["native_isa", "open_many", "seal_many"]
+__all__ = ["native_isa", "open_many", "open_one", "seal_many", "seal_one"]
 
 Status = aescore.SealedItemStatus
 
@@ -101,7 +101,7 @@ def seal_many(
         return _seal_gcm_many(material, parameters, plaintexts, associated_data, backend)
     if sealer is None:
         return [
-            _seal_one(material, parameters, data, ad, backend)
+            _seal_by_encryptor(material, parameters, data, ad, backend)
             for data, ad in zip(plaintexts, associated_data, strict=True)
         ]
     salts_and_prefixes = randomness.random_bytes((derived_size + NONCE_PREFIX_SIZE) * len(plaintexts))
@@ -111,6 +111,89 @@ def seal_many(
         # (not typing.cast: a Python call on every message, for what only the type checker reads)
         return sealed  # type: ignore[return-value]
     return _too_large_as_errors(sealed, segment_size)
+
+
+def seal_one(
+    ikm: KeyMaterial,
+    parameters: KeyParameters,
+    plaintext: bytes,
+    associated_data: bytes,
+    backend: aescore.Backend,
+) -> bytes:
+    """:func:`seal_many` of one message (a streaming route's small body): the same bytes, without the lists a
+    batch needs around the one native call.
+
+    Raises:
+        PayloadTooLargeError: the message would need more than 2**32 segments.
+        TypeError, ValueError: as :func:`seal_many`.
+    """
+    parameters = checked_parameters(parameters)
+    sealer = _native_sealer(backend, parameters.scheme)
+    if sealer is None:
+        (sealed,) = seal_many(ikm, parameters, (plaintext,), (associated_data,), backend)
+        if isinstance(sealed, PayloadTooLargeError):
+            raise sealed
+        return sealed
+    derived_size = parameters.derived_key_size
+    material = as_key_material("ikm", ikm)
+    check_ikm(material, derived_size)
+    seal = sealer.seal_gcm if parameters.scheme == GCM else sealer.seal_ctr_hmac
+    salt_and_prefix = randomness.random_bytes(derived_size + NONCE_PREFIX_SIZE)
+    (sealed_one,) = seal(
+        material, derived_size, parameters.segment_size, (plaintext,), (associated_data,), salt_and_prefix
+    )
+    if sealed_one is None:
+        raise PayloadTooLargeError(too_many_segments_message(parameters.segment_size))
+    return sealed_one
+
+
+def open_one(
+    candidates: Sequence[tuple[int, KeyMaterial]],
+    parameters: KeyParameters,
+    ciphertext: bytes,
+    associated_data: bytes,
+    backend: aescore.Backend,
+    more_candidates: Callable[[], Iterable[tuple[int, KeyMaterial]]] | None = None,
+) -> Opened:
+    """:func:`open_many` of one message (a streaming route's small body): the same answer, and with one
+    candidate on a native sealer (every decrypt of a key whose only usable version is cached) one native
+    call without the lists a batch needs around it.
+
+    Raises:
+        As :func:`open_many`.
+    """
+    parameters = checked_parameters(parameters)
+    sealer = _native_sealer(backend, parameters.scheme) if len(candidates) == 1 else None
+    if sealer is None:
+        return open_many(candidates, parameters, (ciphertext,), (associated_data,), backend, more_candidates)[
+            0
+        ]
+    derived_size = parameters.derived_key_size
+    version, ikm = candidates[0]
+    material = as_key_material("ikm", ikm)
+    check_ikm(material, derived_size)
+    open_native = sealer.open_gcm if parameters.scheme == GCM else sealer.open_ctr_hmac
+    ((plaintext, status, segment, _),) = open_native(
+        [material], derived_size, parameters.segment_size, (ciphertext,), (associated_data,)
+    )
+    if plaintext is not None:
+        return plaintext, version
+    if status != Status.NO_KEY:
+        return _failure(status, segment, ciphertext, parameters)
+    opened: list[Opened] = [_no_key([version])]
+    if more_candidates is not None:
+        _open_missing(
+            sealer,
+            parameters,
+            [version],
+            [material],
+            (ciphertext,),
+            (associated_data,),
+            more_candidates,
+            opened,
+            [0],
+        )
+    return opened[0]
 
 
 def _too_large_as_errors(
@@ -156,7 +239,7 @@ def _seal_gcm_many(
     position = 0
     for data, ad in zip(plaintexts, associated_data, strict=True):
         if len(data) > capacity:
-            sealed.append(_seal_one(ikm, parameters, data, ad, backend))
+            sealed.append(_seal_by_encryptor(ikm, parameters, data, ad, backend))
             continue
         salt_and_prefix = drawn[position : position + random_size]
         position += random_size
@@ -166,7 +249,7 @@ def _seal_gcm_many(
     return sealed
 
 
-def _seal_one(
+def _seal_by_encryptor(
     ikm: KeyMaterial, parameters: KeyParameters, data: bytes, ad: bytes, backend: aescore.Backend
 ) -> bytes | PayloadTooLargeError:
     try:
@@ -241,7 +324,7 @@ def _open_each(
 ) -> list[Opened]:
     """:func:`open_many` on the per-message Python path: a :class:`~.SealedDecryptor` per message."""
     return [
-        _open_one(candidates, parameters, data, ad, backend, more_candidates)
+        _open_by_decryptor(candidates, parameters, data, ad, backend, more_candidates)
         for data, ad in zip(ciphertexts, associated_data, strict=True)
     ]
 
@@ -286,7 +369,7 @@ def _open_missing(
         opened[missing[j]] = _no_key(tried)
 
 
-def _open_one(
+def _open_by_decryptor(
     candidates: Sequence[tuple[int, KeyMaterial]],
     parameters: KeyParameters,
     data: bytes,

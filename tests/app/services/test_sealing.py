@@ -38,16 +38,30 @@ SETTINGS = Settings(_env_file=None, inline_crypto_max_bytes=1000)  # type: ignor
 DEFAULTS = Settings(_env_file=None)  # type: ignore[call-arg]
 
 
-def test_one_small_body_runs_inline_up_to_the_settings_limit() -> None:
-    assert _inline_max(SETTINGS, InlinePython(), "ctr-hmac", 1, whole=True) == 1000
-    assert _inline_max(SETTINGS, InlinePython(), "gcm", 1, whole=True) == 1000
+async def test_one_small_body_runs_inline_up_to_the_settings_limit(two_versions: KeyCache) -> None:
+    """A streaming route's small body runs on the loop up to ``inline_crypto_max_bytes`` even without a
+    native sealer (as a streaming segment would), and leaves it above: bytes, else an awaitable of them."""
+    backend = InlinePython()
+    key = two_versions.resolve("k", None, backend)
+    sealed = seal_message(SETTINGS, backend, key, b"", bytes(1000))
+    assert isinstance(sealed, bytes)
+    above = seal_message(SETTINGS, backend, key, b"", bytes(1001))
+    assert not isinstance(above, bytes)
+    sealed_above = await above
+    keys = await decryption_keys(two_versions, "k", backend, 2)  # one candidate: no trial to weigh
+    # 1000 plaintext bytes make a longer sealed message: a limit of its length keeps it on the loop.
+    roomy = Settings(_env_file=None, inline_crypto_max_bytes=len(sealed))  # type: ignore[call-arg]
+    assert Opening(roomy, backend, keys, b"").whole(sealed) == bytes(1000)
+    opened = Opening(roomy, backend, keys, b"").whole(sealed_above)
+    assert not isinstance(opened, bytes)
+    assert await opened == bytes(1001)
 
 
 def test_without_a_native_sealer_only_a_handful_of_small_messages_stay_on_the_loop() -> None:
     few, many = PYTHON_INLINE_MAX_ITEMS, PYTHON_INLINE_MAX_ITEMS + 1
-    assert _inline_max(SETTINGS, InlinePython(), "ctr-hmac", few, whole=False) == PYTHON_INLINE_MAX_BYTES
-    assert _inline_max(SETTINGS, InlinePython(), "ctr-hmac", many, whole=False) == -1
-    assert _inline_max(SETTINGS, InlinePython(), "ctr-hmac", 1, whole=False) == PYTHON_INLINE_MAX_BYTES
+    assert _inline_max(SETTINGS, InlinePython(), "ctr-hmac", few) == PYTHON_INLINE_MAX_BYTES
+    assert _inline_max(SETTINGS, InlinePython(), "ctr-hmac", many) == -1
+    assert _inline_max(SETTINGS, InlinePython(), "ctr-hmac", 1) == PYTHON_INLINE_MAX_BYTES
 
 
 def test_a_native_sealer_runs_batches_inline_up_to_the_settings_limit() -> None:
@@ -56,7 +70,7 @@ def test_a_native_sealer_runs_batches_inline_up_to_the_settings_limit() -> None:
     aesni = aescore.get_backend("aesni")
     if native_isa(aesni, "ctr-hmac") is None:
         pytest.skip("the aesni backend offers no native sealer here")
-    assert _inline_max(SETTINGS, aesni, "ctr-hmac", 100, whole=False) == 1000
+    assert _inline_max(SETTINGS, aesni, "ctr-hmac", 100) == 1000
 
 
 @pytest.fixture
