@@ -2,9 +2,10 @@
 
 Every route that holds whole messages comes here: the streaming routes' small bodies (Content-Length up to
 ``small_body_max_bytes``, read whole), the batch routes and data keys. Each call makes one call of the
-format's batch crypto (:func:`app.formats.sealed.seal_many` / ``open_many``: one native call on a backend
-with a native sealer, a :class:`~app.formats.sealed.SealedEncryptor` or ``SealedDecryptor`` per message
-otherwise), whose bytes are those the streaming encryptor writes. It is counted and timed as ``encrypt`` or
+format's batch crypto (:func:`app.formats.sealed.seal_many` / ``open_many``, or ``seal_one`` /
+``open_one`` for a small body: one native call on a backend with a native sealer, a
+:class:`~app.formats.sealed.SealedEncryptor` or ``SealedDecryptor`` per message otherwise), whose bytes are
+those the streaming encryptor writes. It is counted and timed as ``encrypt`` or
 ``decrypt`` / ``sealed`` in the crypto metrics (:func:`app.services.crypto_work.run_timed`).
 
 Where it runs (:func:`_inline_max`): on the event loop up to ``inline_crypto_max_bytes`` when the backend
@@ -56,9 +57,9 @@ PYTHON_INLINE_MAX_BYTES = 16 * 1024
 
 
 def _inline_max(settings: Settings, backend: aescore.Backend, scheme: str, count: int) -> int:
-    """Most bytes of a batch's crypto that may run on the event loop (-1: none; see the module doc). One
-    small body of a streaming route (:func:`seal_message`, :meth:`Opening.whole`) may always run there up to
-    ``inline_crypto_max_bytes``, as a streaming segment would."""
+    """Most bytes of a batch's crypto that may run on the event loop (-1: none; see the module doc). (One
+    small body of a streaming route, :func:`seal_message` and :meth:`Opening.whole`, runs there up to
+    ``inline_crypto_max_bytes`` whatever the backend, as a streaming segment would.)"""
     if native_isa(backend, scheme) is not None:
         return settings.inline_crypto_max_bytes
     return PYTHON_INLINE_MAX_BYTES if count <= PYTHON_INLINE_MAX_ITEMS else -1
@@ -151,7 +152,7 @@ def seal_message(
             there is one).
     """
     # seal_messages for one message, without its two coroutines: one small body runs where a streaming
-    # segment would (_inline_max's whole body), counted as its own bytes.
+    # segment would (on the loop up to inline_crypto_max_bytes), counted as its own bytes.
     # A partial, not a lambda: no cells of its arguments and no frame of its own around seal_one.
     work = partial(seal_one, key.material, key.parameters, data, associated_data, backend)
     return run_now(backend, "encrypt", "sealed", len(data), settings.inline_crypto_max_bytes, work)

@@ -165,9 +165,10 @@ def open_one(
     parameters = checked_parameters(parameters)
     sealer = _native_sealer(backend, parameters.scheme) if len(candidates) == 1 else None
     if sealer is None:
-        return open_many(candidates, parameters, (ciphertext,), (associated_data,), backend, more_candidates)[
-            0
-        ]
+        (opened_alone,) = open_many(
+            candidates, parameters, (ciphertext,), (associated_data,), backend, more_candidates
+        )
+        return opened_alone
     derived_size = parameters.derived_key_size
     version, ikm = candidates[0]
     material = as_key_material("ikm", ikm)
