@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.serving.protocol import BoundedHttpToolsProtocol, _HeadWithBody
+from app.serving.protocol import HELD_BODY_MAX_BYTES, BoundedHttpToolsProtocol, _HeadWithBody
 
 
 class _Transport:
@@ -77,6 +77,24 @@ async def test_a_mutable_body_is_sent_at_once_not_held(kind: Any) -> None:
     buffer[:] = b"XXXX"
     await asyncio.sleep(0)
     assert transport.calls == [("writelines", b"head|body")]
+
+
+async def test_a_large_body_piece_is_sent_with_its_head_at_once_not_held() -> None:
+    """Holding helps small answers only; a large one goes at once, in one call with its head."""
+    transport = _Transport()
+    joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+    joined.write(b"head|")
+    joined.write(b"x" * HELD_BODY_MAX_BYTES)  # the largest piece held
+    assert transport.calls == []
+    await asyncio.sleep(0)
+    assert transport.calls == [("writelines", b"head|" + b"x" * HELD_BODY_MAX_BYTES)]
+    transport = _Transport()
+    joined = _HeadWithBody(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+    joined.write(b"head|")
+    joined.write(b"y" * (HELD_BODY_MAX_BYTES + 1))
+    assert transport.calls == [("writelines", b"head|" + b"y" * (HELD_BODY_MAX_BYTES + 1))]
+    await asyncio.sleep(0)
+    assert len(transport.calls) == 1
 
 
 async def test_a_head_alone_leaves_at_the_end_of_the_iteration_and_order_is_kept() -> None:
