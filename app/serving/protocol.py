@@ -85,10 +85,9 @@ class _HeadWithBody:
     A head with no body write in that iteration (a streamed response whose body comes later, a 100 Continue)
     goes out at the end of the iteration on its own, so nothing waits longer than one iteration and the order
     of writes is kept. A second body write, a body write of a mutable buffer (``bytearray``, ``memoryview``)
-    or of a larger one, and every other call send what is held first, then go to the transport, so at most one
-    small body piece is
-    held and a buffer its writer reuses is never read late. The protocol sends what is held before it
-    closes the connection itself (:meth:`BoundedHttpToolsProtocol.send_held`).
+    or of a larger one, and every other call send what is held first, then go to the transport, so at most
+    one small body piece is held and a buffer its writer reuses is never read late. The protocol sends what
+    is held before it closes the connection itself (:meth:`BoundedHttpToolsProtocol.send_held`).
 
     The transport methods a cycle may call are written out rather than forwarded by ``__getattr__``: a class
     with ``__getattr__`` pays for it on every attribute read, its own slots included (about 60 ns each, ~16
