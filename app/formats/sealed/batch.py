@@ -120,31 +120,17 @@ def seal_one(
     associated_data: bytes,
     backend: aescore.Backend,
 ) -> bytes:
-    """:func:`seal_many` of one message (a streaming route's small body): the same bytes, without the lists a
-    batch needs around the one native call.
+    """:func:`seal_many` of one message (a streaming route's small body): its sealed message, or the error of
+    one too long to seal raised.
 
     Raises:
         PayloadTooLargeError: the message would need more than 2**32 segments.
         TypeError, ValueError: as :func:`seal_many`.
     """
-    parameters = checked_parameters(parameters)
-    sealer = _native_sealer(backend, parameters.scheme)
-    if sealer is None:
-        (sealed,) = seal_many(ikm, parameters, (plaintext,), (associated_data,), backend)
-        if isinstance(sealed, PayloadTooLargeError):
-            raise sealed
-        return sealed
-    derived_size = parameters.derived_key_size
-    material = as_key_material("ikm", ikm)
-    check_ikm(material, derived_size)
-    seal = sealer.seal_gcm if parameters.scheme == GCM else sealer.seal_ctr_hmac
-    salt_and_prefix = randomness.random_bytes(derived_size + NONCE_PREFIX_SIZE)
-    (sealed_one,) = seal(
-        material, derived_size, parameters.segment_size, (plaintext,), (associated_data,), salt_and_prefix
-    )
-    if sealed_one is None:
-        raise PayloadTooLargeError(too_many_segments_message(parameters.segment_size))
-    return sealed_one
+    (sealed,) = seal_many(ikm, parameters, (plaintext,), (associated_data,), backend)
+    if isinstance(sealed, PayloadTooLargeError):
+        raise sealed
+    return sealed
 
 
 def open_one(
